@@ -1,0 +1,78 @@
+"""drainpipe: background jobs, schedules, webhook inboxes, idempotency keys and leases on
+the Postgres you already have.
+
+Names are imported lazily: ``import drainpipe`` costs almost nothing, and a serverless
+function pays for psycopg, pydantic or a web framework only when it uses them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS: dict[str, str] = {
+    "Actor": "models",
+    "Begin": "idempotency",
+    "DeadJob": "models",
+    "DevDrain": "drain",
+    "DrainRoute": "drain",
+    "DrainpipeError": "errors",
+    "EnsureResult": "schedules",
+    "Idempotency": "idempotency",
+    "InboxEntry": "inbox",
+    "Job": "models",
+    "JobContext": "models",
+    "Jobs": "jobs",
+    "Lease": "leases",
+    "LeaseOutcome": "leases",
+    "Queue": "jobs",
+    "QueueBackend": "backends",
+    "QueueStats": "models",
+    "Retry": "errors",
+    "ScheduleDef": "schedules",
+    "ScheduleInfo": "schedules",
+    "Stored": "inbox",
+    "WebhookInbox": "inbox",
+    "WebhookMessage": "inbox",
+    "WorkReport": "models",
+    "assert_cron": "cron",
+    "dev_drain": "drain",
+    "dev_drain_secret": "drain",
+    "install": "install",
+    "lease": "leases",
+    "next_cron_run": "cron",
+    "with_lease": "leases",
+}
+
+__all__ = sorted([*_EXPORTS, "testing"])
+
+if TYPE_CHECKING:
+    from . import testing
+    from .backends import QueueBackend
+    from .cron import assert_cron, next_cron_run
+    from .drain import DevDrain, DrainRoute, dev_drain, dev_drain_secret
+    from .errors import DrainpipeError, Retry
+    from .idempotency import Begin, Idempotency
+    from .inbox import InboxEntry, Stored, WebhookInbox, WebhookMessage
+    from .install import install
+    from .jobs import Jobs, Queue
+    from .leases import Lease, LeaseOutcome, lease, with_lease
+    from .models import Actor, DeadJob, Job, JobContext, QueueStats, WorkReport
+    from .schedules import EnsureResult, ScheduleDef, ScheduleInfo
+
+
+def __getattr__(name: str) -> Any:
+    if name == "testing":
+        return importlib.import_module(".testing", __name__)
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'drainpipe' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,77 @@
+"""Where jobs are stored: the :class:`QueueBackend` protocol and how ``Jobs(db)`` picks one.
+
+Required: ``name``, ``leases``, ``send``, ``read``, ``complete``, ``fail``, ``extend``.
+Optional (a backend without one makes the public call fail with ``invalid_request`` naming
+the feature): ``send_many``, ``complete_many``, ``extend_many``, ``replay``, ``stats``,
+``list_dead``, ``retry_dead``, ``purge_archive``, ``schedule``, ``unschedule``,
+``list_schedules``, ``unschedule_tenant``, ``due_schedules``, ``advance_schedule``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from ..models import DedupeMode, FailOutcome, Job
+
+API_VERSION = 1
+
+
+@runtime_checkable
+class QueueBackend(Protocol):
+    """Stores and leases jobs. Payloads given to ``send`` are JSON values, already
+    validated and wrapped in the context envelope; ``read`` returns unwrapped jobs whose
+    payloads are not validated yet."""
+
+    api_version: ClassVar[int]
+    name: str
+    leases: bool
+
+    async def send(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        delay: float = 0,
+        max_attempts: int = 5,
+        dedupe_key: str | None = None,
+        dedupe: DedupeMode = "always",
+    ) -> int: ...
+
+    async def read(self, queue: str, *, lease: float, batch: int) -> list[Job[Any]]: ...
+
+    async def complete(self, job: Job[Any]) -> bool: ...
+
+    async def fail(self, job: Job[Any], error: str, retry_in: float | None = None) -> FailOutcome | None: ...
+
+    async def extend(self, job: Job[Any], lease: float) -> bool: ...
+
+
+def is_backend(value: Any) -> bool:
+    return getattr(value, "api_version", None) is not None and all(
+        callable(getattr(value, name, None)) for name in ("send", "read", "complete", "fail", "extend")
+    )
+
+
+def _is_supabase_client(value: Any) -> bool:
+    module = type(value).__module__
+    return module.startswith(("supabase", "postgrest")) or (
+        hasattr(value, "rpc") and hasattr(value, "schema") and hasattr(value, "postgrest")
+    )
+
+
+def resolve_backend(db: Any, queues: Sequence[str] = ()) -> QueueBackend:
+    """A backend for what the user gave: a backend as is, a supabase client → pgmq_public,
+    anything else (DSN, pool, connection) → the SQL backend."""
+    if is_backend(db):
+        if getattr(db, "api_version", None) != API_VERSION:
+            raise ValueError(f"QueueBackend api_version must be {API_VERSION}")
+        return db  # type: ignore[no-any-return]
+    if _is_supabase_client(db):
+        from .pgmq_public import PgmqPublicBackend
+
+        return PgmqPublicBackend(db)
+    from .sql import SqlQueueBackend
+
+    return SqlQueueBackend(db)

@@ -1,0 +1,86 @@
+"""The context envelope: who enqueued a job and for which tenant, stored with the payload.
+
+Stored as ``{"$dp": 1, "context": {...}, "payload": <payload>}`` only when there is an
+actor or a tenant; otherwise the bare payload is stored. Reading is forgiving: anything
+malformed in the context is dropped, never an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import validation_error
+from .models import Actor, JobContext
+
+ENVELOPE_KEY = "$dp"
+_ACTOR_KINDS = ("user", "service", "anon")
+
+
+def coerce_context(context: JobContext | Mapping[str, Any] | None) -> JobContext | None:
+    """Accept a :class:`JobContext` or a mapping ``{"actor": {"id", "kind"}, "tenant"}``."""
+    if context is None or isinstance(context, JobContext):
+        return context
+    if not isinstance(context, Mapping):
+        raise validation_error(
+            "context must be a JobContext or a mapping with actor and tenant",
+            [{"message": "Expected a JobContext or a mapping", "path": ["context"]}],
+        )
+    actor_value = context.get("actor")
+    actor: Actor | None = None
+    if isinstance(actor_value, Actor):
+        actor = actor_value
+    elif isinstance(actor_value, Mapping):
+        actor_id, kind = actor_value.get("id"), actor_value.get("kind", "user")
+        if not isinstance(actor_id, str) or not actor_id or kind not in _ACTOR_KINDS:
+            raise validation_error(
+                "context.actor needs a string id and a kind of user, service or anon",
+                [{"message": "Invalid actor", "path": ["context", "actor"]}],
+            )
+        actor = Actor(actor_id, kind)
+    elif actor_value is not None:
+        raise validation_error(
+            "context.actor must be a mapping with id and kind",
+            [{"message": "Invalid actor", "path": ["context", "actor"]}],
+        )
+    tenant = context.get("tenant")
+    if tenant is not None and (not isinstance(tenant, str) or not tenant):
+        raise validation_error(
+            "context.tenant must be a non-empty string",
+            [{"message": "Invalid tenant", "path": ["context", "tenant"]}],
+        )
+    return JobContext(actor=actor, tenant=tenant)
+
+
+def wrap_payload(payload: Any, context: JobContext | None) -> Any:
+    """The JSON value to store: the payload, or the envelope when there is an actor or tenant."""
+    if context is None or (context.actor is None and context.tenant is None):
+        return payload
+    recorded: dict[str, Any] = {}
+    if context.actor is not None:
+        recorded["actor"] = {"id": context.actor.id, "kind": context.actor.kind}
+    if context.tenant is not None:
+        recorded["tenant"] = context.tenant
+    return {ENVELOPE_KEY: 1, "context": recorded, "payload": payload}
+
+
+def unwrap_payload(stored: Any, *, all_tenants: bool = False) -> tuple[Any, JobContext]:
+    """Split a stored value into (payload, context)."""
+    if isinstance(stored, dict) and stored.get(ENVELOPE_KEY) == 1 and "payload" in stored:
+        recorded = stored.get("context")
+        actor = tenant = None
+        if isinstance(recorded, dict):
+            raw_actor = recorded.get("actor")
+            if (
+                isinstance(raw_actor, dict)
+                and isinstance(raw_actor.get("id"), str)
+                and raw_actor.get("kind") in _ACTOR_KINDS
+            ):
+                actor = Actor(raw_actor["id"], raw_actor["kind"])
+            raw_tenant = recorded.get("tenant")
+            if isinstance(raw_tenant, str) and raw_tenant:
+                tenant = raw_tenant
+        return stored["payload"], JobContext(
+            actor=actor, tenant=tenant, all_tenants=all_tenants and tenant is None
+        )
+    return stored, JobContext(all_tenants=all_tenants)

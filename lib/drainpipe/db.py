@@ -1,0 +1,175 @@
+"""Connections, and the one place where Postgres errors become :class:`DrainpipeError`.
+
+psycopg is imported on first use, not at import time: a serverless function that only
+builds a route pays nothing for it until a request needs the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+from .errors import DrainpipeError
+
+if TYPE_CHECKING:
+    import psycopg
+    import psycopg_pool
+
+Row = tuple[Any, ...]
+
+# Transaction poolers (Supabase's port 6543, pgbouncer in transaction mode) cannot keep
+# prepared statements across transactions, so we stop psycopg from preparing there.
+_TRANSACTION_POOLER = re.compile(r":6543(/|$|\?)|pgbouncer=true")
+
+
+def translate_error(exc: BaseException) -> DrainpipeError:
+    """Map a database or connection exception to a :class:`DrainpipeError` of the contract.
+
+    SQLSTATE 23505 → conflict (constraint kept as ``code``), 42501 → forbidden,
+    P0001 → raised, 57014 → timeout, 40001/40P01 → serialization, 22xxx → invalid_input,
+    08xxx and connection failures → network, anything else → unexpected.
+    """
+    if isinstance(exc, DrainpipeError):
+        return exc
+    import psycopg
+
+    sqlstate: str | None = getattr(exc, "sqlstate", None)
+    diag = getattr(exc, "diag", None)
+    primary = getattr(diag, "message_primary", None) if diag is not None else None
+    message = primary or str(exc).strip() or type(exc).__name__
+    if sqlstate == "23505":
+        constraint = getattr(diag, "constraint_name", None) if diag is not None else None
+        return DrainpipeError("conflict", message, code=constraint)
+    if sqlstate == "42501":
+        return DrainpipeError("forbidden", message)
+    if sqlstate == "P0001":
+        return DrainpipeError("raised", message)
+    if sqlstate == "57014":
+        return DrainpipeError("timeout", message)
+    if sqlstate in ("40001", "40P01"):
+        return DrainpipeError("serialization", message)
+    if sqlstate is not None and sqlstate.startswith("22"):
+        return DrainpipeError("invalid_input", message)
+    if sqlstate is not None and sqlstate.startswith("08"):
+        return DrainpipeError("network", message)
+    if isinstance(exc, psycopg.OperationalError | OSError | ConnectionError) and sqlstate is None:
+        return DrainpipeError("network", message)
+    if type(exc).__module__.startswith("psycopg_pool"):
+        # PoolTimeout / TooManyRequests: no connection could be had in time
+        return DrainpipeError("network", message)
+    return DrainpipeError("unexpected", message)
+
+
+class Database:
+    """Runs one SQL statement per call on a DSN, a pool or a single connection.
+
+    * DSN: an ``AsyncConnectionPool`` opened on first use, autocommit connections.
+    * pool: connections are borrowed per statement; the pool's own settings apply.
+    * connection: statements run on it in order. If it is not in autocommit mode the
+      statements join its current transaction and are *not* committed by drainpipe, so an
+      enqueue can commit atomically with the caller's own writes.
+    """
+
+    def __init__(self, db: Any, *, max_size: int = 10) -> None:
+        self._dsn: str | None = None
+        self._pool: psycopg_pool.AsyncConnectionPool | None = None
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._owns_pool = False
+        self._max_size = max_size
+        self._open_lock = asyncio.Lock()
+        if isinstance(db, str):
+            self._dsn = db
+        else:
+            kind = type(db).__module__ + "." + type(db).__qualname__
+            if "psycopg_pool" in kind:
+                self._pool = db
+            elif kind.startswith("psycopg"):
+                self._conn = db
+            else:
+                raise TypeError(
+                    "db must be a DSN string, a psycopg AsyncConnection or AsyncConnectionPool, "
+                    f"not {type(db).__name__}"
+                )
+
+    @property
+    def dsn(self) -> str | None:
+        return self._dsn
+
+    async def _ensure_pool(self) -> psycopg_pool.AsyncConnectionPool:
+        if self._pool is not None:
+            return self._pool
+        async with self._open_lock:
+            if self._pool is None:
+                from psycopg_pool import AsyncConnectionPool
+
+                assert self._dsn is not None
+                kwargs: dict[str, Any] = {"autocommit": True}
+                if _TRANSACTION_POOLER.search(self._dsn):
+                    kwargs["prepare_threshold"] = None
+                pool = AsyncConnectionPool(
+                    self._dsn,
+                    min_size=1,
+                    max_size=self._max_size,
+                    kwargs=kwargs,
+                    open=False,
+                    name="drainpipe",
+                )
+                try:
+                    await pool.open(wait=False)
+                except Exception as exc:
+                    raise translate_error(exc) from exc
+                self._pool = pool
+                self._owns_pool = True
+        return self._pool
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """Borrow a connection; database errors inside become ``DrainpipeError``."""
+        try:
+            if self._conn is not None:
+                yield self._conn
+                return
+            pool = await self._ensure_pool()
+            async with pool.connection() as conn:
+                yield conn
+        except DrainpipeError:
+            raise
+        except Exception as exc:
+            if _is_database_error(exc):
+                raise translate_error(exc) from exc
+            raise
+
+    async def fetch(self, sql: str, params: Sequence[Any] | None = None) -> list[Row]:
+        """Run one statement and return all its rows (as tuples)."""
+        async with self.connection() as conn:
+            cur = await conn.execute(sql, params)
+            if cur.description is None:
+                return []
+            return await cur.fetchall()
+
+    async def fetchrow(self, sql: str, params: Sequence[Any] | None = None) -> Row | None:
+        rows = await self.fetch(sql, params)
+        return rows[0] if rows else None
+
+    async def fetchval(self, sql: str, params: Sequence[Any] | None = None) -> Any:
+        row = await self.fetchrow(sql, params)
+        return row[0] if row else None
+
+    async def close(self) -> None:
+        """Close the pool drainpipe opened for a DSN (a pool or connection you gave stays open)."""
+        if self._owns_pool and self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+
+def _is_database_error(exc: BaseException) -> bool:
+    module = type(exc).__module__
+    return module.startswith(("psycopg", "psycopg_pool")) or isinstance(exc, OSError)
+
+
+def as_database(db: Any) -> Database:
+    """Wrap whatever the user gave (DSN, pool, connection, Database) as a :class:`Database`."""
+    return db if isinstance(db, Database) else Database(db)

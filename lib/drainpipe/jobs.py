@@ -1,0 +1,449 @@
+"""Jobs: typed queues on Postgres with leases, fenced completion, retries and dead letters."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
+
+from .backends import QueueBackend, resolve_backend
+from .context import coerce_context, wrap_payload
+from .errors import DrainpipeError, invalid_request, missing_feature, validation_error
+from .models import DeadJob, DedupeMode, FailOutcome, Job, JobContext, QueueStats, WorkReport
+from .schedules import ScheduleMixin
+from .validation import (
+    aware,
+    check_queue_name,
+    error_text,
+    positive_int,
+    pydantic_issues,
+    seconds,
+)
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
+
+    from .drain import DrainRoute
+
+T = TypeVar("T")
+Handler = Callable[[Any, Job[Any]], Awaitable[Any]]
+OnError = Callable[[BaseException, Job[Any] | None], Any]
+
+_SEVEN_DAYS = timedelta(days=7)
+_THIRTY_DAYS = timedelta(days=30)
+MAX_DEDUPE_KEY = 255
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Jobs(ScheduleMixin):
+    """Typed job queues on a database (DSN, pool, connection), a supabase client or a backend.
+
+    ``queues`` maps each queue name to the payload schema (anything
+    ``pydantic.TypeAdapter`` accepts). ``now`` is the clock for ``run_at`` and schedules.
+    ``scheduler`` says which scheduler the ``jobs`` SQL module was installed with.
+    """
+
+    def __init__(
+        self,
+        db: Any,
+        queues: Mapping[str, Any],
+        *,
+        now: Callable[[], datetime] | None = None,
+        scheduler: Literal["drain", "pg_cron"] = "drain",
+    ) -> None:
+        if not isinstance(queues, Mapping):
+            raise TypeError("queues must be a mapping of queue name to payload schema")
+        for name in queues:
+            check_queue_name(name)
+        if scheduler not in ("drain", "pg_cron"):
+            raise ValueError(f'scheduler must be "drain" or "pg_cron", not "{scheduler}"')
+        self._schemas: dict[str, Any] = dict(queues)
+        self._adapters: dict[str, TypeAdapter[Any]] = {}
+        self._now = now or _utcnow
+        self.scheduler = scheduler
+        self.backend: QueueBackend = resolve_backend(db, list(queues))
+
+    # -- helpers -------------------------------------------------------------------------
+
+    @property
+    def queue_names(self) -> list[str]:
+        return list(self._schemas)
+
+    def _check_queue(self, queue: str) -> str:
+        if queue not in self._schemas:
+            raise invalid_request(
+                f'Unknown queue "{queue}". Queues: {", ".join(self._schemas)}'
+            )
+        return queue
+
+    def _adapter(self, queue: str) -> TypeAdapter[Any]:
+        adapter = self._adapters.get(queue)
+        if adapter is None:
+            # built on first use: pydantic's import and schema build cost cold starts
+            from pydantic import TypeAdapter
+
+            adapter = self._adapters[queue] = TypeAdapter(self._schemas[queue])
+        return adapter
+
+    def validate(self, queue: str, payload: Any) -> Any:
+        """Validate ``payload`` against the queue's schema; returns the validated value."""
+        from pydantic import ValidationError
+
+        try:
+            return self._adapter(self._check_queue(queue)).validate_python(payload)
+        except ValidationError as exc:
+            issues = pydantic_issues(exc)
+            raise validation_error(
+                f'Payload for queue "{queue}" is invalid: {issues[0]["message"] if issues else exc}',
+                issues,
+            ) from exc
+
+    def serialise(self, queue: str, payload: Any) -> Any:
+        """Validate and serialise a payload to the JSON value that is stored."""
+        value = self.validate(queue, payload)
+        try:
+            return self._adapter(queue).dump_python(value, mode="json")
+        except Exception as exc:  # PydanticSerializationError, or a bad custom serializer
+            raise validation_error(
+                f'Payload for queue "{queue}" is not JSON-serialisable: {exc}',
+                [{"message": "Not JSON-serialisable", "path": ["payload"]}],
+            ) from exc
+
+    def _optional(self, method: str, feature: str) -> Any:
+        fn = getattr(self.backend, method, None)
+        if fn is None:
+            raise missing_feature(feature, getattr(self.backend, "name", "custom"))
+        return fn
+
+    def _delay(self, delay: Any, run_at: Any) -> float:
+        if delay is not None:
+            return seconds(delay, "delay")
+        if run_at is not None:
+            return max(0.0, (aware(run_at, "run_at") - self._now()).total_seconds())
+        return 0.0
+
+    # -- enqueue -------------------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int = 5,
+        dedupe_key: str | None = None,
+        dedupe: DedupeMode = "always",
+        context: JobContext | Mapping[str, Any] | None = None,
+    ) -> int:
+        """Validate and store a job; returns its id (the existing id on a dedupe hit).
+
+        ``delay`` (seconds) wins over ``run_at`` (aware datetime). ``dedupe="always"``
+        coalesces onto any live job with the key; ``"waiting"`` only onto a never-claimed one.
+        """
+        self._check_queue(queue)
+        value = wrap_payload(self.serialise(queue, payload), coerce_context(context))
+        wait = self._delay(delay, run_at)
+        positive_int(max_attempts, "max_attempts")
+        if dedupe not in ("always", "waiting"):
+            raise validation_error(
+                f'dedupe must be "always" or "waiting", not {dedupe!r}',
+                [{"message": "Invalid dedupe mode", "path": ["dedupe"]}],
+            )
+        if dedupe_key is not None:
+            if not isinstance(dedupe_key, str) or not dedupe_key or len(dedupe_key) > MAX_DEDUPE_KEY:
+                raise validation_error(
+                    f"dedupe_key must be a non-empty string of at most {MAX_DEDUPE_KEY} characters",
+                    [{"message": "Invalid dedupe key", "path": ["dedupe_key"]}],
+                )
+            if getattr(self.backend, "name", "") == "pgmq_public":
+                raise missing_feature("dedupe_key", "pgmq_public")
+        return await self.backend.send(
+            queue, value, delay=wait, max_attempts=max_attempts, dedupe_key=dedupe_key, dedupe=dedupe
+        )
+
+    async def enqueue_many(
+        self,
+        queue: str,
+        payloads: Sequence[Any],
+        *,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int = 5,
+        context: JobContext | Mapping[str, Any] | None = None,
+    ) -> list[int]:
+        """Validate every payload first, then store them all in one round trip; ids in order.
+
+        Nothing is stored when any payload fails validation. No dedupe keys here.
+        """
+        self._check_queue(queue)
+        if isinstance(payloads, str | bytes) or not isinstance(payloads, Sequence):
+            raise validation_error(
+                "payloads must be a sequence", [{"message": "Expected a list", "path": ["payloads"]}]
+            )
+        recorded = coerce_context(context)
+        values = []
+        for index, payload in enumerate(payloads):
+            try:
+                values.append(wrap_payload(self.serialise(queue, payload), recorded))
+            except DrainpipeError as exc:
+                for issue in exc.issues or []:
+                    issue["path"] = [index, *issue.get("path", [])]
+                raise
+        wait = self._delay(delay, run_at)
+        positive_int(max_attempts, "max_attempts")
+        if not values:
+            return []
+        send_many = getattr(self.backend, "send_many", None)
+        if send_many is None:
+            return [
+                await self.backend.send(queue, value, delay=wait, max_attempts=max_attempts)
+                for value in values
+            ]
+        return list(await send_many(queue, values, delay=wait, max_attempts=max_attempts))
+
+    # -- claim / complete / fail / extend ------------------------------------------------
+
+    async def claim(self, queue: str, *, batch: int = 1, lease: float = 300) -> list[Job[Any]]:
+        """Lease up to ``batch`` ready jobs for ``lease`` seconds. Payloads are not validated."""
+        self._check_queue(queue)
+        positive_int(batch, "batch")
+        return await self.backend.read(queue, lease=seconds(lease, "lease"), batch=batch)
+
+    async def complete(self, job: Job[Any]) -> bool:
+        """Archive a finished job. False: the lease was lost (claimed again), nothing changed."""
+        self._check_queue(job.queue)
+        return await self.backend.complete(job)
+
+    async def fail(
+        self, job: Job[Any], error: Any, *, retry_in: float | timedelta | None = None
+    ) -> FailOutcome | None:
+        """Record a failure: ``"queued"`` (retried after ``retry_in`` or the jittered
+        backoff), ``"dead"`` (no attempts left) or ``None`` (the lease was lost)."""
+        self._check_queue(job.queue)
+        wait = None if retry_in is None else seconds(retry_in, "retry_in")
+        return await self.backend.fail(job, error_text(error), wait)
+
+    async def extend(self, job: Job[Any], lease: float | timedelta) -> bool:
+        """Move the lease end to now + ``lease`` seconds. False once the lease was lost."""
+        self._check_queue(job.queue)
+        return await self.backend.extend(job, seconds(lease, "lease"))
+
+    # -- workers -------------------------------------------------------------------------
+
+    async def work(
+        self,
+        queue: str,
+        handler: Handler,
+        *,
+        concurrency: int = 1,
+        batch: int = 1,
+        lease: float = 300,
+        poll_interval: float = 1.0,
+        max_poll_interval: float = 30.0,
+        stop: Any = None,
+        on_error: OnError | None = None,
+        all_tenants: bool = False,
+        heartbeat_every: float | None = None,
+    ) -> WorkReport:
+        """Run ``handler`` on jobs until ``stop`` (an ``asyncio.Event``) is set."""
+        from .worker import Worker
+
+        self._check_queue(queue)
+        return await Worker(
+            self, queue, handler, concurrency=concurrency, batch=batch, lease=lease,
+            poll_interval=poll_interval, max_poll_interval=max_poll_interval, stop=stop,
+            on_error=on_error, all_tenants=all_tenants, heartbeat_every=heartbeat_every,
+        ).run(until_empty=False)
+
+    async def drain(
+        self,
+        queue: str,
+        handler: Handler,
+        *,
+        concurrency: int = 1,
+        batch: int = 1,
+        lease: float | Callable[[], float] = 300,
+        budget: float | None = None,
+        on_error: OnError | None = None,
+        all_tenants: bool = False,
+        deadline: float | None = None,
+        heartbeat_every: float | None = None,
+    ) -> WorkReport:
+        """Run ``handler`` until the queue has no ready job or ``budget`` seconds are spent
+        (checked before each claim; claimed jobs always finish). ``deadline`` is an
+        ``asyncio`` loop time that wins over ``budget`` when given."""
+        from .worker import Worker
+
+        self._check_queue(queue)
+        return await Worker(
+            self, queue, handler, concurrency=concurrency, batch=batch, lease=lease,
+            budget=budget, deadline=deadline, on_error=on_error, all_tenants=all_tenants,
+            heartbeat_every=heartbeat_every,
+        ).run(until_empty=True)
+
+    # -- dead letters, stats, archive ----------------------------------------------------
+
+    async def stats(self, queues: Sequence[str] | None = None) -> dict[str, QueueStats]:
+        """Counts per queue (default: every declared queue) in one round trip."""
+        names = list(self._schemas) if queues is None else [self._check_queue(q) for q in queues]
+        stats = self._optional("stats", "stats")
+        return dict(await stats(names))
+
+    async def list_dead(
+        self, queue: str, *, limit: int = 100, cursor: int | None = None
+    ) -> list[DeadJob]:
+        """Dead letters newest first; pass the last id seen as ``cursor`` for older ones."""
+        self._check_queue(queue)
+        positive_int(limit, "limit")
+        if cursor is not None:
+            positive_int(cursor, "cursor", minimum=0)
+        list_dead = self._optional("list_dead", "list_dead")
+        return list(await list_dead(queue, limit=min(limit, 1000), before=cursor))
+
+    async def retry_dead(
+        self, queue: str, *, ids: Sequence[int] | None = None, limit: int = 1000
+    ) -> int:
+        """Replay the given dead letters (or the newest ``limit``); returns how many went back."""
+        self._check_queue(queue)
+        positive_int(limit, "limit")
+        if ids is not None:
+            ids = [positive_int(i, "ids", minimum=0) for i in ids]
+        retry_dead = self._optional("retry_dead", "retry_dead")
+        return int(await retry_dead(queue, ids=ids, limit=limit))
+
+    async def replay(self, queue: str, job_id: int) -> int | None:
+        """Enqueue a dead letter again (same payload, attempts back to 0); its new id, or
+        None when ``job_id`` is not a dead letter of ``queue``."""
+        self._check_queue(queue)
+        positive_int(job_id, "job_id", minimum=0)
+        replay = self._optional("replay", "replay")
+        result = await replay(queue, job_id)
+        return None if result is None else int(result)
+
+    async def purge_archive(
+        self,
+        queue: str,
+        *,
+        older_than: float | timedelta = _SEVEN_DAYS,
+        dead_older_than: float | timedelta = _THIRTY_DAYS,
+        batch: int = 10000,
+    ) -> int:
+        """Delete up to ``batch`` completed jobs older than ``older_than`` and dead letters
+        older than ``dead_older_than``; live jobs are never touched."""
+        self._check_queue(queue)
+        positive_int(batch, "batch")
+        purge = self._optional("purge_archive", "purge_archive")
+        return int(
+            await purge(
+                queue,
+                older_than=timedelta(seconds=seconds(older_than, "older_than")),
+                dead_older_than=timedelta(seconds=seconds(dead_older_than, "dead_older_than")),
+                batch=batch,
+            )
+        )
+
+    # -- typed handles and the drain route -----------------------------------------------
+
+    @overload
+    def queue(self, name: str) -> Queue[Any]: ...
+    @overload
+    def queue(self, name: str, schema: type[T]) -> Queue[T]: ...
+
+    def queue(self, name: str, schema: Any = None) -> Queue[Any]:
+        """A handle bound to one queue. Pass the declared schema to get ``Queue[Model]``,
+        so a wrong payload type is a type-checker error."""
+        self._check_queue(name)
+        if schema is not None and schema is not self._schemas[name]:
+            raise ValueError(f'Queue "{name}" was declared with another schema')
+        return Queue(self, name)
+
+    def drain_route(self, **options: Any) -> DrainRoute:
+        """An ASGI app a cron caller hits: see :class:`drainpipe.drain.DrainRoute`."""
+        from .drain import DrainRoute
+
+        return DrainRoute(self, **options)
+
+
+class Queue(Generic[T]):
+    """One queue of a :class:`Jobs`: the same methods without the queue argument."""
+
+    def __init__(self, jobs: Jobs, name: str) -> None:
+        self.jobs = jobs
+        self.name = name
+
+    async def enqueue(
+        self,
+        payload: T,
+        *,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int = 5,
+        dedupe_key: str | None = None,
+        dedupe: DedupeMode = "always",
+        context: JobContext | Mapping[str, Any] | None = None,
+    ) -> int:
+        return await self.jobs.enqueue(
+            self.name, payload, delay=delay, run_at=run_at, max_attempts=max_attempts,
+            dedupe_key=dedupe_key, dedupe=dedupe, context=context,
+        )
+
+    async def enqueue_many(
+        self,
+        payloads: Sequence[T],
+        *,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int = 5,
+        context: JobContext | Mapping[str, Any] | None = None,
+    ) -> list[int]:
+        return await self.jobs.enqueue_many(
+            self.name, payloads, delay=delay, run_at=run_at, max_attempts=max_attempts,
+            context=context,
+        )
+
+    async def claim(self, *, batch: int = 1, lease: float = 300) -> list[Job[Any]]:
+        return await self.jobs.claim(self.name, batch=batch, lease=lease)
+
+    async def complete(self, job: Job[Any]) -> bool:
+        return await self.jobs.complete(job)
+
+    async def fail(
+        self, job: Job[Any], error: Any, *, retry_in: float | timedelta | None = None
+    ) -> FailOutcome | None:
+        return await self.jobs.fail(job, error, retry_in=retry_in)
+
+    async def extend(self, job: Job[Any], lease: float | timedelta) -> bool:
+        return await self.jobs.extend(job, lease)
+
+    async def work(self, handler: Callable[[T, Job[T]], Awaitable[Any]], **options: Any) -> WorkReport:
+        return await self.jobs.work(self.name, handler, **options)
+
+    async def drain(self, handler: Callable[[T, Job[T]], Awaitable[Any]], **options: Any) -> WorkReport:
+        return await self.jobs.drain(self.name, handler, **options)
+
+    async def stats(self) -> QueueStats:
+        return (await self.jobs.stats([self.name]))[self.name]
+
+    async def list_dead(self, *, limit: int = 100, cursor: int | None = None) -> list[DeadJob]:
+        return await self.jobs.list_dead(self.name, limit=limit, cursor=cursor)
+
+    async def retry_dead(self, *, ids: Sequence[int] | None = None, limit: int = 1000) -> int:
+        return await self.jobs.retry_dead(self.name, ids=ids, limit=limit)
+
+    async def replay(self, job_id: int) -> int | None:
+        return await self.jobs.replay(self.name, job_id)
+
+    async def purge_archive(
+        self,
+        *,
+        older_than: float | timedelta = _SEVEN_DAYS,
+        dead_older_than: float | timedelta = _THIRTY_DAYS,
+        batch: int = 10000,
+    ) -> int:
+        return await self.jobs.purge_archive(
+            self.name, older_than=older_than, dead_older_than=dead_older_than, batch=batch
+        )

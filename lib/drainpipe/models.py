@@ -1,0 +1,90 @@
+"""The values drainpipe hands back: jobs, dead letters, stats and work reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, Literal, TypeVar
+
+T = TypeVar("T")
+
+FailOutcome = Literal["queued", "dead"]
+DedupeMode = Literal["always", "waiting"]
+ActorKind = Literal["user", "service", "anon"]
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who enqueued a job: ``id`` and ``kind`` (``user``, ``service`` or ``anon``)."""
+
+    id: str
+    kind: ActorKind = "user"
+
+
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    """Who asked for a job and for which tenant, recorded next to its payload.
+
+    ``all_tenants`` is set for a job that recorded no tenant when the worker runs with
+    ``all_tenants=True`` (a maintenance job meant for every tenant).
+    """
+
+    actor: Actor | None = None
+    tenant: str | None = None
+    all_tenants: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Job(Generic[T]):
+    """A claimed job. ``attempts`` is 1 on the first claim and is the fencing token."""
+
+    id: int
+    queue: str
+    payload: T
+    context: JobContext
+    attempts: int
+    max_attempts: int
+    enqueued_at: datetime
+    visible_until: datetime
+    last_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadJob:
+    """A dead letter; its payload is returned as stored, not re-validated."""
+
+    id: int
+    queue: str
+    payload: Any
+    context: JobContext
+    attempts: int
+    max_attempts: int
+    last_error: str | None
+    enqueued_at: datetime
+    died_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """``ready``: claimable now; ``in_flight``: held by a worker or waiting out a retry
+    backoff; ``delayed``: never claimed, not yet visible; ``dead``: stored dead letters;
+    ``oldest_age_seconds``: age of the oldest live job (None when there is none)."""
+
+    ready: int
+    in_flight: int
+    delayed: int
+    dead: int
+    oldest_age_seconds: float | None
+
+
+@dataclass(slots=True)
+class WorkReport:
+    """What ``work``/``drain``/``process`` did. ``budget_exhausted`` is True when the call
+    stopped because its budget ran out while the queue still gave work."""
+
+    succeeded: int = 0
+    failed: int = 0
+    budget_exhausted: bool = field(default=False, compare=False)
+
+    def __iter__(self) -> Any:
+        return iter((self.succeeded, self.failed))

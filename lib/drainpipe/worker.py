@@ -1,0 +1,237 @@
+"""The loop behind ``work`` and ``drain``: lanes that claim, run, heartbeat and finish jobs.
+
+Each lane claims ``batch`` jobs and runs them in order. While a batch runs, one heartbeat
+extends the lease of every job of the batch not yet finished in the database (in one round
+trip). Jobs that succeeded are completed together when the batch ends (one round trip,
+each still fenced by its attempt); failures are recorded as they happen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from .errors import TRANSIENT_KINDS, DrainpipeError, Retry
+from .models import Job, JobContext, WorkReport
+from .validation import error_text, positive_int, seconds
+
+if TYPE_CHECKING:
+    from .jobs import Handler, Jobs, OnError
+
+log = logging.getLogger("drainpipe")
+
+CLAIM_RETRIES = 3
+
+
+async def call_hook(hook: Callable[..., Any] | None, *args: Any) -> Any:
+    """Call a plain or async hook; its own failure is logged, never raised."""
+    if hook is None:
+        return None
+    try:
+        result = hook(*args)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+    except Exception:
+        log.exception("drainpipe: a hook raised")
+        return None
+
+
+class Worker:
+    def __init__(
+        self,
+        jobs: Jobs,
+        queue: str,
+        handler: Handler,
+        *,
+        concurrency: int = 1,
+        batch: int = 1,
+        lease: float | Callable[[], float] = 300,
+        poll_interval: float = 1.0,
+        max_poll_interval: float = 30.0,
+        stop: asyncio.Event | None = None,
+        on_error: OnError | None = None,
+        all_tenants: bool = False,
+        budget: float | None = None,
+        deadline: float | None = None,
+        heartbeat_every: float | None = None,
+    ) -> None:
+        self.jobs = jobs
+        self.backend = jobs.backend
+        self.queue = queue
+        self.handler = handler
+        self.concurrency = max(1, positive_int(concurrency, "concurrency"))
+        self.batch = positive_int(batch, "batch")
+        self.lease = lease if callable(lease) else seconds(lease, "lease")
+        self.poll_interval = seconds(poll_interval, "poll_interval")
+        self.max_poll_interval = max(self.poll_interval, seconds(max_poll_interval, "max_poll_interval"))
+        self.stop = stop
+        self.on_error = on_error
+        self.all_tenants = all_tenants
+        self.heartbeat_every = None if heartbeat_every is None else seconds(heartbeat_every, "heartbeat_every")
+        loop = asyncio.get_running_loop()
+        if deadline is None and budget is not None:
+            deadline = loop.time() + seconds(budget, "budget")
+        self.deadline = deadline
+        self.report = WorkReport()
+        self._fatal: BaseException | None = None
+        self._halt = asyncio.Event()  # set when a lane hit a fatal claim error
+
+    # -- the lanes ----------------------------------------------------------------------
+
+    async def run(self, *, until_empty: bool) -> WorkReport:
+        lanes = [asyncio.create_task(self._lane(until_empty)) for _ in range(self.concurrency)]
+        try:
+            await asyncio.gather(*lanes)
+        finally:
+            for lane in lanes:
+                lane.cancel()
+        if self._fatal is not None:
+            raise self._fatal
+        return self.report
+
+    def _stopping(self) -> bool:
+        return self._halt.is_set() or (self.stop is not None and self.stop.is_set())
+
+    def _lease_seconds(self) -> float:
+        return self.lease() if callable(self.lease) else self.lease
+
+    async def _lane(self, until_empty: bool) -> None:
+        loop = asyncio.get_running_loop()
+        wait = self.poll_interval
+        transient = 0
+        while not self._stopping():
+            if self.deadline is not None and loop.time() >= self.deadline:
+                self.report.budget_exhausted = True
+                return
+            try:
+                claimed = await self.backend.read(self.queue, lease=self._lease_seconds(), batch=self.batch)
+            except Exception as exc:
+                error = exc if isinstance(exc, DrainpipeError) else DrainpipeError("unexpected", error_text(exc))
+                if error.kind in TRANSIENT_KINDS and transient < CLAIM_RETRIES:
+                    transient += 1
+                    await self._sleep(self.poll_interval * 2 ** (transient - 1))
+                    continue
+                if self._fatal is None:
+                    if error is not exc:
+                        error.__cause__ = exc
+                    self._fatal = error
+                self._halt.set()
+                return
+            transient = 0
+            if not claimed:
+                if until_empty:
+                    return
+                await self._sleep(wait)
+                wait = min(wait * 2, self.max_poll_interval)
+                continue
+            wait = self.poll_interval
+            await self._run_batch(claimed)
+
+    async def _sleep(self, delay: float) -> None:
+        """Sleep, waking early when the worker is told to stop."""
+        waiters = [asyncio.ensure_future(self._halt.wait())]
+        if self.stop is not None:
+            waiters.append(asyncio.ensure_future(self.stop.wait()))
+        try:
+            await asyncio.wait(waiters, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+    # -- one batch ----------------------------------------------------------------------
+
+    async def _run_batch(self, claimed: list[Job[Any]]) -> None:
+        unfinished: dict[int, Job[Any]] = {job.id: job for job in claimed}
+        heartbeat = None
+        if getattr(self.backend, "leases", False):
+            heartbeat = asyncio.create_task(self._heartbeat(unfinished))
+        succeeded: list[Job[Any]] = []
+        try:
+            for job in claimed:
+                if await self._run_one(job):
+                    succeeded.append(job)
+                else:
+                    unfinished.pop(job.id, None)
+            await self._complete(succeeded)
+        finally:
+            unfinished.clear()
+            if heartbeat is not None:
+                heartbeat.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await heartbeat
+
+    async def _heartbeat(self, unfinished: dict[int, Job[Any]]) -> None:
+        lease = self._lease_seconds()
+        every = self.heartbeat_every or max(1.0, lease / 2)
+        extend_many = getattr(self.backend, "extend_many", None)
+        while True:
+            await asyncio.sleep(every)
+            jobs = list(unfinished.values())
+            if not jobs:
+                continue
+            try:
+                lease = self._lease_seconds()
+                if extend_many is not None:
+                    await extend_many(jobs, lease)
+                else:
+                    for job in jobs:
+                        await self.backend.extend(job, lease)
+            except Exception:  # a missed beat is retried next time; the job keeps running
+                log.warning("drainpipe: heartbeat failed for queue %s", self.queue, exc_info=True)
+
+    async def _complete(self, succeeded: list[Job[Any]]) -> None:
+        if not succeeded:
+            return
+        complete_many = getattr(self.backend, "complete_many", None)
+        try:
+            if complete_many is not None and len(succeeded) > 1:
+                await complete_many(succeeded)
+            else:
+                for job in succeeded:
+                    await self.backend.complete(job)
+        except Exception as exc:
+            # the handlers ran; their jobs will be retried after the lease, so say so
+            for job in succeeded:
+                await call_hook(self.on_error, exc, job)
+
+    async def _run_one(self, job: Job[Any]) -> bool:
+        """Run one job; True when it succeeded (its completion is batched by the caller)."""
+        context = job.context
+        if self.all_tenants and context.tenant is None and not context.all_tenants:
+            context = JobContext(actor=context.actor, tenant=None, all_tenants=True)
+        try:
+            payload = self.jobs.validate(self.queue, job.payload)
+        except DrainpipeError as invalid:
+            await self._fail(job, invalid, None)
+            return False
+        typed = replace(job, payload=payload, context=context)
+        try:
+            result = self.handler(payload, typed)
+            if inspect.isawaitable(result):
+                await result
+        except Retry as retry:
+            await self._record_failure(job, str(retry), retry.after)
+            self.report.failed += 1
+            return False
+        except Exception as exc:
+            await self._fail(job, exc, None)
+            return False
+        self.report.succeeded += 1
+        return True
+
+    async def _fail(self, job: Job[Any], error: BaseException, retry_in: float | None) -> None:
+        self.report.failed += 1
+        await self._record_failure(job, error_text(error), retry_in)
+        await call_hook(self.on_error, error, job)
+
+    async def _record_failure(self, job: Job[Any], text: str, retry_in: float | None) -> None:
+        try:
+            await self.backend.fail(job, text, retry_in)
+        except Exception as exc:  # the job comes back when its lease ends
+            await call_hook(self.on_error, exc, job)

@@ -1,0 +1,43 @@
+-- jobs: pieces shared by the pgmq and the table backend.
+
+-- Queue names end up in table names (pgmq.q_<queue>), so the pattern is checked in SQL too.
+CREATE OR REPLACE FUNCTION drainpipe.assert_queue_name(p_queue text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_queue IS NULL OR p_queue !~ '^[a-z_][a-z0-9_]{0,46}$' THEN
+        RAISE EXCEPTION 'Invalid queue name "%": lowercase letters, digits and underscores, at most 47', p_queue
+            USING ERRCODE = '22023';
+    END IF;
+END
+$$;
+
+-- Full jitter: whole seconds uniform in [1, min(3600, 10 * 2^(attempt-1))], never 0.
+CREATE OR REPLACE FUNCTION drainpipe.job_retry_delay(p_attempt integer)
+RETURNS double precision
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT 1 + floor(random() * least(3600, 10 * power(2, least(greatest(p_attempt, 1) - 1, 20))))
+$$;
+
+-- The message body both backends store: the payload (or the context envelope around it),
+-- the attempt limit and, when given, the dedupe key.
+CREATE OR REPLACE FUNCTION drainpipe.job_message(p_payload jsonb, p_max_attempts integer, p_dedupe_key text)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+        RAISE EXCEPTION 'max_attempts must be at least 1, not %', p_max_attempts USING ERRCODE = '22023';
+    END IF;
+    RETURN jsonb_strip_nulls(jsonb_build_object(
+        'payload', coalesce(p_payload, '{}'::jsonb),
+        'max_attempts', p_max_attempts,
+        'dedupe_key', p_dedupe_key
+    )) || jsonb_build_object('payload', coalesce(p_payload, '{}'::jsonb));
+END
+$$;
