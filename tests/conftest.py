@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from drainpipe.install import MODULES, install, module_files, sql_dir
+from drainpipe.sqlmodules import MODULES, install, module_files, sql_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 SUPABASE_ROLES = ("anon", "authenticated", "service_role")
@@ -74,7 +74,7 @@ def _sql_hash() -> str:
     digest = hashlib.sha256()
     for path in sorted(sql_dir().glob("*.sql")):
         digest.update(path.name.encode() + path.read_bytes())
-    digest.update((ROOT / "lib/drainpipe/install.py").read_bytes())
+    digest.update((ROOT / "lib/drainpipe/sqlmodules.py").read_bytes())
     return digest.hexdigest()[:12]
 
 

@@ -40,7 +40,7 @@ _EXPORTS: dict[str, str] = {
     "assert_cron": "cron",
     "dev_drain": "drain",
     "dev_drain_secret": "drain",
-    "install": "install",
+    "install": "sqlmodules",
     "lease": "leases",
     "next_cron_run": "cron",
     "with_lease": "leases",
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from .errors import DrainpipeError, Retry
     from .idempotency import Begin, Idempotency
     from .inbox import InboxEntry, Stored, WebhookInbox, WebhookMessage
-    from .install import install
+    from .sqlmodules import install
     from .jobs import Jobs, Queue
     from .leases import Lease, LeaseOutcome, lease, with_lease
     from .models import Actor, DeadJob, Job, JobContext, QueueStats, WorkReport

@@ -73,12 +73,14 @@ class Database:
       enqueue can commit atomically with the caller's own writes.
     """
 
-    def __init__(self, db: Any, *, max_size: int = 10) -> None:
+    def __init__(self, db: Any, *, max_size: int = 10, timeout: float = 10.0) -> None:
         self._dsn: str | None = None
         self._pool: psycopg_pool.AsyncConnectionPool | None = None
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._owns_pool = False
         self._max_size = max_size
+        # how long a call waits for a pooled connection before failing with kind "network"
+        self._timeout = timeout
         self._open_lock = asyncio.Lock()
         if isinstance(db, str):
             self._dsn = db
@@ -113,6 +115,7 @@ class Database:
                     self._dsn,
                     min_size=1,
                     max_size=self._max_size,
+                    timeout=self._timeout,
                     kwargs=kwargs,
                     open=False,
                     name="drainpipe",
