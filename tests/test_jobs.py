@@ -36,7 +36,9 @@ async def _count_live(url: str, backend_name: str) -> int:
         if backend_name == "table":
             row = await (await c.execute("SELECT count(*) FROM drainpipe.job_messages")).fetchone()
         else:
-            exists = await (await c.execute("SELECT to_regclass('pgmq.q_emails') IS NOT NULL")).fetchone()
+            exists = await (
+                await c.execute("SELECT to_regclass('pgmq.q_emails') IS NOT NULL")
+            ).fetchone()
             if not exists or not exists[0]:
                 return 0
             row = await (await c.execute("SELECT count(*) FROM pgmq.q_emails")).fetchone()
@@ -96,7 +98,9 @@ async def test_lease_hides_a_job_and_expired_lease_without_takeover_may_finish(j
 # -- dedupe ----------------------------------------------------------------------------
 
 
-async def test_fifty_concurrent_enqueues_with_one_key_return_one_id(jobs: Jobs, jobs_db_url: str, backend_name: str) -> None:
+async def test_fifty_concurrent_enqueues_with_one_key_return_one_id(
+    jobs: Jobs, jobs_db_url: str, backend_name: str
+) -> None:
     ids = await asyncio.gather(
         *(jobs.enqueue("emails", {"to": f"{i}@x"}, dedupe_key="digest") for i in range(50))
     )
@@ -110,7 +114,10 @@ async def test_dedupe_waiting_queues_exactly_one_follow_up(jobs: Jobs) -> None:
     [running] = await jobs.claim("emails", lease=60)
     assert running.id == first
     follow_ups = await asyncio.gather(
-        *(jobs.enqueue("emails", {"to": "c@x"}, dedupe_key="k", dedupe="waiting") for _ in range(10))
+        *(
+            jobs.enqueue("emails", {"to": "c@x"}, dedupe_key="k", dedupe="waiting")
+            for _ in range(10)
+        )
     )
     assert len(set(follow_ups)) == 1 and follow_ups[0] != first
     # "always" coalesces onto any live job with the key
@@ -181,21 +188,27 @@ async def test_retry_delay_bounds(conn: psycopg.AsyncConnection[Any]) -> None:
         assert distinct > min(cap, 10) // 2  # spread over the range, not a constant
 
 
-async def test_fail_without_retry_in_waits_inside_the_jitter_window(jobs: Jobs, jobs_db_url: str, backend_name: str) -> None:
+async def test_fail_without_retry_in_waits_inside_the_jitter_window(
+    jobs: Jobs, jobs_db_url: str, backend_name: str
+) -> None:
     await jobs.enqueue("emails", {"to": "a@x"})
     [job] = await jobs.claim("emails", lease=60)
     assert await jobs.fail(job, "boom") == "queued"
     table = "drainpipe.job_messages" if backend_name == "table" else "pgmq.q_emails"
     column = "visible_at" if backend_name == "table" else "vt"
     async with await connect(jobs_db_url) as c:
-        row = await (await c.execute(f"SELECT extract(epoch FROM {column} - clock_timestamp()) FROM {table}")).fetchone()
+        row = await (
+            await c.execute(f"SELECT extract(epoch FROM {column} - clock_timestamp()) FROM {table}")
+        ).fetchone()
     assert row is not None and 0 < row[0] <= 10
 
 
 async def test_replay_retry_dead_and_cursor(jobs: Jobs) -> None:
     ids = []
     for i in range(5):
-        ids.append(await jobs.enqueue("emails", {"to": f"{i}@x"}, max_attempts=1, context={"tenant": "t1"}))
+        ids.append(
+            await jobs.enqueue("emails", {"to": f"{i}@x"}, max_attempts=1, context={"tenant": "t1"})
+        )
     for _ in range(5):
         [job] = await jobs.claim("emails", lease=60)
         assert await jobs.fail(job, "nope") == "dead"
@@ -290,12 +303,18 @@ async def test_drain_validates_runs_retries_and_reports(jobs: Jobs) -> None:
             raise drainpipe.Retry(after=3600)
 
     report = await jobs.drain(
-        "emails", handle, concurrency=2, batch=3,
+        "emails",
+        handle,
+        concurrency=2,
+        batch=3,
         on_error=lambda error, job: errors.append((type(error).__name__, job.id if job else None)),
     )
     assert (report.succeeded, report.failed) == (4, 3)
     assert sorted(seen) == [f"{i}@x" for i in range(6)]
-    assert sorted(kind for kind, _ in errors) == ["DrainpipeError", "ValueError"]  # Retry is not an error
+    assert sorted(kind for kind, _ in errors) == [
+        "DrainpipeError",
+        "ValueError",
+    ]  # Retry is not an error
     stats = (await jobs.stats(["emails"]))["emails"]
     assert (stats.ready, stats.in_flight, stats.dead) == (0, 2, 1)
 
@@ -323,12 +342,23 @@ async def test_work_until_stop_with_poll_backoff_and_all_tenants(jobs: Jobs) -> 
 
     async def produce() -> None:
         await asyncio.sleep(0.15)  # the worker is polling an empty queue by now
-        await jobs.enqueue("emails", {"to": "a@x"}, context={"tenant": "acme", "actor": {"id": "u1", "kind": "user"}})
+        await jobs.enqueue(
+            "emails",
+            {"to": "a@x"},
+            context={"tenant": "acme", "actor": {"id": "u1", "kind": "user"}},
+        )
         await jobs.enqueue("emails", {"to": "b@x"})
 
     report, _ = await asyncio.gather(
         asyncio.wait_for(
-            jobs.work("emails", handle, poll_interval=0.05, max_poll_interval=0.1, stop=stop, all_tenants=True),
+            jobs.work(
+                "emails",
+                handle,
+                poll_interval=0.05,
+                max_poll_interval=0.1,
+                stop=stop,
+                all_tenants=True,
+            ),
             timeout=5,
         ),
         produce(),
@@ -362,7 +392,9 @@ class FlakyBackend:
 
 async def test_transient_claim_errors_are_retried_then_fatal_ones_raise(jobs: Jobs) -> None:
     await jobs.enqueue("emails", {"to": "a@x"})
-    flaky = FlakyBackend(jobs.backend, [DrainpipeError("network", "gone"), DrainpipeError("timeout", "slow")])
+    flaky = FlakyBackend(
+        jobs.backend, [DrainpipeError("network", "gone"), DrainpipeError("timeout", "slow")]
+    )
     retried = Jobs(flaky, QUEUES)
     done: list[str] = []
 
@@ -431,11 +463,13 @@ async def test_bad_payloads_and_options_are_validation_errors_and_store_nothing(
         lambda: jobs.enqueue_many("emails", [{"to": "ok@x"}, {"to": None}]),
     ]
     for index, call in enumerate(bad_calls):
-        with pytest.raises(DrainpipeError) as info:
+        try:
             await call()
+        except DrainpipeError as error:
+            assert (error.kind, error.status) == ("validation", 422), index
+            assert error.issues, index
+        else:
             pytest.fail(f"call {index} did not raise")
-        assert info.value.kind == "validation" and info.value.status == 422
-        assert info.value.issues
     with pytest.raises(DrainpipeError) as info:
         await jobs.enqueue("emails", {"subject": "x"})
     assert info.value.issues == [{"message": "Field required", "path": ["to"]}]
@@ -480,11 +514,14 @@ async def test_api_roles_cannot_execute_job_functions(db_url: str, role: str) ->
         assert info.value.kind == "forbidden" and info.value.status == 403
         assert isinstance(info.value.__cause__, psycopg.errors.InsufficientPrivilege)
         await c.execute("RESET ROLE")
-        rows = await (await c.execute(
-            "SELECT p.oid::regprocedure::text, has_function_privilege(%s, p.oid, 'execute'),"
-            " has_function_privilege('service_role', p.oid, 'execute')"
-            " FROM pg_proc p WHERE p.pronamespace = 'drainpipe'::regnamespace", (role,)
-        )).fetchall()
+        rows = await (
+            await c.execute(
+                "SELECT p.oid::regprocedure::text, has_function_privilege(%s, p.oid, 'execute'),"
+                " has_function_privilege('service_role', p.oid, 'execute')"
+                " FROM pg_proc p WHERE p.pronamespace = 'drainpipe'::regnamespace",
+                (role,),
+            )
+        ).fetchall()
     assert len(rows) > 10
     assert [name for name, api, _ in rows if api] == []
     assert [name for name, _, service in rows if not service] == []

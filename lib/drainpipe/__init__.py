@@ -46,7 +46,40 @@ _EXPORTS: dict[str, str] = {
     "with_lease": "leases",
 }
 
-__all__ = sorted([*_EXPORTS, "testing"])
+__all__ = [
+    "Actor",
+    "Begin",
+    "DeadJob",
+    "DevDrain",
+    "DrainRoute",
+    "DrainpipeError",
+    "EnsureResult",
+    "Idempotency",
+    "InboxEntry",
+    "Job",
+    "JobContext",
+    "Jobs",
+    "Lease",
+    "LeaseOutcome",
+    "Queue",
+    "QueueBackend",
+    "QueueStats",
+    "Retry",
+    "ScheduleDef",
+    "ScheduleInfo",
+    "Stored",
+    "WebhookInbox",
+    "WebhookMessage",
+    "WorkReport",
+    "assert_cron",
+    "dev_drain",
+    "dev_drain_secret",
+    "install",
+    "lease",
+    "next_cron_run",
+    "testing",
+    "with_lease",
+]
 
 if TYPE_CHECKING:
     from . import testing
@@ -56,11 +89,11 @@ if TYPE_CHECKING:
     from .errors import DrainpipeError, Retry
     from .idempotency import Begin, Idempotency
     from .inbox import InboxEntry, Stored, WebhookInbox, WebhookMessage
-    from .sqlmodules import install
     from .jobs import Jobs, Queue
     from .leases import Lease, LeaseOutcome, lease, with_lease
     from .models import Actor, DeadJob, Job, JobContext, QueueStats, WorkReport
     from .schedules import EnsureResult, ScheduleDef, ScheduleInfo
+    from .sqlmodules import install
 
 
 def __getattr__(name: str) -> Any:

@@ -119,7 +119,7 @@ def missing_feature(feature: str, backend: str) -> DrainpipeError:
     )
 
 
-class Retry(Exception):  # noqa: N818 - the name reads as an instruction: raise Retry(after=30)
+class Retry(Exception):
     """Raise from a job handler to fail the job and run it again after ``after`` seconds."""
 
     def __init__(self, after: float = 0, message: str | None = None) -> None:

@@ -108,7 +108,12 @@ class Request:
                 if not message.get("more_body", False):
                     return
 
-        return cls(scope.get("method", "GET"), scope.get("path", "/"), Headers(scope.get("headers", [])), chunks)
+        return cls(
+            scope.get("method", "GET"),
+            scope.get("path", "/"),
+            Headers(scope.get("headers", [])),
+            chunks,
+        )
 
 
 def as_request(request: Any) -> Request:
@@ -127,7 +132,9 @@ def as_request(request: Any) -> Request:
         else:
             yield await request.body()
 
-    return Request(request.method, path, Headers(getattr(request, "headers", {}).items()), chunks, request)
+    return Request(
+        request.method, path, Headers(getattr(request, "headers", {}).items()), chunks, request
+    )
 
 
 class Response:
@@ -167,10 +174,14 @@ class Response:
         from starlette.responses import Response as StarletteResponse
 
         headers = {k: v for k, v in self.headers.items() if k.lower() != "content-type"}
-        return StarletteResponse(self.body, status_code=self.status, headers=headers, media_type=self.content_type)
+        return StarletteResponse(
+            self.body, status_code=self.status, headers=headers, media_type=self.content_type
+        )
 
 
-def json_response(value: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
+def json_response(
+    value: Any, status: int = 200, headers: Mapping[str, str] | None = None
+) -> Response:
     body = json.dumps(value, separators=(",", ":"), default=str).encode()
     return Response(status, body, headers=headers, content_type="application/json")
 

@@ -74,9 +74,7 @@ class Jobs(ScheduleMixin):
 
     def _check_queue(self, queue: str) -> str:
         if queue not in self._schemas:
-            raise invalid_request(
-                f'Unknown queue "{queue}". Queues: {", ".join(self._schemas)}'
-            )
+            raise invalid_request(f'Unknown queue "{queue}". Queues: {", ".join(self._schemas)}')
         return queue
 
     def _adapter(self, queue: str) -> TypeAdapter[Any]:
@@ -154,7 +152,11 @@ class Jobs(ScheduleMixin):
                 [{"message": "Invalid dedupe mode", "path": ["dedupe"]}],
             )
         if dedupe_key is not None:
-            if not isinstance(dedupe_key, str) or not dedupe_key or len(dedupe_key) > MAX_DEDUPE_KEY:
+            if (
+                not isinstance(dedupe_key, str)
+                or not dedupe_key
+                or len(dedupe_key) > MAX_DEDUPE_KEY
+            ):
                 raise validation_error(
                     f"dedupe_key must be a non-empty string of at most {MAX_DEDUPE_KEY} characters",
                     [{"message": "Invalid dedupe key", "path": ["dedupe_key"]}],
@@ -162,7 +164,12 @@ class Jobs(ScheduleMixin):
             if getattr(self.backend, "name", "") == "pgmq_public":
                 raise missing_feature("dedupe_key", "pgmq_public")
         return await self.backend.send(
-            queue, value, delay=wait, max_attempts=max_attempts, dedupe_key=dedupe_key, dedupe=dedupe
+            queue,
+            value,
+            delay=wait,
+            max_attempts=max_attempts,
+            dedupe_key=dedupe_key,
+            dedupe=dedupe,
         )
 
     async def enqueue_many(
@@ -182,7 +189,8 @@ class Jobs(ScheduleMixin):
         self._check_queue(queue)
         if isinstance(payloads, str | bytes) or not isinstance(payloads, Sequence):
             raise validation_error(
-                "payloads must be a sequence", [{"message": "Expected a list", "path": ["payloads"]}]
+                "payloads must be a sequence",
+                [{"message": "Expected a list", "path": ["payloads"]}],
             )
         recorded = coerce_context(context)
         values = []
@@ -254,9 +262,18 @@ class Jobs(ScheduleMixin):
 
         self._check_queue(queue)
         return await Worker(
-            self, queue, handler, concurrency=concurrency, batch=batch, lease=lease,
-            poll_interval=poll_interval, max_poll_interval=max_poll_interval, stop=stop,
-            on_error=on_error, all_tenants=all_tenants, heartbeat_every=heartbeat_every,
+            self,
+            queue,
+            handler,
+            concurrency=concurrency,
+            batch=batch,
+            lease=lease,
+            poll_interval=poll_interval,
+            max_poll_interval=max_poll_interval,
+            stop=stop,
+            on_error=on_error,
+            all_tenants=all_tenants,
+            heartbeat_every=heartbeat_every,
         ).run(until_empty=False)
 
     async def drain(
@@ -280,8 +297,16 @@ class Jobs(ScheduleMixin):
 
         self._check_queue(queue)
         return await Worker(
-            self, queue, handler, concurrency=concurrency, batch=batch, lease=lease,
-            budget=budget, deadline=deadline, on_error=on_error, all_tenants=all_tenants,
+            self,
+            queue,
+            handler,
+            concurrency=concurrency,
+            batch=batch,
+            lease=lease,
+            budget=budget,
+            deadline=deadline,
+            on_error=on_error,
+            all_tenants=all_tenants,
             heartbeat_every=heartbeat_every,
         ).run(until_empty=True)
 
@@ -387,8 +412,14 @@ class Queue(Generic[T]):
         context: JobContext | Mapping[str, Any] | None = None,
     ) -> int:
         return await self.jobs.enqueue(
-            self.name, payload, delay=delay, run_at=run_at, max_attempts=max_attempts,
-            dedupe_key=dedupe_key, dedupe=dedupe, context=context,
+            self.name,
+            payload,
+            delay=delay,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            dedupe_key=dedupe_key,
+            dedupe=dedupe,
+            context=context,
         )
 
     async def enqueue_many(
@@ -401,7 +432,11 @@ class Queue(Generic[T]):
         context: JobContext | Mapping[str, Any] | None = None,
     ) -> list[int]:
         return await self.jobs.enqueue_many(
-            self.name, payloads, delay=delay, run_at=run_at, max_attempts=max_attempts,
+            self.name,
+            payloads,
+            delay=delay,
+            run_at=run_at,
+            max_attempts=max_attempts,
             context=context,
         )
 
@@ -419,10 +454,14 @@ class Queue(Generic[T]):
     async def extend(self, job: Job[Any], lease: float | timedelta) -> bool:
         return await self.jobs.extend(job, lease)
 
-    async def work(self, handler: Callable[[T, Job[T]], Awaitable[Any]], **options: Any) -> WorkReport:
+    async def work(
+        self, handler: Callable[[T, Job[T]], Awaitable[Any]], **options: Any
+    ) -> WorkReport:
         return await self.jobs.work(self.name, handler, **options)
 
-    async def drain(self, handler: Callable[[T, Job[T]], Awaitable[Any]], **options: Any) -> WorkReport:
+    async def drain(
+        self, handler: Callable[[T, Job[T]], Awaitable[Any]], **options: Any
+    ) -> WorkReport:
         return await self.jobs.drain(self.name, handler, **options)
 
     async def stats(self) -> QueueStats:

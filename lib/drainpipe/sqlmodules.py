@@ -63,7 +63,10 @@ def module_files(module: str, *, backend: str = "pgmq", scheduler: str = "drain"
 
 def render_module(module: str, *, backend: str = "pgmq", scheduler: str = "drain") -> str:
     """The SQL text of one module with its options, as applied by :func:`install`."""
-    parts = [f"-- drainpipe module {module}" + (f" (backend={backend}, scheduler={scheduler})" if module == "jobs" else "")]
+    parts = [
+        f"-- drainpipe module {module}"
+        + (f" (backend={backend}, scheduler={scheduler})" if module == "jobs" else "")
+    ]
     parts += [read_sql(name) for name in module_files(module, backend=backend, scheduler=scheduler)]
     return "\n".join(parts)
 
@@ -106,16 +109,21 @@ async def install(
         await conn.execute(_INSTALL_LOCK_SQL)
         if "jobs" in names and backend == "pgmq":
             await _ensure_pgmq(conn)
-        has_registry = (await (await conn.execute(
-            "SELECT to_regclass('drainpipe.modules') IS NOT NULL"
-        )).fetchone() or (False,))[0]
+        has_registry = (
+            await (
+                await conn.execute("SELECT to_regclass('drainpipe.modules') IS NOT NULL")
+            ).fetchone()
+            or (False,)
+        )[0]
         for name in names:
             text = render_module(name, backend=backend, scheduler=scheduler)
             checksum = hashlib.sha256(text.encode()).hexdigest()
             if has_registry and not force:
-                row = await (await conn.execute(
-                    "SELECT checksum FROM drainpipe.modules WHERE name = %s", (name,)
-                )).fetchone()
+                row = await (
+                    await conn.execute(
+                        "SELECT checksum FROM drainpipe.modules WHERE name = %s", (name,)
+                    )
+                ).fetchone()
                 if row is not None and row[0] == checksum:
                     continue
             await conn.execute(text.encode())
@@ -134,10 +142,12 @@ async def install(
 
 
 async def _ensure_pgmq(conn: Any) -> None:
-    row = await (await conn.execute(
-        "SELECT to_regclass('pgmq.meta') IS NOT NULL,"
-        " EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'pgmq')"
-    )).fetchone()
+    row = await (
+        await conn.execute(
+            "SELECT to_regclass('pgmq.meta') IS NOT NULL,"
+            " EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'pgmq')"
+        )
+    ).fetchone()
     has_meta, extension_available = row
     if has_meta:
         return

@@ -69,11 +69,15 @@ class Worker:
         self.batch = positive_int(batch, "batch")
         self.lease = lease if callable(lease) else seconds(lease, "lease")
         self.poll_interval = seconds(poll_interval, "poll_interval")
-        self.max_poll_interval = max(self.poll_interval, seconds(max_poll_interval, "max_poll_interval"))
+        self.max_poll_interval = max(
+            self.poll_interval, seconds(max_poll_interval, "max_poll_interval")
+        )
         self.stop = stop
         self.on_error = on_error
         self.all_tenants = all_tenants
-        self.heartbeat_every = None if heartbeat_every is None else seconds(heartbeat_every, "heartbeat_every")
+        self.heartbeat_every = (
+            None if heartbeat_every is None else seconds(heartbeat_every, "heartbeat_every")
+        )
         loop = asyncio.get_running_loop()
         if deadline is None and budget is not None:
             deadline = loop.time() + seconds(budget, "budget")
@@ -110,9 +114,15 @@ class Worker:
                 self.report.budget_exhausted = True
                 return
             try:
-                claimed = await self.backend.read(self.queue, lease=self._lease_seconds(), batch=self.batch)
+                claimed = await self.backend.read(
+                    self.queue, lease=self._lease_seconds(), batch=self.batch
+                )
             except Exception as exc:
-                error = exc if isinstance(exc, DrainpipeError) else DrainpipeError("unexpected", error_text(exc))
+                error = (
+                    exc
+                    if isinstance(exc, DrainpipeError)
+                    else DrainpipeError("unexpected", error_text(exc))
+                )
                 if error.kind in TRANSIENT_KINDS and transient < CLAIM_RETRIES:
                     transient += 1
                     await self._sleep(self.poll_interval * 2 ** (transient - 1))

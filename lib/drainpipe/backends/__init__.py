@@ -43,14 +43,17 @@ class QueueBackend(Protocol):
 
     async def complete(self, job: Job[Any]) -> bool: ...
 
-    async def fail(self, job: Job[Any], error: str, retry_in: float | None = None) -> FailOutcome | None: ...
+    async def fail(
+        self, job: Job[Any], error: str, retry_in: float | None = None
+    ) -> FailOutcome | None: ...
 
     async def extend(self, job: Job[Any], lease: float) -> bool: ...
 
 
 def is_backend(value: Any) -> bool:
     return getattr(value, "api_version", None) is not None and all(
-        callable(getattr(value, name, None)) for name in ("send", "read", "complete", "fail", "extend")
+        callable(getattr(value, name, None))
+        for name in ("send", "read", "complete", "fail", "extend")
     )
 
 

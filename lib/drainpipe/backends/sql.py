@@ -227,4 +227,3 @@ class SqlQueueBackend:
                 "SELECT drainpipe.advance_schedule(%s, %s, %s)", (name, ran, next_run)
             )
         )
-
