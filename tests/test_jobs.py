@@ -463,13 +463,10 @@ async def test_bad_payloads_and_options_are_validation_errors_and_store_nothing(
         lambda: jobs.enqueue_many("emails", [{"to": "ok@x"}, {"to": None}]),
     ]
     for index, call in enumerate(bad_calls):
-        try:
+        with pytest.raises(DrainpipeError) as info:
             await call()
-        except DrainpipeError as error:
-            assert (error.kind, error.status) == ("validation", 422), index
-            assert error.issues, index
-        else:
-            pytest.fail(f"call {index} did not raise")
+        assert (info.value.kind, info.value.status) == ("validation", 422), index
+        assert info.value.issues, index
     with pytest.raises(DrainpipeError) as info:
         await jobs.enqueue("emails", {"subject": "x"})
     assert info.value.issues == [{"message": "Field required", "path": ["to"]}]
