@@ -1,0 +1,291 @@
+"""The conformance kit for :class:`drainpipe.QueueBackend` implementations.
+
+    report = await check_queue_backend(backend, queue="conformance")
+
+runs every check below on ``queue`` (use a dedicated, empty queue: the checks send, read
+and finish their own jobs and expect to see nothing else), and raises
+:class:`ConformanceError` listing every failed check, or returns the report.
+
+Checks, by name:
+
+- ``name``: ``backend.name`` is a non-empty string;
+- ``api_version``: ``backend.api_version == 1``;
+- ``round_trip``: ``send`` returns an int id; a read with a 30 s lease returns that id with
+  the same payload, ``attempts == 1`` and the ``max_attempts`` sent; ``complete`` → True;
+- ``lease_hides_message``: a second read while the lease runs returns nothing;
+- ``stale_completion`` (backends with leases): ``complete`` with ``attempts + 1`` → False,
+  ``extend(job, 60)`` → True, then ``complete`` → True;
+- ``fail_then_dead``: with ``max_attempts=2``, ``fail`` → ``"queued"``, the job comes back
+  with ``attempts == 2`` (without leases, after a short lease ends: about a second),
+  ``fail`` → ``"dead"``, and a further read returns nothing;
+- ``dedupe`` (when ``dedupe``, default ``backend.leases``): two sends with the same
+  dedupe key return the same id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .models import Job
+
+API_VERSION = 1
+_LONG_LEASE = 30.0
+_WAIT_SLACK = 2.0  # seconds past a lease end we wait for a message to reappear
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """One check: ``ok`` False comes with a ``message`` saying what was seen instead; a
+    ``skipped`` check counts as passed and its ``message`` says why it did not run."""
+
+    name: str
+    ok: bool
+    message: str | None = None
+    skipped: bool = False
+
+
+@dataclass(slots=True)
+class ConformanceReport:
+    """What :func:`check_queue_backend` found, for ``QueueBackend "<name>"``."""
+
+    subject: str
+    checks: list[CheckResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(check.ok for check in self.checks)
+
+    @property
+    def failures(self) -> list[CheckResult]:
+        return [check for check in self.checks if not check.ok]
+
+    def __str__(self) -> str:
+        lines = [f"{self.subject}: {len(self.failures)} of {len(self.checks)} checks failed"]
+        for check in self.checks:
+            status = "skipped" if check.skipped else ("ok" if check.ok else "FAILED")
+            lines.append(
+                f"- {check.name}: {status}" + (f": {check.message}" if check.message else "")
+            )
+        return "\n".join(lines)
+
+
+class ConformanceError(AssertionError):
+    """A backend failed conformance checks; ``report`` has every check, ``failures`` the
+    failed ones. An ``AssertionError`` so test runners show it as a test failure."""
+
+    def __init__(self, report: ConformanceReport) -> None:
+        self.report = report
+        self.failures = report.failures
+        listed = "\n".join(f"- {check.name}: {check.message}" for check in self.failures)
+        super().__init__(
+            f"{report.subject} failed {len(self.failures)} of {len(report.checks)} "
+            f"conformance checks:\n{listed}"
+        )
+
+
+class _Check:
+    """Collects what went wrong in one check; a check keeps going after a failed
+    expectation only where the rest still makes sense."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.problems: list[str] = []
+
+    def expect(self, condition: bool, problem: str) -> bool:
+        if not condition:
+            self.problems.append(problem)
+        return condition
+
+    def result(self) -> CheckResult:
+        return CheckResult(self.name, not self.problems, "; ".join(self.problems) or None)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"raised {type(exc).__name__}: {exc}"
+
+
+def _ids(jobs: list[Job[Any]]) -> list[int]:
+    return [job.id for job in jobs]
+
+
+async def _read_until(backend: Any, queue: str, *, lease: float, within: float) -> list[Job[Any]]:
+    """Read until something comes back or ``within`` seconds pass (a retried job becomes
+    visible again only when its lease or backoff ends)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        jobs: list[Job[Any]] = await backend.read(queue, lease=lease, batch=1)
+        if jobs or loop.time() >= deadline:
+            return jobs
+        await asyncio.sleep(0.05)
+
+
+async def _round_trip(backend: Any, queue: str, trip: _Check, hides: _Check) -> None:
+    payload = {"n": 1, "check": "round_trip"}
+    job_id = await backend.send(queue, payload, delay=0, max_attempts=3)
+    if not trip.expect(
+        isinstance(job_id, int) and not isinstance(job_id, bool),
+        f"send() returned {job_id!r}; expected an int id",
+    ):
+        return
+    jobs = await backend.read(queue, lease=_LONG_LEASE, batch=1)
+    if not trip.expect(
+        _ids(jobs) == [job_id],
+        f"read(lease=30) returned ids {_ids(jobs)}; expected [{job_id}] "
+        "(is the queue empty and used by nothing else?)",
+    ):
+        return
+    job = jobs[0]
+    trip.expect(
+        job.payload == payload, f"payload read back was {job.payload!r}; expected {payload!r}"
+    )
+    trip.expect(job.attempts == 1, f"attempts on the first read was {job.attempts}; expected 1")
+    trip.expect(job.max_attempts == 3, f"max_attempts read back was {job.max_attempts}; expected 3")
+    trip.expect(job.queue == queue, f"job.queue was {job.queue!r}; expected {queue!r}")
+    again = await backend.read(queue, lease=_LONG_LEASE, batch=1)
+    hides.expect(
+        not again, f"a second read during the 30 s lease returned ids {_ids(again)}; expected none"
+    )
+    done = await backend.complete(job)
+    trip.expect(done is True, f"complete() returned {done!r}; expected True")
+
+
+async def _stale_completion(backend: Any, queue: str, check: _Check) -> None:
+    from dataclasses import replace
+
+    job_id = await backend.send(
+        queue, {"n": 2, "check": "stale_completion"}, delay=0, max_attempts=3
+    )
+    jobs = await backend.read(queue, lease=_LONG_LEASE, batch=1)
+    if not check.expect(
+        _ids(jobs) == [job_id], f"read returned ids {_ids(jobs)}; expected [{job_id}]"
+    ):
+        return
+    job = jobs[0]
+    stale = replace(job, attempts=job.attempts + 1)
+    refused = await backend.complete(stale)
+    check.expect(
+        refused is False,
+        f"complete() with a stale attempt ({stale.attempts}, held: {job.attempts}) returned "
+        f"{refused!r}; expected False",
+    )
+    extended = await backend.extend(job, 60)
+    check.expect(extended is True, f"extend(job, 60) returned {extended!r}; expected True")
+    done = await backend.complete(job)
+    check.expect(done is True, f"complete() with the held attempt returned {done!r}; expected True")
+
+
+async def _fail_then_dead(backend: Any, queue: str, check: _Check, short_lease: float) -> None:
+    # without leases a failed job comes back only when its lease ends, so keep it short
+    lease = _LONG_LEASE if backend.leases else short_lease
+    wait = (0 if backend.leases else math.ceil(lease)) + _WAIT_SLACK
+    job_id = await backend.send(queue, {"n": 3, "check": "fail_then_dead"}, delay=0, max_attempts=2)
+    jobs = await backend.read(queue, lease=lease, batch=1)
+    if not check.expect(
+        _ids(jobs) == [job_id], f"read returned ids {_ids(jobs)}; expected [{job_id}]"
+    ):
+        return
+    outcome = await backend.fail(jobs[0], "boom", 0)
+    if not check.expect(
+        outcome == "queued", f'fail() on attempt 1 of 2 returned {outcome!r}; expected "queued"'
+    ):
+        return
+    again = await _read_until(backend, queue, lease=lease, within=wait)
+    if not check.expect(
+        _ids(again) == [job_id],
+        f"after fail() the job did not come back within {wait:g} s (read returned ids {_ids(again)})",
+    ):
+        return
+    retried = again[0]
+    check.expect(
+        retried.attempts == 2, f"attempts on the re-read was {retried.attempts}; expected 2"
+    )
+    outcome = await backend.fail(retried, "boom again", 0)
+    check.expect(
+        outcome == "dead", f'fail() on attempt 2 of 2 returned {outcome!r}; expected "dead"'
+    )
+    after = await backend.read(queue, lease=lease, batch=1)
+    check.expect(not after, f"a read after the job died returned ids {_ids(after)}; expected none")
+
+
+async def _dedupe(backend: Any, queue: str, check: _Check) -> None:
+    first = await backend.send(queue, {"n": 4}, delay=0, max_attempts=3, dedupe_key="same")
+    second = await backend.send(queue, {"n": 5}, delay=0, max_attempts=3, dedupe_key="same")
+    check.expect(
+        first == second, f'two sends with dedupe key "same" returned ids {first!r} and {second!r}'
+    )
+    # leave the queue empty for whoever runs next
+    for job in await backend.read(queue, lease=_LONG_LEASE, batch=10):
+        await backend.complete(job)
+
+
+async def check_queue_backend(
+    backend: Any,
+    *,
+    queue: str,
+    dedupe: bool | None = None,
+    short_lease: float = 1.0,
+) -> ConformanceReport:
+    """Run the conformance checks (see the module docstring) on ``queue``.
+
+    ``dedupe`` defaults to ``backend.leases``. ``short_lease`` (seconds) is the lease used
+    where a backend without leases must let a failed job come back; the run then takes
+    about that long. Raises :class:`ConformanceError` listing every failed check; returns
+    the :class:`ConformanceReport` when all pass. An exception inside a check fails that
+    check (its message says what was raised) and the other checks still run.
+    """
+    name = getattr(backend, "name", None)
+    report = ConformanceReport(f'QueueBackend "{name}"')
+    named = isinstance(name, str) and bool(name)
+    report.checks.append(
+        CheckResult(
+            "name", named, None if named else f"name is {name!r}; expected a non-empty string"
+        )
+    )
+    version = getattr(backend, "api_version", None)
+    report.checks.append(
+        CheckResult(
+            "api_version",
+            version == API_VERSION,
+            None
+            if version == API_VERSION
+            else f"api_version is {version!r}; expected {API_VERSION}",
+        )
+    )
+    leases = bool(getattr(backend, "leases", False))
+    if dedupe is None:
+        dedupe = leases
+
+    trip, hides = _Check("round_trip"), _Check("lease_hides_message")
+    try:
+        await _round_trip(backend, queue, trip, hides)
+    except Exception as exc:
+        trip.problems.append(_describe(exc))
+    report.checks += [trip.result(), hides.result()]
+
+    if leases:
+        report.checks.append(await _run("stale_completion", _stale_completion, backend, queue))
+    else:
+        report.checks.append(
+            CheckResult("stale_completion", True, "the backend has no leases", skipped=True)
+        )
+    report.checks.append(await _run("fail_then_dead", _fail_then_dead, backend, queue, short_lease))
+    if dedupe:
+        report.checks.append(await _run("dedupe", _dedupe, backend, queue))
+    else:
+        report.checks.append(CheckResult("dedupe", True, "dedupe keys not supported", skipped=True))
+    if not report.ok:
+        raise ConformanceError(report)
+    return report
+
+
+async def _run(name: str, check_fn: Any, backend: Any, queue: str, *args: Any) -> CheckResult:
+    check = _Check(name)
+    try:
+        await check_fn(backend, queue, check, *args)
+    except Exception as exc:
+        check.problems.append(_describe(exc))
+    return check.result()

@@ -1,0 +1,144 @@
+"""The conformance kit passes on every real backend and reports precisely on broken ones."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import pytest
+
+from drainpipe.backends.pgmq_public import PgmqPublicBackend
+from drainpipe.backends.sql import SqlQueueBackend
+from drainpipe.models import FailOutcome, Job
+from drainpipe.testing import ConformanceError, ConformanceReport, check_queue_backend
+from tests.test_pgmq_public import BASE, SERVICE_KEY, postgrest
+
+ALL_CHECKS = [
+    "name",
+    "api_version",
+    "round_trip",
+    "lease_hides_message",
+    "stale_completion",
+    "fail_then_dead",
+    "dedupe",
+]
+
+
+def _names(report: ConformanceReport) -> list[str]:
+    return [check.name for check in report.checks]
+
+
+async def test_sql_backend_conforms(jobs_db_url: str) -> None:
+    backend = SqlQueueBackend(jobs_db_url)
+    try:
+        report = await check_queue_backend(backend, queue="conformance")
+    finally:
+        await backend.db.close()
+    assert report.ok and _names(report) == ALL_CHECKS
+    assert not any(check.skipped for check in report.checks)
+    assert report.subject == 'QueueBackend "sql"'
+
+
+async def test_pgmq_public_backend_conforms(db_url: str) -> None:
+    async with (
+        postgrest(db_url, queues=("conformance",)) as (server, _),
+        PgmqPublicBackend.from_url(BASE, SERVICE_KEY) as backend,
+    ):
+        report = await check_queue_backend(backend, queue="conformance")
+    assert report.ok and _names(report) == ALL_CHECKS
+    skipped = {check.name for check in report.checks if check.skipped}
+    assert skipped == {"stale_completion", "dedupe"}  # no leases to fence, no dedupe keys
+    assert {fn for fn, _ in server.calls()} == {"send", "read", "archive"}
+
+
+class UnfencedComplete(SqlQueueBackend):
+    """Completes whatever attempt it is handed: pgmq's archive without the fence."""
+
+    name = "unfenced"
+
+    async def complete(self, job: Job[Any]) -> bool:
+        return bool(
+            await self.db.fetchval("SELECT pgmq.archive(%s, %s::bigint)", (job.queue, job.id))
+        )
+
+
+async def test_a_missing_fence_is_reported_precisely(db_url: str) -> None:
+    backend = UnfencedComplete(db_url)
+    try:
+        with pytest.raises(ConformanceError) as caught:
+            await check_queue_backend(backend, queue="conformance")
+    finally:
+        await backend.db.close()
+    error = caught.value
+    assert [check.name for check in error.failures] == ["stale_completion"]
+    assert error.failures[0].message == (
+        "complete() with a stale attempt (2, held: 1) returned True; expected False; "
+        "extend(job, 60) returned False; expected True; "
+        "complete() with the held attempt returned False; expected True"
+    )
+    assert str(error).startswith('QueueBackend "unfenced" failed 1 of 7 conformance checks:\n')
+    assert "- stale_completion: complete() with a stale attempt" in str(error)
+    # every other check still ran and passed
+    assert [c.name for c in error.report.checks if c.ok] == [
+        n for n in ALL_CHECKS if n != "stale_completion"
+    ]
+
+
+class Careless(SqlQueueBackend):
+    """Several faults at once: no name, the wrong api_version, a fail that never gives up."""
+
+    name = ""
+    api_version: ClassVar[int] = 2
+
+    async def fail(
+        self, job: Job[Any], error: str, retry_in: float | None = None
+    ) -> FailOutcome | None:
+        if job.attempts < job.max_attempts:
+            return await super().fail(job, error, retry_in)
+        return "queued"
+
+
+class Exploding(SqlQueueBackend):
+    name = "exploding"
+
+    async def send(self, queue: str, payload: Any, **options: Any) -> int:
+        if options.get("dedupe_key"):
+            raise RuntimeError("no dedupe here")
+        return await super().send(queue, payload, **options)
+
+
+async def test_every_failure_is_listed(db_url: str) -> None:
+    backend = Careless(db_url)
+    try:
+        with pytest.raises(ConformanceError) as caught:
+            await check_queue_backend(backend, queue="conformance")
+    finally:
+        await backend.db.close()
+    failures = {check.name: check.message for check in caught.value.failures}
+    assert set(failures) == {"name", "api_version", "fail_then_dead"}
+    assert failures["name"] == "name is ''; expected a non-empty string"
+    assert failures["api_version"] == "api_version is 2; expected 1"
+    assert failures["fail_then_dead"] == (
+        "fail() on attempt 2 of 2 returned 'queued'; expected \"dead\""
+    )
+
+
+async def test_an_exception_fails_only_its_check(db_url: str) -> None:
+    backend = Exploding(db_url)
+    try:
+        with pytest.raises(ConformanceError) as caught:
+            await check_queue_backend(backend, queue="conformance")
+    finally:
+        await backend.db.close()
+    [failure] = caught.value.failures
+    assert (failure.name, failure.message) == ("dedupe", "raised RuntimeError: no dedupe here")
+
+
+async def test_dedupe_can_be_skipped(db_url: str) -> None:
+    backend = Exploding(db_url)
+    try:
+        report = await check_queue_backend(backend, queue="conformance", dedupe=False)
+    finally:
+        await backend.db.close()
+    assert report.ok
+    assert [c.name for c in report.checks if c.skipped] == ["dedupe"]
+    assert "- dedupe: skipped" in str(report)

@@ -1,0 +1,54 @@
+"""Cold starts pay for imports: ``import drainpipe`` stays light, and the PostgREST backend
+never needs supabase unless it is handed a supabase client."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+HEAVY = ("supabase", "postgrest", "psycopg", "psycopg_pool", "pydantic", "httpx")
+
+
+def imported_modules(code: str) -> set[str]:
+    """Top-level packages imported while running ``code`` in a fresh interpreter."""
+    result = subprocess.run(  # noqa: S603 - our own interpreter, fixed arguments
+        [sys.executable, "-X", "importtime", "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    modules = set()
+    for line in result.stderr.splitlines():
+        if not line.startswith("import time:") or "|" not in line:
+            continue
+        name = line.rsplit("|", 1)[1].strip()
+        modules.add(name.split(".")[0])
+    return modules
+
+
+def test_import_drainpipe_is_light() -> None:
+    modules = imported_modules("import drainpipe")
+    assert "drainpipe" in modules  # the parse works
+    assert modules.isdisjoint(HEAVY), sorted(modules & set(HEAVY))
+
+
+def test_jobs_and_the_backends_modules_are_light() -> None:
+    modules = imported_modules(
+        "import drainpipe.backends.pgmq_public, drainpipe.testing; from drainpipe import Jobs"
+    )
+    assert modules.isdisjoint(HEAVY), sorted(modules & set(HEAVY))
+
+
+def test_url_backend_does_not_import_supabase() -> None:
+    code = (
+        "import sys\n"
+        "from drainpipe import Jobs\n"
+        "from drainpipe.backends.pgmq_public import PgmqPublicBackend\n"
+        "jobs = Jobs(PgmqPublicBackend.from_url('https://x.supabase.test', 'k'), {'q': int})\n"
+        "assert jobs.backend.name == 'pgmq_public'\n"
+    )
+    modules = imported_modules(code)
+    assert modules.isdisjoint({"supabase", "postgrest"}), sorted(
+        modules & {"supabase", "postgrest"}
+    )
