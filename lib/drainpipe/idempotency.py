@@ -1,0 +1,587 @@
+"""Idempotency keys: a retried request runs its handler once; later ones get its response.
+
+    idem = Idempotency(db, ttl=24 * 3600, lock=60, required=False, header="Idempotency-Key")
+    response = await idem.handle(request, handler)   # Starlette/FastAPI route
+    app = idem.wrap(asgi_app)                        # ASGI middleware
+
+The decisions live in SQL (``drainpipe.begin_idempotent`` and friends, ``sql/idempotency.sql``);
+this module reads the key, computes the fingerprint and scope, stores or replays responses
+and renders the contract's Problem Details. Safe methods (GET, HEAD, OPTIONS, TRACE) are
+idempotent by definition and pass through untouched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Literal
+
+from .db import as_database
+from .errors import DrainpipeError, invalid_request, validation_error
+from .http import (
+    Message,
+    ProblemFormatter,
+    Receive,
+    Request,
+    Response,
+    Scope,
+    Send,
+    as_request,
+    problem_response,
+)
+from .validation import seconds
+
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+BeginState = Literal["started", "replay", "running", "mismatch"]
+ScopeOption = str | Callable[[Any], str | Awaitable[str]] | None
+
+MAX_KEY_LENGTH = 255
+DEFAULT_MAX_BODY_BYTES = 1_048_576
+REPLAYED_HEADER = "Idempotency-Replayed"
+KEY_MISSING = "IDEMPOTENCY_KEY_MISSING"
+KEY_INVALID = "IDEMPOTENCY_KEY_INVALID"
+KEY_IN_USE = "IDEMPOTENCY_KEY_IN_USE"
+KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
+RESPONSE_TOO_LARGE = "IDEMPOTENCY_RESPONSE_TOO_LARGE"
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
+# The server may offer these; under wrap() the inner app must send its body through us.
+_BYPASSING_EXTENSIONS = ("http.response.pathsend", "http.response.zerocopysend")
+
+logger = logging.getLogger("drainpipe.idempotency")
+
+
+@dataclass(frozen=True, slots=True)
+class Begin:
+    """What ``begin`` decided. ``holder`` is set for ``started`` only (pass it to
+    ``complete``/``release``); ``status``, ``body`` and ``content_type`` for ``replay`` only."""
+
+    state: BeginState
+    status: int | None = None
+    body: bytes | None = None
+    holder: str | None = None
+    content_type: str | None = None
+
+
+def fingerprint(method: str, path: str, body: bytes) -> str:
+    """sha256 hex of ``"<METHOD> <path>\\n<body>"`` (no query string; body as raw bytes)."""
+    head = f"{method.upper()} {path}\n".encode("utf-8", "surrogateescape")
+    return hashlib.sha256(head + body).hexdigest()
+
+
+def caller_scope(headers: Mapping[str, str]) -> str:
+    """``"caller:" + sha256 hex of the Authorization header``, or ``""`` without one."""
+    credential = headers.get("authorization")
+    if not credential:
+        return ""
+    return "caller:" + hashlib.sha256(_wire_bytes(credential)).hexdigest()
+
+
+def parse_key(raw: str) -> str:
+    """The key a client sent, as text; ``invalid_request`` with code
+    ``IDEMPOTENCY_KEY_INVALID`` when it is empty, longer than 255 characters, not UTF-8 or
+    holds control characters."""
+    try:
+        # servers hand header bytes over as latin-1 text; the client meant UTF-8
+        key = raw.encode("latin-1").decode("utf-8")
+    except UnicodeEncodeError:
+        key = raw  # already real text (a Request built by hand)
+    except UnicodeDecodeError:
+        raise _key_invalid("The idempotency key is not valid UTF-8") from None
+    return check_key(key)
+
+
+def check_key(key: Any) -> str:
+    if not isinstance(key, str):
+        raise _key_invalid(f"The idempotency key must be a string, not {type(key).__name__}")
+    if not key:
+        raise _key_invalid("The idempotency key is empty")
+    if len(key) > MAX_KEY_LENGTH:
+        raise _key_invalid(f"The idempotency key is longer than {MAX_KEY_LENGTH} characters")
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in key):
+        raise _key_invalid("The idempotency key holds control characters")
+    return key
+
+
+class Idempotency:
+    """Stripe-style idempotency keys on your Postgres (the ``idempotency`` SQL module).
+
+    * ``ttl``: seconds or a ``timedelta`` a key lives from its first request (default 24 h);
+      afterwards the same key is a new request.
+    * ``lock``: seconds a running request holds its key (default 60); after that a retry
+      takes the key over and runs again, and the first holder can no longer store its result.
+    * ``required``: a request without the header gets 400 ``IDEMPOTENCY_KEY_MISSING``;
+      otherwise it runs without idempotency.
+    * ``header``: the key's header name (matched case-insensitively).
+    * ``scope``: a string, or ``scope(request) -> str`` (plain or async; it receives the
+      request given to ``handle``, our :class:`~drainpipe.http.Request` under ``wrap``).
+      Default: the caller, from the ``Authorization`` header.
+    * ``max_body_bytes``: the largest response body stored (default 1 MiB). A larger 2xx-4xx
+      response releases the key and answers 500 ``IDEMPOTENCY_RESPONSE_TOO_LARGE`` instead
+      (it is logged), because passing it through unstored would silently run a retry twice.
+    """
+
+    def __init__(
+        self,
+        db: Any,
+        *,
+        ttl: float | timedelta = timedelta(hours=24),
+        lock: float | timedelta = 60,
+        required: bool = False,
+        header: str = "Idempotency-Key",
+        scope: ScopeOption = None,
+        problem: ProblemFormatter | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    ) -> None:
+        if not isinstance(header, str) or not header.strip():
+            raise ValueError("header must be a non-empty header name")
+        if scope is not None and not isinstance(scope, str) and not callable(scope):
+            raise TypeError("scope must be a string or a callable(request) -> str")
+        if (
+            not isinstance(max_body_bytes, int)
+            or isinstance(max_body_bytes, bool)
+            or max_body_bytes < 0
+        ):
+            raise ValueError("max_body_bytes must be an integer >= 0")
+        self.db = as_database(db)
+        self.ttl = _positive_seconds(ttl, "ttl")
+        self.lock = _positive_seconds(lock, "lock")
+        self.required = bool(required)
+        self.header = header.strip()
+        self.scope = scope
+        self.problem = problem
+        self.max_body_bytes = max_body_bytes
+
+    # -- low level -----------------------------------------------------------------------
+
+    async def begin(self, key: str, fingerprint: str, scope: str = "") -> Begin:
+        """Claim ``key`` for a request with this fingerprint (see :class:`Begin`).
+
+        ``mismatch`` wins over ``running``; an expired key behaves as new; a running key
+        whose lock ran out is taken over (``started`` with a new holder)."""
+        key = check_key(key)
+        if not isinstance(fingerprint, str) or not fingerprint:
+            raise invalid_request("fingerprint must be a non-empty string")
+        row = await self.db.fetchrow(
+            "SELECT state, status, body, content_type, holder"
+            " FROM drainpipe.begin_idempotent(%s, %s, %s, %s, %s)",
+            (_check_scope(scope), key, fingerprint, self.ttl, self.lock),
+        )
+        assert row is not None  # the function always returns one row
+        state, status, body, content_type, holder = row
+        return Begin(
+            state=state,
+            status=status,
+            body=bytes(body) if body is not None else None,
+            holder=str(holder) if holder is not None else None,
+            content_type=content_type,
+        )
+
+    async def complete(
+        self,
+        key: str,
+        holder: str,
+        status: int,
+        body: bytes | str | None,
+        scope: str = "",
+        *,
+        content_type: str | None = None,
+    ) -> bool:
+        """Store the response for later replays. False (nothing stored) when ``holder`` no
+        longer holds the running key (it was taken over, released or completed).
+
+        A ``str`` body is stored as UTF-8; a body above ``max_body_bytes`` raises
+        ``invalid_request`` with code ``IDEMPOTENCY_RESPONSE_TOO_LARGE``."""
+        key = check_key(key)
+        if not isinstance(status, int) or isinstance(status, bool) or not 100 <= status <= 599:
+            raise invalid_request(f"status must be an HTTP status (100-599), not {status!r}")
+        data = body.encode("utf-8") if isinstance(body, str) else bytes(body or b"")
+        if len(data) > self.max_body_bytes:
+            raise invalid_request(
+                f"A {len(data)}-byte response body is over max_body_bytes={self.max_body_bytes}",
+                code=RESPONSE_TOO_LARGE,
+            )
+        token = _holder(holder)
+        if token is None:
+            return False
+        return bool(
+            await self.db.fetchval(
+                "SELECT drainpipe.complete_idempotent(%s, %s, %s, %s, %s, %s)",
+                (_check_scope(scope), key, token, status, data, content_type),
+            )
+        )
+
+    async def release(self, key: str, holder: str, scope: str = "") -> bool:
+        """Forget the running key so a retry runs again. False (nothing changed) when
+        ``holder`` no longer holds it."""
+        key = check_key(key)
+        token = _holder(holder)
+        if token is None:
+            return False
+        return bool(
+            await self.db.fetchval(
+                "SELECT drainpipe.release_idempotent(%s, %s, %s)", (_check_scope(scope), key, token)
+            )
+        )
+
+    async def purge(self, *, batch: int = 10_000) -> int:
+        """Delete up to ``batch`` expired keys (and expired, unreleased leases); returns the
+        number of keys deleted. Expired keys already behave as new: this only frees space."""
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+            raise validation_error("batch must be an integer >= 1")
+        return int(await self.db.fetchval("SELECT drainpipe.purge_idempotency_keys(%s)", (batch,)))
+
+    # -- HTTP ----------------------------------------------------------------------------
+
+    async def handle(self, request: Any, handler: Callable[[], Awaitable[Any]]) -> Any:
+        """Run ``handler`` (``async () -> Response``) at most once per key; see the module.
+
+        Given a Starlette request, every answer is a Starlette ``Response`` (the handler's
+        own object when it is passed through or stored; a streaming response is read in
+        full and rebuilt). Given our :class:`~drainpipe.http.Request`, answers are ours.
+        A handler that raises releases the key and the exception propagates.
+        """
+        ours = as_request(request)
+        native = ours is request
+
+        async def read_body() -> bytes:
+            # Starlette caches body(), so the handler can read it again; our stream would not
+            return await ours.body() if native else bytes(await request.body())
+
+        decision = await self._prepare(ours, request, read_body)
+        if decision is None:
+            return await handler()
+        if isinstance(decision, Response):
+            return decision if native else _to_starlette(decision)
+        try:
+            response = await handler()
+        except BaseException:
+            await self._release_quietly(decision)
+            raise
+        status, body, content_type, response = await _read_response(response)
+        failure = await self._settle(decision, status, body, content_type, ours.path)
+        if failure is not None:
+            return failure if native else _to_starlette(failure)
+        return response
+
+    def wrap(self, app: ASGIApp) -> ASGIApp:
+        """``app`` as ASGI middleware: its responses are buffered, stored, then sent."""
+
+        async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http":
+                await app(scope, receive, send)
+                return
+            request = Request.from_asgi(scope, receive)
+            decision = await self._prepare(request, request, request.body)
+            if decision is None:  # the body was not read: the app gets the original stream
+                await app(scope, receive, send)
+                return
+            if isinstance(decision, Response):
+                await decision(scope, receive, send)
+                return
+            await self._run_wrapped(app, scope, receive, send, request, decision)
+
+        return middleware
+
+    async def _run_wrapped(
+        self,
+        app: ASGIApp,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        request: Request,
+        claim: _Claim,
+    ) -> None:
+        body = await request.body()
+        body_sent = False
+
+        async def replay_receive() -> Message:
+            nonlocal body_sent
+            if not body_sent:
+                body_sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        start: Message | None = None
+        chunks: list[bytes] = []
+        size = 0
+
+        async def capture(message: Message) -> None:
+            nonlocal start, size
+            if message["type"] == "http.response.start":
+                start = message
+            elif message["type"] == "http.response.body":
+                chunk = bytes(message.get("body", b""))
+                size += len(chunk)
+                if size <= self.max_body_bytes:  # over the cap it will not be sent anyway
+                    chunks.append(chunk)
+
+        inner_scope = dict(scope)
+        extensions = dict(scope.get("extensions") or {})
+        for name in _BYPASSING_EXTENSIONS:
+            extensions.pop(name, None)
+        inner_scope["extensions"] = extensions
+        try:
+            await app(inner_scope, replay_receive, capture)
+        except BaseException:
+            await self._release_quietly(claim)
+            raise
+        if start is None:
+            await self._release_quietly(claim)
+            raise RuntimeError("The wrapped app returned without sending a response")
+        status = int(start["status"])
+        content_type = None
+        for name, value in start.get("headers", []):
+            if bytes(name).lower() == b"content-type":
+                content_type = bytes(value).decode("latin-1")
+        data = b"".join(chunks)
+        failure = await self._settle(claim, status, data, content_type, request.path, size=size)
+        if failure is not None:
+            await failure(scope, receive, send)
+            return
+        await send(start)
+        await send({"type": "http.response.body", "body": data, "more_body": False})
+
+    # -- shared steps --------------------------------------------------------------------
+
+    async def _prepare(
+        self, request: Request, original: Any, read_body: Callable[[], Awaitable[bytes]]
+    ) -> Response | _Claim | None:
+        """None: run without idempotency (the body is then unread); a Response: answer it;
+        a claim: run the handler, then settle."""
+        if request.method in _SAFE_METHODS:
+            return None
+        raw = request.headers.get(self.header)
+        if raw is None:
+            if not self.required:
+                return None
+            error = invalid_request(
+                f"Send an {self.header} header with this request", code=KEY_MISSING
+            )
+            return self._problem(error, request)
+        try:
+            key = parse_key(raw)
+        except DrainpipeError as exc:
+            return self._problem(exc, request)
+        scope = await self._scope_for(original, request)
+        fp = fingerprint(request.method, request.path, await read_body())
+        try:
+            begun = await self.begin(key, fp, scope)
+        except DrainpipeError as exc:
+            return self._problem(exc, request)
+        if begun.state == "started":
+            assert begun.holder is not None
+            return _Claim(key, begun.holder, scope)
+        if begun.state == "replay":
+            return Response(
+                begun.status or 200,
+                begun.body or b"",
+                headers={REPLAYED_HEADER: "true"},
+                content_type=begun.content_type,
+            )
+        if begun.state == "running":
+            error = DrainpipeError(
+                "conflict", "A request with this idempotency key is still running", code=KEY_IN_USE
+            )
+            return self._problem(error, request, headers={"Retry-After": "1"})
+        error = validation_error(
+            "This idempotency key was used for a different request",
+            [{"message": "Use a new key for a new request", "path": [self.header.lower()]}],
+            code=KEY_REUSED,
+        )
+        return self._problem(error, request)
+
+    async def _settle(
+        self,
+        claim: _Claim,
+        status: int,
+        body: bytes,
+        content_type: str | None,
+        path: str,
+        *,
+        size: int | None = None,
+    ) -> Response | None:
+        """Store a 2xx-4xx response, release the key on a 5xx. None: send the handler's
+        response; a Response: send that instead (the body was too large to store).
+        ``size`` is the full body size when ``body`` was cut short at the cap."""
+        size = len(body) if size is None else size
+        if status >= 500 or status < 200:
+            await self._release_quietly(claim)
+            return None
+        if size > self.max_body_bytes:
+            await self._release_quietly(claim)
+            logger.error(
+                "Idempotency key %r: a %d-byte response is over max_body_bytes=%d; the key was "
+                "released and the client gets a 500",
+                claim.key,
+                size,
+                self.max_body_bytes,
+            )
+            error = DrainpipeError(
+                "unexpected",
+                f"The response is too large to store ({size} > {self.max_body_bytes} bytes)",
+                code=RESPONSE_TOO_LARGE,
+            )
+            return problem_response(error, path, problem=self.problem)
+        try:
+            stored = await self.complete(
+                claim.key, claim.holder, status, body, claim.scope, content_type=content_type
+            )
+        except DrainpipeError:
+            # the handler ran: the client should still get its answer; the key's lock runs out
+            logger.exception("Idempotency key %r: storing the response failed", claim.key)
+            return None
+        if not stored:
+            logger.warning(
+                "Idempotency key %r: the lock ran out and another request took the key over; "
+                "this response was not stored",
+                claim.key,
+            )
+        return None
+
+    async def _release_quietly(self, claim: _Claim) -> None:
+        try:
+            await self.release(claim.key, claim.holder, claim.scope)
+        except Exception:
+            # the original error matters more; the lock runs out on its own
+            logger.exception("Idempotency key %r: releasing the key failed", claim.key)
+
+    async def _scope_for(self, original: Any, request: Request) -> str:
+        if self.scope is None:
+            return caller_scope(request.headers)
+        if isinstance(self.scope, str):
+            return self.scope
+        value = self.scope(original)
+        if inspect.isawaitable(value):
+            value = await value
+        if not isinstance(value, str):
+            raise TypeError(f"scope(request) must return a str, not {type(value).__name__}")
+        return value
+
+    def _problem(
+        self, error: DrainpipeError, request: Request, headers: Mapping[str, str] | None = None
+    ) -> Response:
+        return problem_response(error, request.path, problem=self.problem, headers=headers)
+
+
+@dataclass(frozen=True, slots=True)
+class _Claim:
+    key: str
+    holder: str
+    scope: str
+
+
+def _key_invalid(message: str) -> DrainpipeError:
+    return invalid_request(message, code=KEY_INVALID)
+
+
+def _check_scope(scope: Any) -> str:
+    if not isinstance(scope, str):
+        raise invalid_request(f"scope must be a string, not {type(scope).__name__}")
+    if "\x00" in scope:
+        raise invalid_request("scope must not contain NUL characters")
+    return scope
+
+
+def _holder(holder: Any) -> uuid.UUID | None:
+    """The holder token, or None when it cannot be anybody's (so the call answers False)."""
+    try:
+        return uuid.UUID(str(holder))
+    except ValueError:
+        return None
+
+
+def _positive_seconds(value: Any, name: str) -> float:
+    result = seconds(value, name)
+    if result <= 0:
+        raise validation_error(
+            f"{name} must be more than 0 seconds", [{"message": "Must be > 0", "path": [name]}]
+        )
+    return result
+
+
+def _wire_bytes(text: str) -> bytes:
+    try:
+        return text.encode("latin-1")  # the bytes as sent (servers decode headers as latin-1)
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape")
+
+
+async def _read_response(response: Any) -> tuple[int, bytes, str | None, Any]:
+    """(status, body, content type, the response to send) for ours or a Starlette one.
+
+    A Starlette response without a ready ``body`` (streaming, file) is read in full and
+    rebuilt as a plain response with the same status, headers and background task."""
+    if isinstance(response, Response):
+        return response.status, response.body, response.content_type, response
+    status = int(response.status_code)
+    content_type = response.headers.get("content-type")
+    body = getattr(response, "body", None)
+    if isinstance(body, bytes | bytearray | memoryview):
+        return status, bytes(body), content_type, response
+    if hasattr(response, "body_iterator"):
+        parts = []
+        async for chunk in response.body_iterator:
+            parts.append(chunk.encode(response.charset) if isinstance(chunk, str) else bytes(chunk))
+        data = b"".join(parts)
+    else:
+        data = await _run_for_body(response)
+    from starlette.responses import Response as StarletteResponse
+
+    rebuilt = StarletteResponse(
+        data, status_code=status, background=getattr(response, "background", None)
+    )
+    raw = [(k, v) for k, v in response.raw_headers if k.lower() != b"content-length"]
+    if status >= 200 and status not in (204, 304):
+        raw.append((b"content-length", str(len(data)).encode()))
+    rebuilt.raw_headers = raw
+    return status, data, content_type, rebuilt
+
+
+async def _run_for_body(response: Any) -> bytes:
+    """Run a response that only knows how to send itself (e.g. FileResponse) into a buffer;
+    its background task is kept for the rebuilt response, not run here."""
+    import asyncio
+
+    background = getattr(response, "background", None)
+    response.background = None
+    parts: list[bytes] = []
+    never = asyncio.Event()
+
+    async def receive() -> Message:
+        await never.wait()  # no disconnect: the client is still there
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        if message["type"] == "http.response.body":
+            parts.append(bytes(message.get("body", b"")))
+
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/",
+        "headers": [],
+        "asgi": {"spec_version": "2.4"},
+    }
+    try:
+        await response(scope, receive, send)
+    finally:
+        response.background = background
+    return b"".join(parts)
+
+
+def _to_starlette(response: Response) -> Any:
+    """A Starlette response with exactly our headers: ``Response.to_starlette`` would add a
+    charset to a ``text/*`` content type, and a replay must carry the stored one unchanged."""
+    from starlette.responses import Response as StarletteResponse
+
+    out = StarletteResponse(response.body, status_code=response.status)
+    raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.items()]
+    if response.status >= 200 and response.status not in (204, 304):
+        raw.append((b"content-length", str(len(response.body)).encode()))
+    out.raw_headers = raw
+    return out

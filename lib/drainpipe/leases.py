@@ -1,0 +1,179 @@
+"""Leases: one holder at a time per key, for work that must not run twice at once.
+
+    outcome = await with_lease(db, "sync:acme", fn, seconds=60)   # fn(lease) runs only if acquired
+    async with lease(db, "sync:acme") as held:                    # held is a Lease or None
+        ...
+
+A lease expires after ``seconds`` unless extended; the next caller then takes it over and
+the former holder's ``extend``/``release`` answer False. The SQL lives in
+``sql/idempotency.sql`` (``acquire_lease``, ``extend_lease``, ``release_lease``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Generic, TypeVar
+
+from .db import Database, as_database
+from .errors import invalid_request, validation_error
+from .validation import seconds as as_seconds
+
+T = TypeVar("T")
+MAX_LEASE_KEY = 255
+
+logger = logging.getLogger("drainpipe.leases")
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseOutcome(Generic[T]):
+    """``acquired`` is False when someone else held the key (``fn`` did not run, ``value``
+    is None); otherwise ``value`` is what ``fn`` returned."""
+
+    acquired: bool
+    value: T | None = None
+
+
+class Lease:
+    """A held lease. ``holder`` is its token; ``seconds`` the length each extend grants."""
+
+    def __init__(self, db: Database, key: str, holder: str, seconds: float, scope: str) -> None:
+        self._db = db
+        self.key = key
+        self.holder = holder
+        self.seconds = seconds
+        self.scope = scope
+        self._lost = False
+        self._released = False
+
+    @property
+    def lost(self) -> bool:
+        """True once ``extend`` found the lease taken over (or it was released)."""
+        return self._lost or self._released
+
+    async def extend(self, seconds: float | timedelta | None = None) -> bool:
+        """Hold the lease for ``seconds`` (default: the lease's own length) from now.
+
+        False once the lease was lost: it expired and another caller took it over, or it
+        was released. Stop the work then; someone else may be doing it."""
+        length = self.seconds if seconds is None else _positive_seconds(seconds)
+        if self.lost:
+            return False
+        extended = bool(
+            await self._db.fetchval(
+                "SELECT drainpipe.extend_lease(%s, %s::uuid, %s, %s)",
+                (self.key, self.holder, length, self.scope),
+            )
+        )
+        if not extended:
+            self._lost = True
+        return extended
+
+    async def release(self) -> bool:
+        """Free the key now. False when it was no longer ours (or released already)."""
+        if self._released:
+            return False
+        self._released = True
+        return bool(
+            await self._db.fetchval(
+                "SELECT drainpipe.release_lease(%s, %s::uuid, %s)",
+                (self.key, self.holder, self.scope),
+            )
+        )
+
+    def __repr__(self) -> str:
+        return f"Lease(key={self.key!r}, scope={self.scope!r}, holder={self.holder!r})"
+
+
+@asynccontextmanager
+async def lease(
+    db: Any, key: str, seconds: float | timedelta = 60, scope: str = ""
+) -> AsyncIterator[Lease | None]:
+    """Hold the lease on ``key`` for the block: yields a :class:`Lease`, or ``None`` when
+    another holder has it (the block then runs without it: check for ``None``).
+
+    The lease is released when the block ends or raises. ``db`` is a DSN (a connection is
+    opened and closed for this lease), a psycopg connection or pool, or a ``Database``.
+    ``seconds`` must be > 0; ``key`` a non-empty string of at most 255 characters."""
+    key = _check_key(key)
+    length = _positive_seconds(seconds)
+    scope = _check_scope(scope)
+    database, owned = _open(db)
+    try:
+        holder = await database.fetchval(
+            "SELECT drainpipe.acquire_lease(%s, %s, %s)", (key, length, scope)
+        )
+        if holder is None:
+            yield None
+            return
+        held = Lease(database, key, str(holder), length, scope)
+        try:
+            yield held
+        finally:
+            await _release_quietly(held)
+    finally:
+        if owned:
+            await database.close()
+
+
+async def with_lease(
+    db: Any,
+    key: str,
+    fn: Callable[[Lease], Awaitable[T]],
+    *,
+    seconds: float | timedelta = 60,
+    scope: str = "",
+) -> LeaseOutcome[T]:
+    """Run ``fn(lease)`` only if the lease on ``key`` can be taken; release it afterwards.
+
+    Returns ``LeaseOutcome(acquired=False)`` without calling ``fn`` when another holder has
+    the key (including a ``with_lease`` on the same key further up this call stack).
+    If ``fn`` raises, the lease is released and the exception propagates."""
+    async with lease(db, key, seconds, scope) as held:
+        if held is None:
+            return LeaseOutcome(False)
+        value = await fn(held)
+    return LeaseOutcome(True, value)
+
+
+def _open(db: Any) -> tuple[Database, bool]:
+    if isinstance(db, str):
+        # a DSN: one connection for this lease, closed with it, so nothing leaks per call
+        return Database(db, max_size=1), True
+    return as_database(db), False
+
+
+async def _release_quietly(held: Lease) -> None:
+    try:
+        await held.release()
+    except Exception:
+        # never hide the block's own outcome; an unreleased lease expires by itself
+        logger.exception("Releasing lease %r failed; it expires in %g s", held.key, held.seconds)
+
+
+def _check_key(key: Any) -> str:
+    if not isinstance(key, str) or not key:
+        raise invalid_request(f"A lease key must be a non-empty string, not {key!r}")
+    if len(key) > MAX_LEASE_KEY:
+        raise invalid_request(f"A lease key must be at most {MAX_LEASE_KEY} characters")
+    if "\x00" in key:
+        raise invalid_request("A lease key must not contain NUL characters")
+    return key
+
+
+def _check_scope(scope: Any) -> str:
+    if not isinstance(scope, str) or "\x00" in scope:
+        raise invalid_request("A lease scope must be a string without NUL characters")
+    return scope
+
+
+def _positive_seconds(value: Any) -> float:
+    result = as_seconds(value, "seconds")
+    if result <= 0:
+        raise validation_error(
+            "seconds must be more than 0", [{"message": "Must be > 0", "path": ["seconds"]}]
+        )
+    return result
