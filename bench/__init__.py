@@ -1,0 +1,1 @@
+"""drainpipe benchmarks: ``python -m bench.run --help``."""
