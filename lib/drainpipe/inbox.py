@@ -1,0 +1,748 @@
+"""The webhook inbox: verify a delivery, store it once, answer fast, process it later.
+
+``receive`` (an ASGI app as ``inbox.app``) checks the size, the Standard Webhooks signature
+(or your ``verify``) and stores the message under (source, tenant, message id), so a
+provider's retries are answered ``200 {"duplicate": true}`` instead of being handled twice.
+``process`` claims stored messages in batches and runs your handler with retries
+(``min(3600, 2**attempts)`` s), leases renewed every half lease, and fencing by the claimed
+attempt. The state transitions are SQL functions (``sql/webhook_inbox.sql``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import hmac
+import inspect
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final, Literal
+
+from .db import as_database
+from .errors import DrainpipeError, Retry, invalid_request, validation_error
+from .http import (
+    Receive,
+    Request,
+    Response,
+    Scope,
+    Send,
+    as_request,
+    json_response,
+    method_not_allowed,
+    problem_response,
+    run_asgi,
+)
+from .models import WorkReport
+from .validation import error_text, positive_int, seconds
+
+log = logging.getLogger("drainpipe")
+
+InboxStatus = Literal["pending", "processing", "processed", "dead"]
+STATUSES: Final = ("pending", "processing", "processed", "dead")
+Handler = Callable[["WebhookMessage"], Any]
+Verify = Callable[[Mapping[str, str], bytes], Any]
+
+#: Standard Webhooks tolerance: a timestamp further than this from now is refused (seconds).
+TOLERANCE: Final = 300
+_THIRTY_DAYS = timedelta(days=30)
+_DIGITS = re.compile(r"[0-9]+")
+_CONTENT_LENGTH = re.compile(r"\s*[0-9]{1,19}\s*")
+_MESSAGE_COLUMNS = (
+    "id, source, message_id, event_type, payload, headers, attempts, max_attempts,"
+    " received_at, tenant, checkpoint"
+)
+_ENTRY_COLUMNS = (
+    "id, message_id, event_type, status, attempts, max_attempts, last_error, tenant,"
+    " received_at, processed_at"
+)
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Final = _Missing()
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """The result of storing a delivery: the inbox row ``id`` and whether it was already there."""
+
+    id: int
+    duplicate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class InboxEntry:
+    """One line of a tenant's delivery log (see :meth:`WebhookInbox.list`)."""
+
+    id: int
+    message_id: str
+    type: str | None
+    status: InboxStatus
+    attempts: int
+    max_attempts: int
+    last_error: str | None
+    tenant: str | None
+    received_at: datetime
+    processed_at: datetime | None
+
+
+class WebhookMessage:
+    """A claimed message as the handler sees it.
+
+    ``attempts`` is 1 on the first run; ``progress`` is what earlier attempts saved with
+    :meth:`checkpoint` (``{}`` at first).
+    """
+
+    __slots__ = (
+        "_save",
+        "attempts",
+        "headers",
+        "id",
+        "max_attempts",
+        "message_id",
+        "payload",
+        "progress",
+        "received_at",
+        "source",
+        "tenant",
+        "type",
+    )
+
+    def __init__(
+        self,
+        *,
+        id: int,
+        source: str,
+        message_id: str,
+        type: str | None,
+        payload: Any,
+        headers: dict[str, str],
+        attempts: int,
+        max_attempts: int,
+        received_at: datetime,
+        tenant: str | None,
+        progress: dict[str, Any],
+        save: Callable[[WebhookMessage, dict[str, Any]], Awaitable[bool]] | None = None,
+    ) -> None:
+        self.id = id
+        self.source = source
+        self.message_id = message_id
+        self.type = type
+        self.payload = payload
+        self.headers = headers
+        self.attempts = attempts
+        self.max_attempts = max_attempts
+        self.received_at = received_at
+        self.tenant = tenant
+        self.progress = progress
+        self._save = save
+
+    async def checkpoint(self, fields: Mapping[str, Any]) -> bool:
+        """Shallow-merge ``fields`` into the stored progress; a later attempt (after a failure
+        or a crash) reads them as ``message.progress``. False once another worker took the
+        message over (nothing is saved then)."""
+        if not isinstance(fields, Mapping):
+            raise validation_error(
+                "checkpoint(fields) takes a mapping",
+                [{"message": "Expected a mapping", "path": ["fields"]}],
+            )
+        merged = dict(fields)
+        if self._save is None:
+            self.progress.update(merged)
+            return True
+        saved = await self._save(self, merged)
+        if saved:
+            self.progress.update(merged)
+        return saved
+
+    def __repr__(self) -> str:
+        return (
+            f"WebhookMessage(id={self.id}, source={self.source!r}, message_id={self.message_id!r},"
+            f" type={self.type!r}, attempts={self.attempts}/{self.max_attempts})"
+        )
+
+
+# -- pure pieces ---------------------------------------------------------------------------
+
+
+def default_type_of(payload: Any) -> str | None:
+    """``payload["type"]`` when the payload is an object whose ``type`` is a string."""
+    if isinstance(payload, Mapping):
+        value = payload.get("type")
+        if isinstance(value, str):
+            return value
+    return None
+
+
+def _unauthorized(code: str, message: str) -> DrainpipeError:
+    return DrainpipeError("unauthorized", message, code=code)
+
+
+def _header(headers: Mapping[str, str], name: str) -> str:
+    """A Standard Webhooks header, under its ``webhook-`` or its Svix ``svix-`` name."""
+    return headers.get("webhook-" + name) or headers.get("svix-" + name) or ""
+
+
+def _load_secret(secret: Any, index: int) -> Any:
+    from standardwebhooks import Webhook
+
+    if not isinstance(secret, str) or not secret.strip():
+        raise ValueError(f"secrets[{index}] must be a non-empty string (a whsec_ secret)")
+    text = secret.strip()
+    if text.startswith("v1,whsec_"):
+        text = text[3:]
+    try:
+        return Webhook(text)
+    except Exception as exc:
+        raise ValueError(f"secrets[{index}] is not a valid webhook secret: {exc}") from exc
+
+
+def verify_signature(
+    webhooks: Iterable[Any], headers: Mapping[str, str], body: bytes, now: float
+) -> str:
+    """Check a Standard Webhooks delivery against each secret; returns the message id.
+
+    ``now`` is the current Unix time in seconds. Raises ``DrainpipeError("unauthorized")``
+    with code ``WEBHOOK_MISSING_HEADERS``, ``WEBHOOK_INVALID_TIMESTAMP``,
+    ``WEBHOOK_TIMESTAMP_TOO_OLD``, ``WEBHOOK_TIMESTAMP_TOO_NEW`` or
+    ``WEBHOOK_INVALID_SIGNATURE``, and never anything else.
+    """
+    msg_id, stamp, signatures = (
+        _header(headers, "id"),
+        _header(headers, "timestamp"),
+        _header(headers, "signature"),
+    )
+    if not (msg_id and stamp and signatures):
+        raise _unauthorized(
+            "WEBHOOK_MISSING_HEADERS",
+            "The webhook-id, webhook-timestamp and webhook-signature headers are required",
+        )
+    # digits only: float() would also take "1e9", "nan" and " 12 "; int() can still refuse
+    # a number with thousands of digits
+    try:
+        if not _DIGITS.fullmatch(stamp):
+            raise ValueError(stamp)
+        timestamp = int(stamp)
+    except ValueError:
+        raise _unauthorized(
+            "WEBHOOK_INVALID_TIMESTAMP", "webhook-timestamp must be Unix time in whole seconds"
+        ) from None
+    if timestamp < now - TOLERANCE:
+        raise _unauthorized(
+            "WEBHOOK_TIMESTAMP_TOO_OLD", f"The webhook timestamp is more than {TOLERANCE} s old"
+        )
+    if timestamp > now + TOLERANCE:
+        raise _unauthorized(
+            "WEBHOOK_TIMESTAMP_TOO_NEW",
+            f"The webhook timestamp is more than {TOLERANCE} s in the future",
+        )
+    forged = _unauthorized("WEBHOOK_INVALID_SIGNATURE", "No webhook signature matches")
+    try:
+        # Standard Webhooks signs "<id>.<timestamp>.<body>" as UTF-8 text; a body that is not
+        # UTF-8 cannot carry a signature the package would accept.
+        text = body.decode("utf-8")
+        when = datetime.fromtimestamp(timestamp, UTC)
+        expected = [
+            base64.b64decode(webhook.sign(msg_id, when, text).partition(",")[2])
+            for webhook in webhooks
+        ]
+    except Exception:
+        raise forged from None
+    # Parsed here rather than by the package: it raises ValueError for an entry without a
+    # comma and binascii.Error for bad base64, which must be a 401, not a 500.
+    for entry in signatures.split():
+        version, _, encoded = entry.partition(",")
+        if version != "v1" or not encoded:
+            continue
+        try:
+            given = base64.b64decode(encoded)
+        except (binascii.Error, ValueError):
+            continue
+        for candidate in expected:
+            if hmac.compare_digest(candidate, given):
+                return msg_id
+    raise forged
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_json(text: str) -> Any:
+    """Strict JSON (no NaN/Infinity, which Postgres jsonb refuses); ValueError otherwise."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+def _json_text(value: Any, name: str) -> str:
+    try:
+        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise validation_error(
+            f"{name} must be JSON-serialisable: {exc}",
+            [{"message": "Not JSON-serialisable", "path": [name]}],
+        ) from None
+
+
+def _text(value: Any, name: str, *, required: bool) -> str | None:
+    """A string Postgres can store as text: no NUL, encodable as UTF-8."""
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or (required and not value):
+        raise validation_error(
+            f"{name} must be a {'non-empty ' if required else ''}string, not {value!r}",
+            [{"message": "Expected a string", "path": [name]}],
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise validation_error(
+            f"{name} is not valid Unicode text", [{"message": "Invalid text", "path": [name]}]
+        ) from None
+    if "\x00" in value:
+        raise validation_error(
+            f"{name} must not contain NUL characters", [{"message": "NUL", "path": [name]}]
+        )
+    return value
+
+
+def _tenant(value: Any) -> str | None:
+    # '' is no tenant: the uniqueness index treats a null tenant as ''
+    return _text(value or None, "tenant", required=False)
+
+
+# -- the inbox -----------------------------------------------------------------------------
+
+
+class WebhookInbox:
+    """Webhooks of one ``source``, stored once and processed later.
+
+    * ``secrets``: one ``whsec_`` secret or several (rotation: any may match), for Standard
+      Webhooks (``webhook-*`` or ``svix-*`` headers, ±300 s). Or ``verify(headers, body)``
+      (plain or async) returning ``{"id", "payload", "tenant"?}``; it may raise a
+      ``DrainpipeError`` to answer its Problem, anything else answers 401.
+    * ``type_of(payload)`` / ``tenant_of(payload)``: the stored type and tenant (default:
+      ``payload["type"]`` when a string / no tenant). An empty tenant counts as none.
+    * ``keep_headers``: request headers stored with the message (names lower-cased).
+    * ``max_attempts``: tries before a message is dead (each message keeps the limit it
+      arrived with); ``max_body_bytes``: larger bodies get 413 before they are read in full.
+    * ``worker``: this process's id in the locks (default ``worker-<8 hex>``).
+    """
+
+    def __init__(
+        self,
+        db: Any,
+        *,
+        source: str,
+        secrets: str | Iterable[str] | None = None,
+        verify: Verify | None = None,
+        type_of: Callable[[Any], str | None] | None = None,
+        tenant_of: Callable[[Any], str | None] | None = None,
+        keep_headers: Iterable[str] = (),
+        max_attempts: int = 8,
+        max_body_bytes: int = 1_048_576,
+        worker: str | None = None,
+        problem: Callable[[dict[str, Any], DrainpipeError], dict[str, Any]] | None = None,
+    ) -> None:
+        if not isinstance(source, str) or not source or "\x00" in source:
+            raise ValueError(f"source must be a non-empty string, not {source!r}")
+        if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
+            raise ValueError(f"max_attempts must be a positive integer, not {max_attempts!r}")
+        if (
+            not isinstance(max_body_bytes, int)
+            or isinstance(max_body_bytes, bool)
+            or max_body_bytes < 1
+        ):
+            raise ValueError(f"max_body_bytes must be a positive integer, not {max_body_bytes!r}")
+        if verify is not None and not callable(verify):
+            raise TypeError("verify must be a callable (headers, body) -> {id, payload, tenant?}")
+        if worker is not None and (not isinstance(worker, str) or not worker):
+            raise ValueError(f"worker must be a non-empty string, not {worker!r}")
+        names = [keep_headers] if isinstance(keep_headers, str) else list(keep_headers)
+        if not all(isinstance(name, str) and name for name in names):
+            raise TypeError("keep_headers must be header names")
+        secret_list = [secrets] if isinstance(secrets, str) else list(secrets or ())
+        self.source = source
+        self.max_attempts = max_attempts
+        self.max_body_bytes = max_body_bytes
+        self.worker = worker or f"worker-{os.urandom(4).hex()}"
+        self.keep_headers = tuple(dict.fromkeys(name.lower() for name in names))
+        self._db = as_database(db)
+        self._verify = verify
+        self._webhooks = [_load_secret(secret, i) for i, secret in enumerate(secret_list)]
+        self._type_of = type_of or default_type_of
+        self._tenant_of = tenant_of
+        self._problem = problem
+        self._clock: Callable[[], float] = time.time
+
+    # -- HTTP ----------------------------------------------------------------------------
+
+    async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The ASGI app of :meth:`receive`."""
+        await run_asgi(self._respond, scope, receive, send)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+    async def receive(self, request: Any) -> Any:
+        """Answer one delivery: 202 ``{"id", "duplicate": false}`` for a new message, 200 with
+        ``"duplicate": true`` for one already stored, a Problem otherwise (405, 413, 401 with
+        a ``WEBHOOK_*`` code, 400 for a verified body that is not JSON). Nothing is stored
+        unless the answer is 2xx. Returns a Starlette response for a Starlette request, our
+        :class:`~drainpipe.http.Response` for ours.
+
+        Raises ``TypeError`` when the inbox has neither ``secrets`` nor ``verify``.
+        """
+        response = await self._respond(as_request(request))
+        return response if isinstance(request, Request) else response.to_starlette()
+
+    async def _respond(self, request: Request) -> Response:
+        if not self._webhooks and self._verify is None:
+            raise TypeError(
+                f'The inbox for "{self.source}" has no `secrets` or `verify`, '
+                "so it only stores events through `store`"
+            )
+        if request.method != "POST":
+            return method_not_allowed("POST")
+        try:
+            stored = await self._accept(request)
+        except DrainpipeError as error:
+            return problem_response(error, request.path, problem=self._problem)
+        body = {"id": stored.id, "duplicate": stored.duplicate}
+        return json_response(body, 200 if stored.duplicate else 202)
+
+    async def _accept(self, request: Request) -> Stored:
+        body = await self._read_body(request)
+        tenant: Any = MISSING
+        if self._verify is not None:
+            message_id, payload, tenant = await self._custom_verify(request, body)
+            payload_text = _json_text(payload, "payload")
+        else:
+            message_id = verify_signature(self._webhooks, request.headers, body, self._clock())
+            # verify_signature only accepts UTF-8 bodies
+            payload_text = body.decode("utf-8")
+            try:
+                payload = parse_json(payload_text)
+            except ValueError:
+                raise invalid_request(
+                    "Webhook body is not JSON", code="WEBHOOK_INVALID_JSON"
+                ) from None
+        try:
+            event_type = self._type_of(payload)
+            if tenant is MISSING:
+                tenant = self._tenant_of(payload) if self._tenant_of is not None else None
+        except DrainpipeError:
+            raise
+        except Exception as exc:
+            raise invalid_request(
+                f"type_of/tenant_of could not read the payload: {exc}",
+                code="WEBHOOK_INVALID_PAYLOAD",
+            ) from exc
+        kept = {
+            name: request.headers[name] for name in self.keep_headers if name in request.headers
+        }
+        return await self._store(message_id, payload_text, event_type, tenant, kept)
+
+    async def _read_body(self, request: Request) -> bytes:
+        too_large = DrainpipeError(
+            "invalid_request",
+            f"The webhook body is larger than {self.max_body_bytes} bytes",
+            code="WEBHOOK_BODY_TOO_LARGE",
+            status=413,
+        )
+        declared = request.headers.get("content-length")
+        if (
+            declared is not None
+            and _CONTENT_LENGTH.fullmatch(declared)
+            and int(declared) > self.max_body_bytes
+        ):
+            raise too_large
+        chunks: list[bytes] = []
+        size = 0
+        stream = request.stream()
+        try:
+            async for chunk in stream:
+                size += len(chunk)
+                if size > self.max_body_bytes:
+                    raise too_large  # stop reading: the rest is never buffered
+                chunks.append(chunk)
+        finally:
+            close = getattr(stream, "aclose", None)
+            if close is not None:
+                await close()
+        return b"".join(chunks)
+
+    async def _custom_verify(self, request: Request, body: bytes) -> tuple[str, Any, Any]:
+        assert self._verify is not None
+        try:
+            result = self._verify(request.headers, body)
+            if inspect.isawaitable(result):
+                result = await result
+        except DrainpipeError:
+            raise
+        except Exception as exc:
+            raise _unauthorized("WEBHOOK_INVALID_SIGNATURE", "The webhook was refused") from exc
+        if not isinstance(result, Mapping) or "id" not in result or "payload" not in result:
+            raise DrainpipeError(
+                "unexpected", "verify must return a mapping with `id` and `payload`"
+            )
+        message_id = result["id"]
+        if isinstance(message_id, int) and not isinstance(message_id, bool):
+            message_id = str(message_id)
+        return message_id, result["payload"], result.get("tenant", MISSING)
+
+    # -- storage -------------------------------------------------------------------------
+
+    async def store(
+        self,
+        *,
+        id: str,
+        payload: Any,
+        type: str | _Missing | None = MISSING,
+        tenant: str | _Missing | None = MISSING,
+        headers: Mapping[str, str] | None = None,
+    ) -> Stored:
+        """Store an event that was verified elsewhere (e.g. by a provider's SDK).
+
+        ``type``/``tenant`` default to ``type_of(payload)``/``tenant_of(payload)`` when not
+        passed (passing ``None`` stores none). Returns ``Stored(id, duplicate)``; a duplicate
+        (same source, tenant and id) keeps the first payload.
+        """
+        event_type = self._type_of(payload) if isinstance(type, _Missing) else type
+        if isinstance(tenant, _Missing):
+            tenant = self._tenant_of(payload) if self._tenant_of is not None else None
+        kept = {str(k).lower(): v for k, v in (headers or {}).items()}
+        return await self._store(id, _json_text(payload, "payload"), event_type, tenant, kept)
+
+    async def _store(
+        self,
+        message_id: Any,
+        payload_text: str,
+        event_type: Any,
+        tenant: Any,
+        headers: dict[str, Any],
+    ) -> Stored:
+        if isinstance(message_id, int) and not isinstance(message_id, bool):
+            message_id = str(message_id)
+        row = await self._db.fetchrow(
+            "SELECT id, duplicate FROM drainpipe.receive_webhook("
+            "%s, %s, %s, %s::jsonb, %s::jsonb, %s, %s)",
+            (
+                self.source,
+                _text(message_id, "id", required=True),
+                _text(event_type, "type", required=False),
+                payload_text,
+                _json_text(headers, "headers"),
+                _tenant(tenant),
+                self.max_attempts,
+            ),
+        )
+        assert row is not None
+        return Stored(id=int(row[0]), duplicate=bool(row[1]))
+
+    # -- processing ----------------------------------------------------------------------
+
+    async def process(
+        self,
+        handler: Handler,
+        *,
+        batch: int = 10,
+        lease: float | timedelta = 300,
+        budget: float | timedelta | None = None,
+        deadline: float | None = None,
+    ) -> WorkReport:
+        """Claim and handle messages until none is due or the budget is spent.
+
+        ``handler(message)`` (plain or async) returning normally marks the message processed;
+        raising fails it: it comes back after ``min(3600, 2**attempts)`` seconds (or
+        ``Retry(after=...)`` seconds) and is dead after ``max_attempts``. ``lease`` (seconds)
+        is renewed every half lease while a batch runs. ``budget`` (seconds) and
+        ``deadline`` (an ``asyncio`` loop time) are checked before each claim; claimed
+        messages always finish. A message whose worker died on its last attempt is marked
+        dead by the next claim.
+        """
+        if not callable(handler):
+            raise TypeError("handler must be callable: async def handler(message)")
+        batch = positive_int(batch, "batch")
+        lease_seconds = seconds(lease, "lease")
+        if lease_seconds <= 0:
+            raise validation_error(
+                "lease must be more than 0 seconds", [{"message": "Must be > 0", "path": ["lease"]}]
+            )
+        loop = asyncio.get_running_loop()
+        if budget is not None:
+            by_budget = loop.time() + seconds(budget, "budget")
+            deadline = by_budget if deadline is None else min(deadline, by_budget)
+        report = WorkReport()
+        while True:
+            if deadline is not None and loop.time() >= deadline:
+                report.budget_exhausted = True
+                return report
+            rows = await self._db.fetch(
+                f"SELECT {_MESSAGE_COLUMNS} FROM drainpipe.claim_webhooks(%s, %s, %s, %s)",
+                (self.source, self.worker, batch, lease_seconds),
+            )
+            if not rows:
+                return report
+            await self._run_batch(
+                handler, [self._message(row) for row in rows], lease_seconds, report
+            )
+
+    def _message(self, row: tuple[Any, ...]) -> WebhookMessage:
+        (id_, source, message_id, event_type, payload, headers, attempts, max_attempts,
+         received_at, tenant, checkpoint) = row  # fmt: skip
+        return WebhookMessage(
+            id=id_,
+            source=source,
+            message_id=message_id,
+            type=event_type,
+            payload=payload,
+            headers=dict(headers or {}),
+            attempts=attempts,
+            max_attempts=max_attempts,
+            received_at=received_at,
+            tenant=tenant,
+            progress=dict(checkpoint or {}),
+            save=self._checkpoint,
+        )
+
+    async def _run_batch(
+        self, handler: Handler, messages: list[WebhookMessage], lease: float, report: WorkReport
+    ) -> None:
+        unfinished = {message.id: message for message in messages}
+        lost: set[int] = set()
+        heartbeat = asyncio.create_task(self._heartbeat(unfinished, lost, lease))
+        try:
+            for message in messages:
+                if message.id not in lost:  # taken over while it waited its turn: skip it
+                    await self._run_one(handler, message, report)
+                unfinished.pop(message.id, None)
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+
+    async def _heartbeat(
+        self, unfinished: dict[int, WebhookMessage], lost: set[int], lease: float
+    ) -> None:
+        while True:
+            await asyncio.sleep(lease / 2)
+            held = list(unfinished.values())
+            if not held:
+                continue
+            try:
+                rows = await self._db.fetch(
+                    "SELECT drainpipe.extend_webhooks(%s::bigint[], %s::integer[], %s, %s)",
+                    ([m.id for m in held], [m.attempts for m in held], self.worker, lease),
+                )
+            except Exception:  # a missed beat is retried next time; the message keeps running
+                log.warning("drainpipe: inbox heartbeat failed for %s", self.source, exc_info=True)
+                continue
+            renewed = {row[0] for row in rows}
+            lost.update(m.id for m in held if m.id not in renewed and m.id in unfinished)
+
+    async def _run_one(self, handler: Handler, message: WebhookMessage, report: WorkReport) -> None:
+        try:
+            result = handler(message)
+            if inspect.isawaitable(result):
+                await result
+        except Retry as retry:
+            report.failed += 1
+            await self._fail(message, str(retry), retry.after)
+            return
+        except Exception as exc:
+            report.failed += 1
+            log.warning(
+                "drainpipe: inbox %s message %s failed (attempt %d/%d)",
+                self.source, message.message_id, message.attempts, message.max_attempts,
+                exc_info=True,
+            )  # fmt: skip
+            await self._fail(message, error_text(exc), None)
+            return
+        report.succeeded += 1
+        try:
+            await self._db.fetchval(
+                "SELECT drainpipe.complete_webhook(%s, %s, %s)",
+                (message.id, self.worker, message.attempts),
+            )
+        except Exception:  # the message comes back when its lease ends
+            log.warning("drainpipe: could not complete inbox message %s", message.id, exc_info=True)
+
+    async def _fail(self, message: WebhookMessage, text: str, retry_in: float | None) -> None:
+        try:
+            await self._db.fetchval(
+                "SELECT drainpipe.fail_webhook(%s, %s, %s, %s, %s)",
+                (message.id, self.worker, message.attempts, text, retry_in),
+            )
+        except Exception:  # the message comes back when its lease ends
+            log.warning("drainpipe: could not fail inbox message %s", message.id, exc_info=True)
+
+    async def _checkpoint(self, message: WebhookMessage, fields: dict[str, Any]) -> bool:
+        return bool(
+            await self._db.fetchval(
+                "SELECT drainpipe.checkpoint_webhook(%s, %s, %s, %s::jsonb)",
+                (message.id, self.worker, message.attempts, _json_text(fields, "fields")),
+            )
+        )
+
+    # -- the delivery log ----------------------------------------------------------------
+
+    async def list(
+        self, *, tenant: str, status: InboxStatus | None = None, limit: int = 100
+    ) -> list[InboxEntry]:
+        """A tenant's messages of this source, newest first (``limit`` is capped at 1000).
+        Messages stored without a tenant are never listed."""
+        tenant_text = _text(tenant, "tenant", required=True)
+        if status is not None and status not in STATUSES:
+            raise validation_error(
+                f"status must be one of {', '.join(STATUSES)}, not {status!r}",
+                [{"message": "Unknown status", "path": ["status"]}],
+            )
+        rows = await self._db.fetch(
+            f"SELECT {_ENTRY_COLUMNS} FROM drainpipe.list_webhooks(%s, %s, %s, %s)",
+            (tenant_text, self.source, status, min(positive_int(limit, "limit"), 1000)),
+        )
+        return [InboxEntry(*row) for row in rows]
+
+    async def purge(
+        self,
+        *,
+        older_than: float | timedelta = _THIRTY_DAYS,
+        include_dead: bool = False,
+        tenant: str | None = None,
+        batch: int = 10000,
+    ) -> int:
+        """Delete up to ``batch`` messages of this source processed more than ``older_than``
+        ago (seconds or a timedelta) and, with ``include_dead``, dead ones received that long
+        ago; only ``tenant``'s when given. Pending and processing messages are never
+        deleted. Returns how many were deleted (call again while it returns ``batch``)."""
+        return int(
+            await self._db.fetchval(
+                "SELECT drainpipe.purge_webhooks(%s, %s, %s, %s, %s)",
+                (
+                    seconds(older_than, "older_than"),
+                    bool(include_dead),
+                    positive_int(batch, "batch"),
+                    # '' must not widen a tenant's purge to every tenant
+                    None if tenant is None else _text(tenant, "tenant", required=True),
+                    self.source,
+                ),
+            )
+        )
+
+    async def close(self) -> None:
+        """Close the connection pool the inbox opened for a DSN (yours stays open)."""
+        await self._db.close()
