@@ -1,0 +1,119 @@
+"""`drainpipe sql add` / `drainpipe sql apply` against real databases."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import drainpipe
+from drainpipe.cli import main, migration_names
+from drainpipe.devserver import available_modules
+from tests.conftest import drop_database, with_database
+
+
+@pytest.fixture
+def empty_db_url(server_dsn: str) -> Iterator[str]:
+    """A database with nothing of drainpipe in it."""
+    name = "t_cli_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield with_database(server_dsn, name)
+    drop_database(server_dsn, name)
+
+
+def _modules_in(url: str) -> dict[str, Any]:
+    with psycopg.connect(url) as conn:
+        return dict(conn.execute("SELECT name, options FROM drainpipe.modules").fetchall())
+
+
+def test_sql_add_writes_numbered_migrations_that_continue(tmp_path: Path, capsys: Any) -> None:
+    out = tmp_path / "migrations"
+    assert main(["sql", "add", "jobs", "idempotency", "--out", str(out)]) == 0
+    first = sorted(p.name for p in out.iterdir())
+    assert first == ["0001_drainpipe_jobs.sql", "0002_drainpipe_idempotency.sql"]
+    assert capsys.readouterr().out.split() == [str(out / name) for name in first]
+    jobs_sql = (out / first[0]).read_text()
+    assert jobs_sql.startswith("CREATE EXTENSION IF NOT EXISTS pgmq;")
+    assert "drainpipe.claim_jobs" in jobs_sql
+    assert "CREATE EXTENSION" not in (out / first[1]).read_text()
+    assert main(["sql", "add", "webhook-inbox", "--out", str(out)]) == 0
+    assert (out / "0003_drainpipe_webhook_inbox.sql").is_file()
+
+
+def test_sql_add_follows_supabase_timestamps(tmp_path: Path) -> None:
+    (tmp_path / "20990101120000_init.sql").write_text("select 1;")
+    names = migration_names(tmp_path, ["jobs", "webhook-inbox"])
+    assert names == [
+        "20990101120001_drainpipe_jobs.sql",
+        "20990101120002_drainpipe_webhook_inbox.sql",
+    ]
+    assert migration_names(tmp_path / "none", ["jobs"]) == ["0001_drainpipe_jobs.sql"]
+    stamped = migration_names(tmp_path.parent, ["jobs"], now=0)  # no timestamps there
+    assert re.fullmatch(r"\d{4}_drainpipe_jobs\.sql", stamped[0])
+
+
+def test_written_table_migrations_apply_and_work(tmp_path: Path, empty_db_url: str) -> None:
+    assert main(["sql", "add", "jobs", "--backend", "table", "--out", str(tmp_path)]) == 0
+    [path] = tmp_path.iterdir()
+    assert "pgmq" not in path.read_text().split("\n", 1)[0]
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        conn.execute(path.read_bytes())
+
+    async def round_trip() -> int:
+        jobs = drainpipe.Jobs(empty_db_url, {"emails": dict})
+        try:
+            job_id = await jobs.enqueue("emails", {"to": "a@x"})
+            [job] = await jobs.claim("emails")
+            assert await jobs.complete(job)
+            return job_id if job.id == job_id else -1
+        finally:
+            await jobs.backend.db.close()  # type: ignore[attr-defined]
+
+    assert asyncio.run(round_trip()) > 0
+
+
+def test_sql_apply_installs_every_module_once(empty_db_url: str, capsys: Any) -> None:
+    assert main(["sql", "apply", "--database-url", empty_db_url, "--backend", "table"]) == 0
+    assert capsys.readouterr().out.strip() == "applied: " + ", ".join(available_modules())
+    modules = _modules_in(empty_db_url)
+    assert set(modules) == set(available_modules())
+    assert modules["jobs"] == {"backend": "table", "scheduler": "drain"}
+    assert main(["sql", "apply", "--database-url", empty_db_url, "--backend", "table"]) == 0
+    assert capsys.readouterr().out.strip() == "up to date"
+
+
+def test_sql_apply_reads_database_url_and_takes_modules(
+    empty_db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", empty_db_url)
+    assert main(["sql", "apply", "--modules", "idempotency"]) == 0
+    assert set(_modules_in(empty_db_url)) == {"idempotency"}
+
+
+def test_usage_errors(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    assert main(["sql", "apply"]) == 2
+    assert "DATABASE_URL" in capsys.readouterr().err
+    for argv in (
+        ["sql", "add", "nope"],
+        ["sql"],
+        [],
+        ["dev", "--every", "0"],
+        ["dev", "--port", "x"],
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 2, argv
+
+
+def test_sql_apply_reports_an_unreachable_database(capsys: Any) -> None:
+    url = "postgresql://postgres@127.0.0.1:1/nowhere?connect_timeout=1"
+    assert main(["sql", "apply", "--database-url", url, "--modules", "jobs"]) == 1
+    assert capsys.readouterr().err.startswith("drainpipe: ")

