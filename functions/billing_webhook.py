@@ -1,51 +1,37 @@
-"""Vercel entry point: the billing provider's webhooks, verified and stored in the inbox.
+"""``/api/billing-webhook``: the billing provider's webhooks, verified and stored once.
 
-Environment: ``DATABASE_URL`` (the service-role connection) and ``WEBHOOK_SECRET`` (one
-``whsec_`` secret, or several separated by spaces or commas while rotating). The inbox is
-built on the first request, so importing this module needs neither; a request without them
-gets a 500 Problem naming what is missing. The messages are processed by the drain route.
+Environment: ``DATABASE_URL`` (the service role's connection string) and ``WEBHOOK_SECRET``
+(one ``whsec_`` secret, or several separated by spaces or commas while rotating). The inbox
+is built on the first request, so importing this file needs neither; until both are set,
+requests get a 503 Problem with code ``NOT_CONFIGURED``. The stored messages are processed
+by the drain route (``functions/drain.py``).
 """
 
 from __future__ import annotations
 
-import os
 import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
 
-from drainpipe.errors import DrainpipeError
-from drainpipe.http import Receive, Request, Response, Scope, Send, problem_response, run_asgi
 from drainpipe.inbox import WebhookInbox
 
-SOURCE = "billing"
-_inbox: WebhookInbox | None = None
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:  # Vercel imports this file by its path: make ``_app.py`` importable
+    sys.path.insert(0, _HERE)
+from _app import BILLING_SOURCE, ASGIApp, Closer, LazyApp  # noqa: E402
 
 
-def build_inbox() -> WebhookInbox:
-    """The inbox this function serves; raises ``DrainpipeError`` when the env is incomplete."""
-    missing = [name for name in ("DATABASE_URL", "WEBHOOK_SECRET") if not os.environ.get(name)]
-    if missing:
-        raise DrainpipeError("unexpected", f"Missing environment variables: {', '.join(missing)}")
-    secrets = [s for s in re.split(r"[\s,]+", os.environ["WEBHOOK_SECRET"]) if s]
-    return WebhookInbox(
-        os.environ["DATABASE_URL"],
-        source=SOURCE,
+def build(env: Mapping[str, str]) -> tuple[ASGIApp, Closer | None]:
+    """The inbox's ASGI app; a malformed secret raises ``ValueError`` (→ 503, logged)."""
+    secrets = [secret for secret in re.split(r"[\s,]+", env["WEBHOOK_SECRET"]) if secret]
+    inbox = WebhookInbox(
+        env["DATABASE_URL"],
+        source=BILLING_SOURCE,
         secrets=secrets,
         keep_headers=("user-agent",),
     )
+    return inbox.app, inbox.close
 
 
-async def _handle(request: Request) -> Response:
-    global _inbox
-    if _inbox is None:
-        try:
-            _inbox = build_inbox()
-        except DrainpipeError as error:
-            return problem_response(error, request.path)
-        except ValueError as exc:  # a malformed WEBHOOK_SECRET
-            return problem_response(DrainpipeError("unexpected", str(exc)), request.path)
-    response: Response = await _inbox.receive(request)
-    return response
-
-
-async def app(scope: Scope, receive: Receive, send: Send) -> None:
-    """The ASGI app Vercel serves."""
-    await run_asgi(_handle, scope, receive, send)
+app = LazyApp(build, needs=("DATABASE_URL", "WEBHOOK_SECRET"))

@@ -40,9 +40,10 @@ CREATE UNIQUE INDEX IF NOT EXISTS webhook_inbox_message_idx
 -- The claim reads this index in order: only messages that may still run are in it.
 CREATE INDEX IF NOT EXISTS webhook_inbox_ready_idx
     ON drainpipe.webhook_inbox (source, available_at, id) WHERE status IN ('pending', 'processing');
--- A tenant's delivery log, newest first (list_webhooks) and per-tenant purges.
+-- A tenant's delivery log, newest first (list_webhooks) and per-tenant purges; not partial,
+-- so the log of tenantless messages (tenant IS NULL) reads it too.
 CREATE INDEX IF NOT EXISTS webhook_inbox_tenant_idx
-    ON drainpipe.webhook_inbox (tenant, source, received_at, id) WHERE tenant IS NOT NULL;
+    ON drainpipe.webhook_inbox (tenant, source, received_at, id);
 -- purge_webhooks walks processed messages by age; pending work is not in it.
 CREATE INDEX IF NOT EXISTS webhook_inbox_processed_idx
     ON drainpipe.webhook_inbox (source, processed_at) WHERE status = 'processed';
@@ -236,8 +237,8 @@ AS $$
     SELECT EXISTS (SELECT 1 FROM drainpipe.extend_webhooks(ARRAY[p_id], ARRAY[p_attempt], p_worker, p_lease))
 $$;
 
--- A tenant's messages, newest first. Messages without a tenant are never listed: the log
--- is per tenant, and a null tenant would otherwise show every tenantless delivery.
+-- One tenant's messages, newest first; a null p_tenant lists the messages stored without a
+-- tenant (never every tenant's: a missing tenant must not widen the log).
 CREATE OR REPLACE FUNCTION drainpipe.list_webhooks(
     p_tenant text,
     p_source text DEFAULT NULL,
@@ -254,7 +255,7 @@ BEGIN
     END IF;
     RETURN QUERY
     SELECT w.* FROM drainpipe.webhook_inbox w
-     WHERE w.tenant = p_tenant
+     WHERE ((p_tenant IS NOT NULL AND w.tenant = p_tenant) OR (p_tenant IS NULL AND w.tenant IS NULL))
        AND (p_source IS NULL OR w.source = p_source)
        AND (p_status IS NULL OR w.status = p_status)
      ORDER BY w.received_at DESC, w.id DESC

@@ -795,6 +795,8 @@ async def test_list_shows_one_tenant_newest_first(
     assert [e.message_id for e in await box.list(tenant="acme", limit=1)] == ["evt_0"]
     assert [e.message_id for e in await box.list(tenant="globex")] == ["evt_1"]
     assert await box.list(tenant="initech") == []
+    # None is the log of tenantless messages, not everybody's
+    assert [e.message_id for e in await box.list(tenant=None)] == ["evt_3"]
     with pytest.raises(DrainpipeError) as caught:
         await box.list(tenant="acme", status="gone")  # type: ignore[arg-type]
     assert caught.value.kind == "validation"
@@ -912,20 +914,25 @@ async def test_billing_function_imports_without_env_and_serves_with_it(
     sys.modules.pop("billing_webhook", None)
     module = importlib.import_module("billing_webhook")
     body = b'{"type": "invoice.paid"}'
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=module.app), base_url="http://f"
-    ) as client:
-        missing = await client.post("/api/billing", content=body, headers=signed(body))
-        assert missing.status_code == 500
-        assert missing.json()["kind"] == "unexpected"
-        monkeypatch.setenv("DATABASE_URL", db_url)
-        monkeypatch.setenv("WEBHOOK_SECRET", f"{OTHER_SECRET} {SECRET}")
-        answer = await client.post(
-            "/api/billing", content=body, headers={**signed(body), "user-agent": "b"}
-        )
-        assert answer.status_code == 202
-    await module._inbox.close()
-    sys.modules.pop("billing_webhook", None)
+    transport = httpx.ASGITransport(app=module.app)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://f") as client:
+            missing = await client.post("/api/billing-webhook", content=body, headers=signed(body))
+            assert missing.status_code == 503
+            assert missing.json()["code"] == "NOT_CONFIGURED"
+            monkeypatch.setenv("DATABASE_URL", db_url)
+            monkeypatch.setenv("WEBHOOK_SECRET", f"{OTHER_SECRET}, {SECRET}")
+            answer = await client.post(
+                "/api/billing-webhook", content=body, headers={**signed(body), "user-agent": "b"}
+            )
+            assert answer.status_code == 202
+            forged = await client.post(
+                "/api/billing-webhook", content=body, headers=signed(body, secret=OLD_SECRET)
+            )
+            assert forged.status_code == 401
+    finally:
+        await module.app.aclose()
+        sys.modules.pop("billing_webhook", None)
     [row] = await rows(conn)
     assert (row["source"], row["headers"]) == ("billing", {"user-agent": "b"})
 

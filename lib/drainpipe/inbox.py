@@ -701,11 +701,14 @@ class WebhookInbox:
     # -- the delivery log ----------------------------------------------------------------
 
     async def list(
-        self, *, tenant: str, status: InboxStatus | None = None, limit: int = 100
+        self, *, tenant: str | None, status: InboxStatus | None = None, limit: int = 100
     ) -> list[InboxEntry]:
         """A tenant's messages of this source, newest first (``limit`` is capped at 1000).
-        Messages stored without a tenant are never listed."""
-        tenant_text = _text(tenant, "tenant", required=True)
+
+        ``tenant=None`` lists the messages stored without a tenant, never other tenants';
+        an empty string is refused (``validation``).
+        """
+        tenant_text = None if tenant is None else _text(tenant, "tenant", required=True)
         if status is not None and status not in STATUSES:
             raise validation_error(
                 f"status must be one of {', '.join(STATUSES)}, not {status!r}",
