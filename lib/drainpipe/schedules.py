@@ -1,7 +1,408 @@
-"""Schedules (placeholder until the schedules issue lands)."""
+"""Schedules: recurring jobs with a cron and a time zone, run by the drain or by pg_cron.
+
+Under ``scheduler="drain"`` each schedule is a row with its next run; ``run_schedules``
+(also called by the drain route) leases the due rows, enqueues one run per schedule with
+the dedupe key ``schedule:<name>:<run ISO>`` and advances each to its next run, computed
+from the later of now and the due time so runs missed while nothing drained collapse into
+one. Under ``scheduler="pg_cron"`` each schedule is a pg_cron job whose command enqueues;
+pg_cron knows neither time zones nor tenants, so those are refused before any SQL.
+"""
 
 from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from .context import coerce_context, wrap_payload
+from .cron import Interval, next_cron_run, parse_cron, zone
+from .errors import DrainpipeError, invalid_request, validation_error
+from .models import JobContext
+from .validation import positive_int, seconds
+
+if TYPE_CHECKING:
+    from .backends import QueueBackend
+
+__all__ = ["EnsureResult", "ScheduleDef", "ScheduleInfo", "ScheduleMixin", "run_key"]
+
+#: Scheduled runs are enqueued with this many attempts.
+SCHEDULED_MAX_ATTEMPTS = 5
+MAX_NAME = 200  # keeps "schedule:<name>:<ISO>" within the 255-character dedupe key limit
+_DEFINITION_KEYS = ("name", "cron", "queue", "payload", "time_zone", "tenant", "context")
+_REQUIRED_KEYS = ("name", "cron", "queue", "payload")
+# pg_cron (1.5+) understands "N seconds" for 1-59; it has no minute or hour intervals.
+_PG_CRON_SECONDS = re.compile(r"^([1-9]|[1-5][0-9])\s+seconds?$", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleInfo:
+    """A stored schedule. Under pg_cron ``queue`` is read back from the command, ``tenant``,
+    ``next_run``, ``leased_until`` and ``created_at`` are ``None``, and ``time_zone`` is UTC.
+
+    ``next_run`` is ``None`` until a drain computes it (a schedule written from SQL, or one
+    whose cron or zone changed); ``leased_until`` is set while a drain holds it.
+    """
+
+    name: str
+    cron: str
+    time_zone: str
+    queue: str | None
+    tenant: str | None
+    next_run: datetime | None
+    last_run: datetime | None
+    leased_until: datetime | None
+    created_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleDef:
+    """One schedule of an :meth:`~ScheduleMixin.ensure_schedules` set (``schedule()``'s arguments)."""
+
+    name: str
+    cron: str
+    queue: str
+    payload: Any
+    time_zone: str = "UTC"
+    tenant: str | None = None
+    context: JobContext | Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EnsureResult:
+    """``scheduled``: every name of the set, in order; ``removed``: the names unscheduled."""
+
+    scheduled: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    name: str
+    cron: str
+    queue: str
+    payload: Any
+    time_zone: str
+    tenant: str | None
+    next_run: datetime | None
+
+
+def _floor_ms(moment: datetime) -> datetime:
+    # stored and compared at millisecond precision, so advance_schedule's fence matches
+    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
+
+
+def iso_instant(moment: datetime) -> str:
+    """ISO-8601 UTC with ``Z``, milliseconds only when there are any."""
+    moment = moment.astimezone(UTC)
+    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    millis = moment.microsecond // 1000
+    return f"{text}.{millis:03d}Z" if millis else f"{text}Z"
+
+
+def run_key(name: str, run: datetime) -> str:
+    """The dedupe key of one scheduled run: ``schedule:<name>:<run ISO>``."""
+    return f"schedule:{name}:{iso_instant(run)}"
+
+
+def _prefixed(exc: DrainpipeError, *path: Any) -> DrainpipeError:
+    for issue in exc.issues or []:
+        issue["path"] = [*path, *issue.get("path", [])]
+    return exc
 
 
 class ScheduleMixin:
     """Schedule methods of :class:`drainpipe.Jobs`."""
+
+    if TYPE_CHECKING:
+        backend: QueueBackend
+        scheduler: str
+        _now: Callable[[], datetime]
+
+        def _check_queue(self, queue: str) -> str: ...
+        def serialise(self, queue: str, payload: Any) -> Any: ...
+        def _optional(self, method: str, feature: str) -> Any: ...
+
+    # -- checks shared by schedule and ensure_schedules -----------------------------------
+
+    def _prepare(
+        self,
+        name: Any,
+        cron: Any,
+        queue: str,
+        payload: Any,
+        time_zone: Any,
+        tenant: Any,
+        context: Any,
+        default_tenant: str | None = None,
+    ) -> _Prepared:
+        if not isinstance(name, str) or not name or len(name) > MAX_NAME:
+            raise validation_error(
+                f"A schedule name is a string of 1 to {MAX_NAME} characters, not {name!r}",
+                [{"message": "Invalid schedule name", "path": ["name"]}],
+            )
+        self._check_queue(queue)
+        if tenant is not None and (not isinstance(tenant, str) or not tenant):
+            raise validation_error(
+                f'Schedule "{name}": tenant must be a non-empty string or None',
+                [{"message": "Invalid tenant", "path": [name, "tenant"]}],
+            )
+        try:
+            recorded = coerce_context(context)
+        except DrainpipeError as exc:
+            raise _prefixed(exc, name) from None
+        owner = tenant or (recorded.tenant if recorded else None) or default_tenant
+        if not isinstance(time_zone, str):
+            raise validation_error(
+                f'Schedule "{name}": time_zone must be an IANA name such as "Europe/Amsterdam"',
+                [{"message": "Invalid time zone", "path": [name, "time_zone"]}],
+            )
+        if self.scheduler == "pg_cron":
+            if time_zone != "UTC":
+                raise invalid_request(
+                    f'Schedule "{name}": pg_cron runs schedules in UTC only, not {time_zone}; '
+                    'use scheduler="drain" for time zones'
+                )
+            if owner is not None:
+                raise invalid_request(
+                    f'Schedule "{name}": pg_cron schedules have no tenant; '
+                    'use scheduler="drain" for tenant schedules'
+                )
+        try:
+            value = wrap_payload(self.serialise(queue, payload), recorded)
+        except DrainpipeError as exc:
+            raise _prefixed(exc, name, "payload") from None
+        try:
+            zone(time_zone)
+        except ValueError as exc:
+            raise validation_error(
+                str(exc), [{"message": str(exc), "path": [name, "time_zone"]}]
+            ) from None
+        try:
+            spec = parse_cron(cron)
+            first = next_cron_run(cron, time_zone, self._now())
+        except ValueError as exc:
+            raise validation_error(
+                str(exc), [{"message": str(exc), "path": [name, "cron"]}]
+            ) from None
+        text = cron.strip()
+        if self.scheduler == "pg_cron":
+            if isinstance(spec, Interval) and not _PG_CRON_SECONDS.match(text):
+                raise invalid_request(
+                    f'Schedule "{name}": pg_cron has no interval "{text}" (only 1-59 seconds); '
+                    'use five cron fields or scheduler="drain"'
+                )
+            return _Prepared(name, text, queue, value, time_zone, None, None)
+        return _Prepared(name, text, queue, value, time_zone, owner, _floor_ms(first))
+
+    async def _write(self, write: Any, prepared: _Prepared) -> None:
+        await write(
+            prepared.name,
+            prepared.cron,
+            prepared.queue,
+            prepared.payload,
+            time_zone=prepared.time_zone,
+            next_run=prepared.next_run,
+            tenant=prepared.tenant,
+        )
+
+    # -- public API ------------------------------------------------------------------------
+
+    async def schedule(
+        self,
+        name: str,
+        cron: str,
+        queue: str,
+        payload: Any,
+        *,
+        time_zone: str = "UTC",
+        tenant: str | None = None,
+        context: JobContext | Mapping[str, Any] | None = None,
+    ) -> None:
+        """Create or replace the schedule ``name``: enqueue ``payload`` on ``queue`` at every
+        run of ``cron`` in ``time_zone``.
+
+        The tenant is ``tenant``, else the context's tenant. Keeping the cron and zone of an
+        existing schedule keeps its next run. Bad cron, unknown zone or a payload failing the
+        schema → ``validation`` (issue paths start with ``name``), nothing written. Under
+        pg_cron a zone other than UTC or a tenant → ``invalid_request``, before any SQL.
+        """
+        write = self._optional("schedule", "schedule")
+        await self._write(
+            write, self._prepare(name, cron, queue, payload, time_zone, tenant, context)
+        )
+
+    async def unschedule(self, name: str) -> bool:
+        """Remove a schedule; False when there was none of that name."""
+        if not isinstance(name, str):
+            raise validation_error(
+                "A schedule name is a string",
+                [{"message": "Invalid schedule name", "path": ["name"]}],
+            )
+        remove = self._optional("unschedule", "unschedule")
+        return bool(await remove(name))
+
+    async def list_schedules(
+        self, *, prefix: str | None = None, tenant: str | None = None
+    ) -> list[ScheduleInfo]:
+        """Schedules ordered by name, optionally only names starting with ``prefix`` and only
+        ``tenant``'s (under pg_cron a tenant filter matches nothing)."""
+        for label, value in (("prefix", prefix), ("tenant", tenant)):
+            if value is not None and not isinstance(value, str):
+                raise validation_error(
+                    f"{label} must be a string or None",
+                    [{"message": "Expected a string", "path": [label]}],
+                )
+        listing = self._optional("list_schedules", "list_schedules")
+        rows = await listing(prefix=prefix, tenant=tenant)
+        return [ScheduleInfo(*row) for row in rows]
+
+    async def unschedule_all(self, *, tenant: str) -> int:
+        """Remove every schedule of ``tenant``; returns how many (always 0 under pg_cron)."""
+        if not isinstance(tenant, str) or not tenant:
+            raise validation_error(
+                "unschedule_all needs a non-empty tenant",
+                [{"message": "Invalid tenant", "path": ["tenant"]}],
+            )
+        remove = self._optional("unschedule_tenant", "unschedule_all")
+        return int(await remove(tenant))
+
+    async def ensure_schedules(
+        self,
+        definitions: Iterable[ScheduleDef | Mapping[str, Any]],
+        *,
+        prefix: str,
+        tenant: str | None = None,
+    ) -> EnsureResult:
+        """Make the schedules under ``prefix`` (and ``tenant``, when given) exactly
+        ``definitions``: write each one, unschedule the others.
+
+        Everything is checked before anything is written: an empty prefix, a name outside
+        the prefix, a repeated name or a malformed definition → ``invalid_request``; a bad
+        cron, zone or payload → ``validation``. A definition's own tenant wins over
+        ``tenant``. Rewriting a schedule with the same cron and zone keeps its next run.
+        """
+        if not isinstance(prefix, str) or not prefix:
+            raise invalid_request("ensure_schedules needs a non-empty prefix")
+        if tenant is not None and (not isinstance(tenant, str) or not tenant):
+            raise invalid_request("ensure_schedules: tenant must be a non-empty string or None")
+        if isinstance(definitions, str | bytes | Mapping):
+            raise invalid_request("ensure_schedules needs a list of ScheduleDef or mappings")
+        write = self._optional("schedule", "ensure_schedules")
+        listing = self._optional("list_schedules", "ensure_schedules")
+        remove = self._optional("unschedule", "ensure_schedules")
+        seen: set[str] = set()
+        prepared: list[_Prepared] = []
+        for index, definition in enumerate(definitions):
+            item = _definition(index, definition)
+            name = item.name
+            if not isinstance(name, str) or not name.startswith(prefix):
+                raise invalid_request(f'Schedule "{name}" does not start with "{prefix}"')
+            if name in seen:
+                raise invalid_request(f'Schedule "{name}" is defined twice')
+            seen.add(name)
+            prepared.append(
+                self._prepare(
+                    name,
+                    item.cron,
+                    item.queue,
+                    item.payload,
+                    item.time_zone,
+                    item.tenant,
+                    item.context,
+                    default_tenant=tenant,
+                )
+            )
+        existing = await listing(prefix=prefix, tenant=tenant)
+        for one in prepared:
+            await self._write(write, one)
+        removed = []
+        for row in existing:
+            if row[0] not in seen and await remove(row[0]):
+                removed.append(row[0])
+        return EnsureResult(scheduled=[one.name for one in prepared], removed=removed)
+
+    async def run_schedules(self, *, lease: float = 60, batch: int = 100) -> int:
+        """Enqueue one run of every due schedule (up to ``batch``); returns the runs enqueued.
+
+        Each run gets the dedupe key ``schedule:<name>:<run ISO>`` and 5 attempts; the next
+        run counts from the later of now and the due time, so missed runs collapse into one.
+        Schedules are leased for ``lease`` seconds while this call works on them, so
+        overlapping calls never enqueue a run twice. 0 under pg_cron (it runs them itself)
+        or on a backend without schedules. A schedule that fails to enqueue does not stop the
+        others; the first such error is raised after the rest ran.
+        """
+        lease = seconds(lease, "lease", minimum=1)
+        positive_int(batch, "batch")
+        due = getattr(self.backend, "due_schedules", None)
+        advance = getattr(self.backend, "advance_schedule", None)
+        if self.scheduler == "pg_cron" or due is None or advance is None:
+            return 0
+        ran = 0
+        failure: BaseException | None = None
+        for name, cron, time_zone, queue, payload, next_run, first_after in await due(
+            lease=lease, batch=batch
+        ):
+            try:
+                if await self._run_one(
+                    advance, name, cron, time_zone, queue, payload, next_run, first_after
+                ):
+                    ran += 1
+            except DrainpipeError as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+        return ran
+
+    async def _run_one(
+        self,
+        advance: Any,
+        name: str,
+        cron: str,
+        time_zone: str,
+        queue: str,
+        payload: Any,
+        next_run: datetime | None,
+        first_after: datetime | None,
+    ) -> bool:
+        now = self._now()
+        try:
+            if next_run is None:
+                # written from SQL (or cron/zone changed without a next run): compute the first
+                first = _floor_ms(next_cron_run(cron, time_zone, first_after or now))
+                if first > now:
+                    await advance(name, None, first)
+                    return False
+                next_run = first
+            following = _floor_ms(next_cron_run(cron, time_zone, max(now, next_run)))
+        except ValueError:
+            # SQL only checks the shape; a cron Python cannot read never runs (it keeps no
+            # next run and list_schedules shows it) rather than failing every drain
+            return False
+        await self.backend.send(
+            queue,
+            payload,
+            delay=0,
+            max_attempts=SCHEDULED_MAX_ATTEMPTS,
+            dedupe_key=run_key(name, next_run),
+            dedupe="always",
+        )
+        return bool(await advance(name, next_run, following))
+
+
+def _definition(index: int, definition: Any) -> ScheduleDef:
+    if isinstance(definition, ScheduleDef):
+        return definition
+    if not isinstance(definition, Mapping):
+        raise invalid_request(f"Schedule definition {index} must be a ScheduleDef or a mapping")
+    unknown = sorted(str(key) for key in definition if key not in _DEFINITION_KEYS)
+    if unknown:
+        raise invalid_request(
+            f"Schedule definition {index} has unknown keys: {', '.join(unknown)}"
+            f" (allowed: {', '.join(_DEFINITION_KEYS)})"
+        )
+    missing = [key for key in _REQUIRED_KEYS if key not in definition]
+    if missing:
+        raise invalid_request(f"Schedule definition {index} needs {', '.join(missing)}")
+    return ScheduleDef(**{str(key): value for key, value in definition.items()})

@@ -1,0 +1,166 @@
+-- jobs: schedules run by pg_cron (scheduler="pg_cron"). Each schedule is a pg_cron job
+-- named after it whose command enqueues the payload. pg_cron runs every job in
+-- cron.timezone (UTC unless changed) and has no notion of tenants, so only UTC schedules
+-- without a tenant are accepted. The functions match the drain scheduler's, so the Python
+-- side calls the same names. pg_cron 1.4 runs jobs only in the database named by
+-- cron.database_name: install this module there. Bodies are plpgsql so the module installs
+-- (and fails clearly when called) where the cron schema does not exist.
+
+CREATE OR REPLACE FUNCTION drainpipe.assert_schedule_form(p_cron text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_text text := lower(btrim(coalesce(p_cron, ''), E' \t\r\n'));
+BEGIN
+    IF v_text ~ '^@(yearly|annually|monthly|weekly|daily|midnight|hourly)$' THEN
+        RETURN;
+    END IF;
+    IF v_text ~ '^[0-9]+\s+(second|minute|hour)s?$' THEN
+        IF substring(v_text FROM '^([0-9]+)')::numeric < 1 THEN
+            RAISE EXCEPTION 'Invalid schedule %: the interval must be positive', p_cron USING ERRCODE = '22023';
+        END IF;
+        RETURN;
+    END IF;
+    IF v_text ~ '^\S+(\s+\S+){4}$' THEN
+        RETURN;
+    END IF;
+    RAISE EXCEPTION 'Invalid schedule %: expected five cron fields, a macro such as @daily, or an interval such as 5 minutes', p_cron
+        USING ERRCODE = '22023';
+END
+$$;
+
+-- True when pg_cron is installed in this database (its functions are only here then).
+CREATE OR REPLACE FUNCTION drainpipe.has_pg_cron()
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_cron')
+$$;
+
+CREATE OR REPLACE FUNCTION drainpipe.schedule_job(
+    p_name text,
+    p_cron text,
+    p_queue text,
+    p_payload jsonb DEFAULT '{}',
+    p_time_zone text DEFAULT 'UTC',
+    p_next_run timestamptz DEFAULT NULL,
+    p_tenant text DEFAULT NULL
+)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_cron text := btrim(p_cron, E' \t\r\n');
+    v_id bigint;
+BEGIN
+    IF p_name IS NULL OR length(p_name) NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION 'Invalid schedule name %: 1 to 200 characters', p_name USING ERRCODE = '22023';
+    END IF;
+    PERFORM drainpipe.assert_schedule_form(p_cron);
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF p_tenant IS NOT NULL THEN
+        RAISE EXCEPTION 'pg_cron schedules have no tenant (schedule %); install the jobs module with scheduler "drain" for tenant schedules', p_name
+            USING ERRCODE = '22023';
+    END IF;
+    IF coalesce(p_time_zone, '') <> 'UTC' THEN
+        RAISE EXCEPTION 'pg_cron runs schedules in cron.timezone, not %; install the jobs module with scheduler "drain" for time zones', p_time_zone
+            USING ERRCODE = '22023';
+    END IF;
+    IF v_cron ~* '^[0-9]+\s+(minute|hour)s?$' THEN
+        RAISE EXCEPTION 'pg_cron cannot run the interval %; use five cron fields, or scheduler "drain"', p_cron
+            USING ERRCODE = '22023';
+    END IF;
+    IF NOT drainpipe.has_pg_cron() THEN
+        RAISE EXCEPTION 'schedule_job needs pg_cron: CREATE EXTENSION pg_cron in the database named by cron.database_name'
+            USING ERRCODE = '55000';
+    END IF;
+    -- p_next_run is ignored: pg_cron decides when to run
+    BEGIN
+        v_id := cron.schedule(
+            p_name,
+            v_cron,
+            format('SELECT drainpipe.enqueue_job(%L, %L::jsonb)', p_queue, coalesce(p_payload, '{}')::text)
+        );
+    EXCEPTION WHEN invalid_parameter_value OR internal_error THEN
+        RAISE EXCEPTION 'pg_cron rejected the schedule %: %', p_cron, SQLERRM USING ERRCODE = '22023';
+    END;
+    RETURN v_id;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION drainpipe.unschedule_job(p_name text)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- two statements: a query naming cron.job cannot even be planned without pg_cron
+    IF NOT drainpipe.has_pg_cron() THEN
+        RETURN false;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM cron.job j WHERE j.jobname = p_name) THEN
+        RETURN false;
+    END IF;
+    RETURN cron.unschedule(p_name::name);
+END
+$$;
+
+-- pg_cron keeps no queue, zone or tenant: queue and tenant are null, the zone is UTC, and
+-- a tenant filter matches nothing. last_run is pg_cron's latest recorded start.
+CREATE OR REPLACE FUNCTION drainpipe.list_schedules(p_prefix text DEFAULT NULL, p_tenant text DEFAULT NULL)
+RETURNS TABLE (
+    name text, cron text, time_zone text, queue text, tenant text, next_run timestamptz,
+    last_run timestamptz, leased_until timestamptz, created_at timestamptz
+)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_tenant IS NOT NULL OR NOT drainpipe.has_pg_cron() THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+        SELECT j.jobname::text, j.schedule::text, 'UTC'::text,
+               substring(j.command FROM '^SELECT drainpipe\.enqueue_job\(''([a-z0-9_]+)''')::text,
+               NULL::text, NULL::timestamptz,
+               (SELECT max(r.start_time) FROM cron.job_run_details r WHERE r.jobid = j.jobid),
+               NULL::timestamptz, NULL::timestamptz
+          FROM cron.job j
+         WHERE j.jobname IS NOT NULL
+           AND (p_prefix IS NULL OR starts_with(j.jobname, p_prefix))
+         ORDER BY j.jobname;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION drainpipe.unschedule_tenant(p_tenant text)
+RETURNS integer
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT 0  -- pg_cron schedules never have a tenant
+$$;
+
+-- pg_cron runs the schedules itself: the drain has nothing to claim or advance.
+CREATE OR REPLACE FUNCTION drainpipe.claim_due_schedules(p_lease double precision DEFAULT 60, p_batch integer DEFAULT 100)
+RETURNS TABLE (
+    name text, cron text, time_zone text, queue text, payload jsonb, next_run timestamptz,
+    first_after timestamptz
+)
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::jsonb, NULL::timestamptz, NULL::timestamptz
+     WHERE false
+$$;
+
+CREATE OR REPLACE FUNCTION drainpipe.advance_schedule(p_name text, p_ran timestamptz, p_next_run timestamptz)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT false
+$$;
