@@ -61,12 +61,20 @@ LEASE = 30
 ROUND_TRIPS = [0]
 
 
-class CountingConnection(psycopg.AsyncConnection[Any]):
+class CountingCursor(psycopg.AsyncCursor[Any]):
     """Counts every statement sent (each ``execute`` is one round trip)."""
 
     async def execute(self, *args: Any, **kwargs: Any) -> Any:
         ROUND_TRIPS[0] += 1
         return await super().execute(*args, **kwargs)
+
+
+class CountingConnection(psycopg.AsyncConnection[Any]):
+    """Its cursors count statements; ``connection.execute`` goes through a cursor too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cursor_factory = CountingCursor
 
 
 def with_database(dsn: str, dbname: str) -> str:
@@ -104,7 +112,7 @@ class System:
             return [f"pgmq.q_{QUEUE}", f"pgmq.a_{QUEUE}"]
         if self.name == "raw-table":
             return ["bench_raw"]
-        return ["drainpipe.job_messages", "drainpipe.job_archive"]
+        return ["drainpipe.job_messages", "drainpipe.job_dead_letters"]
 
     def jobs(self, pool: AsyncConnectionPool[Any]) -> Any:
         jobs = drainpipe.Jobs(pool, {QUEUE: dict})
@@ -649,7 +657,9 @@ async def scale(urls: dict[str, str], cfg: Config) -> dict[str, dict[int, dict[s
         for backlog in (1_000, cfg.scale_backlog):
             async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
                 if storage == "table":
-                    await conn.execute("TRUNCATE drainpipe.job_messages, drainpipe.job_archive")
+                    await conn.execute(
+                        "TRUNCATE drainpipe.job_messages, drainpipe.job_dead_letters"
+                    )
                     await conn.execute(
                         "INSERT INTO drainpipe.job_messages (queue, message)"
                         f" SELECT %s, {message} FROM generate_series(1, {backlog}) g",
@@ -682,7 +692,9 @@ async def scale(urls: dict[str, str], cfg: Config) -> dict[str, dict[int, dict[s
                     "p90_ms": quantile(times, 0.9) * 1000,
                 }
                 if storage == "table":
-                    await conn.execute("TRUNCATE drainpipe.job_messages, drainpipe.job_archive")
+                    await conn.execute(
+                        "TRUNCATE drainpipe.job_messages, drainpipe.job_dead_letters"
+                    )
                 else:
                     await conn.execute(f"TRUNCATE pgmq.q_{QUEUE}, pgmq.a_{QUEUE}")
     return out

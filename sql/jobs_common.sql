@@ -41,3 +41,17 @@ BEGIN
     )) || jsonb_build_object('payload', coalesce(p_payload, '{}'::jsonb));
 END
 $$;
+
+-- claim_jobs once returned the whole message; a changed return type needs a DROP first
+-- (CREATE OR REPLACE cannot change it). Safe inside install()'s single transaction.
+DO $drop_old_claim$
+BEGIN
+    IF EXISTS (
+        SELECT 1 FROM pg_proc
+         WHERE oid = to_regprocedure('drainpipe.claim_jobs(text, double precision, integer)')
+           AND pg_get_function_result(oid) LIKE '%message jsonb%'
+    ) THEN
+        DROP FUNCTION drainpipe.claim_jobs(text, double precision, integer);
+    END IF;
+END
+$drop_old_claim$;

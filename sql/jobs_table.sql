@@ -1,6 +1,7 @@
 -- jobs on a plain table, claimed with FOR UPDATE SKIP LOCKED (backend="table").
--- Live jobs stay in job_messages; completed jobs and dead letters move to job_archive,
--- so the claim index only ever covers work that can still run.
+-- Live jobs stay in job_messages. A completed job is deleted: nothing in the API reads
+-- completed jobs, and a plain DELETE keeps completion as cheap as a hand-written queue's.
+-- Dead letters move to job_dead_letters, where they wait to be listed, replayed or purged.
 
 CREATE TABLE IF NOT EXISTS drainpipe.job_messages (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -9,8 +10,10 @@ CREATE TABLE IF NOT EXISTS drainpipe.job_messages (
     message jsonb NOT NULL,
     -- claims so far; 0 = never claimed; the fencing token of complete/fail/extend
     attempts integer NOT NULL DEFAULT 0,
-    max_attempts integer GENERATED ALWAYS AS (coalesce((message ->> 'max_attempts')::integer, 5)) STORED,
-    dedupe_key text GENERATED ALWAYS AS (message ->> 'dedupe_key') STORED,
+    -- copies of message fields, written once by the enqueue functions (not generated
+    -- columns: those would be recomputed from the jsonb on every claim's UPDATE)
+    max_attempts integer NOT NULL DEFAULT 5,
+    dedupe_key text,
     enqueued_at timestamptz NOT NULL DEFAULT clock_timestamp(),
     -- claimable from: the delay end, the lease end or the backoff end
     visible_at timestamptz NOT NULL DEFAULT clock_timestamp()
@@ -30,20 +33,42 @@ CREATE UNIQUE INDEX IF NOT EXISTS job_messages_waiting_dedupe_idx
 CREATE INDEX IF NOT EXISTS job_messages_dedupe_idx
     ON drainpipe.job_messages (queue, dedupe_key) WHERE dedupe_key IS NOT NULL;
 
-CREATE TABLE IF NOT EXISTS drainpipe.job_archive (
+CREATE TABLE IF NOT EXISTS drainpipe.job_dead_letters (
     id bigint PRIMARY KEY,
     queue text NOT NULL,
+    -- the job's message with last_error and "dead": true
     message jsonb NOT NULL,
     attempts integer NOT NULL,
     enqueued_at timestamptz NOT NULL,
-    archived_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-    dead boolean NOT NULL DEFAULT false
+    died_at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
-ALTER TABLE drainpipe.job_archive ENABLE ROW LEVEL SECURITY;
--- Dead letters newest first (list_dead, retry_dead, stats).
-CREATE INDEX IF NOT EXISTS job_archive_dead_idx ON drainpipe.job_archive (queue, id) WHERE dead;
--- purge_job_archive walks old rows of one queue.
-CREATE INDEX IF NOT EXISTS job_archive_age_idx ON drainpipe.job_archive (queue, archived_at);
+ALTER TABLE drainpipe.job_dead_letters ENABLE ROW LEVEL SECURITY;
+-- newest first per queue (list_dead, retry_dead, stats)
+CREATE INDEX IF NOT EXISTS job_dead_letters_queue_idx ON drainpipe.job_dead_letters (queue, id);
+-- purge by age; rows arrive in time order, so BRIN is enough
+CREATE INDEX IF NOT EXISTS job_dead_letters_died_brin ON drainpipe.job_dead_letters USING brin (died_at);
+
+-- Upgrades from the first layout: generated max_attempts/dedupe_key columns become plain
+-- ones (values kept), and dead letters move out of the old job_archive table.
+DO $upgrade$
+BEGIN
+    IF EXISTS (SELECT 1 FROM information_schema.columns
+                WHERE table_schema = 'drainpipe' AND table_name = 'job_messages'
+                  AND column_name = 'max_attempts' AND is_generated = 'ALWAYS') THEN
+        ALTER TABLE drainpipe.job_messages ALTER COLUMN max_attempts DROP EXPRESSION;
+        ALTER TABLE drainpipe.job_messages ALTER COLUMN max_attempts SET DEFAULT 5;
+        ALTER TABLE drainpipe.job_messages ALTER COLUMN max_attempts SET NOT NULL;
+        ALTER TABLE drainpipe.job_messages ALTER COLUMN dedupe_key DROP EXPRESSION;
+    END IF;
+    IF to_regclass('drainpipe.job_archive') IS NOT NULL THEN
+        INSERT INTO drainpipe.job_dead_letters (id, queue, message, attempts, enqueued_at, died_at)
+        SELECT id, queue, message, attempts, enqueued_at, archived_at
+          FROM drainpipe.job_archive WHERE dead
+        ON CONFLICT (id) DO NOTHING;
+        DROP TABLE drainpipe.job_archive;
+    END IF;
+END
+$upgrade$;
 
 CREATE OR REPLACE FUNCTION drainpipe.enqueue_job(
     p_queue text,
@@ -77,8 +102,9 @@ BEGIN
             RETURN v_id;
         END IF;
     END IF;
-    INSERT INTO drainpipe.job_messages (queue, message, visible_at)
-    VALUES (p_queue, v_message, clock_timestamp() + make_interval(secs => greatest(coalesce(p_delay, 0), 0)))
+    INSERT INTO drainpipe.job_messages (queue, message, max_attempts, dedupe_key, visible_at)
+    VALUES (p_queue, v_message, p_max_attempts, p_dedupe_key,
+            clock_timestamp() + make_interval(secs => greatest(coalesce(p_delay, 0), 0)))
     RETURNING id INTO v_id;
     RETURN v_id;
 END
@@ -99,9 +125,10 @@ BEGIN
     PERFORM drainpipe.assert_queue_name(p_queue);
     PERFORM drainpipe.job_message('{}', p_max_attempts, NULL);
     RETURN QUERY
-    INSERT INTO drainpipe.job_messages (queue, message, visible_at)
+    INSERT INTO drainpipe.job_messages (queue, message, max_attempts, visible_at)
     SELECT p_queue,
            jsonb_build_object('payload', e.value, 'max_attempts', p_max_attempts),
+           p_max_attempts,
            clock_timestamp() + make_interval(secs => greatest(coalesce(p_delay, 0), 0))
       FROM jsonb_array_elements(p_payloads) WITH ORDINALITY AS e(value, n)
      ORDER BY e.n
@@ -114,7 +141,8 @@ CREATE OR REPLACE FUNCTION drainpipe.claim_jobs(
     p_lease double precision DEFAULT 300,
     p_batch integer DEFAULT 1
 )
-RETURNS TABLE (id bigint, attempts integer, enqueued_at timestamptz, visible_until timestamptz, message jsonb)
+RETURNS TABLE (id bigint, attempts integer, enqueued_at timestamptz, visible_until timestamptz,
+               payload jsonb, max_attempts integer, last_error text)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -124,17 +152,19 @@ DECLARE
 BEGIN
     -- A job whose lease ran out on its last attempt is a dead letter, not work to run again.
     WITH exhausted AS (
+        -- = ANY(ARRAY(...)) keeps this a primary-key lookup per row; "IN (subquery)" was
+        -- planned as a hash semi join over the whole table
         DELETE FROM drainpipe.job_messages m
-         WHERE m.id IN (
+         WHERE m.id = ANY (ARRAY(
                SELECT x.id FROM drainpipe.job_messages x
                 WHERE x.queue = p_queue AND x.attempts >= x.max_attempts AND x.visible_at <= v_now
-                FOR UPDATE SKIP LOCKED)
+                FOR UPDATE SKIP LOCKED))
         RETURNING m.*
     )
-    INSERT INTO drainpipe.job_archive (id, queue, message, attempts, enqueued_at, archived_at, dead)
+    INSERT INTO drainpipe.job_dead_letters (id, queue, message, attempts, enqueued_at, died_at)
     SELECT e.id, e.queue,
            e.message || '{"last_error": "The lease ran out on the last attempt", "dead": true}'::jsonb,
-           e.attempts, e.enqueued_at, v_now, true
+           e.attempts, e.enqueued_at, v_now
       FROM exhausted e;
 
     RETURN QUERY
@@ -149,9 +179,11 @@ BEGIN
     UPDATE drainpipe.job_messages j
        SET attempts = j.attempts + 1,
            visible_at = v_now + make_interval(secs => greatest(p_lease, 0))
-      FROM picked
-     WHERE j.id = picked.id
-    RETURNING j.id, j.attempts, j.enqueued_at, j.visible_at, j.message;
+     -- primary-key lookups even under a generic plan (which guesses LIMIT $n at 10% of the table)
+     WHERE j.id = ANY (ARRAY(SELECT picked.id FROM picked))
+    -- the message's fields as columns: the client then parses only the payload's JSON
+    RETURNING j.id, j.attempts, j.enqueued_at, j.visible_at, j.message -> 'payload', j.max_attempts,
+              j.message ->> 'last_error';
 END
 $$;
 
@@ -161,15 +193,11 @@ RETURNS SETOF bigint
 LANGUAGE sql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    WITH done AS (
-        DELETE FROM drainpipe.job_messages m
-         USING unnest(p_ids, p_attempts) AS f(id, attempt)
-         WHERE m.id = f.id AND m.queue = p_queue AND m.attempts = f.attempt
-        RETURNING m.*
-    )
-    INSERT INTO drainpipe.job_archive (id, queue, message, attempts, enqueued_at)
-    SELECT d.id, d.queue, d.message, d.attempts, d.enqueued_at FROM done d
-    RETURNING id
+    DELETE FROM drainpipe.job_messages m
+     -- = ANY keeps primary-key lookups; the pair check is the fence
+     WHERE m.id = ANY (p_ids) AND m.queue = p_queue
+       AND (m.id, m.attempts) IN (SELECT f.id, f.attempt FROM unnest(p_ids, p_attempts) AS f(id, attempt))
+    RETURNING m.id
 $$;
 
 CREATE OR REPLACE FUNCTION drainpipe.complete_job(p_queue text, p_id bigint, p_attempt integer)
@@ -203,9 +231,9 @@ BEGIN
     END IF;
     IF v_job.attempts >= v_job.max_attempts THEN
         DELETE FROM drainpipe.job_messages WHERE id = p_id;
-        INSERT INTO drainpipe.job_archive (id, queue, message, attempts, enqueued_at, dead)
+        INSERT INTO drainpipe.job_dead_letters (id, queue, message, attempts, enqueued_at)
         VALUES (v_job.id, v_job.queue, v_job.message || v_error || '{"dead": true}', v_job.attempts,
-                v_job.enqueued_at, true);
+                v_job.enqueued_at);
         RETURN 'dead';
     END IF;
     UPDATE drainpipe.job_messages
@@ -249,7 +277,7 @@ AS $$
 DECLARE
     v_message jsonb;
 BEGIN
-    DELETE FROM drainpipe.job_archive WHERE id = p_id AND queue = p_queue AND dead
+    DELETE FROM drainpipe.job_dead_letters WHERE id = p_id AND queue = p_queue
     RETURNING message INTO v_message;
     IF v_message IS NULL THEN
         RETURN NULL;
@@ -270,7 +298,7 @@ AS $$
            coalesce(live.in_flight, 0),
            coalesce(live.delayed, 0),
            coalesce(live.exhausted, 0)
-             + (SELECT count(*) FROM drainpipe.job_archive a WHERE a.queue = q.name AND a.dead),
+             + (SELECT count(*) FROM drainpipe.job_dead_letters d WHERE d.queue = q.name),
            extract(epoch FROM clock_timestamp() - live.oldest)::double precision
       FROM unnest(p_queues) AS q(name)
       LEFT JOIN LATERAL (
@@ -291,10 +319,10 @@ RETURNS TABLE (id bigint, attempts integer, enqueued_at timestamptz, died_at tim
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT a.id, a.attempts, a.enqueued_at, a.archived_at, a.message
-      FROM drainpipe.job_archive a
-     WHERE a.queue = p_queue AND a.dead AND (p_before_id IS NULL OR a.id < p_before_id)
-     ORDER BY a.id DESC
+    SELECT d.id, d.attempts, d.enqueued_at, d.died_at, d.message
+      FROM drainpipe.job_dead_letters d
+     WHERE d.queue = p_queue AND (p_before_id IS NULL OR d.id < p_before_id)
+     ORDER BY d.id DESC
      LIMIT least(greatest(coalesce(p_max_rows, 100), 1), 1000)
 $$;
 
@@ -303,12 +331,14 @@ RETURNS SETOF bigint
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT a.id FROM drainpipe.job_archive a
-     WHERE a.queue = p_queue AND a.dead AND (p_ids IS NULL OR a.id = ANY (p_ids))
-     ORDER BY a.id DESC
+    SELECT d.id FROM drainpipe.job_dead_letters d
+     WHERE d.queue = p_queue AND (p_ids IS NULL OR d.id = ANY (p_ids))
+     ORDER BY d.id DESC
      LIMIT greatest(coalesce(p_batch, 1000), 1)
 $$;
 
+-- Completed jobs are not kept on this backend, so only dead letters older than
+-- p_dead_older_than are purged; p_older_than is accepted for the shared signature.
 CREATE OR REPLACE FUNCTION drainpipe.purge_job_archive(
     p_queue text,
     p_older_than interval DEFAULT '7 days',
@@ -320,13 +350,12 @@ LANGUAGE sql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
     WITH gone AS (
-        DELETE FROM drainpipe.job_archive a
-         WHERE a.id IN (
-               SELECT x.id FROM drainpipe.job_archive x
-                WHERE x.queue = p_queue
-                  AND x.archived_at < clock_timestamp() - CASE WHEN x.dead THEN p_dead_older_than ELSE p_older_than END
+        DELETE FROM drainpipe.job_dead_letters d
+         WHERE d.id = ANY (ARRAY(
+               SELECT x.id FROM drainpipe.job_dead_letters x
+                WHERE x.queue = p_queue AND x.died_at < clock_timestamp() - p_dead_older_than
                 ORDER BY x.id
-                LIMIT greatest(coalesce(p_batch, 10000), 1))
+                LIMIT greatest(coalesce(p_batch, 10000), 1)))
         RETURNING 1
     )
     SELECT count(*)::integer FROM gone

@@ -219,21 +219,7 @@ TABLE_INDEXES = ("job_messages", {"job_messages_ready_idx"})
 PGMQ_INDEXES = (f"q_{QUEUE}", {f"q_{QUEUE}_pkey", f"q_{QUEUE}_vt_idx"})
 
 
-@pytest.mark.parametrize(
-    "backend",
-    [
-        pytest.param(
-            "table",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="claim_jobs' exhausted sweep, DELETE ... WHERE m.id IN (SELECT ... FOR"
-                " UPDATE SKIP LOCKED), is planned as Hash Semi Join + Seq Scan of job_messages"
-                " (~60 ms at 300k rows once any exhausted job exists); = ANY (ARRAY(...)) fixes it",
-            ),
-        ),
-        "pgmq",
-    ],
-)
+@pytest.mark.parametrize("backend", ["table", "pgmq"])
 def test_claim_and_complete_stay_on_indexes(
     fill: Callable[[str], psycopg.Connection[Any]], backend: str
 ) -> None:
@@ -244,12 +230,6 @@ def test_claim_and_complete_stay_on_indexes(
     assert_functions_on_index(conn, table, indexes)
 
 
-@pytest.mark.xfail(
-    reason="with plan_cache_mode=force_generic_plan, LIMIT $n is estimated as 10% of the table"
-    " and the claim's UPDATE/DELETE joins (pgmq: UPDATE ... FROM picked; table: the exhausted"
-    " sweep's DELETE ... WHERE id IN (...)) become Hash Join + Seq Scan",
-    strict=False,
-)
 @pytest.mark.parametrize("backend", ["table", "pgmq"])
 def test_claim_holds_with_generic_plans(
     fill: Callable[[str], psycopg.Connection[Any]], backend: str

@@ -7,9 +7,11 @@ builds a route pays nothing for it until a request needs the database.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from .errors import DrainpipeError
@@ -113,6 +115,7 @@ class Database:
                     kwargs["prepare_threshold"] = None
                 pool = AsyncConnectionPool(
                     self._dsn,
+                    configure=_configure_connection,
                     min_size=1,
                     max_size=self._max_size,
                     timeout=self._timeout,
@@ -148,7 +151,11 @@ class Database:
     async def fetch(self, sql: str, params: Sequence[Any] | None = None) -> list[Row]:
         """Run one statement and return all its rows (as tuples)."""
         async with self.connection() as conn:
-            cur = await conn.execute(sql, params)
+            cur = conn.cursor()
+            if not self._owns_pool:
+                # a connection or pool of the caller's: faster JSON for our cursors only
+                use_fast_json(cur)
+            await cur.execute(sql, params)
             if cur.description is None:
                 return []
             return await cur.fetchall()
@@ -166,6 +173,37 @@ class Database:
         if self._owns_pool and self._pool is not None:
             await self._pool.close()
             self._pool = None
+
+
+async def _configure_connection(conn: Any) -> None:
+    use_fast_json(conn)
+
+
+def _orjson_loads(data: bytes | str) -> Any:
+    # a module-level function, not a closure: psycopg caches one loader class per function
+    import orjson
+
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        # orjson refuses what jsonb allows (integers beyond 64 bits); json reads it all
+        import json
+
+        return json.loads(data)
+
+
+@cache
+def _has_orjson() -> bool:
+    return importlib.util.find_spec("orjson") is not None
+
+
+def use_fast_json(context: Any) -> None:
+    """Decode json/jsonb with orjson on a connection or cursor: parsing payloads is most of
+    a worker's client-side CPU, and orjson does it several times faster than ``json``."""
+    if _has_orjson():
+        from psycopg.types.json import set_json_loads
+
+        set_json_loads(_orjson_loads, context)
 
 
 def _is_database_error(exc: BaseException) -> bool:

@@ -173,10 +173,9 @@ class Response:
     def to_starlette(self) -> Any:
         from starlette.responses import Response as StarletteResponse
 
-        headers = {k: v for k, v in self.headers.items() if k.lower() != "content-type"}
-        return StarletteResponse(
-            self.body, status_code=self.status, headers=headers, media_type=self.content_type
-        )
+        # the content type travels as a raw header: media_type would append "; charset=utf-8"
+        # to text/* types and change what was stored
+        return StarletteResponse(self.body, status_code=self.status, headers=self.headers)
 
 
 def json_response(

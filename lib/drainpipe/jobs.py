@@ -86,18 +86,29 @@ class Jobs(ScheduleMixin):
             adapter = self._adapters[queue] = TypeAdapter(self._schemas[queue])
         return adapter
 
-    def validate(self, queue: str, payload: Any) -> Any:
-        """Validate ``payload`` against the queue's schema; returns the validated value."""
+    def validator(self, queue: str) -> Callable[[Any], Any]:
+        """A function that validates payloads of ``queue`` (``validation`` error on failure);
+        workers fetch it once instead of looking the schema up per job."""
         from pydantic import ValidationError
 
-        try:
-            return self._adapter(self._check_queue(queue)).validate_python(payload)
-        except ValidationError as exc:
-            issues = pydantic_issues(exc)
-            raise validation_error(
-                f'Payload for queue "{queue}" is invalid: {issues[0]["message"] if issues else exc}',
-                issues,
-            ) from exc
+        # the core validator skips TypeAdapter's per-call wrapper (this runs once per job)
+        validate_python = self._adapter(self._check_queue(queue)).validator.validate_python
+
+        def validate(payload: Any) -> Any:
+            try:
+                return validate_python(payload)
+            except ValidationError as exc:
+                issues = pydantic_issues(exc)
+                first = issues[0]["message"] if issues else str(exc)
+                raise validation_error(
+                    f'Payload for queue "{queue}" is invalid: {first}', issues
+                ) from exc
+
+        return validate
+
+    def validate(self, queue: str, payload: Any) -> Any:
+        """Validate ``payload`` against the queue's schema; returns the validated value."""
+        return self.validator(queue)(payload)
 
     def serialise(self, queue: str, payload: Any) -> Any:
         """Validate and serialise a payload to the JSON value that is stored."""

@@ -13,7 +13,6 @@ import contextlib
 import inspect
 import logging
 from collections.abc import Callable
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .errors import TRANSIENT_KINDS, DrainpipeError, Retry
@@ -63,8 +62,10 @@ class Worker:
     ) -> None:
         self.jobs = jobs
         self.backend = jobs.backend
+        self.leases = bool(getattr(jobs.backend, "leases", False))
         self.queue = queue
         self.handler = handler
+        self._validate = jobs.validator(queue)
         self.concurrency = max(1, positive_int(concurrency, "concurrency"))
         self.batch = positive_int(batch, "batch")
         self.lease = lease if callable(lease) else seconds(lease, "lease")
@@ -89,15 +90,32 @@ class Worker:
     # -- the lanes ----------------------------------------------------------------------
 
     async def run(self, *, until_empty: bool) -> WorkReport:
-        lanes = [asyncio.create_task(self._lane(until_empty)) for _ in range(self.concurrency)]
+        # A drain starts with one lane and opens the others only once a claim comes back
+        # full, so draining an empty queue costs one round trip, not one per lane.
+        self._lanes: list[asyncio.Task[None]] = []
+        self._spread = not until_empty or self.concurrency == 1
+        self._until_empty = until_empty
+        lanes = self.concurrency if self._spread else 1
+        self._lanes += [asyncio.create_task(self._lane(until_empty)) for _ in range(lanes)]
         try:
-            await asyncio.gather(*lanes)
+            while pending := [lane for lane in self._lanes if not lane.done()]:
+                await asyncio.wait(pending)
+            for lane in self._lanes:
+                lane.result()
         finally:
-            for lane in lanes:
+            for lane in self._lanes:
                 lane.cancel()
         if self._fatal is not None:
             raise self._fatal
         return self.report
+
+    def _open_other_lanes(self) -> None:
+        if not self._spread:
+            self._spread = True
+            self._lanes += [
+                asyncio.create_task(self._lane(self._until_empty))
+                for _ in range(self.concurrency - 1)
+            ]
 
     def _stopping(self) -> bool:
         return self._halt.is_set() or (self.stop is not None and self.stop.is_set())
@@ -141,6 +159,8 @@ class Worker:
                 wait = min(wait * 2, self.max_poll_interval)
                 continue
             wait = self.poll_interval
+            if len(claimed) >= self.batch:
+                self._open_other_lanes()
             await self._run_batch(claimed)
 
     async def _sleep(self, delay: float) -> None:
@@ -158,9 +178,15 @@ class Worker:
 
     async def _run_batch(self, claimed: list[Job[Any]]) -> None:
         unfinished: dict[int, Job[Any]] = {job.id: job for job in claimed}
-        heartbeat = None
-        if getattr(self.backend, "leases", False):
-            heartbeat = asyncio.create_task(self._heartbeat(unfinished))
+        beats: list[asyncio.Task[None]] = []
+        first_beat = None
+        if self.leases:
+            # a timer, not a task: most batches finish before their first beat is due,
+            # and a timer costs far less to set up and cancel on this hot path
+            every = self.heartbeat_every or max(1.0, self._lease_seconds() / 2)
+            first_beat = asyncio.get_running_loop().call_later(
+                every, lambda: beats.append(asyncio.create_task(self._heartbeat(unfinished, every)))
+            )
         succeeded: list[Job[Any]] = []
         try:
             for job in claimed:
@@ -171,29 +197,31 @@ class Worker:
             await self._complete(succeeded)
         finally:
             unfinished.clear()
-            if heartbeat is not None:
-                heartbeat.cancel()
+            if first_beat is not None:
+                first_beat.cancel()
+            for beat in beats:
+                beat.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await heartbeat
+                    await beat
 
-    async def _heartbeat(self, unfinished: dict[int, Job[Any]]) -> None:
-        lease = self._lease_seconds()
-        every = self.heartbeat_every or max(1.0, lease / 2)
+    async def _heartbeat(self, unfinished: dict[int, Job[Any]], every: float) -> None:
+        """Extend every unfinished job of the batch now, then every ``every`` seconds."""
         extend_many = getattr(self.backend, "extend_many", None)
         while True:
-            await asyncio.sleep(every)
             jobs = list(unfinished.values())
-            if not jobs:
-                continue
-            try:
-                lease = self._lease_seconds()
-                if extend_many is not None:
-                    await extend_many(jobs, lease)
-                else:
-                    for job in jobs:
-                        await self.backend.extend(job, lease)
-            except Exception:  # a missed beat is retried next time; the job keeps running
-                log.warning("drainpipe: heartbeat failed for queue %s", self.queue, exc_info=True)
+            if jobs:
+                try:
+                    lease = self._lease_seconds()
+                    if extend_many is not None:
+                        await extend_many(jobs, lease)
+                    else:
+                        for job in jobs:
+                            await self.backend.extend(job, lease)
+                except Exception:  # a missed beat is retried next time; the job keeps running
+                    log.warning(
+                        "drainpipe: heartbeat failed for queue %s", self.queue, exc_info=True
+                    )
+            await asyncio.sleep(every)
 
     async def _complete(self, succeeded: list[Job[Any]]) -> None:
         if not succeeded:
@@ -216,13 +244,17 @@ class Worker:
         if self.all_tenants and context.tenant is None and not context.all_tenants:
             context = JobContext(actor=context.actor, tenant=None, all_tenants=True)
         try:
-            payload = self.jobs.validate(self.queue, job.payload)
+            payload = self._validate(job.payload)
         except DrainpipeError as invalid:
             await self._fail(job, invalid, None)
             return False
-        typed = replace(job, payload=payload, context=context)
+        # The claimed Job has not left the worker yet, so it takes the validated payload in
+        # place: building a second frozen dataclass per job costs a microsecond on this path.
+        object.__setattr__(job, "payload", payload)
+        if context is not job.context:
+            object.__setattr__(job, "context", context)
         try:
-            result = self.handler(payload, typed)
+            result = self.handler(payload, job)
             if inspect.isawaitable(result):
                 await result
         except Retry as retry:
