@@ -51,7 +51,8 @@ def test_every_exported_name_resolves() -> None:
 
 
 def test_install_is_the_function_not_a_module() -> None:
-    import drainpipe.sqlmodules  # noqa: F401 - importing the module must not shadow the function
+    # importing the submodule must not shadow the function of the same package
+    import drainpipe.sqlmodules
 
     assert callable(drainpipe.install) and drainpipe.install.__name__ == "install"
     assert callable(drainpipe.testing.check_queue_backend)

@@ -27,6 +27,10 @@ Row = tuple[Any, ...]
 _TRANSACTION_POOLER = re.compile(r":6543(/|$|\?)|pgbouncer=true")
 
 
+# undefined function / table / schema: most often a module that was never applied
+_MISSING_OBJECT = frozenset({"42883", "42P01", "3F000"})
+
+
 def translate_error(exc: BaseException) -> DrainpipeError:
     """Map a database or connection exception to a :class:`DrainpipeError` of the contract.
 
@@ -62,6 +66,10 @@ def translate_error(exc: BaseException) -> DrainpipeError:
     if type(exc).__module__.startswith("psycopg_pool"):
         # PoolTimeout / TooManyRequests: no connection could be had in time
         return DrainpipeError("network", message)
+    if sqlstate in _MISSING_OBJECT and "drainpipe" in message:
+        message += (
+            " (apply the SQL modules: drainpipe.install(db, modules) or `drainpipe sql apply`)"
+        )
     return DrainpipeError("unexpected", message)
 
 
