@@ -10,6 +10,7 @@ import hmac
 import importlib
 import json
 import re
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -25,7 +26,7 @@ from standardwebhooks import Webhook
 
 from drainpipe import DrainpipeError, Retry, WebhookInbox, WebhookMessage
 from drainpipe.http import Headers, Request
-from drainpipe.inbox import verify_signature
+from drainpipe.webhooks import load_secrets, verify_signature
 from tests.conftest import connect
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -374,6 +375,36 @@ def test_the_package_raises_what_receive_must_not() -> None:
             verify_signature([Webhook(SECRET)], Headers(bad_headers), bad_body, time.time())
         assert caught.value.code == "WEBHOOK_INVALID_SIGNATURE"
     assert verify_signature([Webhook(SECRET)], Headers(headers), body, time.time()) == "msg_1"
+
+
+def test_verify_signature_tolerance_is_300_seconds_each_way_and_any_secret_may_match() -> None:
+    body = b'{"a": 1}'
+    stamp = 1_700_000_000
+    headers = Headers(signed(body, timestamp=stamp, secret=OLD_SECRET))
+    secrets = load_secrets([SECRET, "v1," + OLD_SECRET])
+    for now in (stamp - 300, stamp, stamp + 300):
+        assert verify_signature(secrets, headers, body, now) == "msg_1"
+    for now, code in (
+        (stamp + 300.5, "WEBHOOK_TIMESTAMP_TOO_OLD"),
+        (stamp - 300.5, "WEBHOOK_TIMESTAMP_TOO_NEW"),
+    ):
+        with pytest.raises(DrainpipeError) as caught:
+            verify_signature(secrets, headers, body, now)
+        assert (caught.value.kind, caught.value.code) == ("unauthorized", code)
+    with pytest.raises(DrainpipeError) as caught:
+        verify_signature(load_secrets(SECRET), headers, body, stamp)
+    assert caught.value.code == "WEBHOOK_INVALID_SIGNATURE"
+
+
+def test_importing_the_inbox_loads_neither_standardwebhooks_nor_psycopg() -> None:
+    code = (
+        "import sys, drainpipe.inbox, drainpipe.webhooks\n"
+        "print(sorted({'standardwebhooks', 'psycopg'} & set(sys.modules)))\n"
+    )
+    result = subprocess.run(  # noqa: S603 - our own interpreter, fixed arguments
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=30
+    )
+    assert result.stdout.strip() == "[]"
 
 
 # -- custom verify, store, construction ----------------------------------------------------

@@ -1,8 +1,9 @@
 """The webhook inbox: verify a delivery, store it once, answer fast, process it later.
 
 ``receive`` (an ASGI app as ``inbox.app``) checks the size, the Standard Webhooks signature
-(or your ``verify``) and stores the message under (source, tenant, message id), so a
-provider's retries are answered ``200 {"duplicate": true}`` instead of being handled twice.
+(or your ``verify``; both in :mod:`drainpipe.webhooks`) and stores the message under (source,
+tenant, message id), so a provider's retries are answered ``200 {"duplicate": true}``
+instead of being handled twice.
 ``process`` claims stored messages in batches and runs your handler with retries
 (``min(3600, 2**attempts)`` s), leases renewed every half lease, and fencing by the claimed
 attempt. The state transitions are SQL functions (``sql/webhook_inbox.sql``).
@@ -11,19 +12,15 @@ attempt. The state transitions are SQL functions (``sql/webhook_inbox.sql``).
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
-import hmac
 import inspect
 import json
 import logging
 import os
-import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
 from .db import as_database
@@ -42,19 +39,15 @@ from .http import (
 )
 from .models import WorkReport
 from .validation import error_text, positive_int, seconds
+from .webhooks import Verify, call_verify, load_secrets, parse_body, read_body, verify_signature
 
 log = logging.getLogger("drainpipe")
 
 InboxStatus = Literal["pending", "processing", "processed", "dead"]
 STATUSES: Final = ("pending", "processing", "processed", "dead")
 Handler = Callable[["WebhookMessage"], Any]
-Verify = Callable[[Mapping[str, str], bytes], Any]
 
-#: Standard Webhooks tolerance: a timestamp further than this from now is refused (seconds).
-TOLERANCE: Final = 300
 _THIRTY_DAYS = timedelta(days=30)
-_DIGITS = re.compile(r"[0-9]+")
-_CONTENT_LENGTH = re.compile(r"\s*[0-9]{1,19}\s*")
 _MESSAGE_COLUMNS = (
     "id, source, message_id, event_type, payload, headers, attempts, max_attempts,"
     " received_at, tenant, checkpoint"
@@ -185,108 +178,6 @@ def default_type_of(payload: Any) -> str | None:
     return None
 
 
-def _unauthorized(code: str, message: str) -> DrainpipeError:
-    return DrainpipeError("unauthorized", message, code=code)
-
-
-def _header(headers: Mapping[str, str], name: str) -> str:
-    """A Standard Webhooks header, under its ``webhook-`` or its Svix ``svix-`` name."""
-    return headers.get("webhook-" + name) or headers.get("svix-" + name) or ""
-
-
-def _load_secret(secret: Any, index: int) -> Any:
-    from standardwebhooks import Webhook
-
-    if not isinstance(secret, str) or not secret.strip():
-        raise ValueError(f"secrets[{index}] must be a non-empty string (a whsec_ secret)")
-    text = secret.strip()
-    if text.startswith("v1,whsec_"):
-        text = text[3:]
-    try:
-        return Webhook(text)
-    except Exception as exc:
-        raise ValueError(f"secrets[{index}] is not a valid webhook secret: {exc}") from exc
-
-
-def verify_signature(
-    webhooks: Iterable[Any], headers: Mapping[str, str], body: bytes, now: float
-) -> str:
-    """Check a Standard Webhooks delivery against each secret; returns the message id.
-
-    ``now`` is the current Unix time in seconds. Raises ``DrainpipeError("unauthorized")``
-    with code ``WEBHOOK_MISSING_HEADERS``, ``WEBHOOK_INVALID_TIMESTAMP``,
-    ``WEBHOOK_TIMESTAMP_TOO_OLD``, ``WEBHOOK_TIMESTAMP_TOO_NEW`` or
-    ``WEBHOOK_INVALID_SIGNATURE``, and never anything else.
-    """
-    msg_id, stamp, signatures = (
-        _header(headers, "id"),
-        _header(headers, "timestamp"),
-        _header(headers, "signature"),
-    )
-    if not (msg_id and stamp and signatures):
-        raise _unauthorized(
-            "WEBHOOK_MISSING_HEADERS",
-            "The webhook-id, webhook-timestamp and webhook-signature headers are required",
-        )
-    # digits only: float() would also take "1e9", "nan" and " 12 "; int() can still refuse
-    # a number with thousands of digits
-    try:
-        if not _DIGITS.fullmatch(stamp):
-            raise ValueError(stamp)
-        timestamp = int(stamp)
-    except ValueError:
-        raise _unauthorized(
-            "WEBHOOK_INVALID_TIMESTAMP", "webhook-timestamp must be Unix time in whole seconds"
-        ) from None
-    if timestamp < now - TOLERANCE:
-        raise _unauthorized(
-            "WEBHOOK_TIMESTAMP_TOO_OLD", f"The webhook timestamp is more than {TOLERANCE} s old"
-        )
-    if timestamp > now + TOLERANCE:
-        raise _unauthorized(
-            "WEBHOOK_TIMESTAMP_TOO_NEW",
-            f"The webhook timestamp is more than {TOLERANCE} s in the future",
-        )
-    forged = _unauthorized("WEBHOOK_INVALID_SIGNATURE", "No webhook signature matches")
-    try:
-        # Standard Webhooks signs "<id>.<timestamp>.<body>" as UTF-8 text; a body that is not
-        # UTF-8 cannot carry a signature the package would accept.
-        text = body.decode("utf-8")
-        when = datetime.fromtimestamp(timestamp, UTC)
-        expected = [
-            base64.b64decode(webhook.sign(msg_id, when, text).partition(",")[2])
-            for webhook in webhooks
-        ]
-    except Exception:
-        raise forged from None
-    # Parsed here rather than by the package: it raises ValueError for an entry without a
-    # comma and binascii.Error for bad base64, which must be a 401, not a 500.
-    for entry in signatures.split():
-        version, _, encoded = entry.partition(",")
-        if version != "v1" or not encoded:
-            continue
-        try:
-            given = base64.b64decode(encoded)
-        except (binascii.Error, ValueError):
-            continue
-        for candidate in expected:
-            if hmac.compare_digest(candidate, given):
-                return msg_id
-    raise forged
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def parse_json(text: str) -> Any:
-    """Strict JSON (no NaN/Infinity, which Postgres jsonb refuses); ValueError otherwise."""
-    try:
-        return json.loads(text, parse_constant=_reject_constant)
-    except RecursionError:
-        raise ValueError("JSON nested too deeply") from None
-
-
 def _json_text(value: Any, name: str) -> str:
     try:
         return json.dumps(value, allow_nan=False, separators=(",", ":"))
@@ -374,7 +265,6 @@ class WebhookInbox:
         names = [keep_headers] if isinstance(keep_headers, str) else list(keep_headers)
         if not all(isinstance(name, str) and name for name in names):
             raise TypeError("keep_headers must be header names")
-        secret_list = [secrets] if isinstance(secrets, str) else list(secrets or ())
         self.source = source
         self.max_attempts = max_attempts
         self.max_body_bytes = max_body_bytes
@@ -382,7 +272,7 @@ class WebhookInbox:
         self.keep_headers = tuple(dict.fromkeys(name.lower() for name in names))
         self._db = as_database(db)
         self._verify = verify
-        self._webhooks = [_load_secret(secret, i) for i, secret in enumerate(secret_list)]
+        self._webhooks = load_secrets(secrets)
         self._type_of = type_of or default_type_of
         self._tenant_of = tenant_of
         self._problem = problem
@@ -425,21 +315,16 @@ class WebhookInbox:
         return json_response(body, 200 if stored.duplicate else 202)
 
     async def _accept(self, request: Request) -> Stored:
-        body = await self._read_body(request)
+        body = await read_body(request, self.max_body_bytes)
         tenant: Any = MISSING
         if self._verify is not None:
-            message_id, payload, tenant = await self._custom_verify(request, body)
+            verified = await call_verify(self._verify, request.headers, body)
+            message_id, payload = verified["id"], verified["payload"]
+            tenant = verified.get("tenant", MISSING)
             payload_text = _json_text(payload, "payload")
         else:
             message_id = verify_signature(self._webhooks, request.headers, body, self._clock())
-            # verify_signature only accepts UTF-8 bodies
-            payload_text = body.decode("utf-8")
-            try:
-                payload = parse_json(payload_text)
-            except ValueError:
-                raise invalid_request(
-                    "Webhook body is not JSON", code="WEBHOOK_INVALID_JSON"
-                ) from None
+            payload_text, payload = parse_body(body)
         try:
             event_type = self._type_of(payload)
             if tenant is MISSING:
@@ -455,54 +340,6 @@ class WebhookInbox:
             name: request.headers[name] for name in self.keep_headers if name in request.headers
         }
         return await self._store(message_id, payload_text, event_type, tenant, kept)
-
-    async def _read_body(self, request: Request) -> bytes:
-        too_large = DrainpipeError(
-            "invalid_request",
-            f"The webhook body is larger than {self.max_body_bytes} bytes",
-            code="WEBHOOK_BODY_TOO_LARGE",
-            status=413,
-        )
-        declared = request.headers.get("content-length")
-        if (
-            declared is not None
-            and _CONTENT_LENGTH.fullmatch(declared)
-            and int(declared) > self.max_body_bytes
-        ):
-            raise too_large
-        chunks: list[bytes] = []
-        size = 0
-        stream = request.stream()
-        try:
-            async for chunk in stream:
-                size += len(chunk)
-                if size > self.max_body_bytes:
-                    raise too_large  # stop reading: the rest is never buffered
-                chunks.append(chunk)
-        finally:
-            close = getattr(stream, "aclose", None)
-            if close is not None:
-                await close()
-        return b"".join(chunks)
-
-    async def _custom_verify(self, request: Request, body: bytes) -> tuple[str, Any, Any]:
-        assert self._verify is not None
-        try:
-            result = self._verify(request.headers, body)
-            if inspect.isawaitable(result):
-                result = await result
-        except DrainpipeError:
-            raise
-        except Exception as exc:
-            raise _unauthorized("WEBHOOK_INVALID_SIGNATURE", "The webhook was refused") from exc
-        if not isinstance(result, Mapping) or "id" not in result or "payload" not in result:
-            raise DrainpipeError(
-                "unexpected", "verify must return a mapping with `id` and `payload`"
-            )
-        message_id = result["id"]
-        if isinstance(message_id, int) and not isinstance(message_id, bool):
-            message_id = str(message_id)
-        return message_id, result["payload"], result.get("tenant", MISSING)
 
     # -- storage -------------------------------------------------------------------------
 
