@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from drainpipe.errors import DrainpipeError
-from drainpipe.http import problem_response
+from drainpipe.http import problem_response, serve_lifespan
 from drainpipe.models import Job
 
 log = logging.getLogger("drainpipe.functions")
@@ -101,14 +101,8 @@ class LazyApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await self.aclose()
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await serve_lifespan(receive, send, self.aclose)
+            return
         app = await self._get()
         if isinstance(app, str):
             log.warning("%s is not configured: %s", scope.get("path", "this function"), app)

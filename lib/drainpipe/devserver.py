@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from .errors import DrainpipeError
-from .http import Receive, Scope, Send, problem_response
+from .http import Receive, Scope, Send, problem_response, serve_lifespan
 
 if TYPE_CHECKING:
     import httpx
@@ -135,14 +135,8 @@ class FunctionsApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await self.aclose()
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await serve_lifespan(receive, send, self.aclose)
+            return
         if scope["type"] != "http":
             return
         app = self.match(scope.get("path", "/"))

@@ -236,14 +236,24 @@ async def run_asgi(
 ) -> None:
     """Serve one ASGI HTTP request with ``handle``; lifespan events are acknowledged."""
     if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        await serve_lifespan(receive, send)
+        return
     if scope["type"] != "http":
         return
     response = await handle(Request.from_asgi(scope, receive))
     await response(scope, receive, send)
+
+
+async def serve_lifespan(
+    receive: Receive, send: Send, on_shutdown: Callable[[], Awaitable[Any]] | None = None
+) -> None:
+    """Acknowledge ASGI lifespan startup and shutdown, running ``on_shutdown`` before the latter."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            if on_shutdown is not None:
+                await on_shutdown()
+            await send({"type": "lifespan.shutdown.complete"})
+            return

@@ -51,9 +51,7 @@ def module_files(module: str, *, backend: str = "pgmq", scheduler: str = "drain"
     check_options(backend, scheduler)
     if module == "jobs":
         files = ["jobs_common.sql", f"jobs_{backend}.sql", "jobs_tail.sql"]
-        schedules = f"schedules_{scheduler}.sql"
-        if (sql_dir() / schedules).exists():
-            files.append(schedules)
+        files += ["schedules_common.sql", f"schedules_{scheduler}.sql"]
     elif module in _MODULE_FILES:
         files = list(_MODULE_FILES[module])
     else:
