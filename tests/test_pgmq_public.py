@@ -562,3 +562,104 @@ async def test_supabase_async_client(
         await jobs.backend.read("no_such_queue", lease=30, batch=1)
     assert caught.value.kind == "not_found" and str(caught.value).startswith("pgmq_public.read: ")
     await client.postgrest.aclose()
+
+
+# -- answers that are 2xx but not what the function returns --------------------------------
+
+
+async def _call(answer: httpx.Response, fn: str, call: Any) -> Any:
+    with respx.mock() as router:
+        router.post(f"{BASE}/rest/v1/rpc/{fn}").mock(return_value=answer)
+        async with PgmqPublicBackend.from_url(BASE, SERVICE_KEY) as made:
+            return await call(made)
+
+
+def _job(job_id: int = 1) -> Any:
+    from datetime import UTC, datetime
+
+    from drainpipe.models import Job, JobContext
+
+    now = datetime.now(UTC)
+    return Job(
+        id=job_id, queue="emails", payload=1, context=JobContext(), attempts=5, max_attempts=5,
+        enqueued_at=now, visible_until=now, last_error=None,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("fn", "call"),
+    [
+        ("send", lambda b: b.send("emails", 1)),
+        ("send_batch", lambda b: b.send_many("emails", [1, 2])),
+        ("read", lambda b: b.read("emails", lease=30, batch=1)),
+        ("archive", lambda b: b.complete(_job())),
+        ("archive", lambda b: b.fail(_job(), "boom")),
+    ],
+)
+async def test_a_2xx_html_page_is_an_error_not_a_result(fn: str, call: Any) -> None:
+    # a proxy or captive portal answering 200 with HTML must not read as "archived" (a truthy
+    # string), "no messages" or a ValueError from int()
+    page = httpx.Response(
+        200, text="<html>maintenance</html>", headers={"content-type": "text/html"}
+    )
+    with pytest.raises(DrainpipeError) as caught:
+        await _call(page, fn, call)
+    assert caught.value.kind == "unexpected"
+    assert str(caught.value).startswith(f"pgmq_public.{fn}: ")
+
+
+@pytest.mark.parametrize(
+    ("body", "kind"),
+    [
+        ({"code": "57014", "message": "canceling statement due to statement timeout"}, "timeout"),
+        ({"code": "PGRST000", "message": "Could not connect"}, "network"),
+        ({"code": "42501", "message": "permission denied"}, "forbidden"),
+        ({"message": "something broke"}, "unexpected"),
+    ],
+)
+async def test_a_200_with_an_error_body_is_that_error(body: dict[str, Any], kind: str) -> None:
+    for fn, call in (
+        ("send", lambda b: b.send("emails", 1)),
+        ("read", lambda b: b.read("emails", lease=30, batch=1)),
+        ("archive", lambda b: b.complete(_job())),
+    ):
+        with pytest.raises(DrainpipeError) as caught:
+            await _call(httpx.Response(200, json=body), fn, call)
+        assert caught.value.kind == kind, (fn, body)
+        assert str(caught.value).startswith(f"pgmq_public.{fn}: ")
+
+
+async def test_message_ids_may_arrive_as_strings() -> None:
+    # bigints past 2**53 are sent as strings by some gateways; both forms are ids
+    assert await _call(httpx.Response(200, json=["9007199254740993"]), "send",
+                       lambda b: b.send("emails", 1)) == 9007199254740993  # fmt: skip
+    assert await _call(httpx.Response(200, json=[3, "4"]), "send_batch",
+                       lambda b: b.send_many("emails", [1, 2])) == [3, 4]  # fmt: skip
+    row = {"msg_id": "12", "read_ct": "1", "enqueued_at": "2024-01-01T00:00:00+00:00",
+           "vt": "2024-01-01T00:00:30+00:00", "message": {"payload": 5, "max_attempts": 3}}  # fmt: skip
+    [job] = await _call(httpx.Response(200, json=[row]), "read",
+                        lambda b: b.read("emails", lease=30, batch=1))  # fmt: skip
+    assert (job.id, job.attempts, job.payload, job.max_attempts) == (12, 1, 5, 3)
+
+
+@pytest.mark.parametrize(
+    ("fn", "body", "call"),
+    [
+        ("send", [True], lambda b: b.send("emails", 1)),
+        ("send", ["abc"], lambda b: b.send("emails", 1)),
+        ("send", [{"id": 1}], lambda b: b.send("emails", 1)),
+        ("send_batch", [1, None], lambda b: b.send_many("emails", [1, 2])),
+        ("send_batch", [1], lambda b: b.send_many("emails", [1, 2])),
+        ("read", [{"msg_id": "x", "message": 1}], lambda b: b.read("emails", lease=30, batch=1)),
+        ("read", [{"message": 1}], lambda b: b.read("emails", lease=30, batch=1)),
+        ("read", [{"msg_id": 1, "vt": "soon"}], lambda b: b.read("emails", lease=30, batch=1)),
+        ("read", {"msg_id": 1}, lambda b: b.read("emails", lease=30, batch=1)),
+        ("archive", "yes", lambda b: b.complete(_job())),
+        ("archive", [1], lambda b: b.complete(_job())),
+    ],
+)
+async def test_malformed_results_are_unexpected_errors(fn: str, body: Any, call: Any) -> None:
+    with pytest.raises(DrainpipeError) as caught:
+        await _call(httpx.Response(200, json=body), fn, call)
+    assert caught.value.kind == "unexpected"
+    assert str(caught.value).startswith(f"pgmq_public.{fn}: ")

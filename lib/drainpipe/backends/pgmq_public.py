@@ -98,8 +98,11 @@ def _transport_error(fn: str, exc: BaseException) -> DrainpipeError | None:
     return None
 
 
-def _rpc_error(fn: str, status: int | None, body: Any) -> DrainpipeError:
-    """A PostgREST error body ``{code, message, details, hint}`` (or anything else) → error."""
+def _rpc_error(
+    fn: str, status: int | None, body: Any, *, kind: ErrorKind | None = None
+) -> DrainpipeError:
+    """A PostgREST error body ``{code, message, details, hint}`` (or anything else) → error
+    (of ``kind`` when given, else the kind its code and status say)."""
     if isinstance(body, Mapping):
         code = body.get("code")
         code = None if code is None else str(code)
@@ -111,14 +114,48 @@ def _rpc_error(fn: str, status: int | None, body: Any) -> DrainpipeError:
         message = str(body) if body not in (None, "") else f"HTTP {status}"
     if len(message) > 500:  # a proxy's HTML error page says little past its start
         message = message[:500] + "…"
-    return DrainpipeError(_error_kind(status, code), f"{SCHEMA}.{fn}: {message}", code=code)
+    return DrainpipeError(kind or _error_kind(status, code), f"{SCHEMA}.{fn}: {message}", code=code)
+
+
+def _checked(fn: str, body: Any) -> Any:
+    """A 2xx result, unless it is an error body: no ``pgmq_public`` function returns a
+    JSON object, so ``{"message": ...}`` (a gateway or an RPC wrapper reporting a failure
+    with 200) is that failure, with the kind its ``code`` says."""
+    if isinstance(body, Mapping) and "message" in body and "msg_id" not in body:
+        raise _rpc_error(fn, None, body)  # the kind comes from its code; no code: unexpected
+    return body
+
+
+def _malformed(fn: str, what: str, data: Any) -> DrainpipeError:
+    shown = repr(data)
+    if len(shown) > 200:
+        shown = shown[:200] + "…"
+    return DrainpipeError("unexpected", f"{SCHEMA}.{fn}: expected {what}, got {shown}")
+
+
+def _message_id(fn: str, value: Any) -> int:
+    """A message id: a JSON integer, or its digits as a string (bigints past 2**53)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    raise _malformed(fn, "a message id", value)
+
+
+def _flag(fn: str, data: Any) -> bool:
+    """A boolean from ``true`` or ``[true]``; anything else is not an answer to trust."""
+    value = _first(fn, data)
+    if not isinstance(value, bool):
+        raise _malformed(fn, "true or false", data)
+    return value
 
 
 def _instant(value: Any) -> datetime:
-    if isinstance(value, datetime):
-        return value
+    """A timestamptz from JSON as an aware datetime (a naive one is read as UTC)."""
     if isinstance(value, str):
-        return datetime.fromisoformat(value)
+        value = datetime.fromisoformat(value)
+    if isinstance(value, datetime):
+        return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
     return datetime.now(UTC)
 
 
@@ -227,10 +264,13 @@ class PgmqPublicBackend:
         try:
             body = response.json() if response.content else None
         except ValueError:
-            body = response.text
+            if not response.is_success:
+                raise _rpc_error(fn, response.status_code, response.text) from None
+            # a proxy or maintenance page answering 2xx: its text is no result of ours
+            raise _rpc_error(fn, response.status_code, response.text, kind="unexpected") from None
         if not response.is_success:
             raise _rpc_error(fn, response.status_code, body)
-        return body
+        return _checked(fn, body)
 
     async def _rpc_client_call(self, fn: str, params: Mapping[str, Any]) -> Any:
         try:
@@ -252,7 +292,7 @@ class PgmqPublicBackend:
                 }
                 raise _rpc_error(fn, None, body) from exc
             raise DrainpipeError("unexpected", f"{SCHEMA}.{fn}: {exc}") from exc
-        return getattr(result, "data", result)
+        return _checked(fn, getattr(result, "data", result))
 
     # -- QueueBackend -----------------------------------------------------------------------
 
@@ -277,7 +317,7 @@ class PgmqPublicBackend:
                 "sleep_seconds": _whole_seconds(delay),
             },
         )
-        return int(_first("send", data))
+        return _message_id("send", _first("send", data))
 
     async def send_many(
         self, queue: str, payloads: Sequence[Any], *, delay: float = 0, max_attempts: int = 5
@@ -293,7 +333,10 @@ class PgmqPublicBackend:
                 "sleep_seconds": _whole_seconds(delay),
             },
         )
-        return [int(i) for i in (data if isinstance(data, list) else [data])]
+        ids = [_message_id("send_batch", i) for i in (data if isinstance(data, list) else [data])]
+        if len(ids) != len(payloads):
+            raise _malformed("send_batch", f"{len(payloads)} message ids", data)
+        return ids
 
     async def read(self, queue: str, *, lease: float, batch: int) -> list[Job[Any]]:
         """Read up to ``batch`` messages, hiding them for ``lease`` seconds (rounded up,
@@ -307,11 +350,18 @@ class PgmqPublicBackend:
                 "read",
                 {"queue_name": queue, "sleep_seconds": max(1, _whole_seconds(lease)), "n": batch},
             )
+            if rows is None:
+                rows = []
+            if not isinstance(rows, list):
+                raise _malformed("read", "a list of messages", rows)
             dead = 0
-            for row in rows if isinstance(rows, list) else []:
+            for row in rows:
                 job = _parse_row(queue, row)
                 if job.attempts > job.max_attempts:
-                    await self.rpc("archive", {"queue_name": queue, "message_id": job.id})
+                    _flag(
+                        "archive",
+                        await self.rpc("archive", {"queue_name": queue, "message_id": job.id}),
+                    )
                     dead += 1
                 else:
                     live.append(job)
@@ -321,11 +371,8 @@ class PgmqPublicBackend:
 
     async def complete(self, job: Job[Any]) -> bool:
         """Archive the message. No attempt fence: PostgREST offers none. False: it was gone."""
-        return bool(
-            _first(
-                "archive",
-                await self.rpc("archive", {"queue_name": job.queue, "message_id": job.id}),
-            )
+        return _flag(
+            "archive", await self.rpc("archive", {"queue_name": job.queue, "message_id": job.id})
         )
 
     async def fail(
@@ -336,7 +383,7 @@ class PgmqPublicBackend:
         ``"dead"``, or None when the message was already gone."""
         if job.attempts < job.max_attempts:
             return "queued"
-        archived = _first(
+        archived = _flag(
             "archive", await self.rpc("archive", {"queue_name": job.queue, "message_id": job.id})
         )
         return "dead" if archived else None
@@ -360,8 +407,15 @@ def _positive(value: Any, default: int) -> int:
 def _parse_row(queue: str, row: Any) -> Job[Any]:
     """A ``pgmq.message_record`` as JSON → Job. A message another producer sent without our
     ``{payload, max_attempts}`` layout is taken whole as the payload."""
-    if not isinstance(row, Mapping):
-        raise DrainpipeError("unexpected", f"{SCHEMA}.read: expected rows, got {row!r}")
+    if not isinstance(row, Mapping) or "msg_id" not in row:
+        raise _malformed("read", "message rows", row)
+    try:
+        return _row_job(queue, row)
+    except (TypeError, ValueError) as exc:
+        raise _malformed("read", f"a message row ({exc})", row) from None
+
+
+def _row_job(queue: str, row: Mapping[str, Any]) -> Job[Any]:
     message = row.get("message")
     if isinstance(message, Mapping) and "payload" in message:
         stored, max_attempts = message["payload"], message.get("max_attempts")
@@ -369,7 +423,7 @@ def _parse_row(queue: str, row: Any) -> Job[Any]:
         stored, max_attempts = message, None
     payload, context = unwrap_payload(stored)
     return Job(
-        id=int(row["msg_id"]),
+        id=_message_id("read", row["msg_id"]),
         queue=queue,
         payload=payload,
         context=context,
