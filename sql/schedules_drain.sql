@@ -53,7 +53,8 @@ END
 $$;
 
 -- Create or replace a schedule. Same cron and zone keep the next run (a due run is not
--- skipped by rewriting the schedule); otherwise next_run is p_next_run, or null with
+-- skipped by rewriting the schedule) and a drain's claim on it (that drain enqueues the
+-- due run with the payload it read); otherwise next_run is p_next_run, or null with
 -- first_after = now so the next drain computes it (how triggers write schedules).
 CREATE OR REPLACE FUNCTION drainpipe.schedule_job(
     p_name text,
@@ -87,8 +88,11 @@ BEGIN
         queue = excluded.queue,
         payload = excluded.payload,
         tenant = excluded.tenant,
-        -- a rewrite frees the schedule: a drain holding the old version cannot advance it
-        locked_until = NULL,
+        -- a new cron or zone frees the schedule, so a drain holding the old version cannot
+        -- advance it; the same cron and zone (ensure_schedules at every deploy) keep the
+        -- claim, or the run that drain is enqueueing would stay due and run twice
+        locked_until = CASE WHEN s.cron = excluded.cron AND s.time_zone = excluded.time_zone
+                            THEN s.locked_until END,
         next_run = CASE WHEN s.cron = excluded.cron AND s.time_zone = excluded.time_zone
                         THEN s.next_run ELSE excluded.next_run END,
         first_after = CASE WHEN s.cron = excluded.cron AND s.time_zone = excluded.time_zone
@@ -165,7 +169,7 @@ $$;
 -- Record that the run p_ran happened (null: nothing ran, the first run was computed) and
 -- set the next one. Only the run a drain claimed can be advanced: the stored next run must
 -- still equal p_ran (to the millisecond), or still be uncomputed, and the schedule must
--- still be leased (a rewrite clears the lease). False: rescheduled or advanced by another drain.
+-- still be leased (a new cron or zone clears the lease). False: rescheduled or advanced by another drain.
 CREATE OR REPLACE FUNCTION drainpipe.advance_schedule(p_name text, p_ran timestamptz, p_next_run timestamptz)
 RETURNS boolean
 LANGUAGE sql SECURITY DEFINER

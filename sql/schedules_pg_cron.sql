@@ -77,15 +77,19 @@ BEGIN
     IF NOT drainpipe.has_pg_cron() THEN
         RETURN false;
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM cron.job j WHERE j.jobname = p_name) THEN
+    -- only a job whose command is ours: cron.job also holds jobs users made by hand
+    IF NOT EXISTS (SELECT 1 FROM cron.job j
+                    WHERE j.jobname = p_name
+                      AND starts_with(j.command, 'SELECT drainpipe.enqueue_job(')) THEN
         RETURN false;
     END IF;
     RETURN cron.unschedule(p_name::name);
 END
 $$;
 
--- pg_cron keeps no queue, zone or tenant: queue and tenant are null, the zone is UTC, and
--- a tenant filter matches nothing. last_run is pg_cron's latest recorded start.
+-- The pg_cron jobs schedule_job made (other jobs in cron.job are not listed). pg_cron keeps
+-- no zone or tenant: the queue is read from the command, tenant is null, the zone is UTC,
+-- and a tenant filter matches nothing. last_run is pg_cron's latest recorded start.
 CREATE OR REPLACE FUNCTION drainpipe.list_schedules(p_prefix text DEFAULT NULL, p_tenant text DEFAULT NULL)
 RETURNS TABLE (
     name text, cron text, time_zone text, queue text, tenant text, next_run timestamptz,
@@ -106,6 +110,8 @@ BEGIN
                NULL::timestamptz, NULL::timestamptz
           FROM cron.job j
          WHERE j.jobname IS NOT NULL
+           -- drainpipe's jobs only: ensure_schedules removes what this lists under its prefix
+           AND starts_with(j.command, 'SELECT drainpipe.enqueue_job(')
            AND (p_prefix IS NULL OR starts_with(j.jobname, p_prefix))
          ORDER BY j.jobname;
 END

@@ -217,3 +217,27 @@ async def test_pg_cron_module_without_the_extension_fails_clearly(db_url: str) -
         ).fetchone() == (0,)
     finally:
         await conn.close()
+
+
+@pytest.mark.pg_cron
+async def test_pg_cron_jobs_that_are_not_drainpipes_are_left_alone(
+    cron_db: psycopg.AsyncConnection[Any], names: dict[str, str]
+) -> None:
+    # cron.job holds every pg_cron job of the cluster; one the user made by hand (a VACUUM)
+    # whose name happens to share the prefix is not a schedule ensure_schedules may remove
+    queue, prefix = names["queue"], names["prefix"]
+    jobs = drainpipe.Jobs(cron_db, {queue: dict[str, Any]}, scheduler="pg_cron")
+    try:
+        await cron_db.execute(
+            "SELECT cron.schedule(%s, '0 4 * * *', 'VACUUM')", (prefix + "vacuum",)
+        )
+        await jobs.schedule(prefix + "mine", "@hourly", queue, {})
+        assert [info.name for info in await jobs.list_schedules(prefix=prefix)] == [prefix + "mine"]
+        assert await jobs.unschedule(prefix + "vacuum") is False
+        result = await jobs.ensure_schedules([], prefix=prefix)
+        assert result.removed == [prefix + "mine"]
+        assert [row[:3] for row in await cron_jobs(cron_db, prefix)] == [
+            (prefix + "vacuum", "0 4 * * *", "VACUUM")
+        ]
+    finally:
+        await cleanup(cron_db, prefix)

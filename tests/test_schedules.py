@@ -669,3 +669,75 @@ async def test_claim_due_schedules_stays_on_its_indexes(
     assert "Seq Scan" not in plan
     # the due range is bounded in the index, not filtered row by row
     assert all(int(n) < 100 for n in re.findall(r"Rows Removed by Filter: (\d+)", plan)), plan
+
+
+async def test_a_same_cron_rewrite_during_a_drain_does_not_run_the_due_run_twice(
+    jobs_db_url: str, backend_name: str
+) -> None:
+    # ensure_schedules at every deploy rewrites schedules with the cron they already have;
+    # one landing while a drain enqueues a run must not leave that run due for the next
+    # drain (which would enqueue it again once the first job finished)
+    admin, draining = await connect(jobs_db_url), await connect(jobs_db_url)
+    try:
+        deploy = jobs_on(admin)
+        await deploy.schedule("nightly", "0 3 * * *", "pings", {"v": 1})
+        due = await set_next_run(admin, "nightly", "clock_timestamp() - interval '1 minute'")
+        drain = jobs_on(draining)
+        send = drain.backend.send
+
+        async def send_then_deploy(*args: Any, **kwargs: Any) -> int:
+            job_id = await send(*args, **kwargs)
+            await deploy.schedule("nightly", "0 3 * * *", "pings", {"v": 2})
+            return job_id
+
+        drain.backend.send = send_then_deploy  # type: ignore[method-assign]
+        assert await drain.run_schedules() == 1
+        drain.backend.send = send  # type: ignore[method-assign]
+        [info] = await deploy.list_schedules()
+        assert info.last_run == due and info.next_run is not None and info.next_run > due
+        [job] = await deploy.claim("pings")
+        assert job.payload == {"v": 1}  # the run claimed before the rewrite
+        assert await deploy.complete(job)
+        assert await drain.run_schedules() == 0
+        assert await stored_keys(admin, backend_name, "pings") == []
+        # the rewrite took: the next run carries the new payload
+        await set_next_run(admin, "nightly", "clock_timestamp() - interval '1 second'")
+        assert await drain.run_schedules() == 1
+        [job] = await deploy.claim("pings")
+        assert job.payload == {"v": 2}
+    finally:
+        await admin.close()
+        await draining.close()
+
+
+async def test_ensure_schedules_failing_while_writing_removes_nothing_and_converges(
+    one_db: psycopg.AsyncConnection[Any],
+) -> None:
+    # each schedule is its own write: a database error halfway (here a trigger refusing one
+    # name) leaves the earlier ones written, removes nothing, and calling again finishes
+    jobs = jobs_on(one_db)
+    await jobs.schedule("app:old", "@daily", "pings", {})
+    await one_db.execute(
+        """
+        CREATE FUNCTION public.refuse_b() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NEW.name = 'app:b' THEN RAISE EXCEPTION 'no b today'; END IF;
+            RETURN NEW;
+        END $$;
+        CREATE TRIGGER refuse_b BEFORE INSERT ON drainpipe.job_schedules
+            FOR EACH ROW EXECUTE FUNCTION public.refuse_b();
+        """
+    )
+    definitions = [
+        ScheduleDef("app:a", "@hourly", "pings", {}),
+        ScheduleDef("app:b", "@hourly", "pings", {}),
+        ScheduleDef("app:c", "@hourly", "pings", {}),
+    ]
+    with pytest.raises(DrainpipeError) as caught:
+        await jobs.ensure_schedules(definitions, prefix="app:")
+    assert caught.value.kind == "raised"
+    assert [row[0] for row in await schedule_rows(one_db)] == ["app:a", "app:old"]
+    await one_db.execute("DROP TRIGGER refuse_b ON drainpipe.job_schedules")
+    result = await jobs.ensure_schedules(definitions, prefix="app:")
+    assert result == EnsureResult(scheduled=["app:a", "app:b", "app:c"], removed=["app:old"])
+    assert [row[0] for row in await schedule_rows(one_db)] == ["app:a", "app:b", "app:c"]

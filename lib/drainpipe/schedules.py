@@ -278,10 +278,14 @@ class ScheduleMixin:
         """Make the schedules under ``prefix`` (and ``tenant``, when given) exactly
         ``definitions``: write each one, unschedule the others.
 
-        Everything is checked before anything is written: an empty prefix, a name outside
-        the prefix, a repeated name or a malformed definition → ``invalid_request``; a bad
-        cron, zone or payload → ``validation``. A definition's own tenant wins over
-        ``tenant``. Rewriting a schedule with the same cron and zone keeps its next run.
+        Every definition is checked before anything is written, so these write nothing: an
+        empty prefix, a name outside the prefix, a repeated name or a malformed definition →
+        ``invalid_request``; a bad cron, zone or payload → ``validation``. The writes
+        themselves are one call per schedule, not a transaction: a database error while
+        writing (network, a zone Postgres does not know, a trigger) leaves the schedules
+        before it written and removes nothing; calling again with the same set finishes the
+        job. A definition's own tenant wins over ``tenant``. Rewriting a schedule with the
+        same cron and zone keeps its next run (and a drain's claim on it).
         """
         if not isinstance(prefix, str) or not prefix:
             raise invalid_request("ensure_schedules needs a non-empty prefix")
