@@ -334,10 +334,19 @@ def test_strictly_after_and_aware_utc() -> None:
         ("0 seconds", "the interval must be positive"),
         ("0 minutes", "the interval must be positive"),
         ("00 hours", "the interval must be positive"),
+        # past int()'s 4300-digit limit: still our message, not Python's
+        ("1" * 5000 + " * * * *", f'"{"1" * 5000}" is outside 0-59'),
+        ("9" * 5000 + " seconds", "the interval must be at most 366 days"),
+        ("0" * 5000 + " minutes", "the interval must be positive"),
+        # only ASCII whitespace separates, as in Postgres (a no-break space is not a space)
+        ("0\u00a00 * * *", "expected 5 fields (minute hour day month weekday)"),
+        ("0\u20030 * * *", "expected 5 fields (minute hour day month weekday)"),
+        ("5\u00a0minutes", "expected 5 fields (minute hour day month weekday)"),
+        ("0\x1c0 * * *", "expected 5 fields (minute hour day month weekday)"),
     ],
 )
 def test_error_messages(expr: str, reason: str) -> None:
-    message = f'Invalid cron "{expr.strip()}": {reason}'
+    message = f'Invalid cron "{expr.strip(" ")}": {reason}'
     with pytest.raises(ValueError, match=r"^Invalid cron") as caught:
         assert_cron(expr)
     assert str(caught.value) == message
@@ -359,6 +368,16 @@ def test_other_errors() -> None:
     # 29 February with a weekday restriction through "*": valid (some leap day is a Monday)
     assert_cron("0 0 29 2 *")
     assert_cron("0 0 30 2 MON")  # OR rule: every Monday of February
+    # huge numbers with leading zeros are still the small number they spell
+    assert next_cron_run("0" * 5000 + "1 minutes", after=utc("2025-01-01T00:00:00Z")) == utc(
+        "2025-01-01T00:01:00Z"
+    )
+    # a step past the range keeps only the start, however many digits it has (like */100)
+    assert next_cron_run("*/" + "7" * 5000 + " * * * *", after=utc("2025-01-01T00:00:00Z")) == (
+        utc("2025-01-01T01:00:00Z")
+    )
+    assert_cron(" \t@daily\r\n")
+    assert_cron("0\t0\v*\f* *")  # what Postgres's \\s also splits on
 
 
 # -- properties ----------------------------------------------------------------------------

@@ -421,6 +421,10 @@ async def test_context_envelope_travels_with_scheduled_runs(
             ["n", "cron"],
             'Invalid cron "0 seconds": the interval must be positive',
         ),
+        # Postgres's \\s does not split on a no-break space: Python must refuse it too, or
+        # the SQL check answers invalid_input after Python let it through
+        ({"cron": "0\u00a03 * * *"}, "validation", ["n", "cron"], None),
+        ({"cron": "1" * 5000 + " * * * *"}, "validation", ["n", "cron"], None),
         ({"payload": {"kind": ""}}, "validation", ["n", "payload", "kind"], None),
         ({"payload": "nope"}, "validation", ["n", "payload"], None),
         (

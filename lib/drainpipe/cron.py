@@ -66,7 +66,11 @@ _MACROS = {
     "@hourly": "0 * * * *",
 }
 _UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600}
-_INTERVAL = re.compile(r"^([0-9]+)\s+(second|minute|hour)s?$")
+# Whitespace is ASCII only, as Postgres's \s (assert_schedule_form) sees it in the C locale: a
+# no-break space splitting fields here but not there would pass Python and fail in SQL.
+_SPACE = " \t\n\r\v\f"
+_SPACES = re.compile(r"[ \t\n\r\v\f]+")
+_INTERVAL = re.compile(r"^([0-9]+)[ \t\n\r\v\f]+(second|minute|hour)s?$")
 _PART = re.compile(r"^(\*|[0-9a-z]+(?:-[0-9a-z]+)?)(?:/([0-9]+))?$")
 #: Longest interval accepted: a longer one is almost surely a typo, and datetimes overflow.
 MAX_INTERVAL_SECONDS = 366 * 24 * 3600
@@ -114,9 +118,16 @@ def _invalid(expr: str, reason: str) -> ValueError:
     return ValueError(f'Invalid cron "{expr}": {reason}')
 
 
+def _number(digits: str) -> int:
+    """ASCII digits as an int; one with more than 18 significant digits is out of every range
+    anyway, and ``int()`` refuses over 4300 digits with a message that is not ours."""
+    significant = digits.lstrip("0")
+    return int(significant or "0") if len(significant) <= 18 else 10**18
+
+
 def _value(text: str, index: int) -> int | None:
-    if text.isdigit():
-        return int(text)
+    if text.isascii() and text.isdigit():
+        return _number(text)
     names = _NAMES.get(index)
     if names is not None and text in names:
         return names[text]
@@ -142,7 +153,7 @@ def _field(expr: str, index: int, text: str) -> set[int]:
             start = start_value
             # "N/S" runs from N to the field's maximum
             end = end_value if end_value is not None else (high if step_text else start)
-        step = int(step_text) if step_text is not None else 1
+        step = _number(step_text) if step_text is not None else 1
         if not (low <= start <= end <= high) or step < 1:
             raise _invalid(expr, f'"{part}" is outside {low}-{high}')
         values.update(range(start, end + 1, step))
@@ -158,17 +169,17 @@ def parse_cron(expr: str) -> CronSpec | Interval:
 
 @lru_cache(maxsize=512)
 def _parse(expr: str) -> CronSpec | Interval:
-    shown = expr.strip()
+    shown = expr.strip(_SPACE)
     text = shown.lower()
     interval = _INTERVAL.match(text)
     if interval is not None:
-        seconds = int(interval.group(1)) * _UNIT_SECONDS[interval.group(2)]
+        seconds = _number(interval.group(1)) * _UNIT_SECONDS[interval.group(2)]
         if seconds < 1:
             raise _invalid(shown, "the interval must be positive")
         if seconds > MAX_INTERVAL_SECONDS:
             raise _invalid(shown, "the interval must be at most 366 days")
         return Interval(seconds)
-    fields = _MACROS.get(text, shown).split()
+    fields = _SPACES.split(_MACROS.get(text, shown)) if shown else []
     if len(fields) != 5:
         raise _invalid(shown, "expected 5 fields (minute hour day month weekday)")
     minutes, hours, days, months, weekdays = (
@@ -224,7 +235,7 @@ def next_cron_run(expr: str, time_zone: str = "UTC", after: datetime | None = No
         return start + timedelta(seconds=spec.seconds)
     found = _next_run(spec, tz, start.replace(tzinfo=None))
     if found is None:
-        raise _invalid(expr.strip(), "it never matches a date")
+        raise _invalid(expr.strip(_SPACE), "it never matches a date")
     return found.replace(tzinfo=UTC)
 
 
