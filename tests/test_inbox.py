@@ -974,3 +974,61 @@ def test_hmac_over_the_raw_bytes_matches_the_package() -> None:
     headers = signed(b'{"a":1}', "msg_x", timestamp=1_700_000_000)
     mac = hmac.new(key, b'msg_x.1700000000.{"a":1}', hashlib.sha256).digest()
     assert headers["webhook-signature"] == "v1," + base64.b64encode(mac).decode()
+
+
+async def test_a_checkpoint_that_is_not_json_saves_nothing_and_the_handler_may_go_on(
+    db_url: str, conn: psycopg.AsyncConnection[Any]
+) -> None:
+    box = WebhookInbox(db_url, source="billing")
+    await box.store(id="evt_cp_bad", payload={})
+    refused: list[tuple[str, list[Any]]] = []
+
+    async def handler(message: WebhookMessage) -> None:
+        assert await message.checkpoint({"step": 1})
+        for fields in (
+            {"at": datetime.now(UTC)},  # not JSON
+            {"ratio": float("nan")},  # jsonb has no NaN
+            {1: "one"},  # JSON keys are strings: 1 would come back as "1"
+            {None: "x"},  # and None as "null"
+        ):
+            with pytest.raises(DrainpipeError) as caught:
+                await message.checkpoint(fields)  # type: ignore[arg-type]
+            assert caught.value.issues is not None
+            refused.append((caught.value.kind, caught.value.issues[0]["path"]))
+        assert message.progress == {"step": 1}
+        # nested values are stored as JSON, and progress shows what the next attempt reads
+        assert await message.checkpoint({"done": (1, 2), "by": {"3": True}})
+        assert message.progress == {"step": 1, "done": [1, 2], "by": {"3": True}}
+
+    assert (await box.process(handler)).succeeded == 1
+    assert refused == [("validation", ["fields"])] * 2 + [("validation", ["fields", 1]),
+                                                            ("validation", ["fields", None])]  # fmt: skip
+    [row] = await rows(conn)
+    assert row["checkpoint"] == {"step": 1, "done": [1, 2], "by": {"3": True}}
+    assert row["status"] == "processed"
+    await box.close()
+
+
+async def test_a_database_failure_while_storing_is_a_problem_not_a_raise(db_url: str) -> None:
+    # the provider must get a Problem it retries on (5xx), never a dropped connection
+    closed = await connect(db_url)
+    await closed.close()
+    held = await connect(db_url)
+    await held.execute("SET statement_timeout = '50ms'")
+    locker = await connect(db_url)
+    try:
+        async with locker.transaction():
+            await locker.execute("LOCK TABLE drainpipe.webhook_inbox IN ACCESS EXCLUSIVE MODE")
+            for db, status, kind in ((closed, 503, "network"), (held, 504, "timeout")):
+                box = WebhookInbox(db, source="billing", secrets=SECRET)
+                body = b'{"type": "invoice.paid"}'
+                response = await box.receive(make_request(body, signed(body, "evt_db")))
+                assert response.status == status
+                assert response.headers["content-type"] == "application/problem+json"
+                problem = json.loads(response.body)
+                assert (problem["kind"], problem["status"]) == (kind, status)
+                assert "detail" not in problem or kind == "timeout"
+        assert await count(locker) == 0
+    finally:
+        await held.close()
+        await locker.close()

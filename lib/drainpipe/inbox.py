@@ -144,13 +144,23 @@ class WebhookMessage:
     async def checkpoint(self, fields: Mapping[str, Any]) -> bool:
         """Shallow-merge ``fields`` into the stored progress; a later attempt (after a failure
         or a crash) reads them as ``message.progress``. False once another worker took the
-        message over (nothing is saved then)."""
+        message over (nothing is saved then). Field names must be strings and values JSON
+        (``validation`` otherwise, nothing saved); tuples come back as lists, as stored."""
         if not isinstance(fields, Mapping):
             raise validation_error(
                 "checkpoint(fields) takes a mapping",
                 [{"message": "Expected a mapping", "path": ["fields"]}],
             )
-        merged = dict(fields)
+        for name in fields:
+            # json.dumps would store 1 as "1" and None as "null": a later attempt would not
+            # find the field under the name it was saved with
+            if not isinstance(name, str):
+                raise validation_error(
+                    f"checkpoint field names must be strings, not {name!r}",
+                    [{"message": "Expected a string", "path": ["fields", name]}],
+                )
+        # what is stored, so progress now equals what the next attempt reads
+        merged = json.loads(_json_text(dict(fields), "fields"))
         if self._save is None:
             self.progress.update(merged)
             return True
