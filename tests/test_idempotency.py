@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import importlib.util
+import json
 import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -108,8 +109,21 @@ class Shop:
 
         return StreamingResponse(chunks(), status_code=202, media_type="text/plain")
 
+    async def broken_stream(self, request: StarletteRequest) -> Any:
+        self.calls["broken_stream"] += 1
+        n = self.calls["broken_stream"]
+
+        async def chunks() -> AsyncIterator[bytes]:
+            yield b"partial "
+            if n == 1:
+                raise RuntimeError("the body failed half way")
+            yield b"whole"
+
+        return StreamingResponse(chunks(), status_code=201, media_type="text/plain")
+
     def routes(self) -> dict[str, Callable[[StarletteRequest], Awaitable[Any]]]:
         return {
+            "/broken-stream": self.broken_stream,
             "/orders": self.orders,
             "/flaky": self.flaky,
             "/unavailable": self.unavailable,
@@ -558,3 +572,213 @@ async def test_the_orders_function(db_url: str, monkeypatch: pytest.MonkeyPatch)
         if module.idempotency is not None:
             await module.idempotency.db.close()
     sys.modules.pop("orders_function", None)
+
+
+# -- review: streams, disconnects, whitespace, races -----------------------------------------
+
+
+async def test_a_response_body_that_fails_while_streaming_releases_the_key(
+    db_url: str, mode: str, conn: psycopg.AsyncConnection[Any]
+) -> None:
+    # under handle() the body is read after the handler returned; a failure there is the
+    # handler's failure: the key must not stay "running" until its lock runs out
+    async with site(db_url, mode) as (client, shop, _):
+        first = await client.post("/broken-stream", content=b"x", headers=key("k-broken"))
+        assert first.status_code == 500  # nothing was sent yet: the server answers 500
+        assert await key_row(conn, "k-broken") is None
+        retry = await client.post("/broken-stream", content=b"x", headers=key("k-broken"))
+        assert retry.status_code == 201 and retry.content == b"partial whole"
+        assert shop.calls["broken_stream"] == 2
+
+
+class RawApp:
+    """An ASGI app sending its response the unusual ways (many chunks, no body message,
+    raising after the start, a large 5xx); counts calls per path."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        path = scope["path"]
+        self.calls[path] += 1
+        n = self.calls[path]
+        ctype = [(b"content-type", b"text/plain")]
+        if path == "/chunks":
+            await send({"type": "http.response.start", "status": 201, "headers": ctype})
+            for i in range(50):
+                part = f"{n}:{i};".encode()
+                await send({"type": "http.response.body", "body": part, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        elif path == "/no-body":
+            await send({"type": "http.response.start", "status": 204, "headers": []})
+        elif path == "/crash-after-start":
+            await send({"type": "http.response.start", "status": 200, "headers": ctype})
+            if n == 1:
+                raise RuntimeError("the app failed after starting its response")
+            await send({"type": "http.response.body", "body": b"ok"})
+        elif path == "/big-503":
+            await send({"type": "http.response.start", "status": 503, "headers": ctype})
+            for _ in range(10):
+                await send({"type": "http.response.body", "body": b"e" * 100, "more_body": True})
+            await send({"type": "http.response.body", "body": b"!"})
+
+
+async def test_wrap_handles_chunked_empty_and_crashing_inner_apps(
+    db_url: str, conn: psycopg.AsyncConnection[Any]
+) -> None:
+    idem = drainpipe.Idempotency(db_url, max_body_bytes=500)
+    raw = RawApp()
+    try:
+        async with serve(idem.wrap(raw)) as client:
+            first = await client.post("/chunks", content=b"x", headers=key("k-chunks"))
+            again = await client.post("/chunks", content=b"x", headers=key("k-chunks"))
+            assert first.status_code == again.status_code == 201
+            assert first.content == again.content == "".join(f"1:{i};" for i in range(50)).encode()
+            assert again.headers["idempotency-replayed"] == "true"
+
+            empty = await client.post("/no-body", content=b"x", headers=key("k-empty"))
+            replay = await client.post("/no-body", content=b"x", headers=key("k-empty"))
+            assert (empty.status_code, empty.content) == (204, b"")
+            assert (replay.status_code, replay.content) == (204, b"")
+            assert replay.headers["idempotency-replayed"] == "true"
+
+            crashed = await client.post("/crash-after-start", content=b"x", headers=key("k-c"))
+            assert crashed.status_code == 500
+            assert await key_row(conn, "k-c") is None
+            retried = await client.post("/crash-after-start", content=b"x", headers=key("k-c"))
+            assert (retried.status_code, retried.content) == (200, b"ok")
+
+            # a 5xx is passed through unstored: whole, even over max_body_bytes
+            big = await client.post("/big-503", content=b"x", headers=key("k-503-big"))
+            assert big.status_code == 503 and big.content == b"e" * 1000 + b"!"
+            assert await key_row(conn, "k-503-big") is None
+        assert raw.calls == Counter(
+            {"/chunks": 1, "/no-body": 1, "/crash-after-start": 2, "/big-503": 1}
+        )
+    finally:
+        await idem.db.close()
+
+
+async def test_a_key_with_surrounding_whitespace_is_the_same_key(
+    db_url: str, mode: str, conn: psycopg.AsyncConnection[Any]
+) -> None:
+    # a proxy may trim the header value (RFC 9110 field values exclude it); a retry must
+    # not run again because one hop kept the spaces and another did not
+    idem = drainpipe.Idempotency(db_url)
+    shop = Shop()
+    transport = httpx.ASGITransport(app=build_app(idem, shop, mode))
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://shop") as client:
+            first = await client.post("/orders", content=b"x", headers=key(" \tk-ws "))
+            again = await client.post("/orders", content=b"x", headers=key("k-ws"))
+            assert first.status_code == 201
+            assert again.headers["idempotency-replayed"] == "true"
+            blank = await client.post("/orders", content=b"x", headers=key("  \t "))
+            assert blank.status_code == 400 and blank.json()["code"] == "IDEMPOTENCY_KEY_INVALID"
+        assert shop.calls["orders"] == 1
+        cur = await conn.execute("SELECT key FROM drainpipe.idempotency_keys")
+        assert await cur.fetchall() == [("k-ws",)]
+    finally:
+        await idem.db.close()
+
+
+async def test_a_request_whose_body_is_cut_short_never_runs_the_handler(
+    db_url: str, mode: str, conn: psycopg.AsyncConnection[Any]
+) -> None:
+    # the client disconnects half way through its body: running the handler on half a
+    # body (and storing that as the key's answer) would be worse than not answering
+    idem = drainpipe.Idempotency(db_url)
+    shop = Shop()
+    app = build_app(idem, shop, mode)
+    incoming = [
+        {"type": "http.request", "body": b'{"item": "te', "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+
+    async def receive() -> dict[str, Any]:
+        if incoming:
+            return incoming.pop(0)
+        await asyncio.Event().wait()  # never: the client is gone
+        return {"type": "http.disconnect"}
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/orders",
+        "raw_path": b"/orders",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"idempotency-key", b"k-cut"), (b"content-length", b"20")],
+        "server": ("shop", 80),
+        "client": ("127.0.0.1", 1234),
+    }
+    try:
+        async with asyncio.timeout(5):
+            await app(scope, receive, send)
+    finally:
+        await idem.db.close()
+    assert shop.calls["orders"] == 0
+    assert await key_row(conn, "k-cut") is None
+    start = sent[0]
+    assert start["type"] == "http.response.start" and start["status"] == 400
+    problem = json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+    assert problem["code"] == "REQUEST_BODY_INCOMPLETE" and problem["kind"] == "invalid_request"
+    assert problem["instance"] == "/orders" and "detail" not in problem
+
+
+async def test_problem_formatter_keeps_status_and_retry_after(db_url: str) -> None:
+    def problem(body: dict[str, Any], error: DrainpipeError) -> dict[str, Any]:
+        return {"error": error.code, "was": body["status"]}
+
+    async with site(db_url, "wrap", problem=problem) as (client, shop, _):
+        shop.gate.clear()
+        first = asyncio.create_task(client.post("/orders", content=b"a", headers=key("k-f")))
+        async with asyncio.timeout(10):
+            await shop.entered.wait()
+        busy = await client.post("/orders", content=b"a", headers=key("k-f"))
+        reused = await client.post("/orders", content=b"b", headers=key("k-f"))
+        shop.gate.set()
+        assert (await first).status_code == 201
+    assert busy.status_code == 409 and busy.headers["retry-after"] == "1"
+    assert busy.headers["content-type"] == "application/problem+json"
+    assert busy.json() == {"error": "IDEMPOTENCY_KEY_IN_USE", "was": 409}
+    assert reused.status_code == 422
+    assert reused.json() == {"error": "IDEMPOTENCY_KEY_REUSED", "was": 422}
+
+
+@pytest.mark.parametrize("aged", ["expires_at", "locked_until"])
+async def test_concurrent_begins_on_an_expired_key_start_exactly_once(
+    db_url: str, conn: psycopg.AsyncConnection[Any], aged: str
+) -> None:
+    # expires_at: the whole key ran out (completed, even); locked_until: its holder died
+    fp = fingerprint("POST", "/orders", b"x")
+    setup = drainpipe.Idempotency(conn)
+    begun = await setup.begin("k-race", fp)
+    assert begun.holder is not None
+    if aged == "expires_at":
+        assert await setup.complete("k-race", begun.holder, 201, b"old")
+    await conn.execute(
+        f"UPDATE drainpipe.idempotency_keys SET {aged} = now() - interval '1 second'"
+    )
+    takers = [await connect(db_url) for _ in range(8)]
+    try:
+        results = await asyncio.gather(
+            *(drainpipe.Idempotency(c).begin("k-race", fp) for c in takers)
+        )
+    finally:
+        for c in takers:
+            await c.close()
+    states = Counter(r.state for r in results)
+    assert states == Counter({"started": 1, "running": 7})
+    [winner] = [r for r in results if r.state == "started"]
+    row = await key_row(conn, "k-race")
+    assert row is not None and row[0] == "running" and str(row[1]) == winner.holder
+    assert await setup.complete("k-race", begun.holder, 201, b"late") is False

@@ -101,7 +101,9 @@ class Request:
             while True:
                 message = await receive()
                 if message["type"] == "http.disconnect":
-                    return
+                    # a body cut short must never pass for the whole body (a handler would
+                    # run on, or a fingerprint be taken of, half a request)
+                    raise body_incomplete()
                 chunk = message.get("body", b"")
                 if chunk:
                     yield chunk
@@ -116,6 +118,23 @@ class Request:
         )
 
 
+BODY_INCOMPLETE = "REQUEST_BODY_INCOMPLETE"
+
+
+def body_incomplete() -> DrainpipeError:
+    """The error for a request whose client disconnected before its body ended."""
+    return DrainpipeError(
+        "invalid_request",
+        "The client disconnected before the request body ended",
+        code=BODY_INCOMPLETE,
+    )
+
+
+def is_client_disconnect(exc: BaseException) -> bool:
+    """True for Starlette's ``ClientDisconnect`` (checked by name: Starlette is optional)."""
+    return type(exc).__name__ == "ClientDisconnect"
+
+
 def as_request(request: Any) -> Request:
     """Our :class:`Request` for a Starlette/FastAPI request (or one of ours)."""
     if isinstance(request, Request):
@@ -125,12 +144,17 @@ def as_request(request: Any) -> Request:
     stream_fn = getattr(request, "stream", None)
 
     async def chunks() -> AsyncIterator[bytes]:
-        if stream_fn is not None:
-            async for chunk in stream_fn():
-                if chunk:
-                    yield chunk
-        else:
-            yield await request.body()
+        try:
+            if stream_fn is not None:
+                async for chunk in stream_fn():
+                    if chunk:
+                        yield chunk
+            else:
+                yield await request.body()
+        except Exception as exc:
+            if is_client_disconnect(exc):
+                raise body_incomplete() from exc
+            raise
 
     return Request(
         request.method, path, Headers(getattr(request, "headers", {}).items()), chunks, request

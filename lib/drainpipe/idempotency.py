@@ -32,6 +32,8 @@ from .http import (
     Scope,
     Send,
     as_request,
+    body_incomplete,
+    is_client_disconnect,
     problem_response,
 )
 from .validation import seconds
@@ -82,9 +84,9 @@ def caller_scope(headers: Mapping[str, str]) -> str:
 
 
 def parse_key(raw: str) -> str:
-    """The key a client sent, as text; ``invalid_request`` with code
-    ``IDEMPOTENCY_KEY_INVALID`` when it is empty, longer than 255 characters, not UTF-8 or
-    holds control characters."""
+    """The key a client sent, as text without surrounding spaces/tabs; ``invalid_request``
+    with code ``IDEMPOTENCY_KEY_INVALID`` when it is empty, longer than 255 characters, not
+    UTF-8 or holds control characters."""
     try:
         # servers hand header bytes over as latin-1 text; the client meant UTF-8
         key = raw.encode("latin-1").decode("utf-8")
@@ -92,7 +94,9 @@ def parse_key(raw: str) -> str:
         key = raw  # already real text (a Request built by hand)
     except UnicodeDecodeError:
         raise _key_invalid("The idempotency key is not valid UTF-8") from None
-    return check_key(key)
+    # spaces and tabs around a field value are not part of it (RFC 9110 §5.5): a proxy may
+    # trim them, and " k" and "k" must not be two keys that each run the request
+    return check_key(key.strip(" \t"))
 
 
 def check_key(key: Any) -> str:
@@ -250,7 +254,14 @@ class Idempotency:
 
         async def read_body() -> bytes:
             # Starlette caches body(), so the handler can read it again; our stream would not
-            return await ours.body() if native else bytes(await request.body())
+            if native:
+                return await ours.body()
+            try:
+                return bytes(await request.body())
+            except Exception as exc:
+                if is_client_disconnect(exc):
+                    raise body_incomplete() from exc
+                raise
 
         decision = await self._prepare(ours, request, read_body)
         if decision is None:
@@ -259,10 +270,11 @@ class Idempotency:
             return decision if native else _to_starlette(decision)
         try:
             response = await handler()
+            # a streaming body is read here: if it fails, the handler failed
+            status, body, content_type, response = await _read_response(response)
         except BaseException:
             await self._release_quietly(decision)
             raise
-        status, body, content_type, response = await _read_response(response)
         failure = await self._settle(decision, status, body, content_type, ours.path)
         if failure is not None:
             return failure if native else _to_starlette(failure)
@@ -317,7 +329,9 @@ class Idempotency:
             elif message["type"] == "http.response.body":
                 chunk = bytes(message.get("body", b""))
                 size += len(chunk)
-                if size <= self.max_body_bytes:  # over the cap it will not be sent anyway
+                # a storable response over the cap is never sent, so its rest is dropped;
+                # a 1xx/5xx one is passed through unstored, whole
+                if size <= self.max_body_bytes or not _stored_status(start):
                     chunks.append(chunk)
 
         inner_scope = dict(scope)
@@ -368,8 +382,8 @@ class Idempotency:
         except DrainpipeError as exc:
             return self._problem(exc, request)
         scope = await self._scope_for(original, request)
-        fp = fingerprint(request.method, request.path, await read_body())
         try:
+            fp = fingerprint(request.method, request.path, await read_body())
             begun = await self.begin(key, fp, scope)
         except DrainpipeError as exc:
             return self._problem(exc, request)
@@ -409,7 +423,7 @@ class Idempotency:
         response; a Response: send that instead (the body was too large to store).
         ``size`` is the full body size when ``body`` was cut short at the cap."""
         size = len(body) if size is None else size
-        if status >= 500 or status < 200:
+        if not _storable(status):
             await self._release_quietly(claim)
             return None
         if size > self.max_body_bytes:
@@ -473,6 +487,15 @@ class _Claim:
     key: str
     holder: str
     scope: str
+
+
+def _storable(status: int) -> bool:
+    """2xx, 3xx and 4xx responses are stored; after a 1xx/5xx the key is released."""
+    return 200 <= status < 500
+
+
+def _stored_status(start: Message | None) -> bool:
+    return start is None or _storable(int(start.get("status", 200)))
 
 
 def _key_invalid(message: str) -> DrainpipeError:
