@@ -128,6 +128,36 @@ async def test_dev_drain_reports_refusals_and_failures_and_keeps_going() -> None
     assert all(str(e).startswith("[drainpipe] dev drain failed: ") for e in rest)
 
 
+async def test_dev_drain_reports_a_bad_url_to_on_error_instead_of_raising() -> None:
+    # httpx.InvalidURL and a port out of range are not httpx.HTTPError
+    for url in ("http://[::1/api/drain", "http://127.0.0.1:99999/api/drain"):
+        errors: list[BaseException] = []
+        dev = drainpipe.DevDrain(url, SECRET, on_error=errors.append)
+        assert await dev.tick() is None, url
+        [error] = errors
+        assert isinstance(error, drainpipe.DrainpipeError), url
+        assert str(error).startswith("[drainpipe] dev drain failed: ")
+        assert dev.running is False  # the next tick may run
+
+
+async def test_a_non_ascii_secret_works_from_dev_drain_to_the_route() -> None:
+    # the server hands the header over as latin-1 text; httpx refuses a non-ASCII str header
+    secret = "sécret-ключ"
+    jobs = drainpipe.Jobs(CLOSED_PORT_DSN, {"emails": Email})
+    route = jobs.drain_route(secret=secret, handlers={}, schedules=False)
+    server = await start_server(route)
+    errors: list[BaseException] = []
+    try:
+        dev = drainpipe.DevDrain(server.url, secret, on_error=errors.append)
+        response = await dev.tick()
+        wrong = await drainpipe.DevDrain(server.url, "sécret", on_error=errors.append).tick()
+    finally:
+        await server.stop()
+    assert response is not None and response.status_code == 200, errors
+    assert wrong is not None and wrong.status_code == 401
+    assert len(errors) == 1 and getattr(errors[0], "status", None) == 401
+
+
 # -- drainpipe dev ---------------------------------------------------------------------------
 
 

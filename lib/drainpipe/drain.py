@@ -155,7 +155,16 @@ class DrainRoute:
         token = (header or "").strip()
         if token[:7].lower() == "bearer ":
             token = token[7:].strip()
-        return hmac.compare_digest(token.encode(), self._secret)
+        # servers hand header bytes over as latin-1 text, so a UTF-8 secret arrives as its
+        # bytes' latin-1 reading; a header built by hand holds the real text. Both are
+        # compared, always, so the time taken says nothing about which one matched.
+        try:
+            wire = token.encode("latin-1")
+        except UnicodeEncodeError:
+            wire = b""
+        as_sent = hmac.compare_digest(wire, self._secret)
+        as_text = hmac.compare_digest(token.encode("utf-8", "surrogatepass"), self._secret)
+        return as_sent | as_text
 
     # -- one drain -------------------------------------------------------------------------
 
@@ -369,12 +378,17 @@ class DevDrain:
                 async with httpx.AsyncClient(
                     timeout=httpx.Timeout(self.timeout, connect=10.0)
                 ) as client:
-                    response = await client.get(
-                        self.url, headers={"Authorization": f"Bearer {self._secret}"}
-                    )
-            except httpx.HTTPError as exc:
+                    # as UTF-8 bytes: httpx would refuse a non-ASCII str header
+                    authorization = f"Bearer {self._secret}".encode()
+                    response = await client.get(self.url, headers={b"Authorization": authorization})
+            except Exception as exc:
+                # not only httpx.HTTPError: a bad URL raises InvalidURL, a bad port
+                # ValueError; the loop must report them and keep going
                 reason = str(exc) or type(exc).__name__
-                error = DrainpipeError("network", f"[drainpipe] dev drain failed: {reason}")
+                error = DrainpipeError(
+                    "network" if isinstance(exc, httpx.HTTPError) else "unexpected",
+                    f"[drainpipe] dev drain failed: {reason}",
+                )
                 error.__cause__ = exc
                 await call_hook(self.on_error, error)
                 return None
