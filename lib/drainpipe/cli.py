@@ -151,7 +151,7 @@ def sql_add(modules: Sequence[str], out: Path, backend: str, scheduler: str) -> 
     for module in dict.fromkeys(modules):
         text = render_module(module, backend=backend, scheduler=scheduler)
         if module == "jobs" and backend == "pgmq":
-            text = "CREATE EXTENSION IF NOT EXISTS pgmq;\n\n" + text
+            text = pgmq_prelude() + "\n" + text
         texts.append((module, text))
     out.mkdir(parents=True, exist_ok=True)
     names = migration_names(out, [module for module, _ in texts])
@@ -161,6 +161,36 @@ def sql_add(modules: Sequence[str], out: Path, backend: str, scheduler: str) -> 
         path.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
         written.append(path)
     return written
+
+
+_PGMQ_TAG = "$drainpipe_pgmq_sql$"
+
+
+def pgmq_prelude() -> str:
+    """SQL that provides pgmq the way :func:`drainpipe.install` does: the extension where
+    the server has it (Supabase), else pgmq's SQL-only distribution; nothing when pgmq is
+    already there. A bare ``CREATE EXTENSION pgmq`` would fail on a plain Postgres."""
+    from .sqlmodules import pgmq_sql_path
+
+    distribution = pgmq_sql_path().read_text(encoding="utf-8")
+    if _PGMQ_TAG in distribution:  # cannot happen with pgmq's files; never quote it wrongly
+        raise RuntimeError(f"pgmq's SQL contains {_PGMQ_TAG}; cannot embed it")
+    return (
+        "-- pgmq: the extension where the server offers it, else its SQL-only distribution\n"
+        "-- (the pgmq package's sql/pgmq.sql), once: it is not safe to run twice.\n"
+        "DO $drainpipe_pgmq$\n"
+        "BEGIN\n"
+        "    IF to_regclass('pgmq.meta') IS NOT NULL THEN\n"
+        "        RETURN;\n"
+        "    END IF;\n"
+        "    IF EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'pgmq') THEN\n"
+        "        CREATE EXTENSION IF NOT EXISTS pgmq;\n"
+        "    ELSE\n"
+        f"        EXECUTE {_PGMQ_TAG}\n{distribution}\n{_PGMQ_TAG};\n"
+        "    END IF;\n"
+        "END\n"
+        "$drainpipe_pgmq$;\n"
+    )
 
 
 async def sql_apply(
