@@ -4,15 +4,18 @@ A retried request with the same key and body gets the first response again (with
 ``Idempotency-Replayed: true``); the same key with another body gets 422; a request without
 a key gets 400. Needs ``DATABASE_URL`` (the service role's connection string) and the
 ``idempotency`` SQL module (``drainpipe sql add idempotency``). Importing this file touches
-neither: the app is built on the first request.
+neither: the app is built on the first request; until ``DATABASE_URL`` is set, requests get
+a 503 Problem with code ``NOT_CONFIGURED``.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import sys
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
@@ -21,8 +24,13 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from drainpipe.errors import validation_error
-from drainpipe.http import Receive, Scope, Send, problem_response
+from drainpipe.http import problem_response
 from drainpipe.idempotency import Idempotency
+
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:  # Vercel imports this file by its path: make ``_app.py`` importable
+    sys.path.insert(0, _HERE)
+from _app import ASGIApp, Closer, LazyApp  # noqa: E402
 
 
 async def create_order(request: Request) -> Any:
@@ -55,24 +63,16 @@ async def create_order(request: Request) -> Any:
 
 # Any path: Vercel hands the function the path it was routed from (see vercel.json rewrites).
 orders = Starlette(routes=[Route("/{path:path}", create_order, methods=["POST"])])
-idempotency: Idempotency | None = None
-_wrapped: Any = None
+idempotency: Idempotency | None = None  # the one the first request built
 
 
-def build() -> Any:
+def build(env: Mapping[str, str]) -> tuple[ASGIApp, Closer | None]:
+    """``orders`` behind required idempotency keys, on the service role's database."""
     global idempotency
-    url = os.environ.get("DATABASE_URL")
-    if not url:
-        raise RuntimeError("DATABASE_URL is not set")
-    idempotency = Idempotency(url, required=True)
-    return idempotency.wrap(orders)
+    idempotency = Idempotency(env["DATABASE_URL"], required=True)
+    return idempotency.wrap(orders), idempotency.db.close
 
 
-async def app(scope: Scope, receive: Receive, send: Send) -> None:
-    global _wrapped
-    if scope["type"] != "http":  # lifespan: nothing to start, and no database needed
-        await orders(scope, receive, send)
-        return
-    if _wrapped is None:
-        _wrapped = build()
-    await _wrapped(scope, receive, send)
+# Until DATABASE_URL is set, requests get a 503 Problem with code NOT_CONFIGURED (not a
+# bare 500); concurrent first requests build one pool, closed on lifespan shutdown.
+app = LazyApp(build, needs=("DATABASE_URL",))

@@ -82,6 +82,25 @@ async def test_unconfigured_drain_function_answers_503(monkeypatch: pytest.Monke
     assert body["code"] == "NOT_CONFIGURED" and body["instance"] == "/api/drain"
 
 
+@pytest.mark.parametrize("dest", sorted({route["dest"] for route in CONFIG["routes"]}))
+async def test_every_unconfigured_function_answers_a_503_problem(
+    dest: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # never a bare 500 (functions/orders.py raised RuntimeError without DATABASE_URL)
+    for name in ("DATABASE_URL", "CRON_SECRET", "WEBHOOK_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+    app = load_function(_file(dest))
+    path = next(src for src, d in ((r["src"], r["dest"]) for r in CONFIG["routes"]) if d == dest)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)  # type: ignore[arg-type]
+    async with httpx.AsyncClient(transport=transport, base_url="http://function") as client:
+        response = await client.post(path, content=b"{}", headers={"Idempotency-Key": "k"})
+    assert response.status_code == 503, dest
+    assert response.headers["content-type"] == "application/problem+json"
+    body = response.json()
+    assert body["code"] == "NOT_CONFIGURED" and body["instance"] == path
+    assert body["kind"] == "network" and "detail" not in body
+
+
 async def test_drain_function_drains_the_queue_and_the_billing_inbox(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
