@@ -181,3 +181,77 @@ async def test_purge_sweeps_leases_nobody_released(conn: psycopg.AsyncConnection
 
 async def _holder(held: drainpipe.Lease) -> str:
     return held.holder
+
+
+async def test_extend_after_release_is_false_and_never_touches_the_next_holder(
+    db_url: str, conn: psycopg.AsyncConnection[Any]
+) -> None:
+    async with drainpipe.lease(conn, "k", seconds=60) as held:
+        assert held is not None
+        assert await held.release() is True
+        assert await held.release() is False
+        assert await held.extend() is False and held.lost is True
+        other = await connect(db_url)
+        try:
+            async with drainpipe.lease(other, "k", seconds=60) as next_holder:
+                assert next_holder is not None
+                assert await held.extend(120) is False  # fenced: no resurrection
+                [(_, _, holder)] = await lease_rows(conn)
+                assert holder == next_holder.holder
+        finally:
+            await other.close()
+    assert await lease_rows(conn) == []
+
+
+async def _open_connections(conn: psycopg.AsyncConnection[Any], dbname: str) -> int:
+    cur = await conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+        (dbname,),
+    )
+    return int((await cur.fetchone())[0])  # type: ignore[index]
+
+
+@pytest.mark.parametrize("autocommit", [True, False])
+async def test_with_lease_on_a_pool_commits_and_leaves_the_pool_open(
+    db_url: str, conn: psycopg.AsyncConnection[Any], autocommit: bool
+) -> None:
+    from psycopg_pool import AsyncConnectionPool
+
+    async def visible_to_others(held: drainpipe.Lease) -> list[Any]:
+        return await lease_rows(conn)  # another connection sees the committed lease
+
+    pool = AsyncConnectionPool(
+        db_url, min_size=1, max_size=2, open=False, kwargs={"autocommit": autocommit}
+    )
+    await pool.open()
+    try:
+        for _ in range(2):
+            outcome = await drainpipe.with_lease(pool, "k", visible_to_others)
+            assert outcome.acquired is True
+            assert [row[1] for row in outcome.value or []] == ["k"]
+            assert await lease_rows(conn) == []
+        assert not pool.closed
+        async with pool.connection() as borrowed:
+            assert await (await borrowed.execute("SELECT 1")).fetchone() == (1,)
+    finally:
+        await pool.close()
+
+
+async def test_with_lease_on_a_dsn_closes_its_connection(
+    db_url: str, conn: psycopg.AsyncConnection[Any]
+) -> None:
+    dbname = conn.info.dbname
+    before = await _open_connections(conn, dbname)
+
+    async def check(held: drainpipe.Lease) -> int:
+        assert [row[1] for row in await lease_rows(conn)] == ["k"]
+        return await _open_connections(conn, dbname)
+
+    outcome = await drainpipe.with_lease(db_url, "k", check)
+    assert outcome.acquired is True and outcome.value == before + 1  # one connection, ours
+    assert await lease_rows(conn) == []
+    for _ in range(50):  # the backend exits just after the client closes
+        if await _open_connections(conn, dbname) == before:
+            break
+        await asyncio.sleep(0.02)
+    assert await _open_connections(conn, dbname) == before
