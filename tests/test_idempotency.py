@@ -616,6 +616,11 @@ class RawApp:
             if n == 1:
                 raise RuntimeError("the app failed after starting its response")
             await send({"type": "http.response.body", "body": b"ok"})
+        elif path == "/then-fails":
+            # like a Starlette background task failing after the response went out
+            await send({"type": "http.response.start", "status": 201, "headers": ctype})
+            await send({"type": "http.response.body", "body": f"order {n}".encode()})
+            raise RuntimeError("the background task failed")
         elif path == "/big-503":
             await send({"type": "http.response.start", "status": 503, "headers": ctype})
             for _ in range(10):
@@ -782,3 +787,23 @@ async def test_concurrent_begins_on_an_expired_key_start_exactly_once(
     row = await key_row(conn, "k-race")
     assert row is not None and row[0] == "running" and str(row[1]) == winner.holder
     assert await setup.complete("k-race", begun.holder, 201, b"late") is False
+
+
+async def test_an_app_raising_after_its_whole_response_still_stores_and_sends_it(
+    db_url: str, conn: psycopg.AsyncConnection[Any]
+) -> None:
+    # unwrapped, the client would have had the 201; wrapped, a 500 would make it retry and
+    # create the order twice
+    idem = drainpipe.Idempotency(db_url)
+    raw = RawApp()
+    try:
+        async with serve(idem.wrap(raw)) as client:
+            first = await client.post("/then-fails", content=b"x", headers=key("k-bg"))
+            again = await client.post("/then-fails", content=b"x", headers=key("k-bg"))
+        assert (first.status_code, first.content) == (201, b"order 1")
+        assert (again.status_code, again.content) == (201, b"order 1")
+        assert again.headers["idempotency-replayed"] == "true"
+        assert raw.calls["/then-fails"] == 1
+        assert (await key_row(conn, "k-bg"))[0::2] == ("completed", 201)  # type: ignore[index]
+    finally:
+        await idem.db.close()

@@ -281,7 +281,11 @@ class Idempotency:
         return response
 
     def wrap(self, app: ASGIApp) -> ASGIApp:
-        """``app`` as ASGI middleware: its responses are buffered, stored, then sent."""
+        """``app`` as ASGI middleware: its responses are buffered, stored, then sent.
+
+        An app that raises before its response is whole releases the key (the server
+        answers 500); one that raises after (a failing background task) still has its
+        response stored and sent, and the exception propagates afterwards."""
 
         async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
             if scope["type"] != "http":
@@ -321,12 +325,14 @@ class Idempotency:
         start: Message | None = None
         chunks: list[bytes] = []
         size = 0
+        finished = False  # the app sent its last body chunk
 
         async def capture(message: Message) -> None:
-            nonlocal start, size
+            nonlocal start, size, finished
             if message["type"] == "http.response.start":
                 start = message
             elif message["type"] == "http.response.body":
+                finished = finished or not message.get("more_body", False)
                 chunk = bytes(message.get("body", b""))
                 size += len(chunk)
                 # a storable response over the cap is never sent, so its rest is dropped;
@@ -341,12 +347,35 @@ class Idempotency:
         inner_scope["extensions"] = extensions
         try:
             await app(inner_scope, replay_receive, capture)
+        except Exception:
+            if start is None or not finished:
+                await self._release_quietly(claim)
+                raise
+            # the response was whole when the app raised (a Starlette background task runs
+            # after it): unwrapped, the client would have it, so a retry must replay it
+            # rather than run the request again. The error still reaches the server's log.
+            await self._send_settled(claim, start, chunks, size, scope, receive, send, request)
+            raise
         except BaseException:
             await self._release_quietly(claim)
             raise
         if start is None:
             await self._release_quietly(claim)
             raise RuntimeError("The wrapped app returned without sending a response")
+        await self._send_settled(claim, start, chunks, size, scope, receive, send, request)
+
+    async def _send_settled(
+        self,
+        claim: _Claim,
+        start: Message,
+        chunks: list[bytes],
+        size: int,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        request: Request,
+    ) -> None:
+        """Store (or release) the captured response, then send it (or the too-large 500)."""
         status = int(start["status"])
         content_type = None
         for name, value in start.get("headers", []):
