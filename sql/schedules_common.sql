@@ -27,3 +27,15 @@ BEGIN
         USING ERRCODE = '22023';
 END
 $$;
+
+-- claim_due_schedules now returns the claim token; the old advance took none
+DROP FUNCTION IF EXISTS drainpipe.advance_schedule(text, timestamptz, timestamptz);
+DO $drop_old_claim$
+BEGIN
+    IF to_regprocedure('drainpipe.claim_due_schedules(double precision, integer)') IS NOT NULL
+       AND pg_get_function_result(to_regprocedure('drainpipe.claim_due_schedules(double precision, integer)'))
+           NOT LIKE '%claim_token%' THEN
+        DROP FUNCTION drainpipe.claim_due_schedules(double precision, integer);
+    END IF;
+END
+$drop_old_claim$;

@@ -16,6 +16,8 @@ CREATE TABLE IF NOT EXISTS drainpipe.job_schedules (
     last_run timestamptz,
     -- a drain holds the schedule until then (between claiming and advancing it)
     locked_until timestamptz,
+    -- which claim holds it: only that drain may advance the schedule
+    claim_token uuid,
     -- the first run of a schedule without a next run comes after this instant
     first_after timestamptz,
     created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
@@ -24,6 +26,7 @@ CREATE TABLE IF NOT EXISTS drainpipe.job_schedules (
 );
 ALTER TABLE drainpipe.job_schedules ENABLE ROW LEVEL SECURITY;
 -- claim_due_schedules reads the range due_at <= now in this order and stops after a batch.
+ALTER TABLE drainpipe.job_schedules ADD COLUMN IF NOT EXISTS claim_token uuid;
 CREATE INDEX IF NOT EXISTS job_schedules_due_idx ON drainpipe.job_schedules (due_at, name);
 -- list_schedules / unschedule_tenant by tenant; most schedules have none.
 CREATE INDEX IF NOT EXISTS job_schedules_tenant_idx
@@ -93,6 +96,8 @@ BEGIN
         -- claim, or the run that drain is enqueueing would stay due and run twice
         locked_until = CASE WHEN s.cron = excluded.cron AND s.time_zone = excluded.time_zone
                             THEN s.locked_until END,
+        claim_token = CASE WHEN s.cron = excluded.cron AND s.time_zone = excluded.time_zone
+                           THEN s.claim_token END,
         next_run = CASE WHEN s.cron = excluded.cron AND s.time_zone = excluded.time_zone
                         THEN s.next_run ELSE excluded.next_run END,
         first_after = CASE WHEN s.cron = excluded.cron AND s.time_zone = excluded.time_zone
@@ -143,13 +148,15 @@ $$;
 CREATE OR REPLACE FUNCTION drainpipe.claim_due_schedules(p_lease double precision DEFAULT 60, p_batch integer DEFAULT 100)
 RETURNS TABLE (
     name text, cron text, time_zone text, queue text, payload jsonb, next_run timestamptz,
-    first_after timestamptz
+    first_after timestamptz, claim_token uuid
 )
 LANGUAGE sql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
     UPDATE drainpipe.job_schedules s
-       SET locked_until = statement_timestamp() + make_interval(secs => greatest(coalesce(p_lease, 60), 1))
+       SET locked_until = statement_timestamp() + make_interval(secs => greatest(coalesce(p_lease, 60), 1)),
+           -- a fresh token per claim: a drain whose lease ran out cannot advance a later claim
+           claim_token = gen_random_uuid()
      -- = ANY (ARRAY(...)), not a join: the planner keeps the primary key lookup even with a
      -- generic plan that guesses the batch is a tenth of the table
      WHERE s.name = ANY (ARRAY(
@@ -163,14 +170,17 @@ AS $$
          LIMIT greatest(coalesce(p_batch, 100), 1)
            FOR UPDATE SKIP LOCKED
      ))
-    RETURNING s.name, s.cron, s.time_zone, s.queue, s.payload, s.next_run, s.first_after
+    RETURNING s.name, s.cron, s.time_zone, s.queue, s.payload, s.next_run, s.first_after, s.claim_token
 $$;
 
 -- Record that the run p_ran happened (null: nothing ran, the first run was computed) and
 -- set the next one. Only the run a drain claimed can be advanced: the stored next run must
 -- still equal p_ran (to the millisecond), or still be uncomputed, and the schedule must
--- still be leased (a new cron or zone clears the lease). False: rescheduled or advanced by another drain.
-CREATE OR REPLACE FUNCTION drainpipe.advance_schedule(p_name text, p_ran timestamptz, p_next_run timestamptz)
+-- still be held by this claim (p_claim_token; a new cron or zone, or a later claim after
+-- this one's lease ran out, replaces it). False: rescheduled or advanced by another drain.
+CREATE OR REPLACE FUNCTION drainpipe.advance_schedule(
+    p_name text, p_ran timestamptz, p_next_run timestamptz, p_claim_token uuid
+)
 RETURNS boolean
 LANGUAGE sql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -180,9 +190,10 @@ AS $$
            SET next_run = date_trunc('milliseconds', p_next_run),
                last_run = coalesce(date_trunc('milliseconds', p_ran), s.last_run),
                first_after = NULL,
-               locked_until = NULL
+               locked_until = NULL,
+               claim_token = NULL
          WHERE s.name = p_name
-           AND s.locked_until IS NOT NULL
+           AND s.claim_token = p_claim_token
            AND CASE WHEN s.next_run IS NULL THEN s.first_after IS NOT NULL
                     ELSE date_trunc('milliseconds', s.next_run) = date_trunc('milliseconds', p_ran) END
         RETURNING 1

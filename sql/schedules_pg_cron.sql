@@ -129,16 +129,19 @@ $$;
 CREATE OR REPLACE FUNCTION drainpipe.claim_due_schedules(p_lease double precision DEFAULT 60, p_batch integer DEFAULT 100)
 RETURNS TABLE (
     name text, cron text, time_zone text, queue text, payload jsonb, next_run timestamptz,
-    first_after timestamptz
+    first_after timestamptz, claim_token uuid
 )
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::jsonb, NULL::timestamptz, NULL::timestamptz
+    SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::jsonb, NULL::timestamptz, NULL::timestamptz,
+           NULL::uuid
      WHERE false
 $$;
 
-CREATE OR REPLACE FUNCTION drainpipe.advance_schedule(p_name text, p_ran timestamptz, p_next_run timestamptz)
+CREATE OR REPLACE FUNCTION drainpipe.advance_schedule(
+    p_name text, p_ran timestamptz, p_next_run timestamptz, p_claim_token uuid
+)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp

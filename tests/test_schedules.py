@@ -242,20 +242,21 @@ async def test_advance_only_succeeds_for_the_claimed_run(
         ).fetchall()
         == []
     )
-    advance = "SELECT drainpipe.advance_schedule(%s, %s, %s)"
+    token = row[7]
+    advance = "SELECT drainpipe.advance_schedule(%s, %s, %s, %s)"
     later = due + timedelta(hours=1)
     assert (
         await (
-            await one_db.execute(advance, ("s", due - timedelta(milliseconds=1), later))
+            await one_db.execute(advance, ("s", due - timedelta(milliseconds=1), later, token))
         ).fetchone()
     ) == (False,)
     # the microseconds a client might add are floored away on both sides
     assert (
         await (
-            await one_db.execute(advance, ("s", due + timedelta(microseconds=700), later))
+            await one_db.execute(advance, ("s", due + timedelta(microseconds=700), later, token))
         ).fetchone()
     ) == (True,)
-    assert (await (await one_db.execute(advance, ("s", due, later))).fetchone()) == (
+    assert (await (await one_db.execute(advance, ("s", due, later, token))).fetchone()) == (
         False,
     )  # already advanced
     # a rewrite while a drain holds the schedule: the old claim can no longer advance it
@@ -264,7 +265,29 @@ async def test_advance_only_succeeds_for_the_claimed_run(
         await one_db.execute("SELECT * FROM drainpipe.claim_due_schedules(60, 10)")
     ).fetchall()
     await jobs.schedule("s", "@daily", "pings", {})
-    assert (await (await one_db.execute(advance, ("s", row[5], later))).fetchone()) == (False,)
+    assert (await (await one_db.execute(advance, ("s", row[5], later, row[7]))).fetchone()) == (
+        False,
+    )
+
+
+async def test_a_drain_whose_claim_ran_out_cannot_advance_the_next_claim(
+    one_db: psycopg.AsyncConnection[Any],
+) -> None:
+    jobs = jobs_on(one_db)
+    await jobs.schedule("s", "@hourly", "pings", {})
+    due = await set_next_run(one_db, "s", "clock_timestamp() - interval '1 minute'")
+    claim = "SELECT name, next_run, claim_token FROM drainpipe.claim_due_schedules(60, 10)"
+    [(_, _, stale)] = await (await one_db.execute(claim)).fetchall()
+    # drain A stalls past its lease; drain B claims the same due run
+    await one_db.execute(
+        "UPDATE drainpipe.job_schedules SET locked_until = clock_timestamp() - interval '1 s'"
+    )
+    [(_, _, fresh)] = await (await one_db.execute(claim)).fetchall()
+    assert fresh != stale
+    advance = "SELECT drainpipe.advance_schedule(%s, %s, %s, %s)"
+    later = due + timedelta(hours=1)
+    assert (await (await one_db.execute(advance, ("s", due, later, stale))).fetchone()) == (False,)
+    assert (await (await one_db.execute(advance, ("s", due, later, fresh))).fetchone()) == (True,)
 
 
 async def test_trigger_written_schedules_run_on_the_next_drain(

@@ -10,6 +10,7 @@ pg_cron knows neither time zones nor tenants, so those are refused before any SQ
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -345,12 +346,14 @@ class ScheduleMixin:
             return 0
         ran = 0
         failure: BaseException | None = None
-        for name, cron, time_zone, queue, payload, next_run, first_after in await due(
+        for name, cron, time_zone, queue, payload, next_run, first_after, token in await due(
             lease=lease, batch=batch
         ):
+            # only this claim may advance the schedule (not one whose lease ran out before)
+            held = functools.partial(advance, claim_token=token)
             try:
                 if await self._run_one(
-                    advance, name, cron, time_zone, queue, payload, next_run, first_after
+                    held, name, cron, time_zone, queue, payload, next_run, first_after
                 ):
                     ran += 1
             except DrainpipeError as exc:

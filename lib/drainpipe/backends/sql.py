@@ -231,16 +231,19 @@ class SqlQueueBackend:
         return int(await self.db.fetchval("SELECT drainpipe.unschedule_tenant(%s)", (tenant,)) or 0)
 
     async def due_schedules(self, *, lease: float, batch: int) -> list[Row]:
-        """Rows ``(name, cron, time_zone, queue, payload, next_run, first_after)`` now leased to us."""
+        """Rows ``(name, cron, time_zone, queue, payload, next_run, first_after, claim_token)``
+        now leased to us; ``advance_schedule`` needs the token."""
         return await self.db.fetch(
             "SELECT * FROM drainpipe.claim_due_schedules(%s, %s)", (float(lease), batch)
         )
 
     async def advance_schedule(
-        self, name: str, ran: datetime | None, next_run: datetime | None
+        self, name: str, ran: datetime | None, next_run: datetime | None, claim_token: Any
     ) -> bool:
+        """Move a schedule we claimed to its next run; False when our claim is gone."""
         return bool(
             await self.db.fetchval(
-                "SELECT drainpipe.advance_schedule(%s, %s, %s)", (name, ran, next_run)
+                "SELECT drainpipe.advance_schedule(%s, %s, %s, %s)",
+                (name, ran, next_run, claim_token),
             )
         )
