@@ -13,12 +13,22 @@ RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $define$
+DECLARE
+    v_claim regprocedure;
 BEGIN
     PERFORM drainpipe.assert_queue_name(p_queue);
-    -- dropped first: CREATE OR REPLACE cannot change the return type of an older version
-    EXECUTE format('DROP FUNCTION IF EXISTS drainpipe.%I(double precision, integer)', 'claim_jobs__' || p_queue);
+    -- the queue's lock (ensure_job_queue's): an install regenerating these functions and a
+    -- first use creating them would otherwise both CREATE and one fail on pg_proc's key
+    PERFORM pg_advisory_xact_lock(hashtext('drainpipe.queue:' || p_queue));
+    -- CREATE OR REPLACE keeps the function's oid, so workers calling it during an install
+    -- never look up a dropped one; only an older return type needs the DROP first
+    v_claim := to_regprocedure(format('drainpipe.%I(double precision, integer)', 'claim_jobs__' || p_queue));
+    IF v_claim IS NOT NULL AND pg_get_function_result(v_claim)
+         IS DISTINCT FROM pg_get_function_result('drainpipe.claim_jobs(text, double precision, integer)'::regprocedure) THEN
+        EXECUTE format('DROP FUNCTION drainpipe.%I(double precision, integer)', 'claim_jobs__' || p_queue);
+    END IF;
     EXECUTE format($fn$
-        CREATE FUNCTION drainpipe.%1$I(p_lease double precision, p_batch integer)
+        CREATE OR REPLACE FUNCTION drainpipe.%1$I(p_lease double precision, p_batch integer)
         RETURNS TABLE (id bigint, attempts integer, enqueued_at timestamptz, visible_until timestamptz,
                payload jsonb, max_attempts integer, last_error text)
         LANGUAGE plpgsql SECURITY DEFINER
@@ -27,7 +37,7 @@ BEGIN
         DECLARE
             v_claimed bigint;
         BEGIN
-            FOR v_round IN 1..10 LOOP
+            LOOP
                 RETURN QUERY
                 -- oldest visible first; rows another worker is claiming are skipped, not waited for
                 WITH picked AS (
@@ -59,8 +69,12 @@ BEGIN
                 GET DIAGNOSTICS v_claimed = ROW_COUNT;
                 EXIT WHEN v_claimed > 0;
                 -- nothing claimed: done, unless the batch was all dead letters and more waits
-                -- behind (ORDER BY vt keeps this probe on the vt index)
-                PERFORM 1 FROM pgmq.%2$I w WHERE w.vt <= clock_timestamp() ORDER BY w.vt LIMIT 1;
+                -- behind (ORDER BY vt keeps this probe on the vt index). SKIP LOCKED: a row
+                -- another worker is claiming is no reason to go round again; a row found here
+                -- is picked next round (claimed or archived), so every round makes progress
+                -- and the loop ends however many dead letters lie ahead.
+                PERFORM 1 FROM pgmq.%2$I w WHERE w.vt <= clock_timestamp() ORDER BY w.vt LIMIT 1
+                    FOR UPDATE SKIP LOCKED;
                 EXIT WHEN NOT FOUND;
             END LOOP;
         END

@@ -105,7 +105,15 @@ BEGIN
     INSERT INTO drainpipe.job_messages (queue, message, max_attempts, dedupe_key, visible_at)
     VALUES (p_queue, v_message, p_max_attempts, p_dedupe_key,
             clock_timestamp() + make_interval(secs => greatest(coalesce(p_delay, 0), 0)))
+    -- The lock above makes a clash impossible under READ COMMITTED. A caller's REPEATABLE
+    -- READ transaction may not see a waiting job committed after its snapshot: DO NOTHING
+    -- then fails with 40001 (kind "serialization", retry), not a unique violation.
+    ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL AND attempts = 0 DO NOTHING
     RETURNING id INTO v_id;
+    IF v_id IS NULL THEN
+        SELECT m.id INTO v_id FROM drainpipe.job_messages m
+         WHERE m.queue = p_queue AND m.dedupe_key = p_dedupe_key AND m.attempts = 0;
+    END IF;
     RETURN v_id;
 END
 $$;

@@ -53,9 +53,17 @@ def coerce_context(context: JobContext | Mapping[str, Any] | None) -> JobContext
 
 
 def wrap_payload(payload: Any, context: JobContext | None) -> Any:
-    """The JSON value to store: the payload, or the envelope when there is an actor or tenant."""
-    if context is None or (context.actor is None and context.tenant is None):
+    """The JSON value to store: the payload, or the envelope when there is an actor or tenant.
+
+    A payload that itself carries the envelope key is always wrapped: stored bare, it would
+    be read back as an envelope, and a caller-controlled payload could forge a tenant.
+    """
+    if (context is None or (context.actor is None and context.tenant is None)) and not (
+        isinstance(payload, dict) and ENVELOPE_KEY in payload
+    ):
         return payload
+    if context is None:
+        context = JobContext()
     recorded: dict[str, Any] = {}
     if context.actor is not None:
         recorded["actor"] = {"id": context.actor.id, "kind": context.actor.kind}

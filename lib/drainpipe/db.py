@@ -29,14 +29,19 @@ _TRANSACTION_POOLER = re.compile(r":6543(/|$|\?)|pgbouncer=true")
 
 # undefined function / table / schema: most often a module that was never applied
 _MISSING_OBJECT = frozenset({"42883", "42P01", "3F000"})
+# The server ended or refused the session: admin/crash shutdown (a restart, a pooler or
+# pg_terminate_backend), "the database system is starting up", too many connections.
+# Connection failures like 08xxx, so workers retry them instead of stopping.
+_CONNECTION_LOST = frozenset({"57P01", "57P02", "57P03", "53300"})
 
 
 def translate_error(exc: BaseException) -> DrainpipeError:
     """Map a database or connection exception to a :class:`DrainpipeError` of the contract.
 
     SQLSTATE 23505 → conflict (constraint kept as ``code``), 42501 → forbidden,
-    P0001 → raised, 57014 → timeout, 40001/40P01 → serialization, 22xxx → invalid_input,
-    08xxx and connection failures → network, anything else → unexpected.
+    P0001 → raised, 57014 → timeout, 40001/40P01 → serialization, 22xxx (and a value
+    psycopg refuses to send, such as a NUL character) → invalid_input, 08xxx and connection
+    failures (a session the server ended: 57P01-57P03, 53300) → network, else unexpected.
     """
     if isinstance(exc, DrainpipeError):
         return exc
@@ -59,10 +64,13 @@ def translate_error(exc: BaseException) -> DrainpipeError:
         return DrainpipeError("serialization", message)
     if sqlstate is not None and sqlstate.startswith("22"):
         return DrainpipeError("invalid_input", message)
-    if sqlstate is not None and sqlstate.startswith("08"):
+    if sqlstate is not None and (sqlstate.startswith("08") or sqlstate in _CONNECTION_LOST):
         return DrainpipeError("network", message)
     if isinstance(exc, psycopg.OperationalError | OSError | ConnectionError) and sqlstate is None:
         return DrainpipeError("network", message)
+    if isinstance(exc, psycopg.DataError) and sqlstate is None:
+        # refused by psycopg before sending (a NUL character in text): a bad value, like 22xxx
+        return DrainpipeError("invalid_input", message)
     if type(exc).__module__.startswith("psycopg_pool"):
         # PoolTimeout / TooManyRequests: no connection could be had in time
         return DrainpipeError("network", message)
@@ -95,10 +103,12 @@ class Database:
         if isinstance(db, str):
             self._dsn = db
         else:
-            kind = type(db).__module__ + "." + type(db).__qualname__
-            if "psycopg_pool" in kind:
+            # by class name, not isinstance: psycopg is not imported until it is needed.
+            # The sync Connection / ConnectionPool are refused here: awaiting them fails later.
+            bases = {(c.__module__.partition(".")[0], c.__qualname__) for c in type(db).__mro__}
+            if ("psycopg_pool", "AsyncConnectionPool") in bases:
                 self._pool = db
-            elif kind.startswith("psycopg"):
+            elif ("psycopg", "AsyncConnection") in bases:
                 self._conn = db
             else:
                 raise TypeError(

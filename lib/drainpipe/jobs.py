@@ -12,12 +12,14 @@ from .errors import DrainpipeError, invalid_request, missing_feature, validation
 from .models import DeadJob, DedupeMode, FailOutcome, Job, JobContext, QueueStats, WorkReport
 from .schedules import ScheduleMixin
 from .validation import (
+    INT8_MAX,
     aware,
     check_queue_name,
     error_text,
     positive_int,
     pydantic_issues,
     seconds,
+    storable_text,
 )
 
 if TYPE_CHECKING:
@@ -103,6 +105,13 @@ class Jobs(ScheduleMixin):
                 raise validation_error(
                     f'Payload for queue "{queue}" is invalid: {first}', issues
                 ) from exc
+            except Exception as exc:
+                # pydantic lets anything but ValueError/AssertionError out of a custom
+                # validator (a TypeError, a KeyError): still a payload that failed its checks
+                raise validation_error(
+                    f'Payload for queue "{queue}" is invalid: {error_text(exc)}',
+                    [{"message": error_text(exc), "path": []}],
+                ) from exc
 
         return validate
 
@@ -114,7 +123,9 @@ class Jobs(ScheduleMixin):
         """Validate and serialise a payload to the JSON value that is stored."""
         value = self.validate(queue, payload)
         try:
-            return self._adapter(queue).dump_python(value, mode="json")
+            # by alias: the worker validates the stored value again, and a model with
+            # aliases (Field(alias=...), an alias generator) only accepts its aliases
+            return self._adapter(queue).dump_python(value, mode="json", by_alias=True)
         except Exception as exc:  # PydanticSerializationError, or a bad custom serializer
             raise validation_error(
                 f'Payload for queue "{queue}" is not JSON-serialisable: {exc}',
@@ -167,9 +178,11 @@ class Jobs(ScheduleMixin):
                 not isinstance(dedupe_key, str)
                 or not dedupe_key
                 or len(dedupe_key) > MAX_DEDUPE_KEY
+                or storable_text(dedupe_key) != dedupe_key
             ):
                 raise validation_error(
-                    f"dedupe_key must be a non-empty string of at most {MAX_DEDUPE_KEY} characters",
+                    f"dedupe_key must be a non-empty string of at most {MAX_DEDUPE_KEY} characters"
+                    " (no NUL characters or lone surrogates)",
                     [{"message": "Invalid dedupe key", "path": ["dedupe_key"]}],
                 )
             if getattr(self.backend, "name", "") == "pgmq_public":
@@ -334,9 +347,9 @@ class Jobs(ScheduleMixin):
     ) -> list[DeadJob]:
         """Dead letters newest first; pass the last id seen as ``cursor`` for older ones."""
         self._check_queue(queue)
-        positive_int(limit, "limit")
+        positive_int(limit, "limit", maximum=INT8_MAX)  # clamped to 1000 below
         if cursor is not None:
-            positive_int(cursor, "cursor", minimum=0)
+            positive_int(cursor, "cursor", minimum=0, maximum=INT8_MAX)
         list_dead = self._optional("list_dead", "list_dead")
         return list(await list_dead(queue, limit=min(limit, 1000), before=cursor))
 
@@ -347,7 +360,7 @@ class Jobs(ScheduleMixin):
         self._check_queue(queue)
         positive_int(limit, "limit")
         if ids is not None:
-            ids = [positive_int(i, "ids", minimum=0) for i in ids]
+            ids = [positive_int(i, "ids", minimum=0, maximum=INT8_MAX) for i in ids]
         retry_dead = self._optional("retry_dead", "retry_dead")
         return int(await retry_dead(queue, ids=ids, limit=limit))
 
@@ -355,7 +368,7 @@ class Jobs(ScheduleMixin):
         """Enqueue a dead letter again (same payload, attempts back to 0); its new id, or
         None when ``job_id`` is not a dead letter of ``queue``."""
         self._check_queue(queue)
-        positive_int(job_id, "job_id", minimum=0)
+        positive_int(job_id, "job_id", minimum=0, maximum=INT8_MAX)
         replay = self._optional("replay", "replay")
         result = await replay(queue, job_id)
         return None if result is None else int(result)

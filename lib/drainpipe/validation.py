@@ -11,6 +11,10 @@ from .errors import DrainpipeError, validation_error
 
 QUEUE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,46}$")
 MAX_ERROR_TEXT = 4000
+# Postgres integer / bigint: a larger Python int would reach SQL as another type, and the
+# call would fail as a missing function instead of a validation error
+INT4_MAX = 2**31 - 1
+INT8_MAX = 2**63 - 1
 
 
 def check_queue_name(name: Any) -> str:
@@ -55,17 +59,22 @@ def aware(value: Any, name: str) -> datetime:
     return value
 
 
-def positive_int(value: Any, name: str, *, minimum: int = 1) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+def positive_int(value: Any, name: str, *, minimum: int = 1, maximum: int = INT4_MAX) -> int:
+    """An int in ``[minimum, maximum]`` (default: what a Postgres ``integer`` holds)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum or value > maximum:
         raise validation_error(
-            f"{name} must be an integer >= {minimum}, not {value!r}",
-            [{"message": f"Must be an integer >= {minimum}", "path": [name]}],
+            f"{name} must be an integer from {minimum} to {maximum}, not {value!r}",
+            [{"message": f"Must be an integer from {minimum} to {maximum}", "path": [name]}],
         )
     return value
 
 
 def error_text(error: Any) -> str:
-    """The text stored as ``last_error``: an exception's message, cut to 4000 characters."""
+    """The text stored as ``last_error``: an exception's message, cut to 4000 characters.
+
+    NUL characters and lone surrogates (which Postgres text cannot hold) are replaced, so
+    recording a failure never fails because of what the error message contains.
+    """
     if isinstance(error, BaseException):
         text = str(error) or type(error).__name__
     elif isinstance(error, str):
@@ -73,7 +82,17 @@ def error_text(error: Any) -> str:
     else:
         message = getattr(error, "message", None)
         text = str(message) if message is not None else str(error)
-    return text[:MAX_ERROR_TEXT]
+    return storable_text(text[:MAX_ERROR_TEXT])
+
+
+def storable_text(text: str) -> str:
+    """``text`` with what a Postgres text value cannot hold (NUL, lone surrogates) replaced."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    if not text.isascii():
+        # a lone surrogate cannot be encoded as UTF-8: it becomes "?"
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
 
 
 def pydantic_issues(exc: Any) -> list[dict[str, Any]]:

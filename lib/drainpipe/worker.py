@@ -245,7 +245,7 @@ class Worker:
             context = JobContext(actor=context.actor, tenant=None, all_tenants=True)
         try:
             payload = self._validate(job.payload)
-        except DrainpipeError as invalid:
+        except Exception as invalid:  # a validator's own bug must not strand the batch
             await self._fail(job, invalid, None)
             return False
         # The claimed Job has not left the worker yet, so it takes the validated payload in
