@@ -54,3 +54,16 @@ async def test_bad_module_options_are_rejected(empty_db: str) -> None:
         await install(empty_db, ["jobs"], backend="redis")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match='scheduler must be "drain" or "pg_cron"'):
         render_module("jobs", scheduler="cron")
+
+
+async def test_jobs_close_releases_the_pool_it_opened(empty_db: str) -> None:
+    await install(empty_db, ["jobs"], backend="table")
+    async with Jobs(empty_db, {"q": dict}) as jobs:
+        await jobs.enqueue("q", {"a": 1})
+        pool = jobs.backend.db._pool  # type: ignore[attr-defined]
+        assert pool is not None and not pool.closed
+    assert pool.closed
+    async with await connect(empty_db) as conn:
+        given = Jobs(conn, {"q": dict})
+        await given.close()  # a connection the caller passed in stays open
+        assert not conn.closed

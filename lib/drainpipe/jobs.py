@@ -410,6 +410,21 @@ class Jobs(ScheduleMixin):
             raise ValueError(f'Queue "{name}" was declared with another schema')
         return Queue(self, name)
 
+    async def close(self) -> None:
+        """Release what this object opened for itself: the pool of a DSN it was given, the
+        HTTP client of a URL-built PostgREST backend. Pools, connections and clients you
+        passed in stay open. Also ``async with Jobs(...) as jobs:``."""
+        db = getattr(self.backend, "db", None)
+        close = getattr(db, "close", None) or getattr(self.backend, "aclose", None)
+        if close is not None:
+            await close()
+
+    async def __aenter__(self) -> Jobs:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
     def drain_route(self, **options: Any) -> DrainRoute:
         """An ASGI app a cron caller hits: see :class:`drainpipe.drain.DrainRoute`."""
         from .drain import DrainRoute
