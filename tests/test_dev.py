@@ -223,7 +223,9 @@ async def test_drainpipe_dev_serves_functions_and_drains(db_url: str) -> None:
         secret = next(line.split("CRON_SECRET=", 1)[1] for line in lines if "CRON_SECRET=" in line)
         assert re.fullmatch(r"[0-9a-f]{64}", secret)
         assert any(f"{url}/api/drain" in line for line in lines)
-        assert await _enqueue_and_wait(db_url) == 1, "the dev drain did not run the job"
+        assert await _enqueue_and_wait(db_url) == 1, "\n".join(
+            ["the dev drain did not run the job", *lines]
+        )
     finally:
         children = _stop(process, lines)
     output = "\n".join(lines)
