@@ -7,7 +7,7 @@ import re
 from datetime import datetime, timedelta
 from typing import Any
 
-from .errors import DrainpipeError, validation_error
+from .errors import validation_error
 
 QUEUE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,46}$")
 MAX_ERROR_TEXT = 4000
@@ -100,9 +100,3 @@ def pydantic_issues(exc: Any) -> list[dict[str, Any]]:
         {"message": item.get("msg", "Invalid value"), "path": list(item.get("loc", ()))}
         for item in exc.errors(include_url=False)
     ]
-
-
-def as_drainpipe_error(exc: BaseException) -> DrainpipeError:
-    if isinstance(exc, DrainpipeError):
-        return exc
-    return DrainpipeError("unexpected", error_text(exc))
