@@ -102,6 +102,15 @@ BEGIN
             RETURN v_id;
         END IF;
     END IF;
+    IF p_dedupe_key IS NULL THEN
+        -- the common case stays a plain INSERT: ON CONFLICT's speculative insertion costs
+        -- WAL and time on every row
+        INSERT INTO drainpipe.job_messages (queue, message, max_attempts, visible_at)
+        VALUES (p_queue, v_message, p_max_attempts,
+                clock_timestamp() + make_interval(secs => greatest(coalesce(p_delay, 0), 0)))
+        RETURNING id INTO v_id;
+        RETURN v_id;
+    END IF;
     INSERT INTO drainpipe.job_messages (queue, message, max_attempts, dedupe_key, visible_at)
     VALUES (p_queue, v_message, p_max_attempts, p_dedupe_key,
             clock_timestamp() + make_interval(secs => greatest(coalesce(p_delay, 0), 0)))
