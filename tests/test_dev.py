@@ -190,6 +190,26 @@ def _start_dev(
     raise AssertionError("drainpipe dev did not start:\n" + "\n".join(lines))
 
 
+DRAINED_LINE = r"drained 1 ok, 0 failed \| emails: 0 ready, 0 in flight, 0 delayed, 0 dead"
+
+
+def _read_until(
+    process: subprocess.Popen[str], lines: list[str], pattern: str, seconds: float = 8
+) -> bool:
+    """Read the process's output until a line matches ``pattern``: the stats line comes a
+    moment after the job's completion is visible in the database."""
+    assert process.stdout is not None
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            return False
+        lines.append(line.rstrip("\n"))
+        if re.search(pattern, line):
+            return True
+    return False
+
+
 async def _enqueue_and_wait(db_url: str) -> int:
     jobs = drainpipe.Jobs(db_url, {"emails": Email})
     try:
@@ -226,12 +246,11 @@ async def test_drainpipe_dev_serves_functions_and_drains(db_url: str) -> None:
         assert await _enqueue_and_wait(db_url) == 1, "\n".join(
             ["the dev drain did not run the job", *lines]
         )
+        assert _read_until(process, lines, DRAINED_LINE), "\n".join(lines)
     finally:
         children = _stop(process, lines)
     output = "\n".join(lines)
-    assert re.search(
-        r"drained 1 ok, 0 failed \| emails: 0 ready, 0 in flight, 0 delayed, 0 dead", output
-    ), output
+    assert re.search(DRAINED_LINE, output), output
     assert "stopping" in output
     assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
 
