@@ -23,7 +23,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from drainpipe.sqlmodules import MODULES, install, module_files, sql_dir
+from drainpipe.sqlmodules import MODULES, install, sql_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 SUPABASE_ROLES = ("anon", "authenticated", "service_role")
@@ -78,18 +78,6 @@ def server_dsn() -> str:
     return _find_server()
 
 
-def available_modules() -> list[str]:
-    present = []
-    for module in MODULES:
-        try:
-            files = module_files(module)
-        except ValueError:
-            continue
-        if all((sql_dir() / name).exists() for name in files):
-            present.append(module)
-    return present
-
-
 def _sql_hash() -> str:
     digest = hashlib.sha256()
     for path in sorted(sql_dir().glob("*.sql")):
@@ -132,7 +120,7 @@ def _ensure_template(server: str, backend: str) -> str:
 async def _install_all(url: str, backend: str) -> None:
     conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
     try:
-        await install(conn, available_modules(), backend=backend)  # type: ignore[arg-type]
+        await install(conn, MODULES, backend=backend)  # type: ignore[arg-type]
     finally:
         await conn.close()
 

@@ -16,7 +16,7 @@ import pytest
 
 import drainpipe
 from drainpipe.cli import main, migration_names
-from drainpipe.devserver import available_modules
+from drainpipe.sqlmodules import MODULES
 from tests.conftest import drop_database, with_database
 
 
@@ -86,9 +86,9 @@ def test_written_table_migrations_apply_and_work(tmp_path: Path, empty_db_url: s
 
 def test_sql_apply_installs_every_module_once(empty_db_url: str, capsys: Any) -> None:
     assert main(["sql", "apply", "--database-url", empty_db_url, "--backend", "table"]) == 0
-    assert capsys.readouterr().out.strip() == "applied: " + ", ".join(available_modules())
+    assert capsys.readouterr().out.strip() == "applied: " + ", ".join(MODULES)
     modules = _modules_in(empty_db_url)
-    assert set(modules) == set(available_modules())
+    assert set(modules) == set(MODULES)
     assert modules["jobs"] == {"backend": "table", "scheduler": "drain"}
     assert main(["sql", "apply", "--database-url", empty_db_url, "--backend", "table"]) == 0
     assert capsys.readouterr().out.strip() == "up to date"

