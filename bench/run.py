@@ -647,10 +647,11 @@ async def scale(urls: dict[str, str], cfg: Config) -> dict[str, dict[int, dict[s
     """Claim latency (``drainpipe.claim_jobs``, batch ``cfg.batch``) with a small and a big
     backlog; the claimed jobs are completed (untimed) as a worker would."""
     out: dict[str, dict[int, dict[str, float]]] = {}
-    message = (
-        "jsonb_build_object('payload', jsonb_build_object('user_id', g, 'email',"
-        " 'user' || g || '@example.com', 'template', 'welcome'), 'max_attempts', 5)"
+    payload = (
+        "jsonb_build_object('user_id', g, 'email', 'user' || g || '@example.com',"
+        " 'template', 'welcome')"
     )
+    message = f"jsonb_build_object('payload', {payload}, 'max_attempts', 5)"
     for storage in ("table", "pgmq"):
         url = urls[storage]
         out[storage] = {}
@@ -661,8 +662,8 @@ async def scale(urls: dict[str, str], cfg: Config) -> dict[str, dict[int, dict[s
                         "TRUNCATE drainpipe.job_messages, drainpipe.job_dead_letters"
                     )
                     await conn.execute(
-                        "INSERT INTO drainpipe.job_messages (queue, message)"
-                        f" SELECT %s, {message} FROM generate_series(1, {backlog}) g",
+                        "INSERT INTO drainpipe.job_messages (queue, payload)"
+                        f" SELECT %s, {payload} FROM generate_series(1, {backlog}) g",
                         (QUEUE,),
                     )
                     await conn.execute("VACUUM ANALYZE drainpipe.job_messages")

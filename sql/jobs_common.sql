@@ -23,10 +23,8 @@ AS $$
     SELECT 1 + floor(random() * least(3600, 10 * power(2, least(greatest(p_attempt, 1) - 1, 20))))
 $$;
 
--- The message body both backends store: the payload (or the context envelope around it),
--- the attempt limit and, when given, the dedupe key.
-CREATE OR REPLACE FUNCTION drainpipe.job_message(p_payload jsonb, p_max_attempts integer, p_dedupe_key text)
-RETURNS jsonb
+CREATE OR REPLACE FUNCTION drainpipe.assert_max_attempts(p_max_attempts integer)
+RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -34,6 +32,18 @@ BEGIN
     IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
         RAISE EXCEPTION 'max_attempts must be at least 1, not %', p_max_attempts USING ERRCODE = '22023';
     END IF;
+END
+$$;
+
+-- The message body pgmq stores: the payload (or the context envelope around it),
+-- the attempt limit and, when given, the dedupe key.
+CREATE OR REPLACE FUNCTION drainpipe.job_message(p_payload jsonb, p_max_attempts integer, p_dedupe_key text)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM drainpipe.assert_max_attempts(p_max_attempts);
     RETURN jsonb_strip_nulls(jsonb_build_object(
         'payload', coalesce(p_payload, '{}'::jsonb),
         'max_attempts', p_max_attempts,

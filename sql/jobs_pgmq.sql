@@ -36,16 +36,24 @@ BEGIN
         AS $body$
         DECLARE
             v_claimed bigint;
+            v_now timestamptz;
+            v_until timestamptz;
+            v_batch integer := greatest(p_batch, 1);
         BEGIN
             LOOP
+                -- computed once per round: inside the UPDATE it would be computed for every row
+                v_now := clock_timestamp();
+                v_until := v_now + make_interval(secs => greatest(p_lease, 0));
                 RETURN QUERY
                 -- oldest visible first; rows another worker is claiming are skipped, not waited for
                 WITH picked AS (
                     SELECT q.msg_id, q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted
                       FROM pgmq.%2$I q
+                     -- clock_timestamp(), not v_now: a volatile bound is no index condition,
+                     -- so the planner cannot trade the msg_id order for a vt range plus a sort
                      WHERE q.vt <= clock_timestamp()
                      ORDER BY q.msg_id
-                     LIMIT greatest(p_batch, 1)
+                     LIMIT v_batch
                        FOR UPDATE SKIP LOCKED
                 ), dead AS (
                     -- its lease ran out on the last attempt: a dead letter, not work to run again.
@@ -60,7 +68,7 @@ BEGIN
                       FROM dead x
                 )
                 UPDATE pgmq.%2$I m
-                   SET vt = clock_timestamp() + make_interval(secs => greatest(p_lease, 0)),
+                   SET vt = v_until,
                        read_ct = m.read_ct + 1
                  WHERE m.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE NOT p.exhausted))
                 -- the message's fields as columns: the client then parses only the payload's JSON
@@ -73,7 +81,7 @@ BEGIN
                 -- another worker is claiming is no reason to go round again; a row found here
                 -- is picked next round (claimed or archived), so every round makes progress
                 -- and the loop ends however many dead letters lie ahead.
-                PERFORM 1 FROM pgmq.%2$I w WHERE w.vt <= clock_timestamp() ORDER BY w.vt LIMIT 1
+                PERFORM 1 FROM pgmq.%2$I w WHERE w.vt <= v_now ORDER BY w.vt LIMIT 1
                     FOR UPDATE SKIP LOCKED;
                 EXIT WHEN NOT FOUND;
             END LOOP;
@@ -91,9 +99,10 @@ BEGIN
             RETURN QUERY
             -- fenced by read_ct: a worker whose job was claimed again changes nothing
             WITH done AS (
+                -- a join on (id, attempt): one primary-key lookup per pair
                 DELETE FROM pgmq.%2$I m
-                 WHERE m.msg_id = ANY (p_ids)
-                   AND (m.msg_id, m.read_ct) IN (SELECT f.id, f.attempt FROM unnest(p_ids, p_attempts) AS f(id, attempt))
+                 USING unnest(p_ids, p_attempts) AS f(id, attempt)
+                 WHERE m.msg_id = f.id AND m.read_ct = f.attempt
                 RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message
             )
             INSERT INTO pgmq.%3$I (msg_id, read_ct, enqueued_at, vt, message)

@@ -6,14 +6,15 @@
 CREATE TABLE IF NOT EXISTS drainpipe.job_messages (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     queue text NOT NULL CONSTRAINT job_messages_queue_name CHECK (queue ~ '^[a-z_][a-z0-9_]{0,46}$'),
-    -- {payload, max_attempts, dedupe_key?, last_error?}
-    message jsonb NOT NULL,
+    -- the payload, or the context envelope around it (see context.py); a column of its
+    -- own, so a claim returns it without taking it out of a wrapping document
+    payload jsonb NOT NULL,
     -- claims so far; 0 = never claimed; the fencing token of complete/fail/extend
     attempts integer NOT NULL DEFAULT 0,
-    -- copies of message fields, written once by the enqueue functions (not generated
-    -- columns: those would be recomputed from the jsonb on every claim's UPDATE)
     max_attempts integer NOT NULL DEFAULT 5,
     dedupe_key text,
+    -- the error of the last failed attempt
+    last_error text,
     enqueued_at timestamptz NOT NULL DEFAULT clock_timestamp(),
     -- claimable from: the delay end, the lease end or the backoff end
     visible_at timestamptz NOT NULL DEFAULT clock_timestamp()
@@ -36,7 +37,7 @@ CREATE INDEX IF NOT EXISTS job_messages_dedupe_idx
 CREATE TABLE IF NOT EXISTS drainpipe.job_dead_letters (
     id bigint PRIMARY KEY,
     queue text NOT NULL,
-    -- the job's message with last_error and "dead": true
+    -- {payload, max_attempts, dedupe_key?, last_error, dead: true} (see dead_job_message)
     message jsonb NOT NULL,
     attempts integer NOT NULL,
     enqueued_at timestamptz NOT NULL,
@@ -67,8 +68,35 @@ BEGIN
         ON CONFLICT (id) DO NOTHING;
         DROP TABLE drainpipe.job_archive;
     END IF;
+    -- The second layout kept {payload, max_attempts, dedupe_key, last_error} in one
+    -- "message" document: the payload and the last error move to columns of their own.
+    IF EXISTS (SELECT 1 FROM information_schema.columns
+                WHERE table_schema = 'drainpipe' AND table_name = 'job_messages'
+                  AND column_name = 'message') THEN
+        ALTER TABLE drainpipe.job_messages ADD COLUMN IF NOT EXISTS payload jsonb,
+                                           ADD COLUMN IF NOT EXISTS last_error text;
+        UPDATE drainpipe.job_messages
+           SET payload = coalesce(message -> 'payload', '{}'::jsonb),
+               last_error = message ->> 'last_error';
+        ALTER TABLE drainpipe.job_messages ALTER COLUMN payload SET NOT NULL;
+        ALTER TABLE drainpipe.job_messages DROP COLUMN message;
+    END IF;
 END
 $upgrade$;
+
+-- A dead letter's document (the shape both backends list, replay and purge).
+CREATE OR REPLACE FUNCTION drainpipe.dead_job_message(
+    p_payload jsonb, p_max_attempts integer, p_dedupe_key text, p_last_error text
+)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT jsonb_build_object('payload', p_payload, 'max_attempts', p_max_attempts,
+                              'last_error', p_last_error, 'dead', true)
+           || CASE WHEN p_dedupe_key IS NULL THEN '{}'::jsonb
+                   ELSE jsonb_build_object('dedupe_key', p_dedupe_key) END
+$$;
 
 CREATE OR REPLACE FUNCTION drainpipe.enqueue_job(
     p_queue text,
@@ -83,10 +111,10 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_message jsonb := drainpipe.job_message(p_payload, p_max_attempts, p_dedupe_key);
     v_id bigint;
 BEGIN
     PERFORM drainpipe.assert_queue_name(p_queue);
+    PERFORM drainpipe.assert_max_attempts(p_max_attempts);
     IF p_dedupe_key IS NOT NULL THEN
         -- one enqueuer per (queue, key) at a time, so two callers cannot both miss each other
         PERFORM pg_advisory_xact_lock(hashtext('drainpipe.job:' || p_queue), hashtext(p_dedupe_key));
@@ -105,14 +133,14 @@ BEGIN
     IF p_dedupe_key IS NULL THEN
         -- the common case stays a plain INSERT: ON CONFLICT's speculative insertion costs
         -- WAL and time on every row
-        INSERT INTO drainpipe.job_messages (queue, message, max_attempts, visible_at)
-        VALUES (p_queue, v_message, p_max_attempts,
+        INSERT INTO drainpipe.job_messages (queue, payload, max_attempts, visible_at)
+        VALUES (p_queue, coalesce(p_payload, '{}'::jsonb), p_max_attempts,
                 clock_timestamp() + make_interval(secs => greatest(coalesce(p_delay, 0), 0)))
         RETURNING id INTO v_id;
         RETURN v_id;
     END IF;
-    INSERT INTO drainpipe.job_messages (queue, message, max_attempts, dedupe_key, visible_at)
-    VALUES (p_queue, v_message, p_max_attempts, p_dedupe_key,
+    INSERT INTO drainpipe.job_messages (queue, payload, max_attempts, dedupe_key, visible_at)
+    VALUES (p_queue, coalesce(p_payload, '{}'::jsonb), p_max_attempts, p_dedupe_key,
             clock_timestamp() + make_interval(secs => greatest(coalesce(p_delay, 0), 0)))
     -- The lock above makes a clash impossible under READ COMMITTED. A caller's REPEATABLE
     -- READ transaction may not see a waiting job committed after its snapshot: DO NOTHING
@@ -140,12 +168,10 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM drainpipe.assert_queue_name(p_queue);
-    PERFORM drainpipe.job_message('{}', p_max_attempts, NULL);
+    PERFORM drainpipe.assert_max_attempts(p_max_attempts);
     RETURN QUERY
-    INSERT INTO drainpipe.job_messages (queue, message, max_attempts, visible_at)
-    SELECT p_queue,
-           jsonb_build_object('payload', e.value, 'max_attempts', p_max_attempts),
-           p_max_attempts,
+    INSERT INTO drainpipe.job_messages (queue, payload, max_attempts, visible_at)
+    SELECT p_queue, e.value, p_max_attempts,
            clock_timestamp() + make_interval(secs => greatest(coalesce(p_delay, 0), 0))
       FROM jsonb_array_elements(p_payloads) WITH ORDINALITY AS e(value, n)
      ORDER BY e.n
@@ -166,6 +192,9 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_now timestamptz := clock_timestamp();
+    -- computed once here: inside the UPDATE it would be computed again for every row
+    v_until timestamptz := v_now + make_interval(secs => greatest(p_lease, 0));
+    v_batch integer := greatest(p_batch, 1);
 BEGIN
     -- A job whose lease ran out on its last attempt is a dead letter, not work to run again.
     WITH exhausted AS (
@@ -180,41 +209,44 @@ BEGIN
     )
     INSERT INTO drainpipe.job_dead_letters (id, queue, message, attempts, enqueued_at, died_at)
     SELECT e.id, e.queue,
-           e.message || '{"last_error": "The lease ran out on the last attempt", "dead": true}'::jsonb,
+           drainpipe.dead_job_message(e.payload, e.max_attempts, e.dedupe_key,
+                                      'The lease ran out on the last attempt'),
            e.attempts, e.enqueued_at, v_now
       FROM exhausted e;
 
     RETURN QUERY
-    WITH picked AS (
-        -- oldest visible first; rows another worker is claiming right now are skipped, not waited for
-        SELECT j.id FROM drainpipe.job_messages j
-         WHERE j.queue = p_queue AND j.visible_at <= v_now AND j.attempts < j.max_attempts
-         ORDER BY j.visible_at, j.id
-         LIMIT greatest(p_batch, 1)
-           FOR UPDATE SKIP LOCKED
-    )
     UPDATE drainpipe.job_messages j
        SET attempts = j.attempts + 1,
-           visible_at = v_now + make_interval(secs => greatest(p_lease, 0))
-     -- primary-key lookups even under a generic plan (which guesses LIMIT $n at 10% of the table)
-     WHERE j.id = ANY (ARRAY(SELECT picked.id FROM picked))
-    -- the message's fields as columns: the client then parses only the payload's JSON
-    RETURNING j.id, j.attempts, j.enqueued_at, j.visible_at, j.message -> 'payload', j.max_attempts,
-              j.message ->> 'last_error';
+           visible_at = v_until
+     -- = ANY (ARRAY(...)): primary-key lookups even under a generic plan (which guesses
+     -- LIMIT $n at 10% of the table). A subquery, not a CTE: the CTE's extra materialising
+     -- step cost measurably more per claimed job.
+     WHERE j.id = ANY (ARRAY(
+           -- oldest visible first; rows another worker is claiming right now are skipped
+           SELECT x.id FROM drainpipe.job_messages x
+            WHERE x.queue = p_queue AND x.visible_at <= v_now AND x.attempts < x.max_attempts
+            ORDER BY x.visible_at, x.id
+            LIMIT v_batch
+              FOR UPDATE SKIP LOCKED))
+    RETURNING j.id, j.attempts, j.enqueued_at, j.visible_at, j.payload, j.max_attempts, j.last_error;
 END
 $$;
 
 -- Fenced by the attempt counter: a worker whose job was claimed again changes nothing.
 CREATE OR REPLACE FUNCTION drainpipe.complete_jobs(p_queue text, p_ids bigint[], p_attempts integer[])
 RETURNS SETOF bigint
-LANGUAGE sql SECURITY DEFINER
+-- plpgsql, not sql: its plan is cached per session instead of made on every call
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
+    RETURN QUERY
+    -- a join on (id, attempt): one primary-key lookup per pair, and the attempt is the fence
     DELETE FROM drainpipe.job_messages m
-     -- = ANY keeps primary-key lookups; the pair check is the fence
-     WHERE m.id = ANY (p_ids) AND m.queue = p_queue
-       AND (m.id, m.attempts) IN (SELECT f.id, f.attempt FROM unnest(p_ids, p_attempts) AS f(id, attempt))
-    RETURNING m.id
+     USING unnest(p_ids, p_attempts) AS f(id, attempt)
+     WHERE m.id = f.id AND m.attempts = f.attempt AND m.queue = p_queue
+    RETURNING m.id;
+END
 $$;
 
 CREATE OR REPLACE FUNCTION drainpipe.complete_job(p_queue text, p_id bigint, p_attempt integer)
@@ -238,7 +270,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_job drainpipe.job_messages;
-    v_error jsonb := jsonb_build_object('last_error', left(coalesce(p_error, 'null'), 4000));
+    v_error text := left(coalesce(p_error, 'null'), 4000);
 BEGIN
     SELECT * INTO v_job FROM drainpipe.job_messages
      WHERE id = p_id AND queue = p_queue AND attempts = p_attempt
@@ -249,12 +281,13 @@ BEGIN
     IF v_job.attempts >= v_job.max_attempts THEN
         DELETE FROM drainpipe.job_messages WHERE id = p_id;
         INSERT INTO drainpipe.job_dead_letters (id, queue, message, attempts, enqueued_at)
-        VALUES (v_job.id, v_job.queue, v_job.message || v_error || '{"dead": true}', v_job.attempts,
-                v_job.enqueued_at);
+        VALUES (v_job.id, v_job.queue,
+                drainpipe.dead_job_message(v_job.payload, v_job.max_attempts, v_job.dedupe_key, v_error),
+                v_job.attempts, v_job.enqueued_at);
         RETURN 'dead';
     END IF;
     UPDATE drainpipe.job_messages
-       SET message = message || v_error,
+       SET last_error = v_error,
            visible_at = clock_timestamp() + make_interval(
                secs => greatest(coalesce(p_retry_in, drainpipe.job_retry_delay(v_job.attempts)), 0))
      WHERE id = p_id;

@@ -143,21 +143,19 @@ def fill(
     def make(backend: str) -> psycopg.Connection[Any]:
         conn = psycopg.connect(fresh_database(backend), autocommit=True)
         opened.append(conn)
-        message = (
-            "jsonb_build_object('payload', jsonb_build_object('n', g, 'email', 'user' || g ||"
-            " '@example.com'), 'max_attempts', 5)"
-        )
+        payload = "jsonb_build_object('n', g, 'email', 'user' || g || '@example.com')"
+        message = f"jsonb_build_object('payload', {payload}, 'max_attempts', 5)"
         if backend == "table":
             conn.execute(
-                "INSERT INTO drainpipe.job_messages (queue, message, visible_at)"
-                f" SELECT %s, {message}, now() - interval '1 hour' + g * interval '1 ms'"
+                "INSERT INTO drainpipe.job_messages (queue, payload, visible_at)"
+                f" SELECT %s, {payload}, now() - interval '1 hour' + g * interval '1 ms'"
                 f" FROM generate_series(1, {BACKLOG}) g",
                 (QUEUE,),
             )
             # a few jobs of another queue and some in flight, as a live system has
             conn.execute(
-                "INSERT INTO drainpipe.job_messages (queue, message, attempts, visible_at)"
-                f" SELECT 'other', {message}, 1, now() + interval '5 minutes'"
+                "INSERT INTO drainpipe.job_messages (queue, payload, attempts, visible_at)"
+                f" SELECT 'other', {payload}, 1, now() + interval '5 minutes'"
                 " FROM generate_series(1, 1000) g"
             )
             conn.execute("ANALYZE drainpipe.job_messages")
