@@ -34,9 +34,13 @@ class JobContext:
     all_tenants: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Job(Generic[T]):
-    """A claimed job. ``attempts`` is 1 on the first claim and is the fencing token."""
+    """A claimed job. ``attempts`` is 1 on the first claim and is the fencing token.
+
+    Not slotted: backends build claimed jobs with :func:`claimed_job`, which fills the
+    instance dict in one step.
+    """
 
     id: int
     queue: str
@@ -47,6 +51,43 @@ class Job(Generic[T]):
     enqueued_at: datetime
     visible_until: datetime
     last_error: str | None = None
+
+
+_new_object = object.__new__
+_set_attribute = object.__setattr__
+
+
+def claimed_job(
+    id: int,
+    queue: str,
+    payload: Any,
+    context: JobContext,
+    attempts: int,
+    max_attempts: int,
+    enqueued_at: datetime,
+    visible_until: datetime,
+    last_error: str | None,
+) -> Job[Any]:
+    """A :class:`Job`, built for the claim hot path: the dataclass ``__init__`` of a frozen
+    class sets its nine fields one ``object.__setattr__`` call at a time, which costs more
+    than the rest of a no-op job's client-side work."""
+    job: Job[Any] = _new_object(Job)
+    _set_attribute(
+        job,
+        "__dict__",
+        {
+            "id": id,
+            "queue": queue,
+            "payload": payload,
+            "context": context,
+            "attempts": attempts,
+            "max_attempts": max_attempts,
+            "enqueued_at": enqueued_at,
+            "visible_until": visible_until,
+            "last_error": last_error,
+        },
+    )
+    return job
 
 
 @dataclass(frozen=True, slots=True)

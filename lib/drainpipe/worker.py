@@ -65,6 +65,8 @@ class Worker:
         self.leases = bool(getattr(jobs.backend, "leases", False))
         self.queue = queue
         self.handler = handler
+        # known once, so the per-job path skips inspect.isawaitable for async handlers
+        self._async_handler = inspect.iscoroutinefunction(handler)
         self._validate = jobs.validator(queue)
         self.concurrency = max(1, positive_int(concurrency, "concurrency"))
         self.batch = positive_int(batch, "batch")
@@ -194,6 +196,7 @@ class Worker:
                     succeeded.append(job)
                 else:
                     unfinished.pop(job.id, None)
+            self.report.succeeded += len(succeeded)
             await self._complete(succeeded)
         finally:
             unfinished.clear()
@@ -239,10 +242,8 @@ class Worker:
                 await call_hook(self.on_error, exc, job)
 
     async def _run_one(self, job: Job[Any]) -> bool:
-        """Run one job; True when it succeeded (its completion is batched by the caller)."""
-        context = job.context
-        if self.all_tenants and context.tenant is None and not context.all_tenants:
-            context = JobContext(actor=context.actor, tenant=None, all_tenants=True)
+        """Run one job; True when it succeeded (the caller counts and completes the
+        succeeded ones together)."""
         try:
             payload = self._validate(job.payload)
         except Exception as invalid:  # a validator's own bug must not strand the batch
@@ -250,13 +251,19 @@ class Worker:
             return False
         # The claimed Job has not left the worker yet, so it takes the validated payload in
         # place: building a second frozen dataclass per job costs a microsecond on this path.
-        object.__setattr__(job, "payload", payload)
-        if context is not job.context:
-            object.__setattr__(job, "context", context)
+        fields = job.__dict__
+        fields["payload"] = payload
+        if self.all_tenants:
+            context = job.context
+            if context.tenant is None and not context.all_tenants:
+                fields["context"] = JobContext(actor=context.actor, tenant=None, all_tenants=True)
         try:
-            result = self.handler(payload, job)
-            if inspect.isawaitable(result):
-                await result
+            if self._async_handler:
+                await self.handler(payload, job)
+            else:
+                result = self.handler(payload, job)
+                if inspect.isawaitable(result):
+                    await result
         except Retry as retry:
             await self._record_failure(job, str(retry), retry.after)
             self.report.failed += 1
@@ -264,7 +271,6 @@ class Worker:
         except Exception as exc:
             await self._fail(job, exc, None)
             return False
-        self.report.succeeded += 1
         return True
 
     async def _fail(self, job: Job[Any], error: BaseException, retry_in: float | None) -> None:

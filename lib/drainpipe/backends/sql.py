@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from ..context import ENVELOPE_KEY, unwrap_payload
 from ..db import Database, Row, as_database
-from ..models import DeadJob, DedupeMode, FailOutcome, Job, JobContext, QueueStats
+from ..models import DeadJob, DedupeMode, FailOutcome, Job, JobContext, QueueStats, claimed_job
 
 NO_CONTEXT = JobContext()
 
@@ -32,7 +32,7 @@ def parse_claimed(queue: str, row: Row) -> Job[Any]:
         payload, context = unwrap_payload(stored)
     else:
         payload, context = stored, NO_CONTEXT
-    return Job(
+    return claimed_job(
         job_id,
         queue,
         payload,
