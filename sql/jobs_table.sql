@@ -188,6 +188,10 @@ RETURNS TABLE (id bigint, attempts integer, enqueued_at timestamptz, visible_unt
                payload jsonb, max_attempts integer, last_error text)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+-- The plan cache would keep choosing custom plans here (the generic one's LIMIT $n looks
+-- dear), planning anew on every claim; the generic plan is the same index walk
+-- (tests/test_query_plan.py checks it) and saves that planning.
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -238,6 +242,7 @@ RETURNS SETOF bigint
 -- plpgsql, not sql: its plan is cached per session instead of made on every call
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $$
 BEGIN
     RETURN QUERY
