@@ -157,6 +157,32 @@ async def test_values_postgres_cannot_take_are_validation_errors(jobs: Jobs) -> 
     assert await jobs.retry_dead("raw", ids=[]) == 0
 
 
+async def test_integers_beyond_64_bits_come_back_exact(jobs: Jobs, jobs_db_url: str) -> None:
+    """jsonb keeps any integer exactly; the worker's JSON decoding must too (orjson alone
+    turns integers beyond 64 bits into floats)."""
+    payload = {
+        "big": 2**70,
+        "low": -(2**63) - 1,
+        "snowflake": 1234567890123456789,
+        "nested": [{"id": 18446744073709551616}, 1.5, "12345678901234567890"],
+    }
+    await jobs.enqueue("raw", payload)
+    await jobs.enqueue_many("raw", [payload])
+    seen: list[Any] = []
+
+    async def keep(value: Any, job: drainpipe.Job[Any]) -> None:
+        seen.append(value)
+
+    assert (await jobs.drain("raw", keep, batch=10)).succeeded == 2
+    assert seen == [payload, payload]
+    assert all(type(value["big"]) is int for value in seen)
+    # a caller's own connection decodes the same way
+    async with await connect(jobs_db_url) as conn:
+        await Jobs(conn, QUEUES).enqueue("raw", payload)
+        claimed = await Jobs(conn, QUEUES).claim("raw")
+    assert claimed[0].payload == payload
+
+
 # -- errors and connections ------------------------------------------------------------
 
 
