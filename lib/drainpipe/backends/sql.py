@@ -11,16 +11,10 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from ..context import ENVELOPE_KEY, unwrap_payload
-from ..db import Database, Row, as_database
+from ..db import Database, Row, as_database, jsonb
 from ..models import DeadJob, DedupeMode, FailOutcome, Job, JobContext, QueueStats, claimed_job
 
 NO_CONTEXT = JobContext()
-
-
-def _json(value: Any) -> Any:
-    from psycopg.types.json import Jsonb
-
-    return Jsonb(value)
 
 
 def parse_claimed(queue: str, row: Row) -> Job[Any]:
@@ -91,7 +85,7 @@ class SqlQueueBackend:
     ) -> int:
         value = await self.db.fetchval(
             "SELECT drainpipe.enqueue_job(%s, %s, %s, %s, %s, %s)",
-            (queue, _json(payload), float(delay), max_attempts, dedupe_key, dedupe != "waiting"),
+            (queue, jsonb(payload), float(delay), max_attempts, dedupe_key, dedupe != "waiting"),
         )
         return int(value)
 
@@ -100,7 +94,7 @@ class SqlQueueBackend:
     ) -> list[int]:
         rows = await self.db.fetch(
             "SELECT drainpipe.enqueue_jobs(%s, %s, %s, %s)",
-            (queue, _json(list(payloads)), float(delay), max_attempts),
+            (queue, jsonb(list(payloads)), float(delay), max_attempts),
         )
         return [int(row[0]) for row in rows]
 
@@ -215,7 +209,7 @@ class SqlQueueBackend:
     ) -> None:
         await self.db.fetch(
             "SELECT drainpipe.schedule_job(%s, %s, %s, %s, %s, %s, %s)",
-            (name, cron, queue, _json(payload), time_zone, next_run, tenant),
+            (name, cron, queue, jsonb(payload), time_zone, next_run, tenant),
         )
 
     async def unschedule(self, name: str) -> bool:
