@@ -14,6 +14,15 @@ BEGIN
 END
 $$;
 
+-- The same test as an expression: plpgsql evaluates "IF NOT drainpipe.is_queue_name(..)"
+-- on its fast path (the SQL function is inlined), where a PERFORM runs a whole query. Hot
+-- functions test with it and call assert_queue_name only to raise.
+-- (No SET search_path: a function with one is never inlined. pg_catalog comes first anyway.)
+CREATE OR REPLACE FUNCTION drainpipe.is_queue_name(p_queue text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT p_queue IS NOT NULL AND p_queue ~ '^[a-z_][a-z0-9_]{0,46}$' $$;
+
 -- Full jitter: whole seconds uniform in [1, min(3600, 10 * 2^(attempt-1))], never 0.
 CREATE OR REPLACE FUNCTION drainpipe.job_retry_delay(p_attempt integer)
 RETURNS double precision
@@ -43,7 +52,9 @@ LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM drainpipe.assert_max_attempts(p_max_attempts);
+    IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+        PERFORM drainpipe.assert_max_attempts(p_max_attempts);
+    END IF;
     RETURN jsonb_strip_nulls(jsonb_build_object(
         'payload', coalesce(p_payload, '{}'::jsonb),
         'max_attempts', p_max_attempts,

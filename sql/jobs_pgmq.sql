@@ -174,7 +174,9 @@ DECLARE
     v_table text := 'q_' || p_queue;
     v_id bigint;
 BEGIN
-    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF NOT drainpipe.is_queue_name(p_queue) THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
     IF to_regclass('pgmq.' || v_table) IS NULL THEN
         PERFORM drainpipe.ensure_job_queue(p_queue);
     END IF;
@@ -210,8 +212,12 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM drainpipe.assert_queue_name(p_queue);
-    PERFORM drainpipe.job_message('{}', p_max_attempts, NULL);
+    IF NOT drainpipe.is_queue_name(p_queue) THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+        PERFORM drainpipe.assert_max_attempts(p_max_attempts);
+    END IF;
     IF to_regclass('pgmq.q_' || p_queue) IS NULL THEN
         PERFORM drainpipe.ensure_job_queue(p_queue);
     END IF;
@@ -236,7 +242,9 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF NOT drainpipe.is_queue_name(p_queue) THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
     IF to_regproc('drainpipe.claim_jobs__' || p_queue) IS NULL THEN
         PERFORM drainpipe.ensure_job_queue(p_queue);
     END IF;
@@ -253,7 +261,9 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF NOT drainpipe.is_queue_name(p_queue) THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
     IF to_regproc('drainpipe.complete_jobs__' || p_queue) IS NULL THEN
         IF to_regclass('pgmq.q_' || p_queue) IS NULL THEN
             RETURN;  -- no such queue: nothing to complete

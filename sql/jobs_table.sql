@@ -118,8 +118,12 @@ AS $$
 DECLARE
     v_id bigint;
 BEGIN
-    PERFORM drainpipe.assert_queue_name(p_queue);
-    PERFORM drainpipe.assert_max_attempts(p_max_attempts);
+    IF NOT drainpipe.is_queue_name(p_queue) THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+        PERFORM drainpipe.assert_max_attempts(p_max_attempts);
+    END IF;
     IF p_dedupe_key IS NOT NULL THEN
         -- one enqueuer per (queue, key) at a time, so two callers cannot both miss each other
         PERFORM pg_advisory_xact_lock(hashtext('drainpipe.job:' || p_queue), hashtext(p_dedupe_key));
@@ -172,8 +176,12 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM drainpipe.assert_queue_name(p_queue);
-    PERFORM drainpipe.assert_max_attempts(p_max_attempts);
+    IF NOT drainpipe.is_queue_name(p_queue) THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+        PERFORM drainpipe.assert_max_attempts(p_max_attempts);
+    END IF;
     RETURN QUERY
     INSERT INTO drainpipe.job_messages (queue, payload, max_attempts, visible_at)
     SELECT p_queue, e.value, p_max_attempts,
