@@ -860,7 +860,7 @@ async def main_async(cfg: Config) -> dict[str, Any]:
 def parse_args(argv: Sequence[str] | None = None) -> Config:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", type=int, default=20_000, help="jobs per enqueue_many/processing")
-    parser.add_argument("--single", type=int, default=2_000, help="jobs per single enqueue")
+    parser.add_argument("--single", type=int, default=4_000, help="jobs per single enqueue")
     parser.add_argument("--consumers", type=int, default=5, help="consumers and enqueuers")
     parser.add_argument("--batch", type=int, default=100, help="claim and enqueue_many batch size")
     parser.add_argument("--rounds", type=int, default=3)

@@ -64,6 +64,8 @@ class Jobs(ScheduleMixin):
             raise ValueError(f'scheduler must be "drain" or "pg_cron", not "{scheduler}"')
         self._schemas: dict[str, Any] = dict(queues)
         self._adapters: dict[str, TypeAdapter[Any]] = {}
+        self._validators: dict[str, Callable[[Any], Any]] = {}
+        self._serialisers: dict[str, Callable[[Any], Any]] = {}
         self._now = now or _utcnow
         self.scheduler = scheduler
         self.backend: QueueBackend = resolve_backend(db, list(queues))
@@ -91,6 +93,12 @@ class Jobs(ScheduleMixin):
     def validator(self, queue: str) -> Callable[[Any], Any]:
         """A function that validates payloads of ``queue`` (``validation`` error on failure);
         workers fetch it once instead of looking the schema up per job."""
+        validate = self._validators.get(queue)
+        if validate is None:
+            validate = self._validators[queue] = self._make_validator(queue)
+        return validate
+
+    def _make_validator(self, queue: str) -> Callable[[Any], Any]:
         from pydantic import ValidationError
 
         # the core validator skips TypeAdapter's per-call wrapper (this runs once per job)
@@ -121,16 +129,29 @@ class Jobs(ScheduleMixin):
 
     def serialise(self, queue: str, payload: Any) -> Any:
         """Validate and serialise a payload to the JSON value that is stored."""
-        value = self.validate(queue, payload)
-        try:
-            # by alias: the worker validates the stored value again, and a model with
-            # aliases (Field(alias=...), an alias generator) only accepts its aliases
-            return self._adapter(queue).dump_python(value, mode="json", by_alias=True)
-        except Exception as exc:  # PydanticSerializationError, or a bad custom serializer
-            raise validation_error(
-                f'Payload for queue "{queue}" is not JSON-serialisable: {exc}',
-                [{"message": "Not JSON-serialisable", "path": ["payload"]}],
-            ) from exc
+        serialise = self._serialisers.get(queue)
+        if serialise is None:
+            serialise = self._serialisers[queue] = self._make_serialiser(queue)
+        return serialise(payload)
+
+    def _make_serialiser(self, queue: str) -> Callable[[Any], Any]:
+        validate = self.validator(queue)
+        # the core serializer skips TypeAdapter's per-call wrapper (this runs per enqueue)
+        to_python = self._adapter(queue).serializer.to_python
+
+        def serialise(payload: Any) -> Any:
+            value = validate(payload)
+            try:
+                # by alias: the worker validates the stored value again, and a model with
+                # aliases (Field(alias=...), an alias generator) only accepts its aliases
+                return to_python(value, mode="json", by_alias=True)
+            except Exception as exc:  # PydanticSerializationError, or a bad custom serializer
+                raise validation_error(
+                    f'Payload for queue "{queue}" is not JSON-serialisable: {exc}',
+                    [{"message": "Not JSON-serialisable", "path": ["payload"]}],
+                ) from exc
+
+        return serialise
 
     def _optional(self, method: str, feature: str) -> Any:
         fn = getattr(self.backend, method, None)
