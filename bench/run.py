@@ -17,7 +17,9 @@ so drift of the machine hits all systems alike; the tables show medians and, per
 the ratio drainpipe / raw on the same storage. Round trips are counted client-side;
 transactions come from ``pg_stat_database.xact_commit`` of the system's database; WAL bytes
 from ``pg_current_wal_lsn()``, which is cluster-wide (other activity on the server inflates
-it, so the smallest round is shown).
+it, so the smallest round is shown). CPU per job: this process's own (``process_time``) and,
+when the server runs on this machine, its Postgres processes' (``/proc/<pid>/schedstat``),
+which shows whether a gap is the client's or the server's.
 """
 
 from __future__ import annotations
@@ -339,6 +341,8 @@ class Sample:
     round_trips: int
     xacts: int
     wal_bytes: int
+    client_cpu: float = 0.0  # seconds of this process's CPU
+    server_cpu: float | None = None  # seconds of the local Postgres processes' CPU
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -376,6 +380,23 @@ async def xact_count(url: str) -> int:
         return int(row[0])
 
 
+def server_cpu_seconds() -> float | None:
+    """CPU seconds of the Postgres processes on this machine, from Linux's per-process
+    scheduler statistics (nanoseconds; the pool's backends live through the measured
+    body); None where there is no /proc or no Postgres process is visible. Every local
+    cluster counts, so keep other clusters idle while measuring."""
+    total, seen = 0, False
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if (proc / "comm").read_text().strip() != "postgres":
+                continue
+            total += int((proc / "schedstat").read_text().split()[0])
+            seen = True
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 1e9 if seen else None
+
+
 async def measured(
     system: System,
     connections: int,
@@ -399,9 +420,13 @@ async def measured(
         trips_before = ROUND_TRIPS[0]
         if profile is not None:
             profile.enable()
+        server_before = server_cpu_seconds()
+        client_before = time.process_time()
         started = time.perf_counter()
         jobs = await body(pool)
         seconds = time.perf_counter() - started
+        client_cpu = time.process_time() - client_before
+        server_after = server_cpu_seconds()
         if profile is not None:
             profile.disable()
         trips = ROUND_TRIPS[0] - trips_before
@@ -409,7 +434,18 @@ async def measured(
     finally:
         await pool.close()
     xacts_after = await xact_count(system.url)
-    return Sample(seconds, jobs, trips, xacts_after - xacts_before, wal_after - wal_before)
+    server_cpu = (
+        None if server_before is None or server_after is None else server_after - server_before
+    )
+    return Sample(
+        seconds,
+        jobs,
+        trips,
+        xacts_after - xacts_before,
+        wal_after - wal_before,
+        client_cpu,
+        server_cpu,
+    )
 
 
 async def reset(system: System) -> None:
@@ -724,7 +760,10 @@ def print_results(results: Results, cfg: Config) -> list[tuple[str, float, float
         per = results[phase]
         print(f"\n## {title}: jobs/s")
         head = "".join(f" {'r' + str(i + 1):>9}" for i in range(cfg.rounds))
-        print(f"{'system':<10} {'median':>9}{head}   rt/job  xact/job  WAL B/job(min)")
+        print(
+            f"{'system':<10} {'median':>9}{head}   rt/job  xact/job  WAL B/job(min)"
+            "  CPU us/job: client server"
+        )
         for name in SYSTEMS:
             samples = per[name]
             rates = [s.rate for s in samples]
@@ -733,7 +772,13 @@ def print_results(results: Results, cfg: Config) -> list[tuple[str, float, float
             wal = min(s.wal_bytes / s.jobs for s in samples)
             cells = "".join(" " + fmt_rate(r) for r in rates)
             median = fmt_rate(statistics.median(rates))
-            print(f"{name:<10} {median}{cells}   {rt:6.3f}  {xa:8.3f}  {wal:10.0f}")
+            client = statistics.median(s.client_cpu / s.jobs for s in samples) * 1e6
+            servers = [s.server_cpu / s.jobs for s in samples if s.server_cpu is not None]
+            server = f"{statistics.median(servers) * 1e6:6.1f}" if servers else "     -"
+            print(
+                f"{name:<10} {median}{cells}   {rt:6.3f}  {xa:8.3f}  {wal:10.0f}"
+                f"  {client:17.1f} {server}"
+            )
         print("ratio drainpipe / raw (per round, median):")
         pairs = list(PAIRS)
         if phase != "process":
