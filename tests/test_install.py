@@ -115,3 +115,16 @@ async def test_table_layout_with_a_message_document_is_upgraded_in_place(empty_d
         ]
         assert await jobs.fail(claimed[1], RuntimeError("again")) == "queued"
         assert await jobs.complete(claimed[0])
+
+
+async def test_install_with_a_dsn_closes_the_pool_it_opened(empty_db: str) -> None:
+    """``install(DSN)`` opens a pool of its own; it must be closed by the call (left open,
+    its worker tasks die pending with the event loop, noisily)."""
+    assert await install(empty_db, ["jobs"], backend="table") == ["jobs"]
+    await asyncio.sleep(0)
+    pool_tasks = [
+        task
+        for task in asyncio.all_tasks()
+        if task.get_name().startswith("drainpipe-") and not task.done()
+    ]
+    assert pool_tasks == []

@@ -103,39 +103,45 @@ async def install(
     check_options(backend, scheduler)
     database = as_database(db)
     applied: list[str] = []
-    async with database.connection() as conn, conn.transaction():
-        await conn.execute(_INSTALL_LOCK_SQL)
-        if "jobs" in names and backend == "pgmq":
-            await _ensure_pgmq(conn)
-        has_registry = (
-            await (
-                await conn.execute("SELECT to_regclass('drainpipe.modules') IS NOT NULL")
-            ).fetchone()
-            or (False,)
-        )[0]
-        for name in names:
-            text = render_module(name, backend=backend, scheduler=scheduler)
-            checksum = hashlib.sha256(text.encode()).hexdigest()
-            if has_registry and not force:
-                row = await (
-                    await conn.execute(
-                        "SELECT checksum FROM drainpipe.modules WHERE name = %s", (name,)
-                    )
+    try:
+        async with database.connection() as conn, conn.transaction():
+            await conn.execute(_INSTALL_LOCK_SQL)
+            if "jobs" in names and backend == "pgmq":
+                await _ensure_pgmq(conn)
+            has_registry = (
+                await (
+                    await conn.execute("SELECT to_regclass('drainpipe.modules') IS NOT NULL")
                 ).fetchone()
-                if row is not None and row[0] == checksum:
-                    continue
-            await conn.execute(text.encode())
-            has_registry = True
-            options = {"backend": backend, "scheduler": scheduler} if name == "jobs" else {}
-            from psycopg.types.json import Jsonb
+                or (False,)
+            )[0]
+            for name in names:
+                text = render_module(name, backend=backend, scheduler=scheduler)
+                checksum = hashlib.sha256(text.encode()).hexdigest()
+                if has_registry and not force:
+                    row = await (
+                        await conn.execute(
+                            "SELECT checksum FROM drainpipe.modules WHERE name = %s", (name,)
+                        )
+                    ).fetchone()
+                    if row is not None and row[0] == checksum:
+                        continue
+                await conn.execute(text.encode())
+                has_registry = True
+                options = {"backend": backend, "scheduler": scheduler} if name == "jobs" else {}
+                from psycopg.types.json import Jsonb
 
-            await conn.execute(
-                """INSERT INTO drainpipe.modules (name, options, checksum) VALUES (%s, %s, %s)
-                   ON CONFLICT (name) DO UPDATE
-                   SET options = excluded.options, checksum = excluded.checksum, installed_at = now()""",
-                (name, Jsonb(options), checksum),
-            )
-            applied.append(name)
+                await conn.execute(
+                    """INSERT INTO drainpipe.modules (name, options, checksum) VALUES (%s, %s, %s)
+                       ON CONFLICT (name) DO UPDATE
+                       SET options = excluded.options, checksum = excluded.checksum, installed_at = now()""",
+                    (name, Jsonb(options), checksum),
+                )
+                applied.append(name)
+    finally:
+        if database is not db:
+            # a DSN: close the pool opened for this call (a pool or connection you gave
+            # stays open)
+            await database.close()
     return applied
 
 
