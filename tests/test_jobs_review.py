@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -155,6 +156,19 @@ async def test_values_postgres_cannot_take_are_validation_errors(jobs: Jobs) -> 
     assert await jobs.replay("raw", 2**63 - 1) is None
     assert await jobs.list_dead("raw", limit=2**40) == []
     assert await jobs.retry_dead("raw", ids=[]) == 0
+
+
+async def test_claimed_jobs_are_frozen_dataclasses_like_any_job(jobs: Jobs) -> None:
+    """Claims build their Job without the dataclass __init__ (a hot path); the result must
+    still be a frozen, comparable, replaceable Job."""
+    await jobs.enqueue("raw", {"n": 1})
+    [job] = await jobs.claim("raw")
+    assert type(job) is drainpipe.Job
+    assert job == drainpipe.Job(**{f.name: getattr(job, f.name) for f in dataclasses.fields(job)})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        job.attempts = 9  # type: ignore[misc]
+    assert dataclasses.replace(job, attempts=9).attempts == 9 and job.attempts == 1
+    assert repr(job).startswith("Job(id=")
 
 
 async def test_integers_beyond_64_bits_come_back_exact(jobs: Jobs, jobs_db_url: str) -> None:
