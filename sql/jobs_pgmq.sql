@@ -35,8 +35,10 @@ BEGIN
         SET search_path = pg_catalog, pg_temp
         -- left to choose, the plan cache plans this anew on every call (the generic plan's
         -- LIMIT $n looks dear); the generic plan walks the same index, as
-        -- tests/test_query_plan.py checks
+        -- tests/test_query_plan.py checks. No seqscans: the session keeps this plan, and one
+        -- made while the queue was empty must not scan the table once it has grown.
         SET plan_cache_mode = force_generic_plan
+        SET enable_seqscan = off
         AS $body$
         DECLARE
             v_claimed bigint;
@@ -99,6 +101,7 @@ BEGIN
         LANGUAGE plpgsql SECURITY DEFINER
         SET search_path = pg_catalog, pg_temp
         SET plan_cache_mode = force_generic_plan
+        SET enable_seqscan = off
         AS $body$
         BEGIN
             RETURN QUERY

@@ -203,8 +203,12 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 -- The plan cache would keep choosing custom plans here (the generic one's LIMIT $n looks
 -- dear), planning anew on every claim; the generic plan is the same index walk
--- (tests/test_query_plan.py checks it) and saves that planning.
+-- (tests/test_query_plan.py checks it) and saves that planning. A session keeps that plan,
+-- so it must not depend on the table's size when it was made: a plan cached while the
+-- queue was empty would otherwise scan the whole table once it has grown (until an
+-- ANALYZE). These functions only ever reach rows through an index, hence no seqscans.
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -256,6 +260,7 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 BEGIN
     RETURN QUERY

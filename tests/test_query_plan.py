@@ -7,6 +7,8 @@ are explained with the function's parameters inlined, both as a custom plan (wha
 first executions get) and as a generic plan (what plpgsql may switch to afterwards).
 Then ``auto_explain`` reports the plans of every statement the functions really run
 (``claim_jobs`` and ``complete_jobs``), so a join that falls back to a Seq Scan is caught too.
+Those functions keep one generic plan per session, so plans made while the queue was still
+empty are checked again once it has grown.
 """
 
 from __future__ import annotations
@@ -134,6 +136,35 @@ def assert_functions_on_index(
         assert seq_scans(complete, table) == []
 
 
+def insert_backlog(conn: psycopg.Connection[Any], backend: str) -> None:
+    """``BACKLOG`` visible jobs of ``QUEUE`` straight into storage (and, on the table, some
+    of another queue and some in flight, as a live system has). Not analysed."""
+    payload = "jsonb_build_object('n', g, 'email', 'user' || g || '@example.com')"
+    message = f"jsonb_build_object('payload', {payload}, 'max_attempts', 5)"
+    if backend == "table":
+        conn.execute(
+            "INSERT INTO drainpipe.job_messages (queue, payload, visible_at)"
+            f" SELECT %s, {payload}, now() - interval '1 hour' + g * interval '1 ms'"
+            f" FROM generate_series(1, {BACKLOG}) g",
+            (QUEUE,),
+        )
+        conn.execute(
+            "INSERT INTO drainpipe.job_messages (queue, payload, attempts, visible_at)"
+            f" SELECT 'other', {payload}, 1, now() + interval '5 minutes'"
+            " FROM generate_series(1, 1000) g"
+        )
+    else:
+        conn.execute(
+            f"INSERT INTO pgmq.q_{QUEUE} (vt, message)"
+            f" SELECT now() - interval '1 hour' + g * interval '1 ms', {message}"
+            f" FROM generate_series(1, {BACKLOG}) g"
+        )
+
+
+def storage_table(backend: str) -> str:
+    return "drainpipe.job_messages" if backend == "table" else f"pgmq.q_{QUEUE}"
+
+
 @pytest.fixture
 def fill(
     fresh_database: Callable[[str], str],
@@ -143,30 +174,10 @@ def fill(
     def make(backend: str) -> psycopg.Connection[Any]:
         conn = psycopg.connect(fresh_database(backend), autocommit=True)
         opened.append(conn)
-        payload = "jsonb_build_object('n', g, 'email', 'user' || g || '@example.com')"
-        message = f"jsonb_build_object('payload', {payload}, 'max_attempts', 5)"
-        if backend == "table":
-            conn.execute(
-                "INSERT INTO drainpipe.job_messages (queue, payload, visible_at)"
-                f" SELECT %s, {payload}, now() - interval '1 hour' + g * interval '1 ms'"
-                f" FROM generate_series(1, {BACKLOG}) g",
-                (QUEUE,),
-            )
-            # a few jobs of another queue and some in flight, as a live system has
-            conn.execute(
-                "INSERT INTO drainpipe.job_messages (queue, payload, attempts, visible_at)"
-                f" SELECT 'other', {payload}, 1, now() + interval '5 minutes'"
-                " FROM generate_series(1, 1000) g"
-            )
-            conn.execute("ANALYZE drainpipe.job_messages")
-        else:
+        if backend == "pgmq":
             conn.execute("SELECT drainpipe.ensure_job_queue(%s)", (QUEUE,))
-            conn.execute(
-                f"INSERT INTO pgmq.q_{QUEUE} (vt, message)"
-                f" SELECT now() - interval '1 hour' + g * interval '1 ms', {message}"
-                f" FROM generate_series(1, {BACKLOG}) g"
-            )
-            conn.execute(f"ANALYZE pgmq.q_{QUEUE}")
+        insert_backlog(conn, backend)
+        conn.execute(f"ANALYZE {storage_table(backend)}")
         return conn
 
     yield make
@@ -237,3 +248,38 @@ def test_claim_holds_with_generic_plans(
     auto_explain(conn)
     table, indexes = TABLE_INDEXES if backend == "table" else PGMQ_INDEXES
     assert_functions_on_index(conn, table, indexes, rounds=1)
+
+
+@pytest.mark.parametrize("backend", ["table", "pgmq"])
+def test_plans_cached_while_the_queue_was_empty_hold_as_it_grows(
+    fresh_database: Callable[[str], str], backend: str
+) -> None:
+    """The claim and complete functions keep one generic plan per session. A worker that
+    started on an empty queue must not keep a plan that scans the table once the queue has
+    grown (before any ANALYZE could make it plan again)."""
+    url = fresh_database(backend)
+    with psycopg.connect(url, autocommit=True) as conn:
+        if backend == "pgmq":
+            conn.execute("SELECT drainpipe.ensure_job_queue(%s)", (QUEUE,))
+        conn.execute(f"ALTER TABLE {storage_table(backend)} SET (autovacuum_enabled = false)")
+        for n in range(6):  # past plpgsql's first executions: the plans are cached now
+            claimed = conn.execute(
+                "SELECT id, attempts FROM drainpipe.claim_jobs(%s, 30, 100)", (QUEUE,)
+            ).fetchall()
+            assert claimed == []
+            conn.execute("SELECT drainpipe.complete_jobs(%s, %s, %s)", (QUEUE, [1], [1]))
+            conn.execute("SELECT drainpipe.fail_job(%s, 1, 1, 'x')", (QUEUE,))
+            conn.execute("SELECT drainpipe.enqueue_job(%s, '{}', 3600, 5, %s)", (QUEUE, f"k{n}"))
+            conn.execute("SELECT drainpipe.extend_job_leases(%s, %s, %s, 30)", (QUEUE, [1], [1]))
+        with psycopg.connect(url, autocommit=True) as other:
+            insert_backlog(other, backend)
+        auto_explain(conn)
+        table, indexes = TABLE_INDEXES if backend == "table" else PGMQ_INDEXES
+        assert_functions_on_index(conn, table, indexes, rounds=2)
+        # the other by-id and by-key statements a worker or an enqueue runs
+        for sql, params in (
+            ("SELECT drainpipe.fail_job(%s, 7, 0, 'x')", (QUEUE,)),
+            ("SELECT drainpipe.enqueue_job(%s, '{}', 0, 5, 'key')", (QUEUE,)),
+            ("SELECT drainpipe.extend_job_leases(%s, %s, %s, 30)", (QUEUE, [7], [0])),
+        ):
+            assert seq_scans(run_explained(conn, sql, params), table) == [], sql
