@@ -173,12 +173,19 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_message jsonb := drainpipe.job_message(p_payload, p_max_attempts, p_dedupe_key);
+    v_message jsonb;
     v_table text := 'q_' || p_queue;
     v_id bigint;
 BEGIN
     IF NOT drainpipe.is_queue_name(p_queue) THEN
         PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    IF p_dedupe_key IS NULL AND p_max_attempts >= 1 THEN
+        -- the common case, built here: job_message() is a function call more per enqueue
+        v_message := jsonb_build_object('payload', coalesce(p_payload, '{}'::jsonb),
+                                        'max_attempts', p_max_attempts);
+    ELSE
+        v_message := drainpipe.job_message(p_payload, p_max_attempts, p_dedupe_key);
     END IF;
     IF to_regclass('pgmq.' || v_table) IS NULL THEN
         PERFORM drainpipe.ensure_job_queue(p_queue);

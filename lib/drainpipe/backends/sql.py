@@ -83,10 +83,23 @@ class SqlQueueBackend:
         dedupe_key: str | None = None,
         dedupe: DedupeMode = "always",
     ) -> int:
-        value = await self.db.fetchval(
-            "SELECT drainpipe.enqueue_job(%s, %s, %s, %s, %s, %s)",
-            (queue, jsonb(payload), float(delay), max_attempts, dedupe_key, dedupe != "waiting"),
-        )
+        if not delay and max_attempts == 5 and dedupe_key is None:
+            # the SQL defaults: four parameters fewer to send and for psycopg to dump
+            value = await self.db.fetchval(
+                "SELECT drainpipe.enqueue_job(%s, %s)", (queue, jsonb(payload))
+            )
+        else:
+            value = await self.db.fetchval(
+                "SELECT drainpipe.enqueue_job(%s, %s, %s, %s, %s, %s)",
+                (
+                    queue,
+                    jsonb(payload),
+                    float(delay),
+                    max_attempts,
+                    dedupe_key,
+                    dedupe != "waiting",
+                ),
+            )
         return int(value)
 
     async def send_many(
