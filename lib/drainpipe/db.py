@@ -201,8 +201,8 @@ class Database:
         return rows[0] if rows else None
 
     async def fetchval(self, sql: str, params: Sequence[Any] | None = None) -> Any:
-        row = await self.fetchrow(sql, params)
-        return row[0] if row else None
+        rows = await self.fetch(sql, params)
+        return rows[0][0] if rows else None
 
     async def close(self) -> None:
         """Close the pool drainpipe opened for a DSN (a pool or connection you gave stays open)."""
