@@ -908,7 +908,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
     parser.add_argument("--single", type=int, default=4_000, help="jobs per single enqueue")
     parser.add_argument("--consumers", type=int, default=5, help="consumers and enqueuers")
     parser.add_argument("--batch", type=int, default=100, help="claim and enqueue_many batch size")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--rate", type=float, default=200, help="latency phase: jobs/s")
     parser.add_argument("--duration", type=float, default=3, help="latency phase: seconds")
     parser.add_argument("--poll", type=float, default=0.02, help="latency phase: poll interval, s")
