@@ -159,12 +159,11 @@ class Database:
             pool = await self._ensure_pool()
             async with pool.connection() as conn:
                 yield conn
-        except DrainpipeError:
-            raise
         except Exception as exc:
-            if _is_database_error(exc):
-                raise translate_error(exc) from exc
-            raise
+            error = _database_error(exc)
+            if error is None:
+                raise
+            raise error from exc
 
     async def fetch(self, sql: str, params: Sequence[Any] | None = None) -> list[Row]:
         """Run one statement and return all its rows (as tuples)."""
@@ -176,12 +175,11 @@ class Database:
             pool = self._pool or await self._ensure_pool()
             async with pool.connection() as conn:
                 return await self._run(conn, sql, params)
-        except DrainpipeError:
-            raise
         except Exception as exc:
-            if _is_database_error(exc):
-                raise translate_error(exc) from exc
-            raise
+            error = _database_error(exc)
+            if error is None:
+                raise
+            raise error from exc
 
     async def _run(self, conn: Any, sql: str, params: Sequence[Any] | None) -> list[Row]:
         cur = conn.cursor()
@@ -307,6 +305,14 @@ def use_fast_json(context: Any) -> None:
         adapters = context.adapters
         for (name, _binary), loader in loaders.items():
             adapters.register_loader(name, loader)
+
+
+def _database_error(exc: Exception) -> DrainpipeError | None:
+    """The contract's error for a database or connection failure; None for anything else
+    (a DrainpipeError already, or an error that is not the database's)."""
+    if isinstance(exc, DrainpipeError) or not _is_database_error(exc):
+        return None
+    return translate_error(exc)
 
 
 def _is_database_error(exc: BaseException) -> bool:
