@@ -1,4 +1,15 @@
-"""The conformance kit for :class:`drainpipe.QueueBackend` implementations.
+"""Testing without Postgres, and the conformance kit for queue backends.
+
+:class:`MemoryBackend` keeps jobs (and schedules) in memory with the SQL backends'
+semantics, and :class:`Clock` is a clock a test moves by hand::
+
+    clock = Clock()
+    jobs = drainpipe.Jobs(MemoryBackend(now=clock), {"emails": Email}, now=clock)
+    await jobs.enqueue("emails", Email(to="a@example.com"), delay=60)
+    clock.advance(60)
+    report = await jobs.drain("emails", send_email)
+
+The conformance kit:
 
     report = await check_queue_backend(backend, queue="conformance")
 
@@ -29,7 +40,18 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from .backends.memory import Clock, MemoryBackend, retry_delay
 from .models import Job
+
+__all__ = [
+    "CheckResult",
+    "Clock",
+    "ConformanceError",
+    "ConformanceReport",
+    "MemoryBackend",
+    "check_queue_backend",
+    "retry_delay",
+]
 
 API_VERSION = 1
 _LONG_LEASE = 30.0
