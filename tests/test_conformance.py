@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 import pytest
 
+from drainpipe.backends.memory import Clock, MemoryBackend
 from drainpipe.backends.pgmq_public import PgmqPublicBackend
 from drainpipe.backends.sql import SqlQueueBackend
 from drainpipe.models import FailOutcome, Job
@@ -48,6 +50,37 @@ async def test_pgmq_public_backend_conforms(db_url: str) -> None:
     skipped = {check.name for check in report.checks if check.skipped}
     assert skipped == {"stale_completion", "dedupe"}  # no leases to fence, no dedupe keys
     assert {fn for fn, _ in server.calls()} == {"send", "read", "archive"}
+
+
+async def test_memory_backend_conforms_and_gets_the_moved_time_checks() -> None:
+    clock = Clock()
+    report = await check_queue_backend(MemoryBackend(now=clock), queue="conformance")
+    assert report.ok and _names(report) == [*ALL_CHECKS, "lease_expiry", "delay"]
+    assert not any(check.skipped for check in report.checks)
+    assert report.subject == 'QueueBackend "memory"'
+
+
+class LeaseForever(MemoryBackend):
+    """Leases never run out and delays are ignored: what a stuck clock would look like."""
+
+    name = "stuck"
+
+    async def send(self, queue: str, payload: Any, **options: Any) -> int:
+        return await super().send(queue, payload, **{**options, "delay": 0})
+
+    def advance_time(self, seconds: float | timedelta) -> datetime:
+        return self.now()
+
+
+async def test_the_moved_time_checks_catch_a_backend_whose_time_stands_still() -> None:
+    with pytest.raises(ConformanceError) as caught:
+        await check_queue_backend(LeaseForever(), queue="conformance")
+    failures = {check.name: check.message for check in caught.value.failures}
+    assert set(failures) == {"lease_expiry", "delay"}
+    assert failures["lease_expiry"].startswith(
+        "after the 30 s lease ran out a read returned ids []; expected ["
+    )
+    assert failures["delay"].startswith("a read before the 60 s delay ended returned ids [")
 
 
 class UnfencedComplete(SqlQueueBackend):

@@ -31,12 +31,22 @@ Checks, by name:
   ``fail`` → ``"dead"``, and a further read returns nothing;
 - ``dedupe`` (when ``dedupe``, default ``backend.leases``): two sends with the same
   dedupe key return the same id.
+
+Backends whose clock a test can move (an ``advance_time(seconds)`` method, plain or async,
+such as :class:`MemoryBackend` over a :class:`Clock`) get two more checks that move time
+instead of waiting for it; other backends are checked exactly as above:
+
+- ``lease_expiry`` (with leases): after a 30 s lease runs out the job is read again with
+  ``attempts == 2``; ``complete`` of the first read's job → False, of the second → True;
+- ``delay``: a job sent with ``delay=60`` is not read before 60 s have passed, then is.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -233,6 +243,56 @@ async def _fail_then_dead(backend: Any, queue: str, check: _Check, short_lease: 
     check.expect(not after, f"a read after the job died returned ids {_ids(after)}; expected none")
 
 
+async def _advance(advance_time: Callable[[float], Any], seconds: float) -> None:
+    moved = advance_time(seconds)
+    if inspect.isawaitable(moved):
+        await moved
+
+
+async def _lease_expiry(
+    backend: Any, queue: str, check: _Check, advance_time: Callable[[float], Any]
+) -> None:
+    job_id = await backend.send(queue, {"n": 6, "check": "lease_expiry"}, delay=0, max_attempts=3)
+    jobs = await backend.read(queue, lease=_LONG_LEASE, batch=1)
+    if not check.expect(
+        _ids(jobs) == [job_id], f"read returned ids {_ids(jobs)}; expected [{job_id}]"
+    ):
+        return
+    await _advance(advance_time, _LONG_LEASE + 1)
+    again = await backend.read(queue, lease=_LONG_LEASE, batch=1)
+    if not check.expect(
+        _ids(again) == [job_id],
+        f"after the 30 s lease ran out a read returned ids {_ids(again)}; expected [{job_id}]",
+    ):
+        return
+    check.expect(
+        again[0].attempts == 2, f"attempts on the re-read was {again[0].attempts}; expected 2"
+    )
+    stale = await backend.complete(jobs[0])
+    check.expect(
+        stale is False,
+        f"complete() by the holder whose lease ran out returned {stale!r}; "
+        "expected False (the job was read again)",
+    )
+    done = await backend.complete(again[0])
+    check.expect(done is True, f"complete() by the new holder returned {done!r}; expected True")
+
+
+async def _delay(
+    backend: Any, queue: str, check: _Check, advance_time: Callable[[float], Any]
+) -> None:
+    job_id = await backend.send(queue, {"n": 7, "check": "delay"}, delay=60, max_attempts=3)
+    early = await backend.read(queue, lease=_LONG_LEASE, batch=1)
+    check.expect(not early, f"a read before the 60 s delay ended returned ids {_ids(early)}")
+    await _advance(advance_time, 60)
+    jobs = await backend.read(queue, lease=_LONG_LEASE, batch=1)
+    if check.expect(
+        _ids(jobs) == [job_id],
+        f"a read after the 60 s delay returned ids {_ids(jobs)}; expected [{job_id}]",
+    ):
+        await backend.complete(jobs[0])
+
+
 async def _dedupe(backend: Any, queue: str, check: _Check) -> None:
     first = await backend.send(queue, {"n": 4}, delay=0, max_attempts=3, dedupe_key="same")
     second = await backend.send(queue, {"n": 5}, delay=0, max_attempts=3, dedupe_key="same")
@@ -299,6 +359,13 @@ async def check_queue_backend(
         report.checks.append(await _run("dedupe", _dedupe, backend, queue))
     else:
         report.checks.append(CheckResult("dedupe", True, "dedupe keys not supported", skipped=True))
+    advance_time = getattr(backend, "advance_time", None)
+    if callable(advance_time):
+        if leases:
+            report.checks.append(
+                await _run("lease_expiry", _lease_expiry, backend, queue, advance_time)
+            )
+        report.checks.append(await _run("delay", _delay, backend, queue, advance_time))
     if not report.ok:
         raise ConformanceError(report)
     return report

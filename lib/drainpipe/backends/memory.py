@@ -220,19 +220,32 @@ class MemoryBackend:
         now: Callable[[], datetime] | None = None,
         rng: random.Random | None = None,
     ) -> None:
-        self.now: Callable[[], datetime] = now or _real_now
+        self._clock: Callable[[], datetime] = now or _real_now
+        # how far advance_time moved this backend ahead of a clock it cannot move itself
+        self._ahead = timedelta(0)
         # jitter for the retry backoff, not a secret
         self._uniform = (rng or random.Random()).random  # noqa: S311
         self._queues: dict[str, _Queue] = {}
         self._schedules: dict[str, _Schedule] = {}
         self._next_id = 0
 
+    def now(self) -> datetime:
+        """This backend's current instant: its clock, plus what :meth:`advance_time` added
+        when that clock is not a :class:`Clock`."""
+        return self._clock() + self._ahead if self._ahead else self._clock()
+
     def advance_time(self, seconds: float | timedelta) -> datetime:
-        """Move this backend's clock (only when it is a :class:`Clock`): the optional hook a
-        test, or a conformance check, uses to let leases and backoffs end without waiting."""
-        if not isinstance(self.now, Clock):
-            raise TypeError("advance_time needs MemoryBackend(now=Clock())")
-        return self.now.advance(seconds)
+        """Move this backend's time forward (the optional hook the conformance kit uses to
+        let leases and delays end without waiting); returns the new instant. A
+        :class:`Clock` given as ``now`` is advanced itself, so a ``Jobs`` sharing it moves
+        too; any other clock keeps running and this backend runs ``seconds`` ahead of it."""
+        if isinstance(self._clock, Clock):
+            return self._clock.advance(seconds)
+        step = seconds if isinstance(seconds, timedelta) else timedelta(seconds=seconds)
+        if step < timedelta(0):
+            raise ValueError(f"advance_time needs a step >= 0, not {seconds!r}")
+        self._ahead += step
+        return self.now()
 
     # -- internals (no awaits: each runs to completion before another task runs) --------
 
