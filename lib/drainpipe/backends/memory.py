@@ -255,7 +255,9 @@ class MemoryBackend:
             state = self._queues[queue] = _Queue()
         return state
 
-    def _schedule_ready(self, state: _Queue, job: _Live) -> None:
+    def _reindex(self, state: _Queue, job: _Live) -> None:
+        """Record that ``job``'s visibility or attempts changed: claimable again at
+        ``visible_at``, or swept dead then when it runs its last attempt."""
         job.version += 1
         if job.attempts >= job.max_attempts:
             state.last_attempt.add(job.id)
@@ -333,7 +335,7 @@ class MemoryBackend:
         state.live[job.id] = job
         if dedupe_key is not None:
             state.by_key.setdefault(dedupe_key, set()).add(job.id)
-        self._schedule_ready(state, job)
+        self._reindex(state, job)
         return job.id
 
     # -- the QueueBackend protocol --------------------------------------------------------
@@ -406,7 +408,7 @@ class MemoryBackend:
             heapq.heappop(ready)
             job.attempts += 1
             job.visible_at = until
-            self._schedule_ready(state, job)
+            self._reindex(state, job)
             payload, context = unwrap_payload(json.loads(job.payload))
             claimed.append(
                 claimed_job(
@@ -461,7 +463,7 @@ class MemoryBackend:
         wait = retry_delay(stored.attempts, self._uniform) if retry_in is None else retry_in
         stored.last_error = text
         stored.visible_at = _later(now, wait)
-        self._schedule_ready(state, stored)
+        self._reindex(state, stored)
         return "queued"
 
     async def extend(self, job: Job[Any], lease: float) -> bool:
@@ -471,7 +473,7 @@ class MemoryBackend:
             return False
         state, stored = held
         stored.visible_at = _later(self.now(), lease)
-        self._schedule_ready(state, stored)
+        self._reindex(state, stored)
         return True
 
     async def extend_many(self, jobs: Sequence[Job[Any]], lease: float) -> set[int]:
@@ -487,7 +489,7 @@ class MemoryBackend:
             if held is not None:
                 state, stored = held
                 stored.visible_at = until
-                self._schedule_ready(state, stored)
+                self._reindex(state, stored)
                 extended.add(stored.id)
         return extended
 
