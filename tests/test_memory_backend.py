@@ -521,3 +521,22 @@ async def test_advance_time_runs_a_backend_on_another_clock_ahead_of_it() -> Non
     real = MemoryBackend()
     before = datetime.now(UTC)
     assert real.advance_time(3600) >= before + timedelta(seconds=3600)
+
+
+async def test_batch_settlements_are_fenced_job_by_job(clock: Clock) -> None:
+    backend = MemoryBackend(now=clock)
+    jobs = Jobs(backend, QUEUES, now=clock)
+    assert isinstance(backend, drainpipe.QueueBackend) and jobs.backend is backend
+    emails = jobs.queue("emails", Email)
+    await emails.enqueue_many([Email(to="a@x"), Email(to="b@x"), Email(to="c@x")])
+    a, b, c = await emails.claim(batch=3, lease=10)
+    assert await backend.extend_many([a, c], 60) == {a.id, c.id}
+    clock.advance(10)
+    [b_again] = await emails.claim(batch=3, lease=60)  # only b's lease ran out
+    assert (b_again.id, b_again.attempts) == (b.id, 2)
+    assert await backend.extend_many([a, b, c], 60) == {a.id, c.id}
+    clock.advance(30)
+    assert await emails.claim(batch=3) == []  # a and c extended, b held by its new claim
+    assert await backend.complete_many([a, b, c, b_again]) == [True, False, True, True]
+    assert await backend.complete_many([]) == [] and await backend.extend_many([], 5) == set()
+    assert await emails.stats() == drainpipe.QueueStats(0, 0, 0, 0, None)
