@@ -22,18 +22,26 @@ from tests.conftest import connect
 CRON_URL = os.environ.get("PG_CRON_DATABASE_URL", "postgresql://postgres@127.0.0.1:5433/postgres")
 
 
+def _unavailable(reason: str) -> None:
+    """Skip, or fail when the run requires pg_cron (CI sets DRAINPIPE_REQUIRE_PG_CRON=1, so a
+    broken cluster setup cannot pass as a green run with these tests skipped)."""
+    if os.environ.get("DRAINPIPE_REQUIRE_PG_CRON", "") not in ("", "0"):
+        pytest.fail(f"DRAINPIPE_REQUIRE_PG_CRON is set but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="module")
 def cron_url() -> str:
     try:
         with psycopg.connect(CRON_URL, connect_timeout=3, autocommit=True) as conn:
             preload = conn.execute("SHOW shared_preload_libraries").fetchone()
             if preload is None or "pg_cron" not in str(preload[0]):
-                pytest.skip(
+                _unavailable(
                     f"the server at {CRON_URL} does not preload pg_cron (run scripts/pg_cron_cluster.sh)"
                 )
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_cron")
     except psycopg.OperationalError as exc:
-        pytest.skip(
+        _unavailable(
             f"no pg_cron cluster answers at {CRON_URL} (run scripts/pg_cron_cluster.sh): {exc}"
         )
     return CRON_URL
