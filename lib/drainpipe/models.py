@@ -10,6 +10,7 @@ T = TypeVar("T")
 
 FailOutcome = Literal["queued", "dead"]
 DedupeMode = Literal["always", "waiting"]
+BeginState = Literal["started", "replay", "running", "mismatch"]
 ActorKind = Literal["user", "service", "anon"]
 
 
@@ -168,3 +169,17 @@ class DueSchedule:
     next_run: datetime | None
     first_after: datetime | None
     claim_token: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Begin:
+    """What ``Idempotency.begin`` decided. ``holder`` is set for ``started`` only (pass it
+    to ``complete``/``release``); ``status``, ``body`` and ``content_type`` for ``replay``
+    only. ``body`` is what ``complete`` stored: bytes (a ``str`` was stored as UTF-8), or
+    the JSON value itself (a dict, list, number, bool) when one was given."""
+
+    state: BeginState
+    status: int | None = None
+    body: Any = None
+    holder: str | None = None
+    content_type: str | None = None
