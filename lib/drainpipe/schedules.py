@@ -33,7 +33,6 @@ from .validation import positive_int, seconds
 
 if TYPE_CHECKING:
     from .backends import QueueBackend
-    from .backends.capabilities import SupportsSchedule
 
 __all__ = ["EnsureResult", "ScheduleDef", "ScheduleInfo", "ScheduleMixin", "run_key"]
 
