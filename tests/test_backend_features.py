@@ -3,6 +3,7 @@ answers invalid_request naming itself, before anything is sent anywhere."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from drainpipe import DrainpipeError, Jobs, QueueStats, ScheduleInfo
+from drainpipe import DrainpipeError, Jobs, Queue, QueueStats, ScheduleInfo
 from drainpipe.backends import (
     SupportsBatches,
     SupportsCompleteMany,
@@ -258,3 +259,39 @@ def test_postgrest_codes_for_missing_drainpipe_sql_and_unexposed_schemas() -> No
         409, "23505", 'duplicate key value violates unique constraint "jobs_dedupe_key"'
     )
     assert (taken.kind, taken.code) == ("conflict", "jobs_dedupe_key")
+
+
+@pytest.mark.parametrize("method", ["work", "drain"])
+def test_queue_work_and_drain_take_the_same_keywords_as_jobs(method: str) -> None:
+    # typed keywords instead of **options: the handle must not drift from Jobs
+    on_jobs = inspect.signature(getattr(Jobs, method)).parameters
+    on_queue = inspect.signature(getattr(Queue, method)).parameters
+    assert [name for name in on_jobs if name != "queue"] == list(on_queue)
+    assert all(
+        on_queue[name].default == on_jobs[name].default for name in on_queue if name != "self"
+    )
+    assert all(on_queue[name].kind is inspect.Parameter.KEYWORD_ONLY for name in list(on_queue)[2:])
+
+
+class RecordingBackend(MinimalBackend):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[tuple[float, int]] = []
+
+    async def read(self, queue: str, *, lease: float, batch: int) -> list[Any]:
+        self.reads.append((lease, batch))
+        return []
+
+
+async def test_queue_drain_passes_its_options_on() -> None:
+    backend = RecordingBackend()
+    queue = Jobs(backend, {"q": dict}).queue("q")
+    report = await queue.drain(_no_op, batch=3, lease=42, budget=5.0)
+    assert (report.succeeded, report.failed) == (0, 0)
+    assert backend.reads and set(backend.reads) == {(42, 3)}
+    with pytest.raises(TypeError):
+        await queue.drain(_no_op, budgets=5.0)  # type: ignore[call-arg]
+
+
+async def _no_op(payload: Any, job: Any) -> None:
+    return None
