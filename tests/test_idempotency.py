@@ -507,6 +507,101 @@ async def test_low_level_begin_complete_release(db_url: str) -> None:
         await idem.db.close()
 
 
+@pytest.mark.parametrize(
+    "value",
+    [{"ok": True}, [1, "two", None, {"three": 3.5}], 0, 2**70, -1.25, True, False, "text"],
+    ids=["object", "array", "zero", "big-int", "float", "true", "false", "string"],
+)
+async def test_a_json_body_is_stored_and_replayed_as_the_same_value(
+    db_url: str, value: Any
+) -> None:
+    idem = drainpipe.Idempotency(db_url)
+    try:
+        started = await idem.begin("json", "fp", scope="s")
+        assert started.holder is not None
+        assert await idem.complete("json", started.holder, 201, value, scope="s") is True
+        replay = await idem.begin("json", "fp", scope="s")
+        assert (replay.state, replay.status) == ("replay", 201)
+        if isinstance(value, str):  # text stays what it was: UTF-8 bytes
+            assert (replay.body, replay.content_type) == (value.encode(), None)
+        else:
+            assert replay.body == value and type(replay.body) is type(value)
+            assert replay.content_type == "application/json"
+    finally:
+        await idem.db.close()
+
+
+async def test_bytes_bodies_and_their_content_type_are_kept(db_url: str) -> None:
+    idem = drainpipe.Idempotency(db_url)
+    try:
+        started = await idem.begin("raw", "fp")
+        assert started.holder is not None
+        stored = b'{"looks": "like json"}'
+        assert await idem.complete("raw", started.holder, 200, stored, content_type="text/x")
+        replay = await idem.begin("raw", "fp")
+        assert (replay.body, replay.content_type) == (stored, "text/x")
+    finally:
+        await idem.db.close()
+
+
+@pytest.mark.parametrize(
+    ("body", "kind"),
+    [
+        ({"when": object()}, "validation"),
+        (float("nan"), "validation"),
+        ({1: {2, 3}}, "validation"),
+    ],
+)
+async def test_a_body_json_cannot_hold_is_refused_and_nothing_is_stored(
+    db_url: str, body: Any, kind: str
+) -> None:
+    idem = drainpipe.Idempotency(db_url)
+    try:
+        started = await idem.begin("bad-body", "fp")
+        assert started.holder is not None
+        with pytest.raises(DrainpipeError) as caught:
+            await idem.complete("bad-body", started.holder, 200, body)
+        assert caught.value.kind == kind
+        assert caught.value.issues and caught.value.issues[0]["path"] == ["body"]
+        assert (await idem.begin("bad-body", "fp")).state == "running"  # still ours, unsettled
+        with pytest.raises(DrainpipeError) as typed:
+            await idem.complete("bad-body", started.holder, 200, {"a": 1}, content_type="text/x")
+        assert typed.value.kind == "invalid_request"
+        assert await idem.complete("bad-body", started.holder, 200, {"a": 1}) is True
+    finally:
+        await idem.db.close()
+
+
+async def test_an_http_replay_of_a_json_value_sends_json_bytes(db_url: str) -> None:
+    idem = drainpipe.Idempotency(db_url, scope="")
+    try:
+        body = b"{}"
+        started = await idem.begin("http", fingerprint("POST", "/orders", body))
+        assert started.holder is not None
+        assert await idem.complete("http", started.holder, 201, {"id": 7, "name": "é"})
+
+        async def handler() -> Response:
+            raise AssertionError("a replay never runs the handler")
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/orders",
+            "query_string": b"",
+            "headers": [(b"idempotency-key", b"http")],
+        }
+        response = await idem.handle(StarletteRequest(scope, receive), handler)
+        assert response.status_code == 201
+        assert json.loads(response.body) == {"id": 7, "name": "é"}
+        assert response.headers["content-type"] == "application/json"
+        assert response.headers["idempotency-replayed"] == "true"
+    finally:
+        await idem.db.close()
+
+
 def test_options_are_checked_at_construction() -> None:
     for bad in ({"ttl": 0}, {"lock": -1}, {"ttl": "1 day"}, {"lock": float("nan")}):
         with pytest.raises(DrainpipeError) as info:

@@ -409,8 +409,11 @@ async def test_postgres_errors_name_the_function(server: FakePostgrest) -> None:
     async with PgmqPublicBackend.from_url(BASE, SERVICE_KEY) as made:
         with pytest.raises(DrainpipeError) as caught:
             await made.read("no_such_queue", lease=30, batch=1)
-    assert caught.value.kind == "not_found"  # pgmq.q_no_such_queue: 42P01 → 404
+    # pgmq.q_no_such_queue: 42P01 means what it means over psycopg (API.md section 1's
+    # "else"), whatever HTTP status PostgREST gave it; the message says what is missing
+    assert caught.value.kind == "unexpected"
     assert caught.value.message.startswith("pgmq_public.read: ")
+    assert "create it with pgmq.create" in caught.value.message
     assert caught.value.code == "42P01"
 
     async with PgmqPublicBackend.from_url(BASE, ANON_KEY) as anon:
@@ -561,7 +564,8 @@ async def test_supabase_async_client(
 
     with pytest.raises(DrainpipeError) as caught:
         await jobs.backend.read("no_such_queue", lease=30, batch=1)
-    assert caught.value.kind == "not_found" and str(caught.value).startswith("pgmq_public.read: ")
+    assert caught.value.kind == "unexpected" and str(caught.value).startswith("pgmq_public.read: ")
+    assert caught.value.code == "42P01"
     await client.postgrest.aclose()
 
 

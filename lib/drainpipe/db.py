@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from .errors import DrainpipeError
+from .errors import DrainpipeError, sql_error
 
 if TYPE_CHECKING:
     import psycopg
@@ -27,21 +27,15 @@ Row = tuple[Any, ...]
 _TRANSACTION_POOLER = re.compile(r":6543(/|$|\?)|pgbouncer=true")
 
 
-# undefined function / table / schema: most often a module that was never applied
-_MISSING_OBJECT = frozenset({"42883", "42P01", "3F000"})
-# The server ended or refused the session: admin/crash shutdown (a restart, a pooler or
-# pg_terminate_backend), "the database system is starting up", too many connections.
-# Connection failures like 08xxx, so workers retry them instead of stopping.
-_CONNECTION_LOST = frozenset({"57P01", "57P02", "57P03", "53300"})
-
-
 def translate_error(exc: BaseException) -> DrainpipeError:
     """Map a database or connection exception to a :class:`DrainpipeError` of the contract.
 
     SQLSTATE 23505 → conflict (constraint kept as ``code``), 42501 → forbidden,
     P0001 → raised, 57014 → timeout, 40001/40P01 → serialization, 22xxx (and a value
     psycopg refuses to send, such as a NUL character) → invalid_input, 08xxx and connection
-    failures (a session the server ended: 57P01-57P03, 53300) → network, else unexpected.
+    failures (a session the server ended: 57P01-57P03, 53300) → network, else unexpected;
+    drainpipe's SQL missing → unexpected with code ``NOT_INSTALLED``. The SQLSTATE table is
+    :func:`drainpipe.errors.sql_error`, shared with the PostgREST backends.
     """
     if isinstance(exc, DrainpipeError):
         return exc
@@ -51,33 +45,17 @@ def translate_error(exc: BaseException) -> DrainpipeError:
     diag = getattr(exc, "diag", None)
     primary = getattr(diag, "message_primary", None) if diag is not None else None
     message = primary or str(exc).strip() or type(exc).__name__
-    if sqlstate == "23505":
+    if sqlstate is not None:
         constraint = getattr(diag, "constraint_name", None) if diag is not None else None
-        return DrainpipeError("conflict", message, code=constraint)
-    if sqlstate == "42501":
-        return DrainpipeError("forbidden", message)
-    if sqlstate == "P0001":
-        return DrainpipeError("raised", message)
-    if sqlstate == "57014":
-        return DrainpipeError("timeout", message)
-    if sqlstate in ("40001", "40P01"):
-        return DrainpipeError("serialization", message)
-    if sqlstate is not None and sqlstate.startswith("22"):
-        return DrainpipeError("invalid_input", message)
-    if sqlstate is not None and (sqlstate.startswith("08") or sqlstate in _CONNECTION_LOST):
+        return sql_error(sqlstate, message, constraint=constraint)
+    if isinstance(exc, psycopg.OperationalError | OSError | ConnectionError):
         return DrainpipeError("network", message)
-    if isinstance(exc, psycopg.OperationalError | OSError | ConnectionError) and sqlstate is None:
-        return DrainpipeError("network", message)
-    if isinstance(exc, psycopg.DataError) and sqlstate is None:
+    if isinstance(exc, psycopg.DataError):
         # refused by psycopg before sending (a NUL character in text): a bad value, like 22xxx
         return DrainpipeError("invalid_input", message)
     if type(exc).__module__.startswith("psycopg_pool"):
         # PoolTimeout / TooManyRequests: no connection could be had in time
         return DrainpipeError("network", message)
-    if sqlstate in _MISSING_OBJECT and "drainpipe" in message:
-        message += (
-            " (apply the SQL modules: drainpipe.install(db, modules) or `drainpipe sql apply`)"
-        )
     return DrainpipeError("unexpected", message)
 
 

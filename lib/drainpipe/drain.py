@@ -23,6 +23,7 @@ import secrets as _secrets
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .backends.capabilities import SupportsScheduleRuns
 from .errors import DrainpipeError
 from .http import (
     ProblemFormatter,
@@ -260,7 +261,7 @@ class DrainRoute:
         # pg_cron enqueues in the database itself; a backend without schedules has none
         if getattr(self.jobs, "scheduler", "drain") == "pg_cron":
             return False
-        return getattr(self.jobs.backend, "due_schedules", None) is not None
+        return isinstance(self.jobs.backend, SupportsScheduleRuns)
 
     async def _has_ready(self, queues: list[str]) -> bool:
         """One stats round trip, only when the deadline cut a queue short."""

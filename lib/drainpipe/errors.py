@@ -15,12 +15,17 @@
     ├── invalid_input     400  22xxx: bad value for a Postgres type
     └── unexpected        500  anything else
 
-Postgres exceptions are translated in exactly one place, :func:`drainpipe.db.translate_error`.
+A SQLSTATE means the same thing whichever way it arrived: :func:`sql_error` is the one
+table, used by :func:`drainpipe.db.translate_error` (psycopg) and by the PostgREST backends.
+drainpipe's own SQL missing (a function, table or schema of ``drainpipe`` does not exist:
+42883/42P01/3F000, or PostgREST's PGRST202/PGRST205 naming ``drainpipe``) is ``unexpected``
+with code ``NOT_INSTALLED``: an operator's mistake, loud, with what to run.
 Expected outcomes (a dedupe hit, a lost lease) are return values, never errors.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, Final, Literal
 
 ErrorKind = Literal[
@@ -127,3 +132,134 @@ class Retry(Exception):
             raise ValueError("Retry(after=...) must be >= 0 seconds")
         super().__init__(message or f"Retry requested in {after:g} s")
         self.after = after
+
+
+# -- the one translation of database errors ---------------------------------------------
+
+#: ``code`` of the error for drainpipe SQL that is not installed (see :func:`sql_error`).
+NOT_INSTALLED: Final = "NOT_INSTALLED"
+INSTALL_HINT: Final = (
+    "drainpipe's SQL is not installed in this database:"
+    " run `drainpipe sql apply` (or `await drainpipe.install(db, modules)`)"
+)
+
+# undefined function / table / schema: naming drainpipe, a module that was never applied
+MISSING_OBJECT_STATES: Final[frozenset[str]] = frozenset({"42883", "42P01", "3F000"})
+# PostgREST's "not in the schema cache" for a function (PGRST202) or a table (PGRST205)
+MISSING_OBJECT_POSTGREST_CODES: Final[frozenset[str]] = frozenset({"PGRST202", "PGRST205"})
+# The server ended or refused the session: admin/crash shutdown (a restart, a pooler or
+# pg_terminate_backend), "the database system is starting up", too many connections.
+# Connection failures like 08xxx, so workers retry them instead of stopping.
+CONNECTION_LOST_STATES: Final[frozenset[str]] = frozenset({"57P01", "57P02", "57P03", "53300"})
+
+_KIND_BY_SQLSTATE: Final[dict[str, ErrorKind]] = {
+    "23505": "conflict",
+    "42501": "forbidden",
+    "P0001": "raised",
+    "57014": "timeout",
+    "40001": "serialization",
+    "40P01": "serialization",
+    **{state: "network" for state in CONNECTION_LOST_STATES},
+}
+
+
+def kind_for_sqlstate(sqlstate: str) -> ErrorKind:
+    """The contract's kind for a SQLSTATE (API.md section 1): 23505 conflict, 42501
+    forbidden, P0001 raised, 57014 timeout, 40001/40P01 serialization, 22xxx invalid_input,
+    08xxx (and a session the server ended) network, anything else unexpected."""
+    kind = _KIND_BY_SQLSTATE.get(sqlstate)
+    if kind is not None:
+        return kind
+    if sqlstate.startswith("22"):
+        return "invalid_input"
+    if sqlstate.startswith("08"):
+        return "network"
+    return "unexpected"
+
+
+def names_drainpipe(message: str) -> bool:
+    """Whether an "object does not exist" message is about drainpipe's own schema."""
+    return "drainpipe" in message
+
+
+def not_installed(message: str) -> DrainpipeError:
+    """drainpipe's SQL is missing: ``unexpected``, code ``NOT_INSTALLED``, saying what to run
+    (the drain route answers it with 503: the deployment is not ready)."""
+    return DrainpipeError("unexpected", f"{message} ({INSTALL_HINT})", code=NOT_INSTALLED)
+
+
+def sql_error(
+    sqlstate: str,
+    message: str,
+    *,
+    constraint: str | None = None,
+    code: str | None = None,
+) -> DrainpipeError:
+    """The error for a SQLSTATE, whichever client reported it (psycopg or PostgREST).
+
+    ``constraint`` becomes the ``code`` of a conflict (the contract keeps it); ``code`` is
+    the client's own code for every other kind (PostgREST's answer carries one, psycopg's
+    does not). Missing drainpipe objects → :func:`not_installed`."""
+    kind = kind_for_sqlstate(sqlstate)
+    if kind == "conflict":
+        return DrainpipeError("conflict", message, code=constraint or code)
+    if sqlstate in MISSING_OBJECT_STATES and names_drainpipe(message):
+        return not_installed(message)
+    return DrainpipeError(kind, message, code=code)
+
+
+#: ``code`` of the error for a schema PostgREST does not expose (PGRST106).
+SCHEMA_NOT_EXPOSED: Final = "SCHEMA_NOT_EXPOSED"
+
+# PostgREST's own codes that say more than the HTTP status does (and all there is to go by
+# through postgrest-py, whose APIError drops the status)
+_KIND_BY_POSTGREST_CODE: Final[dict[str, ErrorKind]] = {
+    "PGRST000": "network",  # could not connect to the database
+    "PGRST001": "network",  # an internal connection error
+    "PGRST002": "network",  # the schema cache could not be built (the database is away)
+    "PGRST003": "timeout",  # no pooled connection in time
+}
+_KIND_BY_HTTP_STATUS: Final[dict[int, ErrorKind]] = {
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    408: "timeout",
+    429: "rate_limited",
+    504: "timeout",
+}
+_SQLSTATE = re.compile(r"^[0-9A-Z]{5}$")
+_CONSTRAINT = re.compile(r'constraint "([^"]+)"')
+
+
+def postgrest_error(status: int | None, code: str | None, message: str) -> DrainpipeError:
+    """The error for a failed PostgREST call (``code`` from its JSON body, ``status`` its
+    HTTP status when known): a SQLSTATE goes through :func:`sql_error`, so a database error
+    means the same over HTTPS as over psycopg; then PostgREST's own codes; then the status.
+    Transient kinds matter: a worker retries claim errors of kind network, timeout,
+    serialization and rate_limited, and stops on anything else."""
+    if code:
+        if not code.startswith("PGRST") and _SQLSTATE.match(code):
+            found = _CONSTRAINT.search(message) if code == "23505" else None
+            return sql_error(code, message, constraint=found and found.group(1), code=code)
+        if code in MISSING_OBJECT_POSTGREST_CODES:
+            # "Could not find the function drainpipe.claim_jobs(...) in the schema cache"
+            if names_drainpipe(message):
+                return not_installed(message)
+            return DrainpipeError("unexpected", message, code=code)
+        if code == "PGRST106":
+            return invalid_request(
+                f"{message} (PostgREST does not expose this schema: add it to the exposed"
+                " schemas, Supabase: Project Settings → API → Exposed schemas)",
+                code=SCHEMA_NOT_EXPOSED,
+            )
+        kind = _KIND_BY_POSTGREST_CODE.get(code)
+        if kind is not None:
+            return DrainpipeError(kind, message, code=code)
+        if code.startswith("PGRST3"):  # JWT missing, malformed or expired
+            return DrainpipeError("unauthorized", message, code=code)
+        if status is None and len(code) == 3 and code.isdigit():
+            status = int(code)  # postgrest-py puts the status there when the body was not JSON
+    kind = "unexpected"
+    if status is not None:
+        kind = _KIND_BY_HTTP_STATUS.get(status) or ("network" if status >= 500 else "unexpected")
+    return DrainpipeError(kind, message, code=code)

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any
 
 from .db import as_database
 from .errors import DrainpipeError, invalid_request, validation_error
@@ -36,10 +36,11 @@ from .http import (
     is_client_disconnect,
     problem_response,
 )
+from .models import Begin as Begin  # re-exported: drainpipe.Begin lives here for users
+from .ops import idempotency as ops
 from .validation import seconds
 
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-BeginState = Literal["started", "replay", "running", "mismatch"]
 ScopeOption = str | Callable[[Any], str | Awaitable[str]] | None
 
 MAX_KEY_LENGTH = 255
@@ -55,18 +56,6 @@ _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 _BYPASSING_EXTENSIONS = ("http.response.pathsend", "http.response.zerocopysend")
 
 logger = logging.getLogger("drainpipe.idempotency")
-
-
-@dataclass(frozen=True, slots=True)
-class Begin:
-    """What ``begin`` decided. ``holder`` is set for ``started`` only (pass it to
-    ``complete``/``release``); ``status``, ``body`` and ``content_type`` for ``replay`` only."""
-
-    state: BeginState
-    status: int | None = None
-    body: bytes | None = None
-    holder: str | None = None
-    content_type: str | None = None
 
 
 def fingerprint(method: str, path: str, body: bytes) -> str:
@@ -170,27 +159,17 @@ class Idempotency:
         key = check_key(key)
         if not isinstance(fingerprint, str) or not fingerprint:
             raise invalid_request("fingerprint must be a non-empty string")
-        row = await self.db.fetchrow(
-            "SELECT state, status, body, content_type, holder"
-            " FROM drainpipe.begin_idempotent(%s, %s, %s, %s, %s)",
-            (_check_scope(scope), key, fingerprint, self.ttl, self.lock),
+        rows = await self.db.fetch(
+            ops.BEGIN, ops.begin_params(_check_scope(scope), key, fingerprint, self.ttl, self.lock)
         )
-        assert row is not None  # the function always returns one row
-        state, status, body, content_type, holder = row
-        return Begin(
-            state=state,
-            status=status,
-            body=bytes(body) if body is not None else None,
-            holder=str(holder) if holder is not None else None,
-            content_type=content_type,
-        )
+        return ops.parse_begin(rows)  # the function always returns one row
 
     async def complete(
         self,
         key: str,
         holder: str,
         status: int,
-        body: bytes | str | None,
+        body: Any,
         scope: str = "",
         *,
         content_type: str | None = None,
@@ -198,12 +177,16 @@ class Idempotency:
         """Store the response for later replays. False (nothing stored) when ``holder`` no
         longer holds the running key (it was taken over, released or completed).
 
-        A ``str`` body is stored as UTF-8; a body above ``max_body_bytes`` raises
-        ``invalid_request`` with code ``IDEMPOTENCY_RESPONSE_TOO_LARGE``."""
+        ``body`` is bytes, a ``str`` (stored as UTF-8; replayed as bytes), None (no body) or
+        any JSON value (a dict, list, number, bool), which ``begin`` hands back as the same
+        value with content type ``application/json``; ``content_type`` is for bytes and
+        text only. A value JSON cannot hold → ``validation``. A body above
+        ``max_body_bytes`` raises ``invalid_request`` with code
+        ``IDEMPOTENCY_RESPONSE_TOO_LARGE``."""
         key = check_key(key)
         if not isinstance(status, int) or isinstance(status, bool) or not 100 <= status <= 599:
             raise invalid_request(f"status must be an HTTP status (100-599), not {status!r}")
-        data = body.encode("utf-8") if isinstance(body, str) else bytes(body or b"")
+        data, content_type = ops.encode_body(body, content_type)
         if len(data) > self.max_body_bytes:
             raise invalid_request(
                 f"A {len(data)}-byte response body is over max_body_bytes={self.max_body_bytes}",
@@ -212,12 +195,11 @@ class Idempotency:
         token = _holder(holder)
         if token is None:
             return False
-        return bool(
-            await self.db.fetchval(
-                "SELECT drainpipe.complete_idempotent(%s, %s, %s, %s, %s, %s)",
-                (_check_scope(scope), key, token, status, data, content_type),
-            )
+        rows = await self.db.fetch(
+            ops.COMPLETE,
+            ops.complete_params(_check_scope(scope), key, token, status, data, content_type),
         )
+        return ops.parse_complete(rows)
 
     async def release(self, key: str, holder: str, scope: str = "") -> bool:
         """Forget the running key so a retry runs again. False (nothing changed) when
@@ -226,18 +208,15 @@ class Idempotency:
         token = _holder(holder)
         if token is None:
             return False
-        return bool(
-            await self.db.fetchval(
-                "SELECT drainpipe.release_idempotent(%s, %s, %s)", (_check_scope(scope), key, token)
-            )
-        )
+        rows = await self.db.fetch(ops.RELEASE, ops.release_params(_check_scope(scope), key, token))
+        return ops.parse_release(rows)
 
     async def purge(self, *, batch: int = 10_000) -> int:
         """Delete up to ``batch`` expired keys (and expired, unreleased leases); returns the
         number of keys deleted. Expired keys already behave as new: this only frees space."""
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
             raise validation_error("batch must be an integer >= 1")
-        return int(await self.db.fetchval("SELECT drainpipe.purge_idempotency_keys(%s)", (batch,)))
+        return ops.parse_purge(await self.db.fetch(ops.PURGE, ops.purge_params(batch)))
 
     # -- HTTP ----------------------------------------------------------------------------
 
@@ -422,7 +401,7 @@ class Idempotency:
         if begun.state == "replay":
             return Response(
                 begun.status or 200,
-                begun.body or b"",
+                ops.json_body_bytes(begun.body),
                 headers={REPLAYED_HEADER: "true"},
                 content_type=begun.content_type,
             )

@@ -6,7 +6,17 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
-from .backends import QueueBackend, resolve_backend
+from .backends import (
+    QueueBackend,
+    SupportsListDead,
+    SupportsPurgeArchive,
+    SupportsReplay,
+    SupportsRetryDead,
+    SupportsSendMany,
+    SupportsStats,
+    lacking,
+    resolve_backend,
+)
 from .context import coerce_context, wrap_payload
 from .errors import DrainpipeError, invalid_request, missing_feature, validation_error
 from .models import DeadJob, DedupeMode, FailOutcome, Job, JobContext, QueueStats, WorkReport
@@ -23,6 +33,8 @@ from .validation import (
 )
 
 if TYPE_CHECKING:
+    import asyncio
+
     from pydantic import TypeAdapter
 
     from .drain import DrainRoute
@@ -153,12 +165,6 @@ class Jobs(ScheduleMixin):
 
         return serialise
 
-    def _optional(self, method: str, feature: str) -> Any:
-        fn = getattr(self.backend, method, None)
-        if fn is None:
-            raise missing_feature(feature, getattr(self.backend, "name", "custom"))
-        return fn
-
     def _delay(self, delay: Any, run_at: Any) -> float:
         if delay is not None:
             return seconds(delay, "delay")
@@ -250,13 +256,13 @@ class Jobs(ScheduleMixin):
         positive_int(max_attempts, "max_attempts")
         if not values:
             return []
-        send_many = getattr(self.backend, "send_many", None)
-        if send_many is None:
+        backend = self.backend
+        if not isinstance(backend, SupportsSendMany):
             return [
-                await self.backend.send(queue, value, delay=wait, max_attempts=max_attempts)
+                await backend.send(queue, value, delay=wait, max_attempts=max_attempts)
                 for value in values
             ]
-        return list(await send_many(queue, values, delay=wait, max_attempts=max_attempts))
+        return list(await backend.send_many(queue, values, delay=wait, max_attempts=max_attempts))
 
     # -- claim / complete / fail / extend ------------------------------------------------
 
@@ -360,8 +366,10 @@ class Jobs(ScheduleMixin):
     async def stats(self, queues: Sequence[str] | None = None) -> dict[str, QueueStats]:
         """Counts per queue (default: every declared queue) in one round trip."""
         names = list(self._schemas) if queues is None else [self._check_queue(q) for q in queues]
-        stats = self._optional("stats", "stats")
-        return dict(await stats(names))
+        backend = self.backend
+        if not isinstance(backend, SupportsStats):
+            raise lacking(backend, "stats")
+        return dict(await backend.stats(names))
 
     async def list_dead(
         self, queue: str, *, limit: int = 100, cursor: int | None = None
@@ -371,8 +379,10 @@ class Jobs(ScheduleMixin):
         positive_int(limit, "limit", maximum=INT8_MAX)  # clamped to 1000 below
         if cursor is not None:
             positive_int(cursor, "cursor", minimum=0, maximum=INT8_MAX)
-        list_dead = self._optional("list_dead", "list_dead")
-        return list(await list_dead(queue, limit=min(limit, 1000), before=cursor))
+        backend = self.backend
+        if not isinstance(backend, SupportsListDead):
+            raise lacking(backend, "list_dead")
+        return list(await backend.list_dead(queue, limit=min(limit, 1000), before=cursor))
 
     async def retry_dead(
         self, queue: str, *, ids: Sequence[int] | None = None, limit: int = 1000
@@ -382,16 +392,20 @@ class Jobs(ScheduleMixin):
         positive_int(limit, "limit")
         if ids is not None:
             ids = [positive_int(i, "ids", minimum=0, maximum=INT8_MAX) for i in ids]
-        retry_dead = self._optional("retry_dead", "retry_dead")
-        return int(await retry_dead(queue, ids=ids, limit=limit))
+        backend = self.backend
+        if not isinstance(backend, SupportsRetryDead):
+            raise lacking(backend, "retry_dead")
+        return int(await backend.retry_dead(queue, ids=ids, limit=limit))
 
     async def replay(self, queue: str, job_id: int) -> int | None:
         """Enqueue a dead letter again (same payload, attempts back to 0); its new id, or
         None when ``job_id`` is not a dead letter of ``queue``."""
         self._check_queue(queue)
         positive_int(job_id, "job_id", minimum=0, maximum=INT8_MAX)
-        replay = self._optional("replay", "replay")
-        result = await replay(queue, job_id)
+        backend = self.backend
+        if not isinstance(backend, SupportsReplay):
+            raise lacking(backend, "replay")
+        result = await backend.replay(queue, job_id)
         return None if result is None else int(result)
 
     async def purge_archive(
@@ -406,9 +420,11 @@ class Jobs(ScheduleMixin):
         older than ``dead_older_than``; live jobs are never touched."""
         self._check_queue(queue)
         positive_int(batch, "batch")
-        purge = self._optional("purge_archive", "purge_archive")
+        backend = self.backend
+        if not isinstance(backend, SupportsPurgeArchive):
+            raise lacking(backend, "purge_archive")
         return int(
-            await purge(
+            await backend.purge_archive(
                 queue,
                 older_than=timedelta(seconds=seconds(older_than, "older_than")),
                 dead_older_than=timedelta(seconds=seconds(dead_older_than, "dead_older_than")),
@@ -515,14 +531,60 @@ class Queue(Generic[T]):
         return await self.jobs.extend(job, lease)
 
     async def work(
-        self, handler: Callable[[T, Job[T]], Awaitable[Any]], **options: Any
+        self,
+        handler: Callable[[T, Job[T]], Awaitable[Any]],
+        *,
+        concurrency: int = 1,
+        batch: int = 1,
+        lease: float = 300,
+        poll_interval: float = 1.0,
+        max_poll_interval: float = 30.0,
+        stop: asyncio.Event | None = None,
+        on_error: OnError | None = None,
+        all_tenants: bool = False,
+        heartbeat_every: float | None = None,
     ) -> WorkReport:
-        return await self.jobs.work(self.name, handler, **options)
+        """:meth:`Jobs.work` on this queue."""
+        return await self.jobs.work(
+            self.name,
+            handler,
+            concurrency=concurrency,
+            batch=batch,
+            lease=lease,
+            poll_interval=poll_interval,
+            max_poll_interval=max_poll_interval,
+            stop=stop,
+            on_error=on_error,
+            all_tenants=all_tenants,
+            heartbeat_every=heartbeat_every,
+        )
 
     async def drain(
-        self, handler: Callable[[T, Job[T]], Awaitable[Any]], **options: Any
+        self,
+        handler: Callable[[T, Job[T]], Awaitable[Any]],
+        *,
+        concurrency: int = 1,
+        batch: int = 1,
+        lease: float | Callable[[], float] = 300,
+        budget: float | None = None,
+        on_error: OnError | None = None,
+        all_tenants: bool = False,
+        deadline: float | None = None,
+        heartbeat_every: float | None = None,
     ) -> WorkReport:
-        return await self.jobs.drain(self.name, handler, **options)
+        """:meth:`Jobs.drain` on this queue."""
+        return await self.jobs.drain(
+            self.name,
+            handler,
+            concurrency=concurrency,
+            batch=batch,
+            lease=lease,
+            budget=budget,
+            on_error=on_error,
+            all_tenants=all_tenants,
+            deadline=deadline,
+            heartbeat_every=heartbeat_every,
+        )
 
     async def stats(self) -> QueueStats:
         return (await self.jobs.stats([self.name]))[self.name]

@@ -6,7 +6,8 @@
 
 A lease expires after ``seconds`` unless extended; the next caller then takes it over and
 the former holder's ``extend``/``release`` answer False. The SQL lives in
-``sql/idempotency.sql`` (``acquire_lease``, ``extend_lease``, ``release_lease``).
+``sql/idempotency.sql`` (``acquire_lease``, ``extend_lease``, ``release_lease``); the
+statements and row parsing in :mod:`drainpipe.ops.leases`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, Generic, TypeVar
 
 from .db import Database, as_database
 from .errors import invalid_request, validation_error
+from .ops import leases as ops
 from .validation import seconds as as_seconds
 
 T = TypeVar("T")
@@ -62,10 +64,9 @@ class Lease:
         length = self.seconds if seconds is None else _positive_seconds(seconds)
         if self.lost:
             return False
-        extended = bool(
-            await self._db.fetchval(
-                "SELECT drainpipe.extend_lease(%s, %s::uuid, %s, %s)",
-                (self.key, self.holder, length, self.scope),
+        extended = ops.parse_extend(
+            await self._db.fetch(
+                ops.EXTEND, ops.extend_params(self.key, self.holder, length, self.scope)
             )
         )
         if not extended:
@@ -77,11 +78,8 @@ class Lease:
         if self._released:
             return False
         self._released = True
-        return bool(
-            await self._db.fetchval(
-                "SELECT drainpipe.release_lease(%s, %s::uuid, %s)",
-                (self.key, self.holder, self.scope),
-            )
+        return ops.parse_release(
+            await self._db.fetch(ops.RELEASE, ops.release_params(self.key, self.holder, self.scope))
         )
 
     def __repr__(self) -> str:
@@ -103,13 +101,13 @@ async def lease(
     scope = _check_scope(scope)
     database, owned = _open(db)
     try:
-        holder = await database.fetchval(
-            "SELECT drainpipe.acquire_lease(%s, %s, %s)", (key, length, scope)
+        holder = ops.parse_acquire(
+            await database.fetch(ops.ACQUIRE, ops.acquire_params(key, length, scope))
         )
         if holder is None:
             yield None
             return
-        held = Lease(database, key, str(holder), length, scope)
+        held = Lease(database, key, holder, length, scope)
         try:
             yield held
         finally:

@@ -1,4 +1,4 @@
-"""The values drainpipe hands back: jobs, dead letters, stats and work reports."""
+"""The values drainpipe hands back: jobs, dead letters, stats, schedules and work reports."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ T = TypeVar("T")
 
 FailOutcome = Literal["queued", "dead"]
 DedupeMode = Literal["always", "waiting"]
+BeginState = Literal["started", "replay", "running", "mismatch"]
 ActorKind = Literal["user", "service", "anon"]
 
 
@@ -129,3 +130,56 @@ class WorkReport:
 
     def __iter__(self) -> Any:
         return iter((self.succeeded, self.failed))
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleInfo:
+    """A stored schedule. Under pg_cron ``queue`` is read back from the command, ``tenant``,
+    ``next_run``, ``leased_until`` and ``created_at`` are ``None``, and ``time_zone`` is UTC.
+
+    ``next_run`` is ``None`` until a drain computes it (a schedule written from SQL, or one
+    whose cron or zone changed); ``leased_until`` is set while a drain holds it.
+    """
+
+    name: str
+    cron: str
+    time_zone: str
+    queue: str | None
+    tenant: str | None
+    next_run: datetime | None
+    last_run: datetime | None
+    leased_until: datetime | None
+    created_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class DueSchedule:
+    """A schedule a drain has leased because its run is due (``due_schedules``).
+
+    ``next_run`` is None for a schedule written from SQL (or whose cron or zone changed):
+    the first run is computed after ``first_after`` (None: now). ``claim_token`` fences
+    ``advance_schedule``: only the claim that leased the row may move it on.
+    """
+
+    name: str
+    cron: str
+    time_zone: str
+    queue: str
+    payload: Any
+    next_run: datetime | None
+    first_after: datetime | None
+    claim_token: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Begin:
+    """What ``Idempotency.begin`` decided. ``holder`` is set for ``started`` only (pass it
+    to ``complete``/``release``); ``status``, ``body`` and ``content_type`` for ``replay``
+    only. ``body`` is what ``complete`` stored: bytes (a ``str`` was stored as UTF-8), or
+    the JSON value itself (a dict, list, number, bool) when one was given."""
+
+    state: BeginState
+    status: int | None = None
+    body: Any = None
+    holder: str | None = None
+    content_type: str | None = None

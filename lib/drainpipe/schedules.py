@@ -17,10 +17,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from .backends.capabilities import (
+    SupportsListSchedules,
+    SupportsSchedule,
+    SupportsScheduleRuns,
+    SupportsUnschedule,
+    SupportsUnscheduleTenant,
+    lacking,
+)
 from .context import coerce_context, wrap_payload
 from .cron import Interval, next_cron_run, parse_cron, zone
 from .errors import DrainpipeError, invalid_request, validation_error
-from .models import JobContext
+from .models import DueSchedule, JobContext, ScheduleInfo
 from .validation import positive_int, seconds
 
 if TYPE_CHECKING:
@@ -35,26 +43,6 @@ _DEFINITION_KEYS = ("name", "cron", "queue", "payload", "time_zone", "tenant", "
 _REQUIRED_KEYS = ("name", "cron", "queue", "payload")
 # pg_cron (1.5+) understands "N seconds" for 1-59; it has no minute or hour intervals.
 _PG_CRON_SECONDS = re.compile(r"^([1-9]|[1-5][0-9])\s+seconds?$", re.IGNORECASE)
-
-
-@dataclass(frozen=True, slots=True)
-class ScheduleInfo:
-    """A stored schedule. Under pg_cron ``queue`` is read back from the command, ``tenant``,
-    ``next_run``, ``leased_until`` and ``created_at`` are ``None``, and ``time_zone`` is UTC.
-
-    ``next_run`` is ``None`` until a drain computes it (a schedule written from SQL, or one
-    whose cron or zone changed); ``leased_until`` is set while a drain holds it.
-    """
-
-    name: str
-    cron: str
-    time_zone: str
-    queue: str | None
-    tenant: str | None
-    next_run: datetime | None
-    last_run: datetime | None
-    leased_until: datetime | None
-    created_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +111,6 @@ class ScheduleMixin:
 
         def _check_queue(self, queue: str) -> str: ...
         def serialise(self, queue: str, payload: Any) -> Any: ...
-        def _optional(self, method: str, feature: str) -> Any: ...
 
     # -- checks shared by schedule and ensure_schedules -----------------------------------
 
@@ -197,8 +184,8 @@ class ScheduleMixin:
             return _Prepared(name, text, queue, value, time_zone, None, None)
         return _Prepared(name, text, queue, value, time_zone, owner, _floor_ms(first))
 
-    async def _write(self, write: Any, prepared: _Prepared) -> None:
-        await write(
+    async def _write(self, backend: SupportsSchedule, prepared: _Prepared) -> None:
+        await backend.schedule(
             prepared.name,
             prepared.cron,
             prepared.queue,
@@ -229,9 +216,11 @@ class ScheduleMixin:
         schema → ``validation`` (issue paths start with ``name``), nothing written. Under
         pg_cron a zone other than UTC or a tenant → ``invalid_request``, before any SQL.
         """
-        write = self._optional("schedule", "schedule")
+        backend = self.backend
+        if not isinstance(backend, SupportsSchedule):
+            raise lacking(backend, "schedule")
         await self._write(
-            write, self._prepare(name, cron, queue, payload, time_zone, tenant, context)
+            backend, self._prepare(name, cron, queue, payload, time_zone, tenant, context)
         )
 
     async def unschedule(self, name: str) -> bool:
@@ -241,8 +230,10 @@ class ScheduleMixin:
                 "A schedule name is a string",
                 [{"message": "Invalid schedule name", "path": ["name"]}],
             )
-        remove = self._optional("unschedule", "unschedule")
-        return bool(await remove(name))
+        backend = self.backend
+        if not isinstance(backend, SupportsUnschedule):
+            raise lacking(backend, "unschedule")
+        return bool(await backend.unschedule(name))
 
     async def list_schedules(
         self, *, prefix: str | None = None, tenant: str | None = None
@@ -255,9 +246,13 @@ class ScheduleMixin:
                     f"{label} must be a string or None",
                     [{"message": "Expected a string", "path": [label]}],
                 )
-        listing = self._optional("list_schedules", "list_schedules")
-        rows = await listing(prefix=prefix, tenant=tenant)
-        return [ScheduleInfo(*row) for row in rows]
+        backend = self.backend
+        if not isinstance(backend, SupportsListSchedules):
+            raise lacking(backend, "list_schedules")
+        return [
+            _schedule_info(row)
+            for row in await backend.list_schedules(prefix=prefix, tenant=tenant)
+        ]
 
     async def unschedule_all(self, *, tenant: str) -> int:
         """Remove every schedule of ``tenant``; returns how many (always 0 under pg_cron)."""
@@ -266,8 +261,10 @@ class ScheduleMixin:
                 "unschedule_all needs a non-empty tenant",
                 [{"message": "Invalid tenant", "path": ["tenant"]}],
             )
-        remove = self._optional("unschedule_tenant", "unschedule_all")
-        return int(await remove(tenant))
+        backend = self.backend
+        if not isinstance(backend, SupportsUnscheduleTenant):
+            raise lacking(backend, "unschedule_all")
+        return int(await backend.unschedule_tenant(tenant))
 
     async def ensure_schedules(
         self,
@@ -294,9 +291,15 @@ class ScheduleMixin:
             raise invalid_request("ensure_schedules: tenant must be a non-empty string or None")
         if isinstance(definitions, str | bytes | Mapping):
             raise invalid_request("ensure_schedules needs a list of ScheduleDef or mappings")
-        write = self._optional("schedule", "ensure_schedules")
-        listing = self._optional("list_schedules", "ensure_schedules")
-        remove = self._optional("unschedule", "ensure_schedules")
+        writer = self.backend
+        if not isinstance(writer, SupportsSchedule):
+            raise lacking(writer, "ensure_schedules")
+        lister = self.backend
+        if not isinstance(lister, SupportsListSchedules):
+            raise lacking(lister, "ensure_schedules")
+        remover = self.backend
+        if not isinstance(remover, SupportsUnschedule):
+            raise lacking(remover, "ensure_schedules")
         seen: set[str] = set()
         prepared: list[_Prepared] = []
         for index, definition in enumerate(definitions):
@@ -319,13 +322,16 @@ class ScheduleMixin:
                     default_tenant=tenant,
                 )
             )
-        existing = await listing(prefix=prefix, tenant=tenant)
+        existing = [
+            _schedule_info(row).name
+            for row in await lister.list_schedules(prefix=prefix, tenant=tenant)
+        ]
         for one in prepared:
-            await self._write(write, one)
+            await self._write(writer, one)
         removed = []
-        for row in existing:
-            if row[0] not in seen and await remove(row[0]):
-                removed.append(row[0])
+        for name in existing:
+            if name not in seen and await remover.unschedule(name):
+                removed.append(name)
         return EnsureResult(scheduled=[one.name for one in prepared], removed=removed)
 
     async def run_schedules(self, *, lease: float = 60, batch: int = 100) -> int:
@@ -340,20 +346,25 @@ class ScheduleMixin:
         """
         lease = seconds(lease, "lease", minimum=1)
         positive_int(batch, "batch")
-        due = getattr(self.backend, "due_schedules", None)
-        advance = getattr(self.backend, "advance_schedule", None)
-        if self.scheduler == "pg_cron" or due is None or advance is None:
+        backend = self.backend
+        if self.scheduler == "pg_cron" or not isinstance(backend, SupportsScheduleRuns):
             return 0
         ran = 0
         failure: BaseException | None = None
-        for name, cron, time_zone, queue, payload, next_run, first_after, token in await due(
-            lease=lease, batch=batch
-        ):
+        for row in await backend.due_schedules(lease=lease, batch=batch):
+            due = row if isinstance(row, DueSchedule) else DueSchedule(*row)
             # only this claim may advance the schedule (not one whose lease ran out before)
-            held = functools.partial(advance, claim_token=token)
+            held = functools.partial(backend.advance_schedule, claim_token=due.claim_token)
             try:
                 if await self._run_one(
-                    held, name, cron, time_zone, queue, payload, next_run, first_after
+                    held,
+                    due.name,
+                    due.cron,
+                    due.time_zone,
+                    due.queue,
+                    due.payload,
+                    due.next_run,
+                    due.first_after,
                 ):
                     ran += 1
             except DrainpipeError as exc:
@@ -396,6 +407,11 @@ class ScheduleMixin:
             dedupe="always",
         )
         return bool(await advance(name, next_run, following))
+
+
+def _schedule_info(row: Any) -> ScheduleInfo:
+    # a backend written before ScheduleInfo rows (api_version 1) answers 9-tuples
+    return row if isinstance(row, ScheduleInfo) else ScheduleInfo(*row)
 
 
 def _definition(index: int, definition: Any) -> ScheduleDef:

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .backends.capabilities import SupportsCompleteMany, SupportsExtendMany
 from .errors import TRANSIENT_KINDS, DrainpipeError, Retry
 from .models import Job, JobContext, WorkReport
 from .validation import error_text, positive_int, seconds
@@ -209,7 +210,9 @@ class Worker:
 
     async def _heartbeat(self, unfinished: dict[int, Job[Any]], every: float) -> None:
         """Extend every unfinished job of the batch now, then every ``every`` seconds."""
-        extend_many = getattr(self.backend, "extend_many", None)
+        extend_many = (
+            self.backend.extend_many if isinstance(self.backend, SupportsExtendMany) else None
+        )
         while True:
             jobs = list(unfinished.values())
             if jobs:
@@ -229,7 +232,9 @@ class Worker:
     async def _complete(self, succeeded: list[Job[Any]]) -> None:
         if not succeeded:
             return
-        complete_many = getattr(self.backend, "complete_many", None)
+        complete_many = (
+            self.backend.complete_many if isinstance(self.backend, SupportsCompleteMany) else None
+        )
         try:
             if complete_many is not None and len(succeeded) > 1:
                 await complete_many(succeeded)

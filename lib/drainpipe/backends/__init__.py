@@ -1,10 +1,12 @@
 """Where jobs are stored: the :class:`QueueBackend` protocol and how ``Jobs(db)`` picks one.
 
 Required: ``name``, ``leases``, ``send``, ``read``, ``complete``, ``fail``, ``extend``.
-Optional (a backend without one makes the public call fail with ``invalid_request`` naming
-the feature): ``send_many``, ``complete_many``, ``extend_many``, ``replay``, ``stats``,
-``list_dead``, ``retry_dead``, ``purge_archive``, ``schedule``, ``unschedule``,
-``list_schedules``, ``unschedule_tenant``, ``due_schedules``, ``advance_schedule``.
+Optional, each typed by a capability protocol in :mod:`.capabilities` (a backend without
+one makes the public call fail with ``invalid_request`` naming the feature):
+``send_many``, ``complete_many``, ``extend_many`` (:class:`SupportsBatches`); ``stats``
+(:class:`SupportsStats`); ``replay``, ``list_dead``, ``retry_dead``, ``purge_archive``
+(:class:`SupportsDeadLetters`); ``schedule``, ``unschedule``, ``list_schedules``,
+``unschedule_tenant``, ``due_schedules``, ``advance_schedule`` (:class:`SupportsSchedules`).
 """
 
 from __future__ import annotations
@@ -12,8 +14,56 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
+from .capabilities import (
+    SupportsAdvanceSchedule,
+    SupportsBatches,
+    SupportsCompleteMany,
+    SupportsDeadLetters,
+    SupportsDueSchedules,
+    SupportsExtendMany,
+    SupportsListDead,
+    SupportsListSchedules,
+    SupportsPurgeArchive,
+    SupportsReplay,
+    SupportsRetryDead,
+    SupportsSchedule,
+    SupportsScheduleRuns,
+    SupportsSchedules,
+    SupportsSendMany,
+    SupportsStats,
+    SupportsUnschedule,
+    SupportsUnscheduleTenant,
+    lacking,
+)
+
 if TYPE_CHECKING:
     from ..models import DedupeMode, FailOutcome, Job
+
+__all__ = [
+    "API_VERSION",
+    "QueueBackend",
+    "SupportsAdvanceSchedule",
+    "SupportsBatches",
+    "SupportsCompleteMany",
+    "SupportsDeadLetters",
+    "SupportsDueSchedules",
+    "SupportsExtendMany",
+    "SupportsListDead",
+    "SupportsListSchedules",
+    "SupportsPurgeArchive",
+    "SupportsReplay",
+    "SupportsRetryDead",
+    "SupportsSchedule",
+    "SupportsScheduleRuns",
+    "SupportsSchedules",
+    "SupportsSendMany",
+    "SupportsStats",
+    "SupportsUnschedule",
+    "SupportsUnscheduleTenant",
+    "is_backend",
+    "lacking",
+    "resolve_backend",
+]
 
 API_VERSION = 1
 

@@ -25,7 +25,13 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..context import unwrap_payload
-from ..errors import DrainpipeError, ErrorKind, missing_feature
+from ..errors import (
+    MISSING_OBJECT_POSTGREST_CODES,
+    DrainpipeError,
+    ErrorKind,
+    missing_feature,
+    postgrest_error,
+)
 from ..models import DedupeMode, FailOutcome, Job
 
 if TYPE_CHECKING:
@@ -33,56 +39,6 @@ if TYPE_CHECKING:
 
 SCHEMA = "pgmq_public"
 DEFAULT_MAX_ATTEMPTS = 5
-
-# SQLSTATEs and PostgREST codes that say more than the HTTP status does (and all there is
-# to go by through postgrest-py, whose APIError drops the status).
-_KIND_BY_CODE: dict[str, ErrorKind] = {
-    "42501": "forbidden",
-    "57014": "timeout",
-    "40001": "serialization",
-    "40P01": "serialization",
-    "23505": "conflict",
-    "P0001": "raised",
-    "42P01": "not_found",  # no such table: the queue does not exist
-    "42883": "not_found",  # no such function
-    "PGRST000": "network",
-    "PGRST001": "network",
-    "PGRST002": "network",
-    "PGRST003": "timeout",
-    "PGRST202": "not_found",
-    "PGRST205": "not_found",
-}
-
-_KIND_BY_STATUS: dict[int, ErrorKind] = {
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    408: "timeout",
-    429: "rate_limited",
-    504: "timeout",
-}
-
-
-def _error_kind(status: int | None, code: str | None) -> ErrorKind:
-    """The kind for an RPC failure. Transient kinds matter: a worker retries claim errors of
-    kind network/timeout/serialization/rate_limited, and stops on anything else."""
-    if code:
-        if code in _KIND_BY_CODE:
-            return _KIND_BY_CODE[code]
-        if code.startswith("08"):
-            return "network"
-        if code.startswith("22"):
-            return "invalid_input"
-        if code.startswith("PGRST3"):  # JWT missing, malformed or expired
-            return "unauthorized"
-        if status is None and len(code) == 3 and code.isdigit():
-            status = int(code)  # postgrest-py puts the status there when the body was not JSON
-    if status is not None:
-        if status in _KIND_BY_STATUS:
-            return _KIND_BY_STATUS[status]
-        if status >= 500:
-            return "network"
-    return "unexpected"
 
 
 def _transport_error(fn: str, exc: BaseException) -> DrainpipeError | None:
@@ -114,7 +70,14 @@ def _rpc_error(
         message = str(body) if body not in (None, "") else f"HTTP {status}"
     if len(message) > 500:  # a proxy's HTML error page says little past its start
         message = message[:500] + "…"
-    return DrainpipeError(kind or _error_kind(status, code), f"{SCHEMA}.{fn}: {message}", code=code)
+    text = f"{SCHEMA}.{fn}: {message}"
+    if kind is not None:
+        return DrainpipeError(kind, text, code=code)
+    if code == "42P01" and "pgmq.q_" in message:
+        text += " (the queue does not exist: create it with pgmq.create or in the dashboard)"
+    elif code in MISSING_OBJECT_POSTGREST_CODES and SCHEMA in message:
+        text += ' (turn on Supabase\'s "Expose Queues via PostgREST" to create pgmq_public)'
+    return postgrest_error(status, code, text)
 
 
 def _checked(fn: str, body: Any) -> Any:

@@ -1,7 +1,9 @@
 """The SQL backend: every operation is one call of a ``drainpipe.*`` function, one round trip.
 
 The same functions exist for the pgmq and the table storage, so this class does not care
-which one the database has.
+which one the database has. The statements, their parameters and the reading of their rows
+are :mod:`drainpipe.ops.jobs` and :mod:`drainpipe.ops.schedules`; this class only executes
+them on the async :class:`~drainpipe.db.Database`.
 """
 
 from __future__ import annotations
@@ -10,57 +12,13 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
-from ..context import ENVELOPE_KEY, unwrap_payload
-from ..db import Database, Row, as_database, jsonb
-from ..models import DeadJob, DedupeMode, FailOutcome, Job, JobContext, QueueStats, claimed_job
+from ..db import Database, as_database
+from ..models import DeadJob, DedupeMode, DueSchedule, FailOutcome, Job, QueueStats, ScheduleInfo
+from ..ops import jobs as ops
+from ..ops import schedules as schedule_ops
+from ..ops.jobs import int_array, parse_claimed, parse_dead
 
-NO_CONTEXT = JobContext()
-
-
-def parse_claimed(queue: str, row: Row) -> Job[Any]:
-    """A ``claim_jobs`` row ``(id, attempts, enqueued_at, visible_until, payload,
-    max_attempts, last_error)`` → Job. Runs once per claimed job, so the common case
-    (no context envelope) stays on a fast path."""
-    job_id, attempts, enqueued_at, visible_until, stored, max_attempts, last_error = row
-    if isinstance(stored, dict) and ENVELOPE_KEY in stored:
-        payload, context = unwrap_payload(stored)
-    else:
-        payload, context = stored, NO_CONTEXT
-    return claimed_job(
-        job_id,
-        queue,
-        payload,
-        context,
-        attempts,
-        max_attempts,
-        enqueued_at,
-        visible_until,
-        last_error,
-    )
-
-
-def int_array(values: Sequence[int]) -> str:
-    """A Postgres array literal for ints: much cheaper than psycopg's generic list dumper,
-    which inspects every element (this is on the completion hot path)."""
-    return "{" + ",".join(map(str, values)) + "}"
-
-
-def parse_dead(queue: str, row: Row) -> DeadJob:
-    """A ``list_dead_jobs`` row ``(id, attempts, enqueued_at, died_at, message)`` → DeadJob."""
-    job_id, attempts, enqueued_at, died_at, message = row
-    message = message if isinstance(message, dict) else {}
-    payload, context = unwrap_payload(message.get("payload"))
-    return DeadJob(
-        id=int(job_id),
-        queue=queue,
-        payload=payload,
-        context=context,
-        attempts=int(attempts),
-        max_attempts=int(message.get("max_attempts") or 5),
-        last_error=message.get("last_error"),
-        enqueued_at=enqueued_at,
-        died_at=died_at,
-    )
+__all__ = ["SqlQueueBackend", "int_array", "parse_claimed", "parse_dead"]
 
 
 class SqlQueueBackend:
@@ -83,129 +41,70 @@ class SqlQueueBackend:
         dedupe_key: str | None = None,
         dedupe: DedupeMode = "always",
     ) -> int:
-        if not delay and max_attempts == 5 and dedupe_key is None:
-            # the SQL defaults: four parameters fewer to send and for psycopg to dump
-            value = await self.db.fetchval(
-                "SELECT drainpipe.enqueue_job(%s, %s)", (queue, jsonb(payload))
-            )
-        else:
-            value = await self.db.fetchval(
-                "SELECT drainpipe.enqueue_job(%s, %s, %s, %s, %s, %s)",
-                (
-                    queue,
-                    jsonb(payload),
-                    float(delay),
-                    max_attempts,
-                    dedupe_key,
-                    dedupe != "waiting",
-                ),
-            )
-        return int(value)
+        statement, params = ops.enqueue_query(
+            queue, payload, delay, max_attempts, dedupe_key, dedupe
+        )
+        return ops.parse_enqueue(await self.db.fetch(statement, params))
 
     async def send_many(
         self, queue: str, payloads: Sequence[Any], *, delay: float = 0, max_attempts: int = 5
     ) -> list[int]:
         rows = await self.db.fetch(
-            "SELECT drainpipe.enqueue_jobs(%s, %s, %s, %s)",
-            (queue, jsonb(list(payloads)), float(delay), max_attempts),
+            ops.ENQUEUE_MANY, ops.enqueue_many_params(queue, payloads, delay, max_attempts)
         )
-        return [int(row[0]) for row in rows]
+        return ops.parse_enqueue_many(rows)
 
     async def read(self, queue: str, *, lease: float, batch: int) -> list[Job[Any]]:
-        rows = await self.db.fetch(
-            "SELECT * FROM drainpipe.claim_jobs(%s, %s, %s)", (queue, float(lease), batch)
-        )
-        return [parse_claimed(queue, row) for row in rows]
+        rows = await self.db.fetch(ops.CLAIM, ops.claim_params(queue, lease, batch))
+        return ops.parse_claim(queue, rows)
 
     async def complete(self, job: Job[Any]) -> bool:
-        return bool(
-            await self.db.fetchval(
-                "SELECT drainpipe.complete_job(%s, %s, %s)", (job.queue, job.id, job.attempts)
-            )
-        )
+        return ops.parse_complete(await self.db.fetch(ops.COMPLETE, ops.complete_params(job)))
 
     async def complete_many(self, jobs: Sequence[Job[Any]]) -> list[bool]:
         """Complete several jobs of one queue in one round trip; each still fenced."""
         if not jobs:
             return []
-        queue = jobs[0].queue
-        rows = await self.db.fetch(
-            "SELECT drainpipe.complete_jobs(%s, %s::bigint[], %s::integer[])",
-            (queue, int_array([job.id for job in jobs]), int_array([job.attempts for job in jobs])),
-        )
-        done = {int(row[0]) for row in rows}
-        return [job.id in done for job in jobs]
+        rows = await self.db.fetch(ops.COMPLETE_MANY, ops.complete_many_params(jobs))
+        return ops.parse_complete_many(jobs, rows)
 
     async def fail(
         self, job: Job[Any], error: str, retry_in: float | None = None
     ) -> FailOutcome | None:
-        outcome = await self.db.fetchval(
-            "SELECT drainpipe.fail_job(%s, %s, %s, %s, %s)",
-            (job.queue, job.id, job.attempts, error, None if retry_in is None else float(retry_in)),
-        )
-        return outcome  # type: ignore[no-any-return]
+        return ops.parse_fail(await self.db.fetch(ops.FAIL, ops.fail_params(job, error, retry_in)))
 
     async def extend(self, job: Job[Any], lease: float) -> bool:
-        return bool(
-            await self.db.fetchval(
-                "SELECT drainpipe.extend_job_lease(%s, %s, %s, %s)",
-                (job.queue, job.id, job.attempts, float(lease)),
-            )
-        )
+        return ops.parse_extend(await self.db.fetch(ops.EXTEND, ops.extend_params(job, lease)))
 
     async def extend_many(self, jobs: Sequence[Job[Any]], lease: float) -> set[int]:
         """Extend the leases of several jobs of one queue; returns the ids still held."""
         if not jobs:
             return set()
-        rows = await self.db.fetch(
-            "SELECT drainpipe.extend_job_leases(%s, %s::bigint[], %s::integer[], %s)",
-            (
-                jobs[0].queue,
-                int_array([job.id for job in jobs]),
-                int_array([job.attempts for job in jobs]),
-                float(lease),
-            ),
-        )
-        return {int(row[0]) for row in rows}
+        rows = await self.db.fetch(ops.EXTEND_MANY, ops.extend_many_params(jobs, lease))
+        return ops.parse_extend_many(rows)
 
     async def replay(self, queue: str, job_id: int) -> int | None:
-        value = await self.db.fetchval("SELECT drainpipe.replay_dead_job(%s, %s)", (queue, job_id))
-        return None if value is None else int(value)
+        return ops.parse_replay(await self.db.fetch(ops.REPLAY, ops.replay_params(queue, job_id)))
 
     async def stats(self, queues: Sequence[str]) -> dict[str, QueueStats]:
-        rows = await self.db.fetch("SELECT * FROM drainpipe.job_queue_stats(%s)", (list(queues),))
-        return {
-            row[0]: QueueStats(
-                ready=int(row[1]),
-                in_flight=int(row[2]),
-                delayed=int(row[3]),
-                dead=int(row[4]),
-                oldest_age_seconds=None if row[5] is None else float(row[5]),
-            )
-            for row in rows
-        }
+        return ops.parse_stats(await self.db.fetch(ops.STATS, ops.stats_params(queues)))
 
     async def list_dead(self, queue: str, *, limit: int, before: int | None) -> list[DeadJob]:
-        rows = await self.db.fetch(
-            "SELECT * FROM drainpipe.list_dead_jobs(%s, %s, %s)", (queue, limit, before)
-        )
-        return [parse_dead(queue, row) for row in rows]
+        rows = await self.db.fetch(ops.LIST_DEAD, ops.list_dead_params(queue, limit, before))
+        return ops.parse_list_dead(queue, rows)
 
     async def retry_dead(self, queue: str, *, ids: Sequence[int] | None, limit: int) -> int:
-        value = await self.db.fetchval(
-            "SELECT drainpipe.retry_dead_jobs(%s, %s, %s)",
-            (queue, None if ids is None else list(ids), limit),
-        )
-        return int(value or 0)
+        rows = await self.db.fetch(ops.RETRY_DEAD, ops.retry_dead_params(queue, ids, limit))
+        return ops.parse_retry_dead(rows)
 
     async def purge_archive(
         self, queue: str, *, older_than: timedelta, dead_older_than: timedelta, batch: int
     ) -> int:
-        value = await self.db.fetchval(
-            "SELECT drainpipe.purge_job_archive(%s, %s, %s, %s)",
-            (queue, older_than, batch, dead_older_than),
+        rows = await self.db.fetch(
+            ops.PURGE_ARCHIVE,
+            ops.purge_archive_params(queue, older_than, dead_older_than, batch),
         )
-        return int(value or 0)
+        return ops.parse_purge_archive(rows)
 
     # -- schedules (drain scheduler; pg_cron answers through the same functions) ----------
 
@@ -221,36 +120,39 @@ class SqlQueueBackend:
         tenant: str | None,
     ) -> None:
         await self.db.fetch(
-            "SELECT drainpipe.schedule_job(%s, %s, %s, %s, %s, %s, %s)",
-            (name, cron, queue, jsonb(payload), time_zone, next_run, tenant),
+            schedule_ops.SCHEDULE,
+            schedule_ops.schedule_params(name, cron, queue, payload, time_zone, next_run, tenant),
         )
 
     async def unschedule(self, name: str) -> bool:
-        return bool(await self.db.fetchval("SELECT drainpipe.unschedule_job(%s)", (name,)))
+        rows = await self.db.fetch(schedule_ops.UNSCHEDULE, schedule_ops.unschedule_params(name))
+        return schedule_ops.parse_unschedule(rows)
 
-    async def list_schedules(self, *, prefix: str | None, tenant: str | None) -> list[Row]:
-        """Rows ``(name, cron, time_zone, queue, tenant, next_run, last_run, leased_until, created_at)``."""
-        return await self.db.fetch(
-            "SELECT * FROM drainpipe.list_schedules(%s, %s)", (prefix, tenant)
+    async def list_schedules(self, *, prefix: str | None, tenant: str | None) -> list[ScheduleInfo]:
+        rows = await self.db.fetch(
+            schedule_ops.LIST_SCHEDULES, schedule_ops.list_schedules_params(prefix, tenant)
         )
+        return schedule_ops.parse_list_schedules(rows)
 
     async def unschedule_tenant(self, tenant: str) -> int:
-        return int(await self.db.fetchval("SELECT drainpipe.unschedule_tenant(%s)", (tenant,)) or 0)
-
-    async def due_schedules(self, *, lease: float, batch: int) -> list[Row]:
-        """Rows ``(name, cron, time_zone, queue, payload, next_run, first_after, claim_token)``
-        now leased to us; ``advance_schedule`` needs the token."""
-        return await self.db.fetch(
-            "SELECT * FROM drainpipe.claim_due_schedules(%s, %s)", (float(lease), batch)
+        rows = await self.db.fetch(
+            schedule_ops.UNSCHEDULE_TENANT, schedule_ops.unschedule_tenant_params(tenant)
         )
+        return schedule_ops.parse_unschedule_tenant(rows)
+
+    async def due_schedules(self, *, lease: float, batch: int) -> list[DueSchedule]:
+        """Due schedules now leased to us; ``advance_schedule`` needs their token."""
+        rows = await self.db.fetch(
+            schedule_ops.DUE_SCHEDULES, schedule_ops.due_schedules_params(lease, batch)
+        )
+        return schedule_ops.parse_due_schedules(rows)
 
     async def advance_schedule(
         self, name: str, ran: datetime | None, next_run: datetime | None, claim_token: Any
     ) -> bool:
         """Move a schedule we claimed to its next run; False when our claim is gone."""
-        return bool(
-            await self.db.fetchval(
-                "SELECT drainpipe.advance_schedule(%s, %s, %s, %s)",
-                (name, ran, next_run, claim_token),
-            )
+        rows = await self.db.fetch(
+            schedule_ops.ADVANCE_SCHEDULE,
+            schedule_ops.advance_schedule_params(name, ran, next_run, claim_token),
         )
+        return schedule_ops.parse_advance_schedule(rows)

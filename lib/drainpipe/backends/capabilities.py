@@ -1,0 +1,214 @@
+"""What a backend can do beyond :class:`~drainpipe.backends.QueueBackend`: one protocol per
+optional method, and groups of them for backends that implement a whole feature.
+
+River's driver interface is the model: every optional operation has a typed signature and
+typed, frozen results (:class:`~drainpipe.models.QueueStats`,
+:class:`~drainpipe.models.DeadJob`, :class:`~drainpipe.models.ScheduleInfo`,
+:class:`~drainpipe.models.DueSchedule`); a backend parses its own rows into them.
+
+The checks are structural (``isinstance`` against ``runtime_checkable`` protocols), so a
+backend written before these protocols existed, implementing optional methods by name,
+keeps working. An attribute set to ``None`` counts as missing. Each method has its own
+protocol because a backend may implement some of a group only (``pgmq_public`` sends in
+batches but cannot complete in batches); the group protocols (:class:`SupportsBatches`,
+:class:`SupportsDeadLetters`, :class:`SupportsSchedules`) say "all of them".
+
+Parameters stay keyword arguments rather than parameter objects: ``api_version = 1``
+backends already take them that way, and the claim/complete hot path builds no extra
+object per call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from ..errors import DrainpipeError, missing_feature
+
+if TYPE_CHECKING:
+    from ..models import DeadJob, DueSchedule, Job, QueueStats, ScheduleInfo
+
+__all__ = [
+    "SupportsAdvanceSchedule",
+    "SupportsBatches",
+    "SupportsCompleteMany",
+    "SupportsDeadLetters",
+    "SupportsDueSchedules",
+    "SupportsExtendMany",
+    "SupportsListDead",
+    "SupportsListSchedules",
+    "SupportsPurgeArchive",
+    "SupportsReplay",
+    "SupportsRetryDead",
+    "SupportsSchedule",
+    "SupportsScheduleRuns",
+    "SupportsSchedules",
+    "SupportsSendMany",
+    "SupportsStats",
+    "SupportsUnschedule",
+    "SupportsUnscheduleTenant",
+    "lacking",
+]
+
+# -- batches ------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class SupportsSendMany(Protocol):
+    async def send_many(
+        self, queue: str, payloads: Sequence[Any], *, delay: float = 0, max_attempts: int = 5
+    ) -> list[int]:
+        """Store every payload in one round trip; the new ids, in order."""
+        ...
+
+
+@runtime_checkable
+class SupportsCompleteMany(Protocol):
+    async def complete_many(self, jobs: Sequence[Job[Any]]) -> list[bool]:
+        """Complete jobs of one queue at once, each fenced by its attempt; one flag per job."""
+        ...
+
+
+@runtime_checkable
+class SupportsExtendMany(Protocol):
+    async def extend_many(self, jobs: Sequence[Job[Any]], lease: float) -> set[int]:
+        """Extend the leases of jobs of one queue; the ids still held."""
+        ...
+
+
+@runtime_checkable
+class SupportsBatches(SupportsSendMany, SupportsCompleteMany, SupportsExtendMany, Protocol):
+    """Every batched operation."""
+
+
+# -- stats and dead letters ---------------------------------------------------------------
+
+
+@runtime_checkable
+class SupportsStats(Protocol):
+    async def stats(self, queues: Sequence[str]) -> dict[str, QueueStats]:
+        """Counts for each queue asked for, in one round trip."""
+        ...
+
+
+@runtime_checkable
+class SupportsReplay(Protocol):
+    async def replay(self, queue: str, job_id: int) -> int | None:
+        """A dead letter enqueued again: its new id, or None when it is no dead letter."""
+        ...
+
+
+@runtime_checkable
+class SupportsListDead(Protocol):
+    async def list_dead(self, queue: str, *, limit: int, before: int | None) -> list[DeadJob]:
+        """Dead letters newest first, only ids below ``before`` when given."""
+        ...
+
+
+@runtime_checkable
+class SupportsRetryDead(Protocol):
+    async def retry_dead(self, queue: str, *, ids: Sequence[int] | None, limit: int) -> int:
+        """Replay the given dead letters (or the newest ``limit``); how many went back."""
+        ...
+
+
+@runtime_checkable
+class SupportsPurgeArchive(Protocol):
+    async def purge_archive(
+        self, queue: str, *, older_than: timedelta, dead_older_than: timedelta, batch: int
+    ) -> int:
+        """Delete up to ``batch`` finished jobs past their age; how many were deleted."""
+        ...
+
+
+@runtime_checkable
+class SupportsDeadLetters(
+    SupportsReplay, SupportsListDead, SupportsRetryDead, SupportsPurgeArchive, Protocol
+):
+    """Every dead-letter and archive operation."""
+
+
+# -- schedules ----------------------------------------------------------------------------
+
+
+@runtime_checkable
+class SupportsSchedule(Protocol):
+    async def schedule(
+        self,
+        name: str,
+        cron: str,
+        queue: str,
+        payload: Any,
+        *,
+        time_zone: str,
+        next_run: datetime | None,
+        tenant: str | None,
+    ) -> None:
+        """Create or replace the schedule ``name`` (``payload`` is stored as given)."""
+        ...
+
+
+@runtime_checkable
+class SupportsUnschedule(Protocol):
+    async def unschedule(self, name: str) -> bool:
+        """Remove a schedule; False when there was none."""
+        ...
+
+
+@runtime_checkable
+class SupportsListSchedules(Protocol):
+    async def list_schedules(
+        self, *, prefix: str | None, tenant: str | None
+    ) -> Sequence[ScheduleInfo]:
+        """Schedules by name. (Backends from before this protocol may return 9-tuples in
+        :class:`~drainpipe.models.ScheduleInfo`'s field order; they are still read.)"""
+        ...
+
+
+@runtime_checkable
+class SupportsUnscheduleTenant(Protocol):
+    async def unschedule_tenant(self, tenant: str) -> int:
+        """Remove every schedule of ``tenant``; how many."""
+        ...
+
+
+@runtime_checkable
+class SupportsDueSchedules(Protocol):
+    async def due_schedules(self, *, lease: float, batch: int) -> Sequence[DueSchedule]:
+        """Lease up to ``batch`` due schedules for ``lease`` seconds. (8-tuples in
+        :class:`~drainpipe.models.DueSchedule`'s field order are still read.)"""
+        ...
+
+
+@runtime_checkable
+class SupportsAdvanceSchedule(Protocol):
+    async def advance_schedule(
+        self, name: str, ran: datetime | None, next_run: datetime | None, claim_token: Any
+    ) -> bool:
+        """Move a schedule this claim leased to ``next_run``; False when the claim is gone."""
+        ...
+
+
+@runtime_checkable
+class SupportsScheduleRuns(SupportsDueSchedules, SupportsAdvanceSchedule, Protocol):
+    """What ``run_schedules`` needs: lease the due schedules, then advance each."""
+
+
+@runtime_checkable
+class SupportsSchedules(
+    SupportsSchedule,
+    SupportsUnschedule,
+    SupportsListSchedules,
+    SupportsUnscheduleTenant,
+    SupportsScheduleRuns,
+    Protocol,
+):
+    """Every schedule operation (the drain scheduler)."""
+
+
+def lacking(backend: Any, feature: str) -> DrainpipeError:
+    """The contract's answer for a ``feature`` the backend lacks: ``invalid_request``
+    naming the feature and the backend. (Callers check ``isinstance(backend, Supports…)``
+    themselves, so the type checker narrows the backend.)"""
+    return missing_feature(feature, str(getattr(backend, "name", None) or "custom"))

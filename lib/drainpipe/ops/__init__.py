@@ -1,0 +1,37 @@
+"""Sans-I/O operations: for each database operation, its statement, the function that builds
+its parameters and the function that reads its rows. Nothing here opens a connection.
+
+An executor runs them: ``parse(rows)`` of ``fetch(STATEMENT, params(...))``. Today that is
+the async :class:`drainpipe.db.Database` (in ``backends/sql.py``, ``idempotency.py`` and
+``leases.py``); a synchronous psycopg executor runs the very same operations, so the sync
+twin is another executor rather than a copy of the SQL and the parsing.
+
+Shape, per operation ``x`` of a module (``ops.jobs``, ``ops.schedules``,
+``ops.idempotency``, ``ops.leases``):
+
+- ``X``: the statement, a precomputed string with ``%s`` placeholders; it calls exactly one
+  ``drainpipe.<function>(`` (written out literally, so a rename of the SQL functions is a
+  search and replace);
+- ``x_params(...) -> Params``: the parameters, validated and converted already by the
+  caller (the public objects check their input; these only shape it);
+- ``parse_x(rows) -> result``: the typed result from the rows the executor fetched.
+
+Statements are module constants and the builders plain functions rather than objects per
+call: claim, complete and enqueue run once per job, and an operation costs one round trip
+plus two function calls, no allocation of its own.
+"""
+
+from __future__ import annotations
+
+from . import idempotency, jobs, leases, schedules
+from ._types import Params, Row
+
+__all__ = ["STATEMENTS", "Params", "Row", "idempotency", "jobs", "leases", "schedules"]
+
+#: Every statement of every operation, by ``<module>.<CONSTANT>`` (for checks and tools).
+STATEMENTS: dict[str, str] = {
+    f"{module.__name__.rpartition('.')[2]}.{name}": value
+    for module in (jobs, schedules, idempotency, leases)
+    for name, value in vars(module).items()
+    if name.isupper() and isinstance(value, str) and value.startswith("SELECT ")
+}

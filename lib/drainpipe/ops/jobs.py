@@ -1,0 +1,278 @@
+"""Job operations: enqueue, claim, settle, extend, stats, dead letters, replay, purge.
+
+Each is one call of a ``drainpipe.*`` function (the same for the pgmq and the table
+storage), one round trip. See :mod:`drainpipe.ops` for the shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from ..context import ENVELOPE_KEY, unwrap_payload
+from ..db import jsonb
+from ..models import DeadJob, DedupeMode, FailOutcome, Job, JobContext, QueueStats, claimed_job
+from ._types import Params, Row
+
+NO_CONTEXT = JobContext()
+
+
+def int_array(values: Sequence[int]) -> str:
+    """A Postgres array literal for ints: much cheaper than psycopg's generic list dumper,
+    which inspects every element (this is on the completion hot path)."""
+    return "{" + ",".join(map(str, values)) + "}"
+
+
+def _flag(rows: list[Row]) -> bool:
+    return bool(rows[0][0]) if rows else False
+
+
+def _count(rows: list[Row]) -> int:
+    return int(rows[0][0] or 0) if rows else 0
+
+
+# -- enqueue ------------------------------------------------------------------------------
+
+#: ``enqueue`` with the SQL defaults (no delay, 5 attempts, no dedupe key): two parameters
+#: to send and for psycopg to dump instead of six.
+ENQUEUE_DEFAULT = "SELECT drainpipe.enqueue_job(%s, %s)"
+ENQUEUE = "SELECT drainpipe.enqueue_job(%s, %s, %s, %s, %s, %s)"
+
+
+def enqueue_query(
+    queue: str,
+    payload: Any,
+    delay: float,
+    max_attempts: int,
+    dedupe_key: str | None,
+    dedupe: DedupeMode,
+) -> tuple[str, Params]:
+    """The statement and its parameters: :data:`ENQUEUE_DEFAULT` when the options are the
+    SQL defaults, else :data:`ENQUEUE` (one call for both: this runs once per enqueue)."""
+    if not delay and max_attempts == 5 and dedupe_key is None:
+        return ENQUEUE_DEFAULT, (queue, jsonb(payload))
+    # the last parameter: may a dedupe key coalesce onto a running job ("always")?
+    return ENQUEUE, (
+        queue,
+        jsonb(payload),
+        float(delay),
+        max_attempts,
+        dedupe_key,
+        dedupe != "waiting",
+    )
+
+
+def parse_enqueue(rows: list[Row]) -> int:
+    """The job id (the existing one on a dedupe hit)."""
+    return int(rows[0][0])
+
+
+ENQUEUE_MANY = "SELECT drainpipe.enqueue_jobs(%s, %s, %s, %s)"
+
+
+def enqueue_many_params(
+    queue: str, payloads: Sequence[Any], delay: float, max_attempts: int
+) -> Params:
+    return (queue, jsonb(list(payloads)), float(delay), max_attempts)
+
+
+def parse_enqueue_many(rows: list[Row]) -> list[int]:
+    """The new ids, in the order of the payloads."""
+    return [int(row[0]) for row in rows]
+
+
+# -- claim --------------------------------------------------------------------------------
+
+CLAIM = "SELECT * FROM drainpipe.claim_jobs(%s, %s, %s)"
+
+
+def claim_params(queue: str, lease: float, batch: int) -> Params:
+    return (queue, float(lease), batch)
+
+
+def parse_claimed(queue: str, row: Row) -> Job[Any]:
+    """A ``claim_jobs`` row ``(id, attempts, enqueued_at, visible_until, payload,
+    max_attempts, last_error)`` → Job. Runs once per claimed job, so the common case
+    (no context envelope) stays on a fast path."""
+    job_id, attempts, enqueued_at, visible_until, stored, max_attempts, last_error = row
+    if isinstance(stored, dict) and ENVELOPE_KEY in stored:
+        payload, context = unwrap_payload(stored)
+    else:
+        payload, context = stored, NO_CONTEXT
+    return claimed_job(
+        job_id,
+        queue,
+        payload,
+        context,
+        attempts,
+        max_attempts,
+        enqueued_at,
+        visible_until,
+        last_error,
+    )
+
+
+def parse_claim(queue: str, rows: list[Row]) -> list[Job[Any]]:
+    """The leased jobs; payloads are not validated yet."""
+    return [parse_claimed(queue, row) for row in rows]
+
+
+# -- settle and extend (each fenced by the claimed attempt) -------------------------------
+
+COMPLETE = "SELECT drainpipe.complete_job(%s, %s, %s)"
+
+
+def complete_params(job: Job[Any]) -> Params:
+    return (job.queue, job.id, job.attempts)
+
+
+parse_complete = _flag
+"""True: completed; False: the lease was lost, nothing changed."""
+
+COMPLETE_MANY = "SELECT drainpipe.complete_jobs(%s, %s::bigint[], %s::integer[])"
+
+
+def complete_many_params(jobs: Sequence[Job[Any]]) -> Params:
+    """Jobs of one queue (the first one's); callers skip the call for no jobs."""
+    return (
+        jobs[0].queue,
+        int_array([job.id for job in jobs]),
+        int_array([job.attempts for job in jobs]),
+    )
+
+
+def parse_complete_many(jobs: Sequence[Job[Any]], rows: list[Row]) -> list[bool]:
+    """One flag per job, in order: True for each the call completed."""
+    done = {int(row[0]) for row in rows}
+    return [job.id in done for job in jobs]
+
+
+FAIL = "SELECT drainpipe.fail_job(%s, %s, %s, %s, %s)"
+
+
+def fail_params(job: Job[Any], error: str, retry_in: float | None) -> Params:
+    return (job.queue, job.id, job.attempts, error, None if retry_in is None else float(retry_in))
+
+
+def parse_fail(rows: list[Row]) -> FailOutcome | None:
+    """``"queued"``, ``"dead"``, or None when the lease was lost."""
+    outcome: FailOutcome | None = rows[0][0] if rows else None
+    return outcome
+
+
+EXTEND = "SELECT drainpipe.extend_job_lease(%s, %s, %s, %s)"
+
+
+def extend_params(job: Job[Any], lease: float) -> Params:
+    return (job.queue, job.id, job.attempts, float(lease))
+
+
+parse_extend = _flag
+"""True: the lease now ends ``lease`` seconds from now; False: it was lost."""
+
+EXTEND_MANY = "SELECT drainpipe.extend_job_leases(%s, %s::bigint[], %s::integer[], %s)"
+
+
+def extend_many_params(jobs: Sequence[Job[Any]], lease: float) -> Params:
+    """Jobs of one queue (the first one's); callers skip the call for no jobs."""
+    return (
+        jobs[0].queue,
+        int_array([job.id for job in jobs]),
+        int_array([job.attempts for job in jobs]),
+        float(lease),
+    )
+
+
+def parse_extend_many(rows: list[Row]) -> set[int]:
+    """The ids whose leases are still held (and now extended)."""
+    return {int(row[0]) for row in rows}
+
+
+# -- stats, dead letters, replay, purge ---------------------------------------------------
+
+STATS = "SELECT * FROM drainpipe.job_queue_stats(%s)"
+
+
+def stats_params(queues: Sequence[str]) -> Params:
+    return (list(queues),)
+
+
+def parse_stats(rows: list[Row]) -> dict[str, QueueStats]:
+    """Rows ``(queue, ready, in_flight, delayed, dead, oldest_age_seconds)`` by queue."""
+    return {
+        row[0]: QueueStats(
+            ready=int(row[1]),
+            in_flight=int(row[2]),
+            delayed=int(row[3]),
+            dead=int(row[4]),
+            oldest_age_seconds=None if row[5] is None else float(row[5]),
+        )
+        for row in rows
+    }
+
+
+LIST_DEAD = "SELECT * FROM drainpipe.list_dead_jobs(%s, %s, %s)"
+
+
+def list_dead_params(queue: str, limit: int, before: int | None) -> Params:
+    return (queue, limit, before)
+
+
+def parse_dead(queue: str, row: Row) -> DeadJob:
+    """A ``list_dead_jobs`` row ``(id, attempts, enqueued_at, died_at, message)`` → DeadJob."""
+    job_id, attempts, enqueued_at, died_at, message = row
+    message = message if isinstance(message, dict) else {}
+    payload, context = unwrap_payload(message.get("payload"))
+    return DeadJob(
+        id=int(job_id),
+        queue=queue,
+        payload=payload,
+        context=context,
+        attempts=int(attempts),
+        max_attempts=int(message.get("max_attempts") or 5),
+        last_error=message.get("last_error"),
+        enqueued_at=enqueued_at,
+        died_at=died_at,
+    )
+
+
+def parse_list_dead(queue: str, rows: list[Row]) -> list[DeadJob]:
+    """Dead letters newest first; payloads as stored, not validated."""
+    return [parse_dead(queue, row) for row in rows]
+
+
+RETRY_DEAD = "SELECT drainpipe.retry_dead_jobs(%s, %s, %s)"
+
+
+def retry_dead_params(queue: str, ids: Sequence[int] | None, limit: int) -> Params:
+    return (queue, None if ids is None else list(ids), limit)
+
+
+parse_retry_dead = _count
+"""How many dead letters went back."""
+
+REPLAY = "SELECT drainpipe.replay_dead_job(%s, %s)"
+
+
+def replay_params(queue: str, job_id: int) -> Params:
+    return (queue, job_id)
+
+
+def parse_replay(rows: list[Row]) -> int | None:
+    """The new job's id, or None when the id is no dead letter of the queue."""
+    value = rows[0][0] if rows else None
+    return None if value is None else int(value)
+
+
+PURGE_ARCHIVE = "SELECT drainpipe.purge_job_archive(%s, %s, %s, %s)"
+
+
+def purge_archive_params(
+    queue: str, older_than: timedelta, dead_older_than: timedelta, batch: int
+) -> Params:
+    return (queue, older_than, batch, dead_older_than)
+
+
+parse_purge_archive = _count
+"""How many finished jobs were deleted."""

@@ -1,0 +1,278 @@
+"""The sans-I/O operations: every statement names a function the installed SQL has, the
+parsers read what the functions return, and a second executor (synchronous psycopg) runs
+the very same operations against real Postgres with the async API seeing the effects."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+import drainpipe
+from drainpipe import ops
+from drainpipe.context import wrap_payload
+from drainpipe.errors import DrainpipeError
+from drainpipe.models import Actor, JobContext, claimed_job
+from drainpipe.ops import idempotency as idem_ops
+from drainpipe.ops import jobs as job_ops
+from drainpipe.ops import leases as lease_ops
+from drainpipe.ops import schedules as schedule_ops
+
+_FUNCTION = re.compile(r"drainpipe\.(\w+)\(")
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def run(conn: psycopg.Connection[Any], statement: str, params: ops.Params) -> list[ops.Row]:
+    """The whole synchronous executor: one statement, its rows."""
+    with conn.cursor() as cur:
+        cur.execute(statement, params)
+        return cur.fetchall() if cur.description is not None else []
+
+
+def test_every_operation_module_contributes_statements() -> None:
+    modules = {name.partition(".")[0] for name in ops.STATEMENTS}
+    assert modules == {"jobs", "schedules", "idempotency", "leases"}
+    called = {_FUNCTION.findall(statement)[0] for statement in ops.STATEMENTS.values()}
+    assert called == {
+        *("enqueue_job", "enqueue_jobs", "claim_jobs", "complete_job", "complete_jobs"),
+        *("fail_job", "extend_job_lease", "extend_job_leases", "job_queue_stats"),
+        *("list_dead_jobs", "retry_dead_jobs", "replay_dead_job", "purge_job_archive"),
+        *("schedule_job", "unschedule_job", "list_schedules", "unschedule_tenant"),
+        *("claim_due_schedules", "advance_schedule"),
+        *("begin_idempotent", "complete_idempotent", "release_idempotent"),
+        *("purge_idempotency_keys", "acquire_lease", "extend_lease", "release_lease"),
+    }
+
+
+@pytest.mark.parametrize("backend", ["pgmq", "table"])
+def test_each_statement_calls_one_installed_function_with_a_fitting_arity(
+    fresh_database: Any, backend: str
+) -> None:
+    with psycopg.connect(fresh_database(backend), autocommit=True) as conn:
+        for name, statement in ops.STATEMENTS.items():
+            # the function name is written out literally (the _v1 rename is a sed)
+            [function] = _FUNCTION.findall(statement)
+            placeholders = statement.count("%s")
+            rows = run(
+                conn,
+                """SELECT p.pronargs, p.pronargdefaults FROM pg_proc p
+                     JOIN pg_namespace n ON n.oid = p.pronamespace
+                    WHERE n.nspname = 'drainpipe' AND p.proname = %s""",
+                (function,),
+            )
+            assert rows, f"{name}: drainpipe.{function} is not installed"
+            assert any(total - defaults <= placeholders <= total for total, defaults in rows), (
+                f"{name}: {placeholders} parameters fit no drainpipe.{function}{rows}"
+            )
+
+
+def test_the_sync_executor_runs_the_job_operations(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        statement, params = job_ops.enqueue_query("emails", {"n": 1}, 0, 5, None, "always")
+        assert statement == job_ops.ENQUEUE_DEFAULT
+        first = job_ops.parse_enqueue(run(conn, statement, params))
+        statement, params = job_ops.enqueue_query("emails", {"n": 2}, 0, 1, "k", "waiting")
+        assert statement == job_ops.ENQUEUE
+        second = job_ops.parse_enqueue(run(conn, statement, params))
+        again = job_ops.parse_enqueue(run(conn, statement, params))
+        assert again == second != first  # the dedupe hit answers the existing id
+
+        jobs = job_ops.parse_claim(
+            "emails", run(conn, job_ops.CLAIM, job_ops.claim_params("emails", 30, 10))
+        )
+        assert sorted(job.id for job in jobs) == [first, second]
+        assert {job.id: job.payload for job in jobs} == {first: {"n": 1}, second: {"n": 2}}
+        by_id = {job.id: job for job in jobs}
+        assert job_ops.parse_extend_many(
+            run(conn, job_ops.EXTEND_MANY, job_ops.extend_many_params(jobs, 60))
+        ) == {first, second}
+
+        stale = claimed_job(first, "emails", None, JobContext(), 2, 5, NOW, NOW, None)
+        assert job_ops.parse_complete_many(
+            [stale, by_id[first]],
+            run(conn, job_ops.COMPLETE_MANY, job_ops.complete_many_params([stale])),
+        ) == [False, False]  # fenced: attempt 2 never happened, nothing completed
+        assert job_ops.parse_complete(
+            run(conn, job_ops.COMPLETE, job_ops.complete_params(by_id[first]))
+        )
+        assert (
+            job_ops.parse_fail(
+                run(conn, job_ops.FAIL, job_ops.fail_params(by_id[second], "boom", None))
+            )
+            == "dead"
+        )  # max_attempts=1
+        assert (
+            job_ops.parse_fail(
+                run(conn, job_ops.FAIL, job_ops.fail_params(by_id[second], "boom", None))
+            )
+            is None
+        )  # settled already: the lease is gone
+
+        stats = job_ops.parse_stats(run(conn, job_ops.STATS, job_ops.stats_params(["emails"])))
+        assert stats["emails"].dead == 1 and stats["emails"].ready == 0
+        [dead] = job_ops.parse_list_dead(
+            "emails", run(conn, job_ops.LIST_DEAD, job_ops.list_dead_params("emails", 10, None))
+        )
+        assert (dead.id, dead.payload, dead.last_error, dead.max_attempts) == (
+            second,
+            {"n": 2},
+            "boom",
+            1,
+        )
+        replayed = job_ops.parse_replay(
+            run(conn, job_ops.REPLAY, job_ops.replay_params("emails", second))
+        )
+        assert replayed is not None and replayed != second
+        assert (
+            job_ops.parse_replay(run(conn, job_ops.REPLAY, job_ops.replay_params("emails", first)))
+            is None
+        )  # completed, not dead
+
+
+async def test_what_the_sync_executor_did_is_what_the_async_api_sees(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        ids = job_ops.parse_enqueue_many(
+            run(
+                conn,
+                job_ops.ENQUEUE_MANY,
+                job_ops.enqueue_many_params("emails", [{"n": 1}, {"n": 2}, {"n": 3}], 0, 5),
+            )
+        )
+    jobs = drainpipe.Jobs(db_url, {"emails": dict})
+    try:
+        claimed = await jobs.claim("emails", batch=10)
+        assert [job.id for job in claimed] == ids
+        assert [job.payload for job in claimed] == [{"n": 1}, {"n": 2}, {"n": 3}]
+    finally:
+        await jobs.close()
+
+
+def test_the_sync_executor_runs_schedules_idempotency_and_leases(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        run(
+            conn,
+            schedule_ops.SCHEDULE,
+            schedule_ops.schedule_params(
+                "nightly", "@daily", "emails", {"n": 1}, "UTC", NOW - timedelta(minutes=1), None
+            ),
+        )
+        [info] = schedule_ops.parse_list_schedules(
+            run(
+                conn, schedule_ops.LIST_SCHEDULES, schedule_ops.list_schedules_params("night", None)
+            )
+        )
+        assert (info.name, info.queue, info.next_run) == (
+            "nightly",
+            "emails",
+            NOW - timedelta(minutes=1),
+        )
+        [due] = schedule_ops.parse_due_schedules(
+            run(conn, schedule_ops.DUE_SCHEDULES, schedule_ops.due_schedules_params(30, 10))
+        )
+        assert (due.name, due.payload, due.next_run) == ("nightly", {"n": 1}, info.next_run)
+        assert schedule_ops.parse_advance_schedule(
+            run(
+                conn,
+                schedule_ops.ADVANCE_SCHEDULE,
+                schedule_ops.advance_schedule_params("nightly", due.next_run, NOW, due.claim_token),
+            )
+        )
+        assert schedule_ops.parse_unschedule(
+            run(conn, schedule_ops.UNSCHEDULE, schedule_ops.unschedule_params("nightly"))
+        )
+        assert not schedule_ops.parse_unschedule(
+            run(conn, schedule_ops.UNSCHEDULE, schedule_ops.unschedule_params("nightly"))
+        )
+
+        begun = idem_ops.parse_begin(
+            run(conn, idem_ops.BEGIN, idem_ops.begin_params("", "k", "fp", 3600.0, 60.0))
+        )
+        assert begun.state == "started" and begun.holder is not None
+        data, content_type = idem_ops.encode_body({"ok": True}, None)
+        assert idem_ops.parse_complete(
+            run(
+                conn,
+                idem_ops.COMPLETE,
+                idem_ops.complete_params("", "k", begun.holder, 201, data, content_type),
+            )
+        )
+        replay = idem_ops.parse_begin(
+            run(conn, idem_ops.BEGIN, idem_ops.begin_params("", "k", "fp", 3600.0, 60.0))
+        )
+        assert (replay.state, replay.status, replay.body) == ("replay", 201, {"ok": True})
+
+        holder = lease_ops.parse_acquire(
+            run(conn, lease_ops.ACQUIRE, lease_ops.acquire_params("sync", 30.0, ""))
+        )
+        assert holder is not None
+        assert (
+            lease_ops.parse_acquire(
+                run(conn, lease_ops.ACQUIRE, lease_ops.acquire_params("sync", 30.0, ""))
+            )
+            is None
+        )
+        assert lease_ops.parse_extend(
+            run(conn, lease_ops.EXTEND, lease_ops.extend_params("sync", holder, 30.0, ""))
+        )
+        assert lease_ops.parse_release(
+            run(conn, lease_ops.RELEASE, lease_ops.release_params("sync", holder, ""))
+        )
+        assert not lease_ops.parse_release(
+            run(conn, lease_ops.RELEASE, lease_ops.release_params("sync", holder, ""))
+        )
+
+
+# -- the parsers and builders alone -------------------------------------------------------
+
+
+def test_a_claimed_row_with_a_context_envelope_is_unwrapped() -> None:
+    context = JobContext(actor=Actor("u1"), tenant="acme")
+    stored = wrap_payload({"n": 1}, context)
+    bare, wrapped = job_ops.parse_claim(
+        "q",
+        [
+            (1, 1, NOW, NOW, {"n": 0}, 5, None),
+            (2, 3, NOW, NOW, stored, 4, "earlier failure"),
+        ],
+    )
+    assert (bare.payload, bare.context) == ({"n": 0}, JobContext())
+    assert (wrapped.payload, wrapped.context, wrapped.attempts, wrapped.last_error) == (
+        {"n": 1},
+        context,
+        3,
+        "earlier failure",
+    )
+
+
+def test_batch_parameters_are_array_literals_in_job_order() -> None:
+    jobs = [
+        claimed_job(i, "q", None, JobContext(), a, 5, NOW, NOW, None) for i, a in ((9, 1), (3, 2))
+    ]
+    assert job_ops.complete_many_params(jobs) == ("q", "{9,3}", "{1,2}")
+    assert job_ops.extend_many_params(jobs, 7) == ("q", "{9,3}", "{1,2}", 7.0)
+    assert job_ops.parse_complete_many(jobs, [(3,)]) == [False, True]
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "stored"),
+    [
+        (b"\x00raw", "application/octet-stream", (b"\x00raw", "application/octet-stream")),
+        ("héllo", None, ("héllo".encode(), None)),
+        (None, None, (b"", None)),
+        ({"b": [1, 2]}, None, (b'{"b":[1,2]}', idem_ops.JSON_VALUE_CONTENT_TYPE)),
+        (False, None, (b"false", idem_ops.JSON_VALUE_CONTENT_TYPE)),
+    ],
+)
+def test_response_bodies_are_stored_by_their_type(
+    body: Any, content_type: str | None, stored: tuple[bytes, str | None]
+) -> None:
+    assert idem_ops.encode_body(body, content_type) == stored
+
+
+def test_a_value_json_cannot_hold_is_a_validation_error() -> None:
+    with pytest.raises(DrainpipeError) as caught:
+        idem_ops.encode_body({"at": NOW}, None)
+    assert caught.value.kind == "validation" and "datetime" in str(caught.value)
