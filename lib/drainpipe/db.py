@@ -122,6 +122,12 @@ _CONNECT_FAILURES: Final = (
     ),
 )
 
+# libpq's words for a conninfo value it refuses before connecting (sslmode=sometimes)
+_BAD_CONNINFO: Final = re.compile(
+    r'^invalid [\w ]+ value|^invalid URI|^invalid connection option|^missing "=" after'
+    r"|^unterminated quoted string|^invalid port number"
+)
+
 
 def connect_error(exc: BaseException) -> DrainpipeError:
     """The contract's error for a failed attempt to open a connection.
@@ -136,10 +142,11 @@ def connect_error(exc: BaseException) -> DrainpipeError:
         return exc
     text = str(exc).strip() or type(exc).__name__
     # psycopg prefixes "connection failed: " and libpq "FATAL:  "; the rest is the cause
-    text = re.sub(r"^connection failed: ", "", text)
+    text = re.sub(r"^(connection failed|connection is bad): ", "", text)
     text = re.sub(r"FATAL:\s+", "", text)
     text = " ".join(line.strip() for line in text.splitlines() if line.strip())
-    if type(exc).__name__ == "ProgrammingError":  # the DSN/conninfo did not parse
+    if type(exc).__name__ == "ProgrammingError" or _BAD_CONNINFO.search(text):
+        # the DSN did not parse (psycopg) or libpq refused one of its values
         return DrainpipeError("network", f"invalid database URL: {text}", code="INVALID_DSN")
     for pattern, code in _CONNECT_FAILURES:
         if pattern.search(text):
