@@ -292,7 +292,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except DrainpipeError as exc:
         code = f" {exc.code}" if exc.code else ""
-        print(f"drainpipe: {exc.kind}{code}: {_one_line(str(exc))}", file=sys.stderr)
+        # the server's "canceling statement due to statement timeout" does not say whose
+        limit = getattr(args, "timeout", None)
+        hint = f" (--timeout {limit:g} s)" if exc.kind == "timeout" and limit else ""
+        print(f"drainpipe: {exc.kind}{code}: {_one_line(str(exc))}{hint}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("drainpipe: interrupted", file=sys.stderr)
