@@ -150,6 +150,9 @@ def test_jobs_dead_then_retry_puts_them_back(jobs_db_url: str, capsys: Any) -> N
     assert rows[0].endswith("broke")  # the error's first line only
     assert run_cli(capsys, "jobs", "dead", "emails", *db) == (0, "no dead letters in emails\n", "")
 
+    # an id that is not one of the queue's dead letters is skipped
+    args = ("jobs", "retry", "emails", "--id", str(min(dead_ids)), "--json", *db)
+    assert json.loads(run_cli(capsys, *args)[1]) == {"queue": "emails", "retried": 0}
     status, out, _ = run_cli(
         capsys, "jobs", "retry", "reports", "--id", str(min(dead_ids)), "--json", *db
     )

@@ -176,7 +176,7 @@ async def test_a_pool_that_lost_its_database_names_the_cause_after_its_wait(
 
 
 def test_timeouts_must_be_positive_seconds() -> None:
-    for bad in (0, -1, float("nan"), "5", True):
+    for bad in (0, -1, float("nan"), float("inf"), "5", True):
         with pytest.raises(ValueError, match="connect_timeout must be a positive number"):
             Database("postgresql://x/y", connect_timeout=bad)
         with pytest.raises(ValueError, match="timeout must be a positive number"):

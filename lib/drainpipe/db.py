@@ -189,7 +189,7 @@ def connect_options(dsn: str, connect_timeout: float) -> dict[str, Any]:
 
 
 def _positive_seconds(value: float, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
         raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
     return float(value)
 
