@@ -298,7 +298,7 @@ class Database:
         try:
             await asyncio.wait_for(self._first_connect_done.wait(), wait)
         except TimeoutError:
-            await pool.close(timeout=0)
+            await pool.close()
             raise DrainpipeError(
                 "network",
                 f"couldn't connect to the database within {wait:g} s",
@@ -307,7 +307,7 @@ class Database:
         failure = self._last_connect_error
         if failure is not None:
             # the pool would retry in the background: stop it, the next call starts afresh
-            await pool.close(timeout=0)
+            await pool.close()
             raise connect_error(failure) from failure
 
     def _reporting_connection_class(self) -> type[Any]:
