@@ -215,6 +215,7 @@ def test_inbox_list_shows_one_tenant_at_a_time(db_url: str, capsys: Any) -> None
         ["jobs", "stats", "--timeout", "0"],
         ["inbox", "list", "stripe", "--status", "lost"],
         ["inbox", "list"],
+        ["inbox", "list", "stripe", "--tenant", ""],
         ["jobs"],
     ],
 )

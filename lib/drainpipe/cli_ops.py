@@ -60,6 +60,14 @@ def _queue(text: str) -> str:
     return text
 
 
+def _tenant(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "a tenant is a non-empty name (leave --tenant out for none)"
+        )
+    return text
+
+
 def _timeout(text: str) -> float:
     try:
         value = float(text)
@@ -164,6 +172,7 @@ def add_commands(commands: Any) -> None:
     )
     listing.add_argument(
         "--tenant",
+        type=_tenant,
         default=None,
         help="this tenant's messages (default: messages stored without a tenant)",
     )
