@@ -2,7 +2,13 @@
 
 drainpipe sql add MODULE... [--out DIR] [--backend pgmq|table] [--scheduler drain|pg_cron]
 drainpipe sql apply [--database-url URL] [--modules MODULE...] [--backend] [--scheduler]
+                    [--timeout SECONDS]
 drainpipe dev [--port N] [--every SECONDS] [--database-url URL] [--functions DIR]
+drainpipe jobs stats [--queue QUEUE]... | jobs dead QUEUE | jobs retry QUEUE [--id ID...]
+drainpipe inbox list SOURCE [--status S] [--tenant T]
+drainpipe --version
+
+Exit status: 0 done, 1 failed (one line on stderr says why), 2 a usage error.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .cli_ops import DEFAULT_TIMEOUT
+from .errors import DrainpipeError
 from .sqlmodules import MODULES, Backend, Scheduler
 
 # Supabase names migrations <14-digit UTC timestamp>_<name>.sql; others number them 0001_...
@@ -62,10 +70,18 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import cli_ops
+
     parser = argparse.ArgumentParser(
         prog="drainpipe", description="Background jobs, schedules and webhooks on Postgres."
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"drainpipe {package_version()}",
+        help="print drainpipe's version and exit",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sql = commands.add_parser("sql", help="write or apply the SQL modules")
     sql_commands = sql.add_subparsers(dest="sql_command", required=True)
@@ -84,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_options(add)
     apply = sql_commands.add_parser("apply", help="apply the modules to a database now")
-    apply.add_argument("--database-url", default=None, help="Postgres URL (default $DATABASE_URL)")
+    cli_ops.add_connection_options(apply)
     apply.add_argument(
         "--modules",
         nargs="+",
@@ -109,13 +125,29 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument(
         "--functions", default="functions", help="functions folder (default ./functions)"
     )
-    dev.add_argument("--backend", choices=("pgmq", "table"), default="pgmq")
+    dev.add_argument(
+        "--backend",
+        choices=("pgmq", "table"),
+        default="pgmq",
+        help="where jobs are stored in the embedded database (default pgmq)",
+    )
     dev.add_argument(
         "--pgdata",
         default=None,
         help="embedded Postgres data folder (default ~/.cache/drainpipe/dev-pgdata)",
     )
+    cli_ops.add_commands(commands)
     return parser
+
+
+def package_version() -> str:
+    """The installed distribution's version (``unknown`` when run from a bare checkout)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("drainpipe")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def migration_names(out: Path, modules: Sequence[str], now: float | None = None) -> list[str]:
@@ -194,66 +226,121 @@ def pgmq_prelude() -> str:
 
 
 async def sql_apply(
-    database_url: str, modules: Sequence[str], backend: Backend, scheduler: Scheduler
+    database_url: str,
+    modules: Sequence[str],
+    backend: Backend,
+    scheduler: Scheduler,
+    timeout_seconds: float = DEFAULT_TIMEOUT,
 ) -> list[str]:
     from .sqlmodules import install
 
-    conn = await connect(database_url)
+    conn = await connect(database_url, timeout_seconds=timeout_seconds)
     try:
         return await install(conn, modules, backend=backend, scheduler=scheduler)
     finally:
         await conn.close()
 
 
-async def connect(database_url: str) -> Any:
-    """One autocommit connection, failing at once (no pool retrying) when unreachable."""
+async def connect(database_url: str, *, timeout_seconds: float = DEFAULT_TIMEOUT) -> Any:
+    """One autocommit connection, failing at once (no pool retrying) when unreachable.
+
+    ``timeout_seconds`` bounds the connect (libpq's ``connect_timeout``, whole seconds, at least
+    2, and a client-side guard for servers that accept but never answer), and each
+    statement and lock wait on the connection (``statement_timeout``, ``lock_timeout``).
+    """
     import psycopg
 
-    from .db import translate_error
+    from .db import connect_error, connect_options
 
+    options = connect_options(database_url, timeout_seconds)
+    # libpq's timeout is per address tried; the guard also stops a DSN's connect_timeout=0
+    # (wait forever) from hanging a command that was given a timeout
+    own = options["connect_timeout"]
+    guard = (own if own > 0 else timeout_seconds) + 1.0
     try:
-        return await psycopg.AsyncConnection.connect(database_url, autocommit=True)
+        async with asyncio.timeout(guard):
+            conn = await psycopg.AsyncConnection.connect(database_url, autocommit=True, **options)
+    except TimeoutError:
+        raise DrainpipeError(
+            "network",
+            f"the database did not answer within {guard:g} s",
+            code="CONNECT_TIMEOUT",
+        ) from None
     except psycopg.Error as exc:
-        raise translate_error(exc) from exc
+        raise connect_error(exc) from exc
+    milliseconds = max(1, round(timeout_seconds * 1000))
+    try:
+        await conn.execute(
+            f"SET statement_timeout = {milliseconds}; SET lock_timeout = {milliseconds}"
+        )
+    except BaseException:
+        await conn.close()
+        raise
+    return conn
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; the exit status (0 ok, 1 failed, 2 usage)."""
-    args = build_parser().parse_args(argv)
-    from .errors import DrainpipeError
+    parser = build_parser()
+    args = parser.parse_args(argv)  # a usage error exits 2 with argparse's message
+    from .cli_ops import UsageError
 
     try:
-        if args.command == "sql" and args.sql_command == "add":
-            for path in sql_add(args.modules, Path(args.out), args.backend, args.scheduler):
-                print(path)
-            return 0
-        if args.command == "sql" and args.sql_command == "apply":
-            url = args.database_url or os.environ.get("DATABASE_URL")
-            if not url:
-                print(
-                    "drainpipe sql apply: pass --database-url or set DATABASE_URL", file=sys.stderr
-                )
-                return 2
-            from .sqlmodules import MODULES
-
-            modules = args.modules or list(MODULES)
-            applied = asyncio.run(sql_apply(url, modules, args.backend, args.scheduler))
-            print(f"applied: {', '.join(applied)}" if applied else "up to date")
-            return 0
-        from . import devserver
-
-        return devserver.main(
-            database_url=args.database_url or os.environ.get("DATABASE_URL"),
-            functions=args.functions,
-            host=args.host,
-            port=args.port,
-            every=args.every,
-            backend=args.backend,
-            pgdata=args.pgdata,
-        )
-    except (DrainpipeError, OSError, ValueError) as exc:
+        return _run(args)
+    except UsageError as exc:
         print(f"drainpipe: {exc}", file=sys.stderr)
+        return 2
+    except DrainpipeError as exc:
+        code = f" {exc.code}" if exc.code else ""
+        # the server's "canceling statement due to statement timeout" does not say whose
+        limit = getattr(args, "timeout", None)
+        hint = f" (--timeout {limit:g} s)" if exc.kind == "timeout" and limit else ""
+        print(f"drainpipe: {exc.kind}{code}: {_one_line(str(exc))}{hint}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("drainpipe: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # an operator gets the cause in one line, never a traceback
+        print(f"drainpipe: {type(exc).__name__}: {_one_line(str(exc))}", file=sys.stderr)
+        return 1
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split()) or "(no message)"
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "sql" and args.sql_command == "add":
+        for path in sql_add(args.modules, Path(args.out), args.backend, args.scheduler):
+            print(path)
+        return 0
+    if args.command == "sql" and args.sql_command == "apply":
+        from .cli_ops import database_url
+        from .sqlmodules import MODULES
+
+        url = database_url(args)
+        modules = args.modules or list(MODULES)
+        applied = asyncio.run(
+            sql_apply(url, modules, args.backend, args.scheduler, timeout_seconds=args.timeout)
+        )
+        print(f"applied: {', '.join(applied)}" if applied else "up to date")
+        return 0
+    if args.command in ("jobs", "inbox"):
+        from .cli_ops import run
+
+        print(asyncio.run(run(args)))
+        return 0
+    from . import devserver
+
+    return devserver.main(
+        database_url=args.database_url or os.environ.get("DATABASE_URL"),
+        functions=args.functions,
+        host=args.host,
+        port=args.port,
+        every=args.every,
+        backend=args.backend,
+        pgdata=args.pgdata,
+    )
 
 
 if __name__ == "__main__":

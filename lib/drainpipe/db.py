@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import math
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from .errors import DrainpipeError, sql_error
 
@@ -59,24 +60,152 @@ def translate_error(exc: BaseException) -> DrainpipeError:
     return DrainpipeError("unexpected", message)
 
 
+#: Seconds one attempt to open a connection may take (libpq's ``connect_timeout``: whole
+#: seconds, at least 2). Short enough to leave a serverless function most of its budget.
+DEFAULT_CONNECT_TIMEOUT: Final = 5.0
+#: Seconds a call waits for a pooled connection (all busy, or the server away) before
+#: ``network``.
+DEFAULT_POOL_TIMEOUT: Final = 5.0
+
+#: Codes of connection failures that retrying cannot fix: the configuration is wrong.
+PERMANENT_CONNECT_CODES: Final = frozenset(
+    {"INVALID_DSN", "DATABASE_NOT_FOUND", "AUTHENTICATION_FAILED", "HOST_NOT_FOUND"}
+)
+
+# libpq reports connection failures as text only (no SQLSTATE reaches the client), so the
+# code is read from the server's or libpq's message; the first match wins.
+_CONNECT_FAILURES: Final = (
+    (re.compile(r'database ".*" does not exist'), "DATABASE_NOT_FOUND"),
+    (
+        re.compile(
+            r"authentication failed|no password supplied|no pg_hba\.conf entry"
+            r'|role ".*" does not exist|password is too long|SCRAM',
+            re.IGNORECASE,
+        ),
+        "AUTHENTICATION_FAILED",
+    ),
+    (
+        re.compile(r"could not translate host name|failed to resolve host", re.IGNORECASE),
+        "HOST_NOT_FOUND",
+    ),
+    (re.compile(r"Connection refused", re.IGNORECASE), "CONNECTION_REFUSED"),
+    (re.compile(r"timeout expired|timed out", re.IGNORECASE), "CONNECT_TIMEOUT"),
+    (
+        re.compile(r"too many (clients|connections)|connection slots are reserved", re.I),
+        "TOO_MANY_CONNECTIONS",
+    ),
+    (
+        re.compile(r"the database system is (starting up|shutting down|in recovery)", re.I),
+        "SERVER_NOT_READY",
+    ),
+)
+
+# libpq's words for a conninfo value it refuses before connecting (sslmode=sometimes)
+_BAD_CONNINFO: Final = re.compile(
+    r'^invalid [\w ]+ value|^invalid URI|^invalid connection option|^missing "=" after'
+    r"|^unterminated quoted string|^invalid port number"
+)
+
+
+def connect_error(exc: BaseException) -> DrainpipeError:
+    """The contract's error for a failed attempt to open a connection.
+
+    Always kind ``network`` (section 1: connection failures), with libpq's message and a
+    stable ``code``: ``INVALID_DSN``, ``DATABASE_NOT_FOUND``, ``AUTHENTICATION_FAILED``,
+    ``HOST_NOT_FOUND`` (see :data:`PERMANENT_CONNECT_CODES`: retrying cannot fix them),
+    ``CONNECTION_REFUSED``, ``CONNECT_TIMEOUT``, ``TOO_MANY_CONNECTIONS``,
+    ``SERVER_NOT_READY`` or ``CONNECTION_FAILED`` (anything else).
+    """
+    if isinstance(exc, DrainpipeError):
+        return exc
+    text = str(exc).strip() or type(exc).__name__
+    # psycopg prefixes "connection failed: " and libpq "FATAL:  "; the rest is the cause
+    text = re.sub(r"^(connection failed|connection is bad): ", "", text)
+    text = re.sub(r"FATAL:\s+", "", text)
+    text = " ".join(line.strip() for line in text.splitlines() if line.strip())
+    if type(exc).__name__ == "ProgrammingError" or _BAD_CONNINFO.search(text):
+        # the DSN did not parse (psycopg) or libpq refused one of its values
+        return DrainpipeError("network", f"invalid database URL: {text}", code="INVALID_DSN")
+    for pattern, code in _CONNECT_FAILURES:
+        if pattern.search(text):
+            return DrainpipeError("network", text, code=code)
+    return DrainpipeError("network", text, code="CONNECTION_FAILED")
+
+
+def connect_options(dsn: str, connect_timeout: float) -> dict[str, Any]:
+    """Connection keywords for ``dsn``: ``connect_timeout`` unless the DSN sets its own.
+
+    A DSN that does not parse, or names a port that is not a number, raises ``network``
+    with code ``INVALID_DSN`` before anything is sent.
+    """
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        params = conninfo_to_dict(dsn)
+    except ProgrammingError as exc:
+        raise connect_error(exc) from exc
+    for port in str(params.get("port") or "").split(","):
+        if port and not port.strip().isdigit():
+            # libpq would report it as a host it could not resolve
+            raise DrainpipeError(
+                "network",
+                f"invalid database URL: port {port!r} is not a number",
+                code="INVALID_DSN",
+            )
+    own = params.get("connect_timeout")
+    if own is not None:
+        try:
+            seconds = int(float(own))
+        except ValueError:
+            raise DrainpipeError(
+                "network", f"invalid database URL: connect_timeout {own!r}", code="INVALID_DSN"
+            ) from None
+        # libpq: 0 or less waits forever (psycopg: 130 s), less than 2 means 2
+        return {"connect_timeout": seconds if seconds <= 0 else max(2, seconds)}
+    return {"connect_timeout": max(2, math.ceil(connect_timeout))}
+
+
+def _positive_seconds(value: float, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
+    return float(value)
+
+
 class Database:
     """Runs one SQL statement per call on a DSN, a pool or a single connection.
 
-    * DSN: an ``AsyncConnectionPool`` opened on first use, autocommit connections.
+    * DSN: an ``AsyncConnectionPool`` opened on first use, autocommit connections. The
+      first use fails at once, with libpq's message and a ``code``, when the first
+      connection cannot be made (see :func:`connect_error`); ``connect_timeout`` bounds one
+      attempt to connect, ``timeout`` a call's wait for a pooled connection.
     * pool: connections are borrowed per statement; the pool's own settings apply.
     * connection: statements run on it in order. If it is not in autocommit mode the
       statements join its current transaction and are *not* committed by drainpipe, so an
       enqueue can commit atomically with the caller's own writes.
     """
 
-    def __init__(self, db: Any, *, max_size: int = 10, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        db: Any,
+        *,
+        max_size: int = 10,
+        timeout: float = DEFAULT_POOL_TIMEOUT,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    ) -> None:
         self._dsn: str | None = None
         self._pool: psycopg_pool.AsyncConnectionPool | None = None
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._owns_pool = False
         self._max_size = max_size
         # how long a call waits for a pooled connection before failing with kind "network"
-        self._timeout = timeout
+        self._timeout = _positive_seconds(timeout, "timeout")
+        # how long one attempt to open a connection may take (a DSN's own connect_timeout wins)
+        self._connect_timeout = _positive_seconds(connect_timeout, "connect_timeout")
+        # the pool connects in the background and only logs its failures: the last one is
+        # kept so that the error a caller gets names the cause, not just the wait
+        self._last_connect_error: BaseException | None = None
+        self._first_connect_done: asyncio.Event | None = None
         self._open_lock = asyncio.Lock()
         if isinstance(db, str):
             self._dsn = db
@@ -106,9 +235,12 @@ class Database:
                 from psycopg_pool import AsyncConnectionPool
 
                 assert self._dsn is not None
-                kwargs: dict[str, Any] = {"autocommit": True}
+                kwargs = connect_options(self._dsn, self._connect_timeout)
+                kwargs["autocommit"] = True
                 if _TRANSACTION_POOLER.search(self._dsn):
                     kwargs["prepare_threshold"] = None
+                self._first_connect_done = asyncio.Event()
+                self._last_connect_error = None
                 pool = AsyncConnectionPool(
                     self._dsn,
                     configure=_configure_connection,
@@ -118,14 +250,76 @@ class Database:
                     kwargs=kwargs,
                     open=False,
                     name="drainpipe",
+                    connection_class=self._reporting_connection_class(),
                 )
                 try:
                     await pool.open(wait=False)
                 except Exception as exc:
                     raise translate_error(exc) from exc
+                # an attempt may take its connect_timeout, then the pool wait decides
+                first_attempt = max(self._timeout, kwargs["connect_timeout"] + 1.0)
+                await self._await_first_connection(pool, first_attempt)
                 self._pool = pool
                 self._owns_pool = True
         return self._pool
+
+    async def _await_first_connection(
+        self, pool: psycopg_pool.AsyncConnectionPool, wait: float
+    ) -> None:
+        """Wait for the pool's first connection attempt and fail at once when it failed.
+
+        The first statement needs that connection anyway, so this costs no time; without
+        it a missing database or a wrong password waited out the pool's ``timeout`` and
+        surfaced as "couldn't get a connection", the cause only in the pool's log.
+        """
+        assert self._first_connect_done is not None
+        try:
+            await asyncio.wait_for(self._first_connect_done.wait(), wait)
+        except TimeoutError:
+            await pool.close()
+            raise DrainpipeError(
+                "network",
+                f"couldn't connect to the database within {wait:g} s",
+                code="CONNECT_TIMEOUT",
+            ) from None
+        failure = self._last_connect_error
+        if failure is not None:
+            # the pool would retry in the background: stop it, the next call starts afresh
+            await pool.close()
+            raise connect_error(failure) from failure
+
+    def _reporting_connection_class(self) -> type[Any]:
+        """An ``AsyncConnection`` class that tells this Database how each connect went."""
+        import psycopg
+
+        database = self
+
+        class ReportingConnection(psycopg.AsyncConnection[Any]):
+            @classmethod
+            async def connect(cls, conninfo: str = "", **kwargs: Any) -> ReportingConnection:
+                try:
+                    conn = await super().connect(conninfo, **kwargs)
+                except Exception as exc:
+                    database._connect_finished(exc)
+                    raise
+                database._connect_finished(None)
+                return conn
+
+        return ReportingConnection
+
+    def _connect_finished(self, error: BaseException | None) -> None:
+        self._last_connect_error = error
+        if self._first_connect_done is not None:
+            self._first_connect_done.set()
+
+    def _error(self, exc: Exception) -> DrainpipeError | None:
+        """The error for a failed call: a pool that waited in vain names why it could not
+        connect (the last attempt's libpq message and its code), others are translated."""
+        failure = self._last_connect_error
+        if failure is not None and type(exc).__name__ == "PoolTimeout":
+            error = connect_error(failure)
+            return DrainpipeError("network", f"{exc}; the last attempt: {error}", code=error.code)
+        return _database_error(exc)
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -138,7 +332,7 @@ class Database:
             async with pool.connection() as conn:
                 yield conn
         except Exception as exc:
-            error = _database_error(exc)
+            error = self._error(exc)
             if error is None:
                 raise
             raise error from exc
@@ -154,7 +348,7 @@ class Database:
             async with pool.connection() as conn:
                 return await self._run(conn, sql, params)
         except Exception as exc:
-            error = _database_error(exc)
+            error = self._error(exc)
             if error is None:
                 raise
             raise error from exc
