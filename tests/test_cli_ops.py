@@ -20,6 +20,7 @@ import pytest
 
 from drainpipe import Jobs, WebhookInbox
 from drainpipe.cli import build_parser, main
+from drainpipe.errors import INSTALL_HINT
 from tests.conftest import drop_database, with_database
 
 QUEUES = {"emails": dict[str, Any], "reports": dict[str, Any]}
@@ -121,8 +122,8 @@ def test_jobs_stats_on_an_empty_queue_table_and_without_the_sql(
         drop_database(server_dsn, name)
     assert (status, out) == (1, "")
     assert err == (
-        "drainpipe: invalid_request NOT_INSTALLED: drainpipe's jobs SQL is not installed"
-        " in this database (run `drainpipe sql apply`)\n"
+        "drainpipe: unexpected NOT_INSTALLED: drainpipe's jobs SQL is not installed"
+        f" in this database ({INSTALL_HINT})\n"
     )
 
 

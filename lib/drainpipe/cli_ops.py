@@ -17,7 +17,7 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from .errors import DrainpipeError
+from .errors import not_installed
 
 #: Seconds allowed for connecting, and for each statement or lock wait, by default.
 DEFAULT_TIMEOUT = 30.0
@@ -237,11 +237,7 @@ async def list_queues(conn: Any) -> list[str]:
         ).fetchone()
         backend = row[0] if row else None
     if backend is None:
-        raise DrainpipeError(
-            "invalid_request",
-            "drainpipe's jobs SQL is not installed in this database (run `drainpipe sql apply`)",
-            code="NOT_INSTALLED",
-        )
+        raise not_installed("drainpipe's jobs SQL is not installed in this database")
     if backend == "table" and has_table_backend:
         sql = (
             "SELECT queue FROM drainpipe.job_messages"
