@@ -172,7 +172,7 @@ class Idempotency:
             raise invalid_request("fingerprint must be a non-empty string")
         row = await self.db.fetchrow(
             "SELECT state, status, body, content_type, holder"
-            " FROM drainpipe.begin_idempotent(%s, %s, %s, %s, %s)",
+            " FROM drainpipe.begin_idempotent_v1(%s, %s, %s, %s, %s)",
             (_check_scope(scope), key, fingerprint, self.ttl, self.lock),
         )
         assert row is not None  # the function always returns one row
@@ -214,7 +214,7 @@ class Idempotency:
             return False
         return bool(
             await self.db.fetchval(
-                "SELECT drainpipe.complete_idempotent(%s, %s, %s, %s, %s, %s)",
+                "SELECT drainpipe.complete_idempotent_v1(%s, %s, %s, %s, %s, %s)",
                 (_check_scope(scope), key, token, status, data, content_type),
             )
         )
@@ -228,7 +228,7 @@ class Idempotency:
             return False
         return bool(
             await self.db.fetchval(
-                "SELECT drainpipe.release_idempotent(%s, %s, %s)", (_check_scope(scope), key, token)
+                "SELECT drainpipe.release_idempotent_v1(%s, %s, %s)", (_check_scope(scope), key, token)
             )
         )
 
@@ -237,7 +237,7 @@ class Idempotency:
         number of keys deleted. Expired keys already behave as new: this only frees space."""
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
             raise validation_error("batch must be an integer >= 1")
-        return int(await self.db.fetchval("SELECT drainpipe.purge_idempotency_keys(%s)", (batch,)))
+        return int(await self.db.fetchval("SELECT drainpipe.purge_idempotency_keys_v1(%s)", (batch,)))
 
     # -- HTTP ----------------------------------------------------------------------------
 

@@ -64,7 +64,7 @@ class Lease:
             return False
         extended = bool(
             await self._db.fetchval(
-                "SELECT drainpipe.extend_lease(%s, %s::uuid, %s, %s)",
+                "SELECT drainpipe.extend_lease_v1(%s, %s::uuid, %s, %s)",
                 (self.key, self.holder, length, self.scope),
             )
         )
@@ -79,7 +79,7 @@ class Lease:
         self._released = True
         return bool(
             await self._db.fetchval(
-                "SELECT drainpipe.release_lease(%s, %s::uuid, %s)",
+                "SELECT drainpipe.release_lease_v1(%s, %s::uuid, %s)",
                 (self.key, self.holder, self.scope),
             )
         )
@@ -104,7 +104,7 @@ async def lease(
     database, owned = _open(db)
     try:
         holder = await database.fetchval(
-            "SELECT drainpipe.acquire_lease(%s, %s, %s)", (key, length, scope)
+            "SELECT drainpipe.acquire_lease_v1(%s, %s, %s)", (key, length, scope)
         )
         if holder is None:
             yield None

@@ -86,11 +86,11 @@ class SqlQueueBackend:
         if not delay and max_attempts == 5 and dedupe_key is None:
             # the SQL defaults: four parameters fewer to send and for psycopg to dump
             value = await self.db.fetchval(
-                "SELECT drainpipe.enqueue_job(%s, %s)", (queue, jsonb(payload))
+                "SELECT drainpipe.enqueue_job_v1(%s, %s)", (queue, jsonb(payload))
             )
         else:
             value = await self.db.fetchval(
-                "SELECT drainpipe.enqueue_job(%s, %s, %s, %s, %s, %s)",
+                "SELECT drainpipe.enqueue_job_v1(%s, %s, %s, %s, %s, %s)",
                 (
                     queue,
                     jsonb(payload),
@@ -106,21 +106,21 @@ class SqlQueueBackend:
         self, queue: str, payloads: Sequence[Any], *, delay: float = 0, max_attempts: int = 5
     ) -> list[int]:
         rows = await self.db.fetch(
-            "SELECT drainpipe.enqueue_jobs(%s, %s, %s, %s)",
+            "SELECT drainpipe.enqueue_jobs_v1(%s, %s, %s, %s)",
             (queue, jsonb(list(payloads)), float(delay), max_attempts),
         )
         return [int(row[0]) for row in rows]
 
     async def read(self, queue: str, *, lease: float, batch: int) -> list[Job[Any]]:
         rows = await self.db.fetch(
-            "SELECT * FROM drainpipe.claim_jobs(%s, %s, %s)", (queue, float(lease), batch)
+            "SELECT * FROM drainpipe.claim_jobs_v1(%s, %s, %s)", (queue, float(lease), batch)
         )
         return [parse_claimed(queue, row) for row in rows]
 
     async def complete(self, job: Job[Any]) -> bool:
         return bool(
             await self.db.fetchval(
-                "SELECT drainpipe.complete_job(%s, %s, %s)", (job.queue, job.id, job.attempts)
+                "SELECT drainpipe.complete_job_v1(%s, %s, %s)", (job.queue, job.id, job.attempts)
             )
         )
 
@@ -130,7 +130,7 @@ class SqlQueueBackend:
             return []
         queue = jobs[0].queue
         rows = await self.db.fetch(
-            "SELECT drainpipe.complete_jobs(%s, %s::bigint[], %s::integer[])",
+            "SELECT drainpipe.complete_jobs_v1(%s, %s::bigint[], %s::integer[])",
             (queue, int_array([job.id for job in jobs]), int_array([job.attempts for job in jobs])),
         )
         done = {int(row[0]) for row in rows}
@@ -140,7 +140,7 @@ class SqlQueueBackend:
         self, job: Job[Any], error: str, retry_in: float | None = None
     ) -> FailOutcome | None:
         outcome = await self.db.fetchval(
-            "SELECT drainpipe.fail_job(%s, %s, %s, %s, %s)",
+            "SELECT drainpipe.fail_job_v1(%s, %s, %s, %s, %s)",
             (job.queue, job.id, job.attempts, error, None if retry_in is None else float(retry_in)),
         )
         return outcome  # type: ignore[no-any-return]
@@ -148,7 +148,7 @@ class SqlQueueBackend:
     async def extend(self, job: Job[Any], lease: float) -> bool:
         return bool(
             await self.db.fetchval(
-                "SELECT drainpipe.extend_job_lease(%s, %s, %s, %s)",
+                "SELECT drainpipe.extend_job_lease_v1(%s, %s, %s, %s)",
                 (job.queue, job.id, job.attempts, float(lease)),
             )
         )
@@ -158,7 +158,7 @@ class SqlQueueBackend:
         if not jobs:
             return set()
         rows = await self.db.fetch(
-            "SELECT drainpipe.extend_job_leases(%s, %s::bigint[], %s::integer[], %s)",
+            "SELECT drainpipe.extend_job_leases_v1(%s, %s::bigint[], %s::integer[], %s)",
             (
                 jobs[0].queue,
                 int_array([job.id for job in jobs]),
@@ -169,11 +169,11 @@ class SqlQueueBackend:
         return {int(row[0]) for row in rows}
 
     async def replay(self, queue: str, job_id: int) -> int | None:
-        value = await self.db.fetchval("SELECT drainpipe.replay_dead_job(%s, %s)", (queue, job_id))
+        value = await self.db.fetchval("SELECT drainpipe.replay_dead_job_v1(%s, %s)", (queue, job_id))
         return None if value is None else int(value)
 
     async def stats(self, queues: Sequence[str]) -> dict[str, QueueStats]:
-        rows = await self.db.fetch("SELECT * FROM drainpipe.job_queue_stats(%s)", (list(queues),))
+        rows = await self.db.fetch("SELECT * FROM drainpipe.job_queue_stats_v1(%s)", (list(queues),))
         return {
             row[0]: QueueStats(
                 ready=int(row[1]),
@@ -187,13 +187,13 @@ class SqlQueueBackend:
 
     async def list_dead(self, queue: str, *, limit: int, before: int | None) -> list[DeadJob]:
         rows = await self.db.fetch(
-            "SELECT * FROM drainpipe.list_dead_jobs(%s, %s, %s)", (queue, limit, before)
+            "SELECT * FROM drainpipe.list_dead_jobs_v1(%s, %s, %s)", (queue, limit, before)
         )
         return [parse_dead(queue, row) for row in rows]
 
     async def retry_dead(self, queue: str, *, ids: Sequence[int] | None, limit: int) -> int:
         value = await self.db.fetchval(
-            "SELECT drainpipe.retry_dead_jobs(%s, %s, %s)",
+            "SELECT drainpipe.retry_dead_jobs_v1(%s, %s, %s)",
             (queue, None if ids is None else list(ids), limit),
         )
         return int(value or 0)
@@ -202,7 +202,7 @@ class SqlQueueBackend:
         self, queue: str, *, older_than: timedelta, dead_older_than: timedelta, batch: int
     ) -> int:
         value = await self.db.fetchval(
-            "SELECT drainpipe.purge_job_archive(%s, %s, %s, %s)",
+            "SELECT drainpipe.purge_job_archive_v1(%s, %s, %s, %s)",
             (queue, older_than, batch, dead_older_than),
         )
         return int(value or 0)
@@ -221,27 +221,27 @@ class SqlQueueBackend:
         tenant: str | None,
     ) -> None:
         await self.db.fetch(
-            "SELECT drainpipe.schedule_job(%s, %s, %s, %s, %s, %s, %s)",
+            "SELECT drainpipe.schedule_job_v1(%s, %s, %s, %s, %s, %s, %s)",
             (name, cron, queue, jsonb(payload), time_zone, next_run, tenant),
         )
 
     async def unschedule(self, name: str) -> bool:
-        return bool(await self.db.fetchval("SELECT drainpipe.unschedule_job(%s)", (name,)))
+        return bool(await self.db.fetchval("SELECT drainpipe.unschedule_job_v1(%s)", (name,)))
 
     async def list_schedules(self, *, prefix: str | None, tenant: str | None) -> list[Row]:
         """Rows ``(name, cron, time_zone, queue, tenant, next_run, last_run, leased_until, created_at)``."""
         return await self.db.fetch(
-            "SELECT * FROM drainpipe.list_schedules(%s, %s)", (prefix, tenant)
+            "SELECT * FROM drainpipe.list_schedules_v1(%s, %s)", (prefix, tenant)
         )
 
     async def unschedule_tenant(self, tenant: str) -> int:
-        return int(await self.db.fetchval("SELECT drainpipe.unschedule_tenant(%s)", (tenant,)) or 0)
+        return int(await self.db.fetchval("SELECT drainpipe.unschedule_tenant_v1(%s)", (tenant,)) or 0)
 
     async def due_schedules(self, *, lease: float, batch: int) -> list[Row]:
         """Rows ``(name, cron, time_zone, queue, payload, next_run, first_after, claim_token)``
         now leased to us; ``advance_schedule`` needs the token."""
         return await self.db.fetch(
-            "SELECT * FROM drainpipe.claim_due_schedules(%s, %s)", (float(lease), batch)
+            "SELECT * FROM drainpipe.claim_due_schedules_v1(%s, %s)", (float(lease), batch)
         )
 
     async def advance_schedule(
@@ -250,7 +250,7 @@ class SqlQueueBackend:
         """Move a schedule we claimed to its next run; False when our claim is gone."""
         return bool(
             await self.db.fetchval(
-                "SELECT drainpipe.advance_schedule(%s, %s, %s, %s)",
+                "SELECT drainpipe.advance_schedule_v1(%s, %s, %s, %s)",
                 (name, ran, next_run, claim_token),
             )
         )
