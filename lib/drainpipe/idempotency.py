@@ -228,7 +228,8 @@ class Idempotency:
             return False
         return bool(
             await self.db.fetchval(
-                "SELECT drainpipe.release_idempotent_v1(%s, %s, %s)", (_check_scope(scope), key, token)
+                "SELECT drainpipe.release_idempotent_v1(%s, %s, %s)",
+                (_check_scope(scope), key, token),
             )
         )
 
@@ -237,7 +238,9 @@ class Idempotency:
         number of keys deleted. Expired keys already behave as new: this only frees space."""
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
             raise validation_error("batch must be an integer >= 1")
-        return int(await self.db.fetchval("SELECT drainpipe.purge_idempotency_keys_v1(%s)", (batch,)))
+        return int(
+            await self.db.fetchval("SELECT drainpipe.purge_idempotency_keys_v1(%s)", (batch,))
+        )
 
     # -- HTTP ----------------------------------------------------------------------------
 

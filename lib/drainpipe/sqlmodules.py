@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -429,8 +430,8 @@ async def verify(
 def record_sql(migration: Migration, backend: str, scheduler: str) -> str:
     """SQL that records ``migration`` as applied (the end of a written migration file)."""
     checksum = migration.checksum(backend, scheduler)
-    options = '{"backend": "%s", "scheduler": "%s"}' % (backend, scheduler)
-    module_options = options if migration.module == "jobs" else "{}"
+    options = {"backend": backend, "scheduler": scheduler} if migration.module == "jobs" else {}
+    module_options = json.dumps(options)
     legacy = legacy_checksum(migration.module, backend, scheduler)
     return (
         "INSERT INTO drainpipe.schema_migrations (module, version, name, checksum)\n"

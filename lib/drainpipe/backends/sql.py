@@ -169,11 +169,15 @@ class SqlQueueBackend:
         return {int(row[0]) for row in rows}
 
     async def replay(self, queue: str, job_id: int) -> int | None:
-        value = await self.db.fetchval("SELECT drainpipe.replay_dead_job_v1(%s, %s)", (queue, job_id))
+        value = await self.db.fetchval(
+            "SELECT drainpipe.replay_dead_job_v1(%s, %s)", (queue, job_id)
+        )
         return None if value is None else int(value)
 
     async def stats(self, queues: Sequence[str]) -> dict[str, QueueStats]:
-        rows = await self.db.fetch("SELECT * FROM drainpipe.job_queue_stats_v1(%s)", (list(queues),))
+        rows = await self.db.fetch(
+            "SELECT * FROM drainpipe.job_queue_stats_v1(%s)", (list(queues),)
+        )
         return {
             row[0]: QueueStats(
                 ready=int(row[1]),
@@ -235,7 +239,9 @@ class SqlQueueBackend:
         )
 
     async def unschedule_tenant(self, tenant: str) -> int:
-        return int(await self.db.fetchval("SELECT drainpipe.unschedule_tenant_v1(%s)", (tenant,)) or 0)
+        return int(
+            await self.db.fetchval("SELECT drainpipe.unschedule_tenant_v1(%s)", (tenant,)) or 0
+        )
 
     async def due_schedules(self, *, lease: float, batch: int) -> list[Row]:
         """Rows ``(name, cron, time_zone, queue, payload, next_run, first_after, claim_token)``
