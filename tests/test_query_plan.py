@@ -2,11 +2,11 @@
 
 A claim that falls back to a Seq Scan costs O(backlog) per call: fine with 1,000 jobs,
 fatal with 1,000,000. The backlog is filled with ``generate_series`` straight into the
-storage tables (fast), analysed, and the picking statements of ``drainpipe.claim_jobs``
+storage tables (fast), analysed, and the picking statements of ``drainpipe.claim_jobs_v1``
 are explained with the function's parameters inlined, both as a custom plan (what the
 first executions get) and as a generic plan (what plpgsql may switch to afterwards).
 Then ``auto_explain`` reports the plans of every statement the functions really run
-(``claim_jobs`` and ``complete_jobs``), so a join that falls back to a Seq Scan is caught too.
+(``claim_jobs_v1`` and ``complete_jobs_v1``), so a join that falls back to a Seq Scan is caught too.
 Those functions keep one generic plan per session, so plans made while the queue was still
 empty are checked again once it has grown.
 """
@@ -281,5 +281,7 @@ def test_plans_cached_while_the_queue_was_empty_hold_as_it_grows(
             ("SELECT drainpipe.fail_job_v1(%s, 7, 0, 'x')", (QUEUE,)),
             ("SELECT drainpipe.enqueue_job_v1(%s, '{}', 0, 5, 'key')", (QUEUE,)),
             ("SELECT drainpipe.extend_job_leases_v1(%s, %s, %s, 30)", (QUEUE, [7], [0])),
+            # release 0's heartbeat, called by that release's code during a rolling deploy
+            ("SELECT drainpipe.extend_job_leases(%s, %s, %s, 30)", (QUEUE, [7], [0])),
         ):
             assert seq_scans(run_explained(conn, sql, params), table) == [], sql

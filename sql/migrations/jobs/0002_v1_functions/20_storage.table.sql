@@ -340,3 +340,14 @@ AS $$
     )
     SELECT count(*)::integer FROM gone
 $$;
+
+-- Release 0's heartbeat, still called by that release's code during a rolling deploy, was
+-- the LANGUAGE sql function that Postgres 18 planned with a Seq Scan: it now goes through
+-- extend_job_leases_v1 and its plan settings (same signature; 0003 drops it).
+CREATE OR REPLACE FUNCTION drainpipe.extend_job_leases(
+    p_queue text, p_ids bigint[], p_attempts integer[], p_lease double precision
+)
+RETURNS SETOF bigint
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT drainpipe.extend_job_leases_v1(p_queue, p_ids, p_attempts, p_lease) $$;
