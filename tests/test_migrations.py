@@ -8,7 +8,9 @@ import shutil
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
@@ -23,6 +25,7 @@ from drainpipe.sqlmodules import (
     verify,
 )
 from tests.conftest import ROOT, clone_database, connect, drop_database, with_database
+from tests.test_pg_cron import cleanup, cron_db, cron_url, names  # noqa: F401 - fixtures
 
 # Called by no client: they stay unversioned (docs/sql.md).
 INTERNAL_FUNCTIONS = {
@@ -91,10 +94,12 @@ async def test_each_client_function_of_release_0_has_a_v1(db_url: str) -> None:
                 " WHERE pronamespace = 'drainpipe'::regnamespace AND proname !~ '__'"
             )
         ).fetchall()
-    names = {row[0] for row in rows}
-    unversioned = {n for n in names if not re.search(r"_v\d+$", n)} - INTERNAL_FUNCTIONS
-    assert unversioned, names
-    missing = sorted(n for n in unversioned if f"{n}_v1" not in names and n != "index_job_queue")
+    functions = {row[0] for row in rows}
+    unversioned = {n for n in functions if not re.search(r"_v\d+$", n)} - INTERNAL_FUNCTIONS
+    assert unversioned, functions
+    missing = sorted(
+        n for n in unversioned if f"{n}_v1" not in functions and n != "index_job_queue"
+    )
     assert missing == []
 
 
@@ -296,3 +301,52 @@ async def test_verify_of_an_empty_database_lists_everything_pending(
     assert (report.backend, report.scheduler) == ("pgmq", "drain")
     with pytest.raises(ValueError, match="Unknown SQL module"):
         await verify(empty_db, ["nope"])
+
+
+@pytest.mark.pg_cron
+async def test_pg_cron_jobs_release_0_scheduled_stay_drainpipes_and_contract_repoints_them(
+    cron_db: psycopg.AsyncConnection[Any],  # noqa: F811 - the fixture of test_pg_cron
+    names: dict[str, str],  # noqa: F811
+) -> None:
+    """Release 0 wrote commands calling drainpipe.enqueue_job: v1 lists and removes them;
+    the contract migration points them at enqueue_job_v1 before dropping the old one."""
+    queue, prefix = names["queue"], names["prefix"]
+    old_command = f"SELECT drainpipe.enqueue_job('{queue}', '{{}}'::jsonb)"
+    try:
+        await cron_db.execute(
+            "SELECT cron.schedule(%s, '0 4 * * *', %s)", (prefix + "old", old_command)
+        )
+        jobs = drainpipe.Jobs(cron_db, {queue: dict[str, Any]}, scheduler="pg_cron")
+        await jobs.schedule(prefix + "new", "@hourly", queue, {})
+        listed = await jobs.list_schedules(prefix=prefix)
+        assert [(info.name, info.queue) for info in listed] == [
+            (prefix + "new", queue),
+            (prefix + "old", queue),
+        ]
+        commands = dict(
+            await (
+                await cron_db.execute(
+                    "SELECT jobname, command FROM cron.job WHERE starts_with(jobname, %s)",
+                    (prefix,),
+                )
+            ).fetchall()
+        )
+        assert commands[prefix + "new"].startswith("SELECT drainpipe.enqueue_job_v1(")
+        # the contract migration, in a transaction rolled back: the cron database is shared
+        # with other test runs, whose code still calls the unversioned functions
+        contract = migrations("jobs")[2].text("table", "pg_cron")
+        async with cron_db.transaction(force_rollback=True):
+            await cron_db.execute(contract.encode())
+            row = await (
+                await cron_db.execute(
+                    "SELECT command FROM cron.job WHERE jobname = %s", (prefix + "old",)
+                )
+            ).fetchone()
+            assert row == (f"SELECT drainpipe.enqueue_job_v1('{queue}', '{{}}'::jsonb)",)
+            assert await (
+                await cron_db.execute("SELECT to_regproc('drainpipe.enqueue_job')")
+            ).fetchone() == (None,)
+        assert await jobs.unschedule(prefix + "old") is True
+        assert [info.name for info in await jobs.list_schedules(prefix=prefix)] == [prefix + "new"]
+    finally:
+        await cleanup(cron_db, prefix)
