@@ -242,7 +242,10 @@ BEGIN
     IF NOT drainpipe.is_queue_name(p_queue) THEN
         PERFORM drainpipe.assert_queue_name(p_queue);
     END IF;
-    IF to_regprocedure('drainpipe.claim_jobs__' || p_queue || '(double precision, integer, timestamptz)') IS NULL THEN
+    -- by name only, as release 0 did (parsing a signature costs more per call); a name made
+    -- ambiguous by a leftover release-0 function finds NULL and lets ensure_job_queue_v1
+    -- check the exact signature
+    IF to_regproc('drainpipe.claim_jobs__' || p_queue) IS NULL THEN
         PERFORM drainpipe.ensure_job_queue_v1(p_queue);
     END IF;
     -- the queue's own function (see define_job_queue_functions_v1): its plan is cached
@@ -263,7 +266,7 @@ BEGIN
     IF NOT drainpipe.is_queue_name(p_queue) THEN
         PERFORM drainpipe.assert_queue_name(p_queue);
     END IF;
-    IF to_regprocedure('drainpipe.complete_jobs__' || p_queue || '(bigint[], integer[], timestamptz)') IS NULL THEN
+    IF to_regproc('drainpipe.complete_jobs__' || p_queue) IS NULL THEN
         IF to_regclass('pgmq.q_' || p_queue) IS NULL THEN
             RETURN;  -- no such queue: nothing to complete
         END IF;
