@@ -309,7 +309,7 @@ async def create_databases(tag: str) -> dict[str, str]:
             await install(conn, ["jobs"], backend="pgmq" if storage == "pgmq" else "table")
             if storage == "pgmq":
                 await conn.execute("SELECT pgmq.create(%s)", (RAW_QUEUE,))
-                await conn.execute("SELECT drainpipe.ensure_job_queue(%s)", (QUEUE,))
+                await conn.execute("SELECT drainpipe.ensure_job_queue_v1(%s)", (QUEUE,))
             else:
                 await conn.execute(
                     """CREATE TABLE bench_raw (
@@ -714,14 +714,14 @@ async def scale(urls: dict[str, str], cfg: Config) -> dict[str, dict[int, dict[s
                 for _ in range(min(cfg.scale_claims, backlog // cfg.batch)):
                     started = time.perf_counter()
                     cur = await conn.execute(
-                        "SELECT id, attempts FROM drainpipe.claim_jobs(%s, %s, %s)",
+                        "SELECT id, attempts FROM drainpipe.claim_jobs_v1(%s, %s, %s)",
                         (QUEUE, LEASE, cfg.batch),
                     )
                     rows = await cur.fetchall()
                     times.append(time.perf_counter() - started)
                     assert len(rows) == cfg.batch, len(rows)
                     await conn.execute(
-                        "SELECT drainpipe.complete_jobs(%s, %s, %s)",
+                        "SELECT drainpipe.complete_jobs_v1(%s, %s, %s)",
                         (QUEUE, [r[0] for r in rows], [r[1] for r in rows]),
                     )
                 out[storage][backlog] = {

@@ -135,8 +135,9 @@ def server_dsn() -> str:
 
 def _sql_hash() -> str:
     digest = hashlib.sha256()
-    for path in sorted(sql_dir().glob("*.sql")):
-        digest.update(path.name.encode() + path.read_bytes())
+    # every file under sql/, migrations in subfolders too, named by their relative path
+    for path in sorted(sql_dir().rglob("*.sql")):
+        digest.update(path.relative_to(sql_dir()).as_posix().encode() + path.read_bytes())
     digest.update((ROOT / "lib/drainpipe/sqlmodules.py").read_bytes())
     return digest.hexdigest()[:12]
 

@@ -39,17 +39,41 @@ def test_sql_add_writes_numbered_migrations_that_continue(tmp_path: Path, capsys
     out = tmp_path / "migrations"
     assert main(["sql", "add", "jobs", "idempotency", "--out", str(out)]) == 0
     first = sorted(p.name for p in out.iterdir())
-    assert first == ["0001_drainpipe_jobs.sql", "0002_drainpipe_idempotency.sql"]
+    assert first == [
+        "0001_drainpipe_jobs_0001_release_0.sql",
+        "0002_drainpipe_jobs_0002_v1_functions.sql",
+        "0003_drainpipe_idempotency_0001_release_0.sql",
+        "0004_drainpipe_idempotency_0002_v1_functions.sql",
+    ]
     assert capsys.readouterr().out.split() == [str(out / name) for name in first]
     jobs_sql = (out / first[0]).read_text()
     # pgmq first: the extension where the server has it, else its SQL-only distribution
     assert jobs_sql.startswith("-- pgmq: the extension")
     assert "CREATE EXTENSION IF NOT EXISTS pgmq;" in jobs_sql
     assert jobs_sql.index("pgmq.meta") < jobs_sql.index("drainpipe.claim_jobs")
-    assert "drainpipe.claim_jobs" in jobs_sql
-    assert "CREATE EXTENSION" not in (out / first[1]).read_text()
-    assert main(["sql", "add", "webhook-inbox", "--out", str(out)]) == 0
-    assert (out / "0003_drainpipe_webhook_inbox.sql").is_file()
+    v1_sql = (out / first[1]).read_text()
+    assert "drainpipe.claim_jobs_v1" in v1_sql and "CREATE EXTENSION" not in v1_sql
+    # each file records itself, so verify and install() know it was applied
+    assert "INSERT INTO drainpipe.schema_migrations" in v1_sql
+    assert "CREATE EXTENSION" not in (out / first[2]).read_text()
+    # a second run adds only what the folder lacks; contract migrations only when asked
+    assert main(["sql", "add", "jobs", "webhook-inbox", "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir())[4:] == [
+        "0005_drainpipe_webhook_inbox_0001_release_0.sql",
+        "0006_drainpipe_webhook_inbox_0002_v1_functions.sql",
+    ]
+    assert main(["sql", "add", "jobs", "--contract", "--out", str(out)]) == 0
+    assert (out / "0007_drainpipe_jobs_0003_contract_drop_unversioned.sql").is_file()
+
+
+def test_sql_add_after_release_0s_single_file_writes_the_rest(tmp_path: Path) -> None:
+    """Release 0 wrote one file per module (migration 0001): only the later ones follow."""
+    (tmp_path / "0001_drainpipe_jobs.sql").write_text("-- release 0")
+    assert main(["sql", "add", "jobs", "--out", str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "0001_drainpipe_jobs.sql",
+        "0002_drainpipe_jobs_0002_v1_functions.sql",
+    ]
 
 
 def test_sql_add_follows_supabase_timestamps(tmp_path: Path) -> None:
@@ -66,10 +90,15 @@ def test_sql_add_follows_supabase_timestamps(tmp_path: Path) -> None:
 
 def test_written_table_migrations_apply_and_work(tmp_path: Path, empty_db_url: str) -> None:
     assert main(["sql", "add", "jobs", "--backend", "table", "--out", str(tmp_path)]) == 0
-    [path] = tmp_path.iterdir()
-    assert "pgmq" not in path.read_text().split("\n", 1)[0]
+    paths = sorted(tmp_path.iterdir())
+    assert len(paths) == 2
+    assert "pgmq" not in paths[0].read_text().split("\n", 1)[0]
     with psycopg.connect(empty_db_url, autocommit=True) as conn:
-        conn.execute(path.read_bytes())
+        for path in paths:
+            conn.execute(path.read_bytes())
+    # applied by a migration tool: verify agrees, and install() has nothing left to do
+    assert main(["sql", "verify", "--database-url", empty_db_url]) == 0
+    assert asyncio.run(drainpipe.install(empty_db_url, ["jobs"], backend="table")) == []
 
     async def round_trip() -> int:
         jobs = drainpipe.Jobs(empty_db_url, {"emails": dict})
@@ -85,13 +114,30 @@ def test_written_table_migrations_apply_and_work(tmp_path: Path, empty_db_url: s
 
 
 def test_sql_apply_installs_every_module_once(empty_db_url: str, capsys: Any) -> None:
+    assert main(["sql", "verify", "--database-url", empty_db_url]) == 1
+    pending = capsys.readouterr().out.splitlines()
+    assert pending == [
+        f"pending: {module} {migration}"
+        for module in MODULES
+        for migration in ("0001_release_0", "0002_v1_functions")
+    ]
     assert main(["sql", "apply", "--database-url", empty_db_url, "--backend", "table"]) == 0
-    assert capsys.readouterr().out.strip() == "applied: " + ", ".join(MODULES)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "applied: " + ", ".join(MODULES)
+    assert lines[1:] == ["  " + line.removeprefix("pending: ") for line in pending]
     modules = _modules_in(empty_db_url)
     assert set(modules) == set(MODULES)
     assert modules["jobs"] == {"backend": "table", "scheduler": "drain"}
     assert main(["sql", "apply", "--database-url", empty_db_url, "--backend", "table"]) == 0
     assert capsys.readouterr().out.strip() == "up to date"
+    assert main(["sql", "verify", "--database-url", empty_db_url]) == 0
+    assert capsys.readouterr().out.strip() == "up to date (backend=table, scheduler=drain)"
+    # checked against another backend, every jobs migration with a table part differs
+    assert main(["sql", "verify", "--database-url", empty_db_url, "--backend", "pgmq"]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        "changed: jobs 0001_release_0",
+        "changed: jobs 0002_v1_functions",
+    ]
 
 
 def test_sql_apply_reads_database_url_and_takes_modules(
@@ -106,8 +152,11 @@ def test_usage_errors(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
     monkeypatch.delenv("DATABASE_URL", raising=False)
     assert main(["sql", "apply"]) == 2
     assert "DATABASE_URL" in capsys.readouterr().err
+    assert main(["sql", "verify"]) == 2
+    assert "DATABASE_URL" in capsys.readouterr().err
     for argv in (
         ["sql", "add", "nope"],
+        ["sql", "verify", "--modules", "nope"],
         ["sql"],
         [],
         ["dev", "--every", "0"],
@@ -121,6 +170,8 @@ def test_usage_errors(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
 def test_sql_apply_reports_an_unreachable_database(capsys: Any) -> None:
     url = "postgresql://postgres@127.0.0.1:1/nowhere?connect_timeout=1"
     assert main(["sql", "apply", "--database-url", url, "--modules", "jobs"]) == 1
+    assert capsys.readouterr().err.startswith("drainpipe: ")
+    assert main(["sql", "verify", "--database-url", url]) == 1
     assert capsys.readouterr().err.startswith("drainpipe: ")
 
 
@@ -149,7 +200,7 @@ def test_every_written_migration_applies_on_an_empty_database_in_order(
     args = ["sql", "add", "jobs", "idempotency", "webhook-inbox", "--backend", backend]
     assert main([*args, "--out", str(tmp_path)]) == 0
     paths = sorted(tmp_path.iterdir())
-    assert len(paths) == 3
+    assert len(paths) == 6
     for _ in range(2):  # a migration run again (a reset branch, a copied file) still applies
         for path in paths:
             _apply_file(empty_db_url, path)

@@ -616,13 +616,13 @@ def test_options_are_checked_at_construction() -> None:
 @pytest.mark.parametrize("role", ["anon", "authenticated", "service_role"])
 async def test_only_the_service_role_may_execute(db_url: str, role: str) -> None:
     calls = [
-        "SELECT * FROM drainpipe.begin_idempotent('', 'p', 'h')",
-        "SELECT drainpipe.complete_idempotent('', 'p', gen_random_uuid(), 200, ''::bytea)",
-        "SELECT drainpipe.release_idempotent('', 'p', gen_random_uuid())",
-        "SELECT drainpipe.purge_idempotency_keys()",
-        "SELECT drainpipe.acquire_lease('p')",
-        "SELECT drainpipe.extend_lease('p', gen_random_uuid())",
-        "SELECT drainpipe.release_lease('p', gen_random_uuid())",
+        "SELECT * FROM drainpipe.begin_idempotent_v1('', 'p', 'h')",
+        "SELECT drainpipe.complete_idempotent_v1('', 'p', gen_random_uuid(), 200, ''::bytea)",
+        "SELECT drainpipe.release_idempotent_v1('', 'p', gen_random_uuid())",
+        "SELECT drainpipe.purge_idempotency_keys_v1()",
+        "SELECT drainpipe.acquire_lease_v1('p')",
+        "SELECT drainpipe.extend_lease_v1('p', gen_random_uuid())",
+        "SELECT drainpipe.release_lease_v1('p', gen_random_uuid())",
     ]
     conn = await connect(db_url)
     try:

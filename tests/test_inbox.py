@@ -634,7 +634,7 @@ async def test_a_worker_whose_lease_was_taken_over_changes_nothing(
         await age(conn, f"id = {message.id}")
         takeover = await connect(db_url)
         cur = await takeover.execute(
-            "SELECT id, attempts FROM drainpipe.claim_webhooks('billing', 'other', 1, 300)"
+            "SELECT id, attempts FROM drainpipe.claim_webhooks_v1('billing', 'other', 1, 300)"
         )
         outcomes[message.message_id + ":claimed"] = await cur.fetchall()
         await takeover.close()
@@ -699,7 +699,7 @@ async def test_a_message_whose_worker_died_on_its_last_attempt_is_marked_dead(
     await conn.execute(
         "UPDATE drainpipe.webhook_inbox SET attempts = 1 WHERE message_id = 'evt_last'"
     )
-    await conn.execute("SELECT drainpipe.claim_webhooks('billing', 'died', 10, 300)")
+    await conn.execute("SELECT drainpipe.claim_webhooks_v1('billing', 'died', 10, 300)")
     assert (await box.process(lambda m: None)).succeeded == 0  # leases still running
     await age(conn)
     handled: list[str] = []
@@ -731,7 +731,7 @@ async def test_the_heartbeat_keeps_a_long_handler_s_lease(
             await asyncio.sleep(0.8)  # longer than the 0.6 s lease; beats at 0.3 s and 0.6 s
             other = await connect(db_url)
             cur = await other.execute(
-                "SELECT id FROM drainpipe.claim_webhooks('billing', 'thief', 10, 60)"
+                "SELECT id FROM drainpipe.claim_webhooks_v1('billing', 'thief', 10, 60)"
             )
             stolen.extend(await cur.fetchall())
             await other.close()
@@ -914,10 +914,10 @@ async def test_api_roles_cannot_execute_inbox_functions(
     role: str, conn: psycopg.AsyncConnection[Any]
 ) -> None:
     for sql in (
-        "SELECT * FROM drainpipe.receive_webhook('s', 'm', null, '{}')",
-        "SELECT * FROM drainpipe.claim_webhooks('s', 'w')",
-        "SELECT drainpipe.purge_webhooks()",
-        "SELECT * FROM drainpipe.list_webhooks('acme')",
+        "SELECT * FROM drainpipe.receive_webhook_v1('s', 'm', null, '{}')",
+        "SELECT * FROM drainpipe.claim_webhooks_v1('s', 'w')",
+        "SELECT drainpipe.purge_webhooks_v1()",
+        "SELECT * FROM drainpipe.list_webhooks_v1('acme')",
         "SELECT count(*) FROM drainpipe.webhook_inbox",
     ):
         await conn.execute(f"SET ROLE {role}")
@@ -929,9 +929,9 @@ async def test_api_roles_cannot_execute_inbox_functions(
 
 async def test_service_role_can_execute_inbox_functions(conn: psycopg.AsyncConnection[Any]) -> None:
     await conn.execute("SET ROLE service_role")
-    cur = await conn.execute("SELECT * FROM drainpipe.receive_webhook('s', 'm', null, '{}')")
+    cur = await conn.execute("SELECT * FROM drainpipe.receive_webhook_v1('s', 'm', null, '{}')")
     assert (await cur.fetchone())[1] is False  # type: ignore[index]
-    cur = await conn.execute("SELECT id FROM drainpipe.claim_webhooks('s', 'w')")
+    cur = await conn.execute("SELECT id FROM drainpipe.claim_webhooks_v1('s', 'w')")
     assert len(await cur.fetchall()) == 1
     await conn.execute("RESET ROLE")
 

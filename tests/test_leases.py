@@ -168,14 +168,14 @@ async def test_extend_rejects_bad_seconds(conn: psycopg.AsyncConnection[Any]) ->
 
 async def test_purge_sweeps_leases_nobody_released(conn: psycopg.AsyncConnection[Any]) -> None:
     holders = [
-        (await (await conn.execute(f"SELECT drainpipe.acquire_lease('{k}')")).fetchone())
+        (await (await conn.execute(f"SELECT drainpipe.acquire_lease_v1('{k}')")).fetchone())
         for k in "ab"
     ]
     assert all(h is not None and h[0] is not None for h in holders)
     await conn.execute(
         "UPDATE drainpipe.leases SET expires_at = now() - interval '1 second' WHERE key = 'a'"
     )
-    await conn.execute("SELECT drainpipe.purge_idempotency_keys()")
+    await conn.execute("SELECT drainpipe.purge_idempotency_keys_v1()")
     assert [row[1] for row in await lease_rows(conn)] == ["b"]
 
 

@@ -143,7 +143,7 @@ async def test_utc_only_and_no_tenant(
         assert await cron_jobs(cron_db, prefix) == []
 
         # the SQL says the same to callers that skip Python
-        sql = "SELECT drainpipe.schedule_job(%s, '0 9 * * *', %s, '{}', %s, NULL, %s)"
+        sql = "SELECT drainpipe.schedule_job_v1(%s, '0 9 * * *', %s, '{}', %s, NULL, %s)"
         with pytest.raises(
             psycopg.errors.InvalidParameterValue, match=r"pg_cron runs schedules in cron\.timezone"
         ):
@@ -221,7 +221,7 @@ async def test_pg_cron_module_without_the_extension_fails_clearly(db_url: str) -
         assert await jobs.unschedule("x") is False
         assert await jobs.list_schedules() == []
         assert await (
-            await conn.execute("SELECT count(*) FROM drainpipe.claim_due_schedules(60, 10)")
+            await conn.execute("SELECT count(*) FROM drainpipe.claim_due_schedules_v1(60, 10)")
         ).fetchone() == (0,)
     finally:
         await conn.close()

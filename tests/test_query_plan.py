@@ -2,11 +2,11 @@
 
 A claim that falls back to a Seq Scan costs O(backlog) per call: fine with 1,000 jobs,
 fatal with 1,000,000. The backlog is filled with ``generate_series`` straight into the
-storage tables (fast), analysed, and the picking statements of ``drainpipe.claim_jobs``
+storage tables (fast), analysed, and the picking statements of ``drainpipe.claim_jobs_v1``
 are explained with the function's parameters inlined, both as a custom plan (what the
 first executions get) and as a generic plan (what plpgsql may switch to afterwards).
 Then ``auto_explain`` reports the plans of every statement the functions really run
-(``claim_jobs`` and ``complete_jobs``), so a join that falls back to a Seq Scan is caught too.
+(``claim_jobs_v1`` and ``complete_jobs_v1``), so a join that falls back to a Seq Scan is caught too.
 Those functions keep one generic plan per session, so plans made while the queue was still
 empty are checked again once it has grown.
 """
@@ -117,20 +117,20 @@ def assert_functions_on_index(
     More than five rounds, so plpgsql's plan cache has made its custom/generic choice."""
     for _ in range(rounds):
         claim = run_explained(
-            conn, "SELECT id, attempts FROM drainpipe.claim_jobs(%s, 30, 100)", (QUEUE,)
+            conn, "SELECT id, attempts FROM drainpipe.claim_jobs_v1(%s, 30, 100)", (QUEUE,)
         )
-        nested = [(text, nodes) for text, nodes in claim if "drainpipe.claim_jobs" not in text]
+        nested = [(text, nodes) for text, nodes in claim if "drainpipe.claim_jobs_v1" not in text]
         assert nested, claim
         assert seq_scans(nested, table) == []
         locking = [nodes for text, nodes in nested if "SKIP LOCKED" in text and "ORDER BY" in text]
         assert any(n.get("Index Name") in picking for nodes in locking for n in nodes), locking
         rows = conn.execute(
-            "SELECT id, attempts FROM drainpipe.claim_jobs(%s, 30, 100)", (QUEUE,)
+            "SELECT id, attempts FROM drainpipe.claim_jobs_v1(%s, 30, 100)", (QUEUE,)
         ).fetchall()
         assert len(rows) == 100
         complete = run_explained(
             conn,
-            "SELECT drainpipe.complete_jobs(%s, %s, %s)",
+            "SELECT drainpipe.complete_jobs_v1(%s, %s, %s)",
             (QUEUE, [r[0] for r in rows], [r[1] for r in rows]),
         )
         assert seq_scans(complete, table) == []
@@ -175,7 +175,7 @@ def fill(
         conn = psycopg.connect(fresh_database(backend), autocommit=True)
         opened.append(conn)
         if backend == "pgmq":
-            conn.execute("SELECT drainpipe.ensure_job_queue(%s)", (QUEUE,))
+            conn.execute("SELECT drainpipe.ensure_job_queue_v1(%s)", (QUEUE,))
         insert_backlog(conn, backend)
         conn.execute(f"ANALYZE {storage_table(backend)}")
         return conn
@@ -206,7 +206,7 @@ def test_table_picking_uses_the_ready_index(fill: Callable[[str], psycopg.Connec
 
     conn.execute("RESET plan_cache_mode")
     # the function claims from the head of the backlog
-    rows = conn.execute("SELECT id FROM drainpipe.claim_jobs(%s, 30, 100)", (QUEUE,)).fetchall()
+    rows = conn.execute("SELECT id FROM drainpipe.claim_jobs_v1(%s, 30, 100)", (QUEUE,)).fetchall()
     assert [r[0] for r in rows] == list(range(1, 101))
 
 
@@ -220,7 +220,7 @@ def test_pgmq_picking_uses_an_index(fill: Callable[[str], psycopg.Connection[Any
     assert_on_index(explain(conn, "EXECUTE pick(100)"), f"q_{QUEUE}", indexes)
     conn.execute("RESET plan_cache_mode")
 
-    rows = conn.execute("SELECT id FROM drainpipe.claim_jobs(%s, 30, 100)", (QUEUE,)).fetchall()
+    rows = conn.execute("SELECT id FROM drainpipe.claim_jobs_v1(%s, 30, 100)", (QUEUE,)).fetchall()
     assert [r[0] for r in rows] == list(range(1, 101))
 
 
@@ -260,17 +260,17 @@ def test_plans_cached_while_the_queue_was_empty_hold_as_it_grows(
     url = fresh_database(backend)
     with psycopg.connect(url, autocommit=True) as conn:
         if backend == "pgmq":
-            conn.execute("SELECT drainpipe.ensure_job_queue(%s)", (QUEUE,))
+            conn.execute("SELECT drainpipe.ensure_job_queue_v1(%s)", (QUEUE,))
         conn.execute(f"ALTER TABLE {storage_table(backend)} SET (autovacuum_enabled = false)")
         for n in range(6):  # past plpgsql's first executions: the plans are cached now
             claimed = conn.execute(
-                "SELECT id, attempts FROM drainpipe.claim_jobs(%s, 30, 100)", (QUEUE,)
+                "SELECT id, attempts FROM drainpipe.claim_jobs_v1(%s, 30, 100)", (QUEUE,)
             ).fetchall()
             assert claimed == []
-            conn.execute("SELECT drainpipe.complete_jobs(%s, %s, %s)", (QUEUE, [1], [1]))
-            conn.execute("SELECT drainpipe.fail_job(%s, 1, 1, 'x')", (QUEUE,))
-            conn.execute("SELECT drainpipe.enqueue_job(%s, '{}', 3600, 5, %s)", (QUEUE, f"k{n}"))
-            conn.execute("SELECT drainpipe.extend_job_leases(%s, %s, %s, 30)", (QUEUE, [1], [1]))
+            conn.execute("SELECT drainpipe.complete_jobs_v1(%s, %s, %s)", (QUEUE, [1], [1]))
+            conn.execute("SELECT drainpipe.fail_job_v1(%s, 1, 1, 'x')", (QUEUE,))
+            conn.execute("SELECT drainpipe.enqueue_job_v1(%s, '{}', 3600, 5, %s)", (QUEUE, f"k{n}"))
+            conn.execute("SELECT drainpipe.extend_job_leases_v1(%s, %s, %s, 30)", (QUEUE, [1], [1]))
         with psycopg.connect(url, autocommit=True) as other:
             insert_backlog(other, backend)
         auto_explain(conn)
@@ -278,8 +278,10 @@ def test_plans_cached_while_the_queue_was_empty_hold_as_it_grows(
         assert_functions_on_index(conn, table, indexes, rounds=2)
         # the other by-id and by-key statements a worker or an enqueue runs
         for sql, params in (
-            ("SELECT drainpipe.fail_job(%s, 7, 0, 'x')", (QUEUE,)),
-            ("SELECT drainpipe.enqueue_job(%s, '{}', 0, 5, 'key')", (QUEUE,)),
+            ("SELECT drainpipe.fail_job_v1(%s, 7, 0, 'x')", (QUEUE,)),
+            ("SELECT drainpipe.enqueue_job_v1(%s, '{}', 0, 5, 'key')", (QUEUE,)),
+            ("SELECT drainpipe.extend_job_leases_v1(%s, %s, %s, 30)", (QUEUE, [7], [0])),
+            # release 0's heartbeat, called by that release's code during a rolling deploy
             ("SELECT drainpipe.extend_job_leases(%s, %s, %s, 30)", (QUEUE, [7], [0])),
         ):
             assert seq_scans(run_explained(conn, sql, params), table) == [], sql

@@ -230,18 +230,18 @@ async def test_advance_only_succeeds_for_the_claimed_run(
     await jobs.schedule("s", "@hourly", "pings", {})
     due = await set_next_run(one_db, "s", "clock_timestamp() - interval '1 minute'")
     [row] = await (
-        await one_db.execute("SELECT * FROM drainpipe.claim_due_schedules(60, 10)")
+        await one_db.execute("SELECT * FROM drainpipe.claim_due_schedules_v1(60, 10)")
     ).fetchall()
     assert row[0] == "s" and row[5] == due
     # leased: a second claim sees nothing
     assert (
         await (
-            await one_db.execute("SELECT * FROM drainpipe.claim_due_schedules(60, 10)")
+            await one_db.execute("SELECT * FROM drainpipe.claim_due_schedules_v1(60, 10)")
         ).fetchall()
         == []
     )
     token = row[7]
-    advance = "SELECT drainpipe.advance_schedule(%s, %s, %s, %s)"
+    advance = "SELECT drainpipe.advance_schedule_v1(%s, %s, %s, %s)"
     later = due + timedelta(hours=1)
     assert (
         await (
@@ -260,7 +260,7 @@ async def test_advance_only_succeeds_for_the_claimed_run(
     # a rewrite while a drain holds the schedule: the old claim can no longer advance it
     await set_next_run(one_db, "s", "clock_timestamp() - interval '1 minute'")
     [row] = await (
-        await one_db.execute("SELECT * FROM drainpipe.claim_due_schedules(60, 10)")
+        await one_db.execute("SELECT * FROM drainpipe.claim_due_schedules_v1(60, 10)")
     ).fetchall()
     await jobs.schedule("s", "@daily", "pings", {})
     assert (await (await one_db.execute(advance, ("s", row[5], later, row[7]))).fetchone()) == (
@@ -274,7 +274,7 @@ async def test_a_drain_whose_claim_ran_out_cannot_advance_the_next_claim(
     jobs = jobs_on(one_db)
     await jobs.schedule("s", "@hourly", "pings", {})
     due = await set_next_run(one_db, "s", "clock_timestamp() - interval '1 minute'")
-    claim = "SELECT name, next_run, claim_token FROM drainpipe.claim_due_schedules(60, 10)"
+    claim = "SELECT name, next_run, claim_token FROM drainpipe.claim_due_schedules_v1(60, 10)"
     [(_, _, stale)] = await (await one_db.execute(claim)).fetchall()
     # drain A stalls past its lease; drain B claims the same due run
     await one_db.execute(
@@ -282,7 +282,7 @@ async def test_a_drain_whose_claim_ran_out_cannot_advance_the_next_claim(
     )
     [(_, _, fresh)] = await (await one_db.execute(claim)).fetchall()
     assert fresh != stale
-    advance = "SELECT drainpipe.advance_schedule(%s, %s, %s, %s)"
+    advance = "SELECT drainpipe.advance_schedule_v1(%s, %s, %s, %s)"
     later = due + timedelta(hours=1)
     assert (await (await one_db.execute(advance, ("s", due, later, stale))).fetchone()) == (False,)
     assert (await (await one_db.execute(advance, ("s", due, later, fresh))).fetchone()) == (True,)
@@ -297,7 +297,7 @@ async def test_trigger_written_schedules_run_on_the_next_drain(
         CREATE FUNCTION public.tenant_schedule() RETURNS trigger
         LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
         BEGIN
-            PERFORM drainpipe.schedule_job(
+            PERFORM drainpipe.schedule_job_v1(
                 'tenant:' || NEW.id || ':report', NEW.cron, 'reports',
                 jsonb_build_object('kind', 'tenant-' || NEW.id), NEW.tz, NULL, NEW.id);
             RETURN NEW;
@@ -604,12 +604,12 @@ async def test_ensure_schedules_failures_write_nothing(
 
 
 async def test_privileges(one_db: psycopg.AsyncConnection[Any]) -> None:
-    call = "SELECT drainpipe.schedule_job('p', '@daily', 'pings', '{}', 'UTC', NULL, NULL)"
+    call = "SELECT drainpipe.schedule_job_v1('p', '@daily', 'pings', '{}', 'UTC', NULL, NULL)"
     for role in ("anon", "authenticated"):
         await one_db.execute(f"SET ROLE {role}")
         for sql in (
             call,
-            "SELECT * FROM drainpipe.claim_due_schedules(60, 10)",
+            "SELECT * FROM drainpipe.claim_due_schedules_v1(60, 10)",
             "SELECT * FROM drainpipe.job_schedules",
         ):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
@@ -618,7 +618,7 @@ async def test_privileges(one_db: psycopg.AsyncConnection[Any]) -> None:
     await one_db.execute("SET ROLE service_role")
     await one_db.execute(call)
     rows = await (
-        await one_db.execute("SELECT name FROM drainpipe.list_schedules(NULL, NULL)")
+        await one_db.execute("SELECT name FROM drainpipe.list_schedules_v1(NULL, NULL)")
     ).fetchall()
     await one_db.execute("RESET ROLE")
     assert rows == [("p",)]
@@ -685,7 +685,7 @@ async def test_claim_due_schedules_stays_on_its_indexes(
     for _ in range(6):  # past the 5 custom plans, so a generic plan is really used
         assert (
             await (
-                await one_db.execute("SELECT * FROM drainpipe.claim_due_schedules(60, 100)")
+                await one_db.execute("SELECT * FROM drainpipe.claim_due_schedules_v1(60, 100)")
             ).fetchall()
             == []
         )

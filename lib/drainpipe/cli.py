@@ -2,7 +2,9 @@
 
 drainpipe sql add MODULE... [--out DIR] [--backend pgmq|table] [--scheduler drain|pg_cron]
 drainpipe sql apply [--database-url URL] [--modules MODULE...] [--backend] [--scheduler]
-                    [--timeout SECONDS]
+                    [--timeout SECONDS] [--contract]
+drainpipe sql verify [--database-url URL] [--modules MODULE...] [--backend] [--scheduler]
+                     [--timeout SECONDS] [--contract]
 drainpipe dev [--port N] [--every SECONDS] [--database-url URL] [--functions DIR]
 drainpipe jobs stats [--queue QUEUE]... | jobs dead QUEUE | jobs retry QUEUE [--id ID...]
 drainpipe inbox list SOURCE [--status S] [--tenant T]
@@ -27,7 +29,7 @@ from typing import Any
 
 from .cli_ops import DEFAULT_TIMEOUT
 from .errors import DrainpipeError
-from .sqlmodules import MODULES, Backend, Scheduler
+from .sqlmodules import MODULES, Backend, Migration, Scheduler, SchemaReport
 
 # Supabase names migrations <14-digit UTC timestamp>_<name>.sql; others number them 0001_...
 _TIMESTAMPED = re.compile(r"^(\d{14})_")
@@ -69,6 +71,10 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_contract(parser: argparse.ArgumentParser, text: str) -> None:
+    parser.add_argument("--contract", action="store_true", help=text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import cli_ops
 
@@ -99,7 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="migrations folder (default ./migrations; e.g. supabase/migrations)",
     )
     _add_options(add)
-    apply = sql_commands.add_parser("apply", help="apply the modules to a database now")
+    _add_contract(
+        add, "also write the contract migrations (drops of the previous release's functions)"
+    )
+    apply = sql_commands.add_parser("apply", help="apply the pending migrations to a database now")
     cli_ops.add_connection_options(apply)
     apply.add_argument(
         "--modules",
@@ -110,6 +119,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="modules to apply (default: all)",
     )
     _add_options(apply)
+    _add_contract(
+        apply, "also apply the contract migrations: only once no previous release's code runs"
+    )
+    verify = sql_commands.add_parser(
+        "verify", help="exit 0 when every migration is applied and unchanged, else list them"
+    )
+    cli_ops.add_connection_options(verify)
+    verify.add_argument(
+        "--modules",
+        nargs="+",
+        choices=MODULES,
+        metavar="MODULE",
+        default=None,
+        help="modules to check (default: those the database has, else all)",
+    )
+    verify.add_argument(
+        "--backend", choices=("pgmq", "table"), default=None, help="default: as installed"
+    )
+    verify.add_argument(
+        "--scheduler", choices=("drain", "pg_cron"), default=None, help="default: as installed"
+    )
+    _add_contract(verify, "count contract migrations that are not applied as pending")
 
     dev = commands.add_parser("dev", help="run the functions and the drain loop locally")
     dev.add_argument("--port", type=_port, default=3000, help="HTTP port (default 3000, 0: any)")
@@ -150,11 +181,12 @@ def package_version() -> str:
         return "unknown"
 
 
-def migration_names(out: Path, modules: Sequence[str], now: float | None = None) -> list[str]:
-    """File names for ``modules`` that sort after the folder's existing migrations:
-    timestamps when the folder already uses them (Supabase), else the next numbers."""
+def migration_names(out: Path, stems: Sequence[str], now: float | None = None) -> list[str]:
+    """File names for migrations ``stems`` (``jobs`` or ``jobs_0002_v1_functions``) that sort
+    after the folder's existing migrations: timestamps when the folder already uses them
+    (Supabase), else the next numbers."""
     existing = [path.name for path in out.glob("*.sql")] if out.is_dir() else []
-    stems = [module.replace("-", "_") for module in modules]
+    stems = [stem.replace("-", "_") for stem in stems]
     if any(_TIMESTAMPED.match(name) for name in existing):
         latest = max(int(m.group(1)) for name in existing if (m := _TIMESTAMPED.match(name)))
         stamp = int(time.strftime("%Y%m%d%H%M%S", time.gmtime(now)))
@@ -175,18 +207,52 @@ def _next_stamp(stamp: int) -> int:
     return int(time.strftime("%Y%m%d%H%M%S", time.gmtime(seconds)))
 
 
-def sql_add(modules: Sequence[str], out: Path, backend: str, scheduler: str) -> list[Path]:
-    """Write one migration file per module (in the given order); the paths written."""
-    from .sqlmodules import render_module
+# A file `sql add` wrote: <number or stamp>_drainpipe_<module>[_<NNNN>_<name>].sql; release 0
+# wrote one file per module (no migration number), which holds migration 0001.
+_WRITTEN = re.compile(
+    r"^\d+_drainpipe_(jobs|idempotency|webhook_inbox)(?:_(\d{4})_[a-z0-9_]+)?\.sql$"
+)
 
+
+def written_migrations(out: Path) -> set[tuple[str, int]]:
+    """(module, migration number) of the drainpipe migrations already in folder ``out``."""
+    found: set[tuple[str, int]] = set()
+    for path in out.glob("*.sql") if out.is_dir() else ():
+        match = _WRITTEN.match(path.name)
+        if match:
+            found.add((match.group(1).replace("_", "-"), int(match.group(2) or 1)))
+    return found
+
+
+def sql_add(
+    modules: Sequence[str], out: Path, backend: str, scheduler: str, contract: bool = False
+) -> list[Path]:
+    """Write one file per migration of each module (in the given order) that the folder
+    does not hold yet; the paths written. Each file records itself in
+    drainpipe.schema_migrations, so ``drainpipe sql verify`` and ``install()`` see it."""
+    from .sqlmodules import check_options, migrations, read_sql, record_sql
+
+    check_options(backend, scheduler)
+    already = written_migrations(out)
     texts = []
     for module in dict.fromkeys(modules):
-        text = render_module(module, backend=backend, scheduler=scheduler)
-        if module == "jobs" and backend == "pgmq":
-            text = pgmq_prelude() + "\n" + text
-        texts.append((module, text))
+        for migration in migrations(module):
+            if (module, migration.version) in already or (migration.contract and not contract):
+                continue
+            parts = [
+                f"-- drainpipe {module} migration {migration.label}"
+                + (f" (backend={backend}, scheduler={scheduler})" if module == "jobs" else ""),
+                read_sql("common.sql"),
+                read_sql("schema_migrations.sql"),
+                migration.text(backend, scheduler),
+                read_sql("privileges.sql"),
+                record_sql(migration, backend, scheduler),
+            ]
+            if module == "jobs" and backend == "pgmq" and migration.version == 1:
+                parts.insert(0, pgmq_prelude())
+            texts.append((f"{module}_{migration.label}", "\n".join(parts)))
     out.mkdir(parents=True, exist_ok=True)
-    names = migration_names(out, [module for module, _ in texts])
+    names = migration_names(out, [stem for stem, _ in texts])
     written = []
     for (_, text), name in zip(texts, names, strict=True):
         path = out / name
@@ -231,12 +297,33 @@ async def sql_apply(
     backend: Backend,
     scheduler: Scheduler,
     timeout_seconds: float = DEFAULT_TIMEOUT,
-) -> list[str]:
-    from .sqlmodules import install
+    contract: bool = False,
+) -> list[Migration]:
+    """Apply the pending migrations; the migrations applied."""
+    from .sqlmodules import apply_migrations
 
     conn = await connect(database_url, timeout_seconds=timeout_seconds)
     try:
-        return await install(conn, modules, backend=backend, scheduler=scheduler)
+        return await apply_migrations(
+            conn, modules, backend=backend, scheduler=scheduler, contract=contract
+        )
+    finally:
+        await conn.close()
+
+
+async def sql_verify(
+    database_url: str,
+    modules: Sequence[str] | None,
+    backend: Backend | None,
+    scheduler: Scheduler | None,
+    contract: bool = False,
+    timeout_seconds: float = DEFAULT_TIMEOUT,
+) -> SchemaReport:
+    from .sqlmodules import verify
+
+    conn = await connect(database_url, timeout_seconds=timeout_seconds)
+    try:
+        return await verify(conn, modules, backend=backend, scheduler=scheduler, contract=contract)
     finally:
         await conn.close()
 
@@ -311,19 +398,45 @@ def _one_line(text: str) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     if args.command == "sql" and args.sql_command == "add":
-        for path in sql_add(args.modules, Path(args.out), args.backend, args.scheduler):
+        for path in sql_add(
+            args.modules, Path(args.out), args.backend, args.scheduler, args.contract
+        ):
             print(path)
         return 0
-    if args.command == "sql" and args.sql_command == "apply":
+    if args.command == "sql" and args.sql_command in ("apply", "verify"):
         from .cli_ops import database_url
         from .sqlmodules import MODULES
 
         url = database_url(args)
+        if args.sql_command == "verify":
+            report = asyncio.run(
+                sql_verify(
+                    url,
+                    args.modules,
+                    args.backend,
+                    args.scheduler,
+                    args.contract,
+                    timeout_seconds=args.timeout,
+                )
+            )
+            return _print_verify(report)
         modules = args.modules or list(MODULES)
-        applied = asyncio.run(
-            sql_apply(url, modules, args.backend, args.scheduler, timeout_seconds=args.timeout)
+        ran = asyncio.run(
+            sql_apply(
+                url,
+                modules,
+                args.backend,
+                args.scheduler,
+                timeout_seconds=args.timeout,
+                contract=args.contract,
+            )
         )
-        print(f"applied: {', '.join(applied)}" if applied else "up to date")
+        if not ran:
+            print("up to date")
+            return 0
+        print(f"applied: {', '.join(dict.fromkeys(m.module for m in ran))}")
+        for migration in ran:
+            print(f"  {migration.module} {migration.label}")
         return 0
     if args.command in ("jobs", "inbox"):
         from .cli_ops import run
@@ -341,6 +454,21 @@ def _run(args: argparse.Namespace) -> int:
         backend=args.backend,
         pgdata=args.pgdata,
     )
+
+
+def _print_verify(report: SchemaReport) -> int:
+    """Print what ``drainpipe sql verify`` found; its exit status (0: up to date)."""
+    options = f"backend={report.backend}, scheduler={report.scheduler}"
+    if report.ok:
+        print(f"up to date ({options})")
+        return 0
+    for status in report.problems:
+        print(f"{status.state}: {status.label}")
+    print(
+        f"{len(report.problems)} migration(s) not as shipped ({options}): run drainpipe sql apply",
+        file=sys.stderr,
+    )
+    return 1
 
 
 if __name__ == "__main__":

@@ -385,7 +385,7 @@ class WebhookInbox:
         if isinstance(message_id, int) and not isinstance(message_id, bool):
             message_id = str(message_id)
         row = await self._db.fetchrow(
-            "SELECT id, duplicate FROM drainpipe.receive_webhook("
+            "SELECT id, duplicate FROM drainpipe.receive_webhook_v1("
             "%s, %s, %s, %s::jsonb, %s::jsonb, %s, %s)",
             (
                 self.source,
@@ -439,7 +439,7 @@ class WebhookInbox:
                 report.budget_exhausted = True
                 return report
             rows = await self._db.fetch(
-                f"SELECT {_MESSAGE_COLUMNS} FROM drainpipe.claim_webhooks(%s, %s, %s, %s)",
+                f"SELECT {_MESSAGE_COLUMNS} FROM drainpipe.claim_webhooks_v1(%s, %s, %s, %s)",
                 (self.source, self.worker, batch, lease_seconds),
             )
             if not rows:
@@ -492,7 +492,7 @@ class WebhookInbox:
                 continue
             try:
                 rows = await self._db.fetch(
-                    "SELECT drainpipe.extend_webhooks(%s::bigint[], %s::integer[], %s, %s)",
+                    "SELECT drainpipe.extend_webhooks_v1(%s::bigint[], %s::integer[], %s, %s)",
                     ([m.id for m in held], [m.attempts for m in held], self.worker, lease),
                 )
             except Exception:  # a missed beat is retried next time; the message keeps running
@@ -522,7 +522,7 @@ class WebhookInbox:
         report.succeeded += 1
         try:
             await self._db.fetchval(
-                "SELECT drainpipe.complete_webhook(%s, %s, %s)",
+                "SELECT drainpipe.complete_webhook_v1(%s, %s, %s)",
                 (message.id, self.worker, message.attempts),
             )
         except Exception:  # the message comes back when its lease ends
@@ -531,7 +531,7 @@ class WebhookInbox:
     async def _fail(self, message: WebhookMessage, text: str, retry_in: float | None) -> None:
         try:
             await self._db.fetchval(
-                "SELECT drainpipe.fail_webhook(%s, %s, %s, %s, %s)",
+                "SELECT drainpipe.fail_webhook_v1(%s, %s, %s, %s, %s)",
                 (message.id, self.worker, message.attempts, text, retry_in),
             )
         except Exception:  # the message comes back when its lease ends
@@ -540,7 +540,7 @@ class WebhookInbox:
     async def _checkpoint(self, message: WebhookMessage, fields: dict[str, Any]) -> bool:
         return bool(
             await self._db.fetchval(
-                "SELECT drainpipe.checkpoint_webhook(%s, %s, %s, %s::jsonb)",
+                "SELECT drainpipe.checkpoint_webhook_v1(%s, %s, %s, %s::jsonb)",
                 (message.id, self.worker, message.attempts, _json_text(fields, "fields")),
             )
         )
@@ -562,7 +562,7 @@ class WebhookInbox:
                 [{"message": "Unknown status", "path": ["status"]}],
             )
         rows = await self._db.fetch(
-            f"SELECT {_ENTRY_COLUMNS} FROM drainpipe.list_webhooks(%s, %s, %s, %s)",
+            f"SELECT {_ENTRY_COLUMNS} FROM drainpipe.list_webhooks_v1(%s, %s, %s, %s)",
             (tenant_text, self.source, status, min(positive_int(limit, "limit"), 1000)),
         )
         return [InboxEntry(*row) for row in rows]
@@ -581,7 +581,7 @@ class WebhookInbox:
         deleted. Returns how many were deleted (call again while it returns ``batch``)."""
         return int(
             await self._db.fetchval(
-                "SELECT drainpipe.purge_webhooks(%s, %s, %s, %s, %s)",
+                "SELECT drainpipe.purge_webhooks_v1(%s, %s, %s, %s, %s)",
                 (
                     seconds(older_than, "older_than"),
                     bool(include_dead),

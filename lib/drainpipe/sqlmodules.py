@@ -1,14 +1,31 @@
-"""The SQL modules: render them from ``sql/*.sql`` and apply them idempotently.
+"""The SQL modules as numbered migrations: find them, apply them, verify them.
 
 The ``.sql`` files are the truth. They ship inside the wheel (``drainpipe/sql``); in a
 source checkout they are read from the repository's top-level ``sql/`` folder.
+
+Layout (see docs/sql.md)::
+
+    sql/common.sql              the schema and drainpipe.modules (release 0's, unchanged)
+    sql/schema_migrations.sql   drainpipe.schema_migrations, the record of applied migrations
+    sql/privileges.sql          run after every install that applied something
+    sql/migrations/<module>/NNNN_<name>.sql            one migration in one file, or
+    sql/migrations/<module>/NNNN_<name>/<part>.sql     one migration in parts, name order
+
+A part named ``<stem>.<option>.sql`` (``pgmq``, ``table``, ``drain``, ``pg_cron``) belongs to
+that backend or scheduler only. A migration whose name starts with ``contract_`` removes
+what the previous release's code calls; it is applied only when asked (``contract=True``).
+Every migration is re-runnable: a changed option (another backend or scheduler) or
+``force=True`` applies it again, and so may a migration tool running a written file twice.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
-from collections.abc import Iterable, Sequence
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
@@ -19,13 +36,19 @@ Backend = Literal["pgmq", "table"]
 Scheduler = Literal["drain", "pg_cron"]
 
 MODULES: tuple[str, ...] = ("jobs", "idempotency", "webhook-inbox")
-_MODULE_FILES: dict[str, tuple[str, ...]] = {
-    "idempotency": ("idempotency.sql",),
-    "webhook-inbox": ("webhook_inbox.sql",),
-}
+_OPTION_TAGS = frozenset({"pgmq", "table", "drain", "pg_cron"})
+_MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+?)(?:\.sql)?$")
+_PART_NAME = re.compile(r"^[0-9a-z_]+(?:\.([a-z_]+))?\.sql$")
 # Serialises installs across processes: CREATE OR REPLACE FUNCTION racing itself fails with
 # "tuple concurrently updated".
 _INSTALL_LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtext('drainpipe.install'))"
+_RECORD_SQL = """INSERT INTO drainpipe.schema_migrations (module, version, name, checksum)
+VALUES (%s, %s, %s, %s)
+ON CONFLICT (module, version) DO UPDATE
+SET name = excluded.name, checksum = excluded.checksum, applied_at = clock_timestamp()"""
+_MODULE_SQL = """INSERT INTO drainpipe.modules (name, options, checksum) VALUES (%s, %s, %s)
+ON CONFLICT (name) DO UPDATE
+SET options = excluded.options, checksum = excluded.checksum, installed_at = now()"""
 
 
 @cache
@@ -47,25 +70,111 @@ def check_options(backend: str, scheduler: str) -> None:
         raise ValueError(f'scheduler must be "drain" or "pg_cron", not "{scheduler}"')
 
 
-def module_files(module: str, *, backend: str = "pgmq", scheduler: str = "drain") -> list[str]:
-    check_options(backend, scheduler)
-    if module == "jobs":
-        files = ["jobs_common.sql", f"jobs_{backend}.sql", "jobs_tail.sql"]
-        files += ["schedules_common.sql", f"schedules_{scheduler}.sql"]
-    elif module in _MODULE_FILES:
-        files = list(_MODULE_FILES[module])
-    else:
+def _check_module(module: str) -> None:
+    if module not in MODULES:
         raise ValueError(f'Unknown SQL module "{module}". Modules: {", ".join(MODULES)}')
-    return ["common.sql", *files, "privileges.sql"]
 
 
-def render_module(module: str, *, backend: str = "pgmq", scheduler: str = "drain") -> str:
-    """The SQL text of one module with its options, as applied by :func:`install`."""
-    parts = [
-        f"-- drainpipe module {module}"
-        + (f" (backend={backend}, scheduler={scheduler})" if module == "jobs" else "")
-    ]
-    parts += [read_sql(name) for name in module_files(module, backend=backend, scheduler=scheduler)]
+@dataclass(frozen=True)
+class Migration:
+    """One numbered migration of one module (all its option variants)."""
+
+    module: str
+    version: int
+    name: str
+    parts: tuple[Path, ...]
+
+    @property
+    def label(self) -> str:
+        """``0002_v1_functions``: the number and name, as recorded and printed."""
+        return f"{self.version:04d}_{self.name}"
+
+    @property
+    def contract(self) -> bool:
+        """Drops what the previous release calls: applied only when asked."""
+        return self.name.startswith("contract_")
+
+    def selected_parts(self, backend: str, scheduler: str) -> list[Path]:
+        chosen = []
+        for part in self.parts:
+            match = _PART_NAME.match(part.name)
+            tag = match.group(1) if match else None
+            if tag is None or tag not in _OPTION_TAGS or tag in (backend, scheduler):
+                chosen.append(part)
+        return chosen
+
+    def text(self, backend: str = "pgmq", scheduler: str = "drain") -> str:
+        """The SQL this migration runs with these options."""
+        parts = self.selected_parts(backend, scheduler)
+        return "\n".join(part.read_text(encoding="utf-8") for part in parts)
+
+    def checksum(self, backend: str = "pgmq", scheduler: str = "drain") -> str:
+        return hashlib.sha256(self.text(backend, scheduler).encode()).hexdigest()
+
+
+def _module_folder(module: str) -> Path:
+    return sql_dir() / "migrations" / module.replace("-", "_")
+
+
+@cache
+def migrations(module: str) -> tuple[Migration, ...]:
+    """The migrations of ``module`` in order (numbered 1, 2, 3, ... without gaps)."""
+    _check_module(module)
+    found: list[Migration] = []
+    for entry in sorted(_module_folder(module).iterdir()):
+        match = _MIGRATION_NAME.match(entry.name)
+        if match is None or (entry.is_file() and entry.suffix != ".sql"):
+            continue
+        parts = tuple(sorted(entry.glob("*.sql"))) if entry.is_dir() else (entry,)
+        found.append(Migration(module, int(match.group(1)), match.group(2), parts))
+    numbers = [migration.version for migration in found]
+    if numbers != list(range(1, len(found) + 1)):
+        # a packaging or authoring mistake: fail loudly rather than apply out of order
+        raise RuntimeError(f"The migrations of {module} are not numbered 1..n: {numbers}")
+    return tuple(found)
+
+
+def module_files(module: str, *, backend: str = "pgmq", scheduler: str = "drain") -> list[str]:
+    """The files (relative to the sql folder) a fresh install of ``module`` runs, in order."""
+    check_options(backend, scheduler)
+    _check_module(module)
+    files = ["common.sql", "schema_migrations.sql"]
+    for migration in migrations(module):
+        if not migration.contract:
+            for part in migration.selected_parts(backend, scheduler):
+                files.append(part.relative_to(sql_dir()).as_posix())
+    return [*files, "privileges.sql"]
+
+
+def _module_header(module: str, backend: str, scheduler: str) -> str:
+    return f"-- drainpipe module {module}" + (
+        f" (backend={backend}, scheduler={scheduler})" if module == "jobs" else ""
+    )
+
+
+def legacy_checksum(module: str, backend: str = "pgmq", scheduler: str = "drain") -> str:
+    """The checksum release 0's ``install()`` computes for ``module`` (its whole rendered
+    text: the baseline migration between common.sql and privileges.sql). Recorded in
+    drainpipe.modules, so code of that release running during a rolling deploy finds the
+    module up to date and does not re-apply its SQL over the migrated one."""
+    baseline = migrations(module)[0].text(backend, scheduler)
+    parts = [_module_header(module, backend, scheduler), read_sql("common.sql"), baseline]
+    text = "\n".join([*parts, read_sql("privileges.sql")])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def render_module(
+    module: str, *, backend: str = "pgmq", scheduler: str = "drain", contract: bool = False
+) -> str:
+    """The SQL text of a fresh install of one module with its options (every migration,
+    contract ones only with ``contract=True``), without the migration records."""
+    check_options(backend, scheduler)
+    parts = [_module_header(module, backend, scheduler), read_sql("common.sql")]
+    parts.append(read_sql("schema_migrations.sql"))
+    for migration in migrations(module):
+        if contract or not migration.contract:
+            parts.append(migration.text(backend, scheduler))
+    parts.append(read_sql("privileges.sql"))
     return "\n".join(parts)
 
 
@@ -80,9 +189,87 @@ def pgmq_sql_path() -> Path:
 def _normalise_modules(modules: Iterable[str] | str) -> list[str]:
     names = [modules] if isinstance(modules, str) else list(modules)
     for name in names:
-        if name not in MODULES:
-            raise ValueError(f'Unknown SQL module "{name}". Modules: {", ".join(MODULES)}')
+        _check_module(name)
     return names
+
+
+@dataclass(frozen=True)
+class MigrationStatus:
+    """Where one migration stands in a database: ``applied``, ``pending`` (not applied),
+    ``changed`` (applied, but its text with these options is not what was applied) or
+    ``deferred`` (a contract migration not applied, and not asked for)."""
+
+    module: str
+    version: int
+    name: str
+    state: Literal["applied", "pending", "changed", "deferred"]
+
+    @property
+    def label(self) -> str:
+        return f"{self.module} {self.version:04d}_{self.name}"
+
+
+@dataclass(frozen=True)
+class SchemaReport:
+    """What :func:`verify` found; ``ok`` when nothing is pending or changed."""
+
+    migrations: tuple[MigrationStatus, ...]
+    backend: str
+    scheduler: str
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def problems(self) -> list[MigrationStatus]:
+        return [m for m in self.migrations if m.state in ("pending", "changed")]
+
+
+def _statuses(
+    module: str,
+    applied: Mapping[int, str],
+    backend: str,
+    scheduler: str,
+    contract: bool,
+) -> list[MigrationStatus]:
+    states: list[MigrationStatus] = []
+    for migration in migrations(module):
+        recorded = applied.get(migration.version)
+        state: Literal["applied", "pending", "changed", "deferred"]
+        if recorded is None:
+            state = "pending" if contract or not migration.contract else "deferred"
+        elif recorded == migration.checksum(backend, scheduler):
+            state = "applied"
+        else:
+            state = "changed"
+        states.append(MigrationStatus(module, migration.version, migration.name, state))
+    return states
+
+
+def _to_run(
+    module: str,
+    applied: Mapping[int, str],
+    backend: str,
+    scheduler: str,
+    *,
+    contract: bool,
+    force: bool,
+) -> list[Migration]:
+    """From the first pending or changed migration on, every migration to run: a re-run of
+    an earlier one (release 0 recreating its functions) is followed by the later applied
+    ones again (a contract migration dropping them again)."""
+    statuses = _statuses(module, applied, backend, scheduler, contract)
+    first = next(
+        (i for i, s in enumerate(statuses) if force or s.state in ("pending", "changed")), None
+    )
+    if first is None:
+        return []
+    return [
+        migration
+        for migration, status in zip(migrations(module)[first:], statuses[first:], strict=True)
+        if status.state != "deferred"
+    ]
 
 
 async def install(
@@ -92,57 +279,170 @@ async def install(
     backend: Backend = "pgmq",
     scheduler: Scheduler = "drain",
     force: bool = False,
+    contract: bool = False,
 ) -> list[str]:
     """Apply SQL modules to ``db``; returns the modules that were (re)applied.
 
-    Idempotent and safe to run from many processes at once (an advisory lock serialises
-    them; a module whose rendered SQL is unchanged is skipped). On the pgmq backend without
-    the pgmq extension, pgmq's SQL-only distribution is installed first, once.
+    Runs each module's pending migrations in order (and re-runs those whose text changed,
+    e.g. for another backend), recording them in ``drainpipe.schema_migrations``. Idempotent
+    and safe to run from many processes at once (an advisory lock serialises them; a module
+    with nothing pending costs one query). ``contract=True`` also applies the migrations
+    that drop what the previous release calls: only once none of its code runs any more.
+    On the pgmq backend without the pgmq extension, pgmq's SQL-only distribution is
+    installed first, once.
     """
+    applied = await apply_migrations(
+        db, modules, backend=backend, scheduler=scheduler, force=force, contract=contract
+    )
+    return list(dict.fromkeys(migration.module for migration in applied))
+
+
+async def apply_migrations(
+    db: Any,
+    modules: Sequence[str] | str = ("jobs",),
+    *,
+    backend: Backend = "pgmq",
+    scheduler: Scheduler = "drain",
+    force: bool = False,
+    contract: bool = False,
+) -> list[Migration]:
+    """:func:`install`, returning the migrations it ran (in the order it ran them)."""
     names = _normalise_modules(modules)
     check_options(backend, scheduler)
     database = as_database(db)
-    applied: list[str] = []
+    ran: list[Migration] = []
     try:
         async with database.connection() as conn, conn.transaction():
             await conn.execute(_INSTALL_LOCK_SQL)
             if "jobs" in names and backend == "pgmq":
                 await _ensure_pgmq(conn)
-            has_registry = (
-                await (
-                    await conn.execute("SELECT to_regclass('drainpipe.modules') IS NOT NULL")
-                ).fetchone()
-                or (False,)
-            )[0]
-            for name in names:
-                text = render_module(name, backend=backend, scheduler=scheduler)
-                checksum = hashlib.sha256(text.encode()).hexdigest()
-                if has_registry and not force:
-                    row = await (
-                        await conn.execute(
-                            "SELECT checksum FROM drainpipe.modules WHERE name = %s", (name,)
-                        )
-                    ).fetchone()
-                    if row is not None and row[0] == checksum:
-                        continue
-                await conn.execute(text.encode())
-                has_registry = True
-                options = {"backend": backend, "scheduler": scheduler} if name == "jobs" else {}
-                from psycopg.types.json import Jsonb
-
+            recorded = await _recorded(conn, names)
+            if recorded is None:
                 await conn.execute(
-                    """INSERT INTO drainpipe.modules (name, options, checksum) VALUES (%s, %s, %s)
-                       ON CONFLICT (name) DO UPDATE
-                       SET options = excluded.options, checksum = excluded.checksum, installed_at = now()""",
-                    (name, Jsonb(options), checksum),
+                    (read_sql("common.sql") + "\n" + read_sql("schema_migrations.sql")).encode()
                 )
-                applied.append(name)
+                recorded = {}
+            from psycopg.types.json import Jsonb
+
+            for name in names:
+                plan = _to_run(
+                    name,
+                    recorded.get(name, {}),
+                    backend,
+                    scheduler,
+                    contract=contract,
+                    force=force,
+                )
+                for migration in plan:
+                    await conn.execute(migration.text(backend, scheduler).encode())
+                    await conn.execute(
+                        _RECORD_SQL,
+                        (
+                            name,
+                            migration.version,
+                            migration.name,
+                            migration.checksum(backend, scheduler),
+                        ),
+                    )
+                    ran.append(migration)
+                if plan:
+                    options = {"backend": backend, "scheduler": scheduler} if name == "jobs" else {}
+                    await conn.execute(
+                        _MODULE_SQL,
+                        (name, Jsonb(options), legacy_checksum(name, backend, scheduler)),
+                    )
+            if ran:
+                await conn.execute(read_sql("privileges.sql").encode())
     finally:
         if database is not db:
             # a DSN: close the pool opened for this call (a pool or connection you gave
             # stays open)
             await database.close()
-    return applied
+    return ran
+
+
+async def _recorded(conn: Any, modules: Sequence[str]) -> dict[str, dict[int, str]] | None:
+    """Applied migrations per module (version → checksum); None without the registry."""
+    row = await (
+        await conn.execute("SELECT to_regclass('drainpipe.schema_migrations') IS NOT NULL")
+    ).fetchone()
+    if not row or not row[0]:
+        return None
+    rows = await (
+        await conn.execute(
+            "SELECT module, version, checksum FROM drainpipe.schema_migrations"
+            " WHERE module = ANY(%s)",
+            (list(modules),),
+        )
+    ).fetchall()
+    recorded: dict[str, dict[int, str]] = {}
+    for module, version, checksum in rows:
+        recorded.setdefault(module, {})[version] = checksum
+    return recorded
+
+
+async def verify(
+    db: Any,
+    modules: Sequence[str] | str | None = None,
+    *,
+    backend: Backend | None = None,
+    scheduler: Scheduler | None = None,
+    contract: bool = False,
+) -> SchemaReport:
+    """Compare the database's applied migrations with the shipped ones; changes nothing.
+
+    ``modules`` defaults to the modules the database has (every module when it has none);
+    ``backend`` and ``scheduler`` default to the jobs module's installed options. A
+    contract migration not applied counts only with ``contract=True``.
+    """
+    database = as_database(db)
+    try:
+        async with database.connection() as conn:
+            installed: dict[str, dict[str, Any]] = {}
+            row = await (
+                await conn.execute("SELECT to_regclass('drainpipe.modules') IS NOT NULL")
+            ).fetchone()
+            if row and row[0]:
+                rows = await (
+                    await conn.execute("SELECT name, options FROM drainpipe.modules")
+                ).fetchall()
+                installed = {name: dict(options or {}) for name, options in rows}
+            if modules is None:
+                names = [m for m in MODULES if m in installed] or list(MODULES)
+            else:
+                names = _normalise_modules(modules)
+            recorded = await _recorded(conn, names) or {}
+    finally:
+        if database is not db:
+            await database.close()
+    jobs_options = installed.get("jobs", {})
+    chosen_backend = backend or str(jobs_options.get("backend", "pgmq"))
+    chosen_scheduler = scheduler or str(jobs_options.get("scheduler", "drain"))
+    check_options(chosen_backend, chosen_scheduler)
+    statuses: list[MigrationStatus] = []
+    for name in names:
+        statuses += _statuses(
+            name, recorded.get(name, {}), chosen_backend, chosen_scheduler, contract
+        )
+    return SchemaReport(tuple(statuses), chosen_backend, chosen_scheduler)
+
+
+def record_sql(migration: Migration, backend: str, scheduler: str) -> str:
+    """SQL that records ``migration`` as applied (the end of a written migration file)."""
+    checksum = migration.checksum(backend, scheduler)
+    options = {"backend": backend, "scheduler": scheduler} if migration.module == "jobs" else {}
+    module_options = json.dumps(options)
+    legacy = legacy_checksum(migration.module, backend, scheduler)
+    return (
+        "INSERT INTO drainpipe.schema_migrations (module, version, name, checksum)\n"
+        f"VALUES ('{migration.module}', {migration.version}, '{migration.name}', '{checksum}')\n"
+        "ON CONFLICT (module, version) DO UPDATE\n"
+        "SET name = excluded.name, checksum = excluded.checksum, applied_at = clock_timestamp();\n"
+        "INSERT INTO drainpipe.modules (name, options, checksum)\n"
+        f"VALUES ('{migration.module}', '{module_options}', '{legacy}')\n"
+        "ON CONFLICT (name) DO UPDATE\n"
+        "SET options = excluded.options, checksum = excluded.checksum, installed_at = now();\n"
+    )
 
 
 async def _ensure_pgmq(conn: Any) -> None:

@@ -20,7 +20,7 @@ JSON_CONTENT_TYPE = "application/json"
 
 BEGIN = (
     "SELECT state, status, body, content_type, holder"
-    " FROM drainpipe.begin_idempotent(%s, %s, %s, %s, %s)"
+    " FROM drainpipe.begin_idempotent_v1(%s, %s, %s, %s, %s)"
 )
 
 
@@ -86,7 +86,7 @@ def json_body_bytes(body: Any) -> bytes:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-COMPLETE = "SELECT drainpipe.complete_idempotent(%s, %s, %s, %s, %s, %s)"
+COMPLETE = "SELECT drainpipe.complete_idempotent_v1(%s, %s, %s, %s, %s, %s)"
 
 
 def complete_params(
@@ -100,7 +100,7 @@ def parse_complete(rows: list[Row]) -> bool:
     return bool(rows[0][0]) if rows else False
 
 
-RELEASE = "SELECT drainpipe.release_idempotent(%s, %s, %s)"
+RELEASE = "SELECT drainpipe.release_idempotent_v1(%s, %s, %s)"
 
 
 def release_params(scope: str, key: str, holder: uuid.UUID) -> Params:
@@ -109,7 +109,7 @@ def release_params(scope: str, key: str, holder: uuid.UUID) -> Params:
 
 parse_release = parse_complete
 
-PURGE = "SELECT drainpipe.purge_idempotency_keys(%s)"
+PURGE = "SELECT drainpipe.purge_idempotency_keys_v1(%s)"
 
 
 def purge_params(batch: int) -> Params:

@@ -36,8 +36,8 @@ def _count(rows: list[Row]) -> int:
 
 #: ``enqueue`` with the SQL defaults (no delay, 5 attempts, no dedupe key): two parameters
 #: to send and for psycopg to dump instead of six.
-ENQUEUE_DEFAULT = "SELECT drainpipe.enqueue_job(%s, %s)"
-ENQUEUE = "SELECT drainpipe.enqueue_job(%s, %s, %s, %s, %s, %s)"
+ENQUEUE_DEFAULT = "SELECT drainpipe.enqueue_job_v1(%s, %s)"
+ENQUEUE = "SELECT drainpipe.enqueue_job_v1(%s, %s, %s, %s, %s, %s)"
 
 
 def enqueue_query(
@@ -68,7 +68,7 @@ def parse_enqueue(rows: list[Row]) -> int:
     return int(rows[0][0])
 
 
-ENQUEUE_MANY = "SELECT drainpipe.enqueue_jobs(%s, %s, %s, %s)"
+ENQUEUE_MANY = "SELECT drainpipe.enqueue_jobs_v1(%s, %s, %s, %s)"
 
 
 def enqueue_many_params(
@@ -84,7 +84,7 @@ def parse_enqueue_many(rows: list[Row]) -> list[int]:
 
 # -- claim --------------------------------------------------------------------------------
 
-CLAIM = "SELECT * FROM drainpipe.claim_jobs(%s, %s, %s)"
+CLAIM = "SELECT * FROM drainpipe.claim_jobs_v1(%s, %s, %s)"
 
 
 def claim_params(queue: str, lease: float, batch: int) -> Params:
@@ -120,7 +120,7 @@ def parse_claim(queue: str, rows: list[Row]) -> list[Job[Any]]:
 
 # -- settle and extend (each fenced by the claimed attempt) -------------------------------
 
-COMPLETE = "SELECT drainpipe.complete_job(%s, %s, %s)"
+COMPLETE = "SELECT drainpipe.complete_job_v1(%s, %s, %s)"
 
 
 def complete_params(job: Job[Any]) -> Params:
@@ -130,7 +130,7 @@ def complete_params(job: Job[Any]) -> Params:
 parse_complete = _flag
 """True: completed; False: the lease was lost, nothing changed."""
 
-COMPLETE_MANY = "SELECT drainpipe.complete_jobs(%s, %s::bigint[], %s::integer[])"
+COMPLETE_MANY = "SELECT drainpipe.complete_jobs_v1(%s, %s::bigint[], %s::integer[])"
 
 
 def complete_many_params(jobs: Sequence[Job[Any]]) -> Params:
@@ -148,7 +148,7 @@ def parse_complete_many(jobs: Sequence[Job[Any]], rows: list[Row]) -> list[bool]
     return [job.id in done for job in jobs]
 
 
-FAIL = "SELECT drainpipe.fail_job(%s, %s, %s, %s, %s)"
+FAIL = "SELECT drainpipe.fail_job_v1(%s, %s, %s, %s, %s)"
 
 
 def fail_params(job: Job[Any], error: str, retry_in: float | None) -> Params:
@@ -161,7 +161,7 @@ def parse_fail(rows: list[Row]) -> FailOutcome | None:
     return outcome
 
 
-EXTEND = "SELECT drainpipe.extend_job_lease(%s, %s, %s, %s)"
+EXTEND = "SELECT drainpipe.extend_job_lease_v1(%s, %s, %s, %s)"
 
 
 def extend_params(job: Job[Any], lease: float) -> Params:
@@ -171,7 +171,7 @@ def extend_params(job: Job[Any], lease: float) -> Params:
 parse_extend = _flag
 """True: the lease now ends ``lease`` seconds from now; False: it was lost."""
 
-EXTEND_MANY = "SELECT drainpipe.extend_job_leases(%s, %s::bigint[], %s::integer[], %s)"
+EXTEND_MANY = "SELECT drainpipe.extend_job_leases_v1(%s, %s::bigint[], %s::integer[], %s)"
 
 
 def extend_many_params(jobs: Sequence[Job[Any]], lease: float) -> Params:
@@ -191,7 +191,7 @@ def parse_extend_many(rows: list[Row]) -> set[int]:
 
 # -- stats, dead letters, replay, purge ---------------------------------------------------
 
-STATS = "SELECT * FROM drainpipe.job_queue_stats(%s)"
+STATS = "SELECT * FROM drainpipe.job_queue_stats_v1(%s)"
 
 
 def stats_params(queues: Sequence[str]) -> Params:
@@ -212,7 +212,7 @@ def parse_stats(rows: list[Row]) -> dict[str, QueueStats]:
     }
 
 
-LIST_DEAD = "SELECT * FROM drainpipe.list_dead_jobs(%s, %s, %s)"
+LIST_DEAD = "SELECT * FROM drainpipe.list_dead_jobs_v1(%s, %s, %s)"
 
 
 def list_dead_params(queue: str, limit: int, before: int | None) -> Params:
@@ -242,7 +242,7 @@ def parse_list_dead(queue: str, rows: list[Row]) -> list[DeadJob]:
     return [parse_dead(queue, row) for row in rows]
 
 
-RETRY_DEAD = "SELECT drainpipe.retry_dead_jobs(%s, %s, %s)"
+RETRY_DEAD = "SELECT drainpipe.retry_dead_jobs_v1(%s, %s, %s)"
 
 
 def retry_dead_params(queue: str, ids: Sequence[int] | None, limit: int) -> Params:
@@ -252,7 +252,7 @@ def retry_dead_params(queue: str, ids: Sequence[int] | None, limit: int) -> Para
 parse_retry_dead = _count
 """How many dead letters went back."""
 
-REPLAY = "SELECT drainpipe.replay_dead_job(%s, %s)"
+REPLAY = "SELECT drainpipe.replay_dead_job_v1(%s, %s)"
 
 
 def replay_params(queue: str, job_id: int) -> Params:
@@ -265,7 +265,7 @@ def parse_replay(rows: list[Row]) -> int | None:
     return None if value is None else int(value)
 
 
-PURGE_ARCHIVE = "SELECT drainpipe.purge_job_archive(%s, %s, %s, %s)"
+PURGE_ARCHIVE = "SELECT drainpipe.purge_job_archive_v1(%s, %s, %s, %s)"
 
 
 def purge_archive_params(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ._types import Params, Row
 
-ACQUIRE = "SELECT drainpipe.acquire_lease(%s, %s, %s)"
+ACQUIRE = "SELECT drainpipe.acquire_lease_v1(%s, %s, %s)"
 
 
 def acquire_params(key: str, seconds: float, scope: str) -> Params:
@@ -17,7 +17,7 @@ def parse_acquire(rows: list[Row]) -> str | None:
     return None if holder is None else str(holder)
 
 
-EXTEND = "SELECT drainpipe.extend_lease(%s, %s::uuid, %s, %s)"
+EXTEND = "SELECT drainpipe.extend_lease_v1(%s, %s::uuid, %s, %s)"
 
 
 def extend_params(key: str, holder: str, seconds: float, scope: str) -> Params:
@@ -29,7 +29,7 @@ def parse_extend(rows: list[Row]) -> bool:
     return bool(rows[0][0]) if rows else False
 
 
-RELEASE = "SELECT drainpipe.release_lease(%s, %s::uuid, %s)"
+RELEASE = "SELECT drainpipe.release_lease_v1(%s, %s::uuid, %s)"
 
 
 def release_params(key: str, holder: str, scope: str) -> Params:

@@ -10,7 +10,7 @@ from ..db import jsonb
 from ..models import DueSchedule, ScheduleInfo
 from ._types import Params, Row
 
-SCHEDULE = "SELECT drainpipe.schedule_job(%s, %s, %s, %s, %s, %s, %s)"
+SCHEDULE = "SELECT drainpipe.schedule_job_v1(%s, %s, %s, %s, %s, %s, %s)"
 
 
 def schedule_params(
@@ -25,7 +25,7 @@ def schedule_params(
     return (name, cron, queue, jsonb(payload), time_zone, next_run, tenant)
 
 
-UNSCHEDULE = "SELECT drainpipe.unschedule_job(%s)"
+UNSCHEDULE = "SELECT drainpipe.unschedule_job_v1(%s)"
 
 
 def unschedule_params(name: str) -> Params:
@@ -37,7 +37,7 @@ def parse_unschedule(rows: list[Row]) -> bool:
     return bool(rows[0][0]) if rows else False
 
 
-LIST_SCHEDULES = "SELECT * FROM drainpipe.list_schedules(%s, %s)"
+LIST_SCHEDULES = "SELECT * FROM drainpipe.list_schedules_v1(%s, %s)"
 
 
 def list_schedules_params(prefix: str | None, tenant: str | None) -> Params:
@@ -50,7 +50,7 @@ def parse_list_schedules(rows: list[Row]) -> list[ScheduleInfo]:
     return [ScheduleInfo(*row) for row in rows]
 
 
-UNSCHEDULE_TENANT = "SELECT drainpipe.unschedule_tenant(%s)"
+UNSCHEDULE_TENANT = "SELECT drainpipe.unschedule_tenant_v1(%s)"
 
 
 def unschedule_tenant_params(tenant: str) -> Params:
@@ -62,7 +62,7 @@ def parse_unschedule_tenant(rows: list[Row]) -> int:
     return int(rows[0][0] or 0) if rows else 0
 
 
-DUE_SCHEDULES = "SELECT * FROM drainpipe.claim_due_schedules(%s, %s)"
+DUE_SCHEDULES = "SELECT * FROM drainpipe.claim_due_schedules_v1(%s, %s)"
 
 
 def due_schedules_params(lease: float, batch: int) -> Params:
@@ -75,7 +75,7 @@ def parse_due_schedules(rows: list[Row]) -> list[DueSchedule]:
     return [DueSchedule(*row) for row in rows]
 
 
-ADVANCE_SCHEDULE = "SELECT drainpipe.advance_schedule(%s, %s, %s, %s)"
+ADVANCE_SCHEDULE = "SELECT drainpipe.advance_schedule_v1(%s, %s, %s, %s)"
 
 
 def advance_schedule_params(
