@@ -16,8 +16,7 @@ from pydantic import BaseModel
 
 import drainpipe
 from drainpipe import DrainpipeError, Jobs, WebhookInbox, WebhookMessage
-from drainpipe.engine import LEASE_LOST, Runner
-from drainpipe.engine import core
+from drainpipe.engine import LEASE_LOST, Runner, core
 from tests.conftest import connect
 
 
@@ -322,7 +321,10 @@ async def test_an_inbox_message_taken_over_is_stopped_and_the_takeover_stands(
     assert progress == ["started", "cancelled"]
     assert (report.succeeded, report.failed) == (0, 0)
     [(error, message)] = errors.seen
-    assert isinstance(error, DrainpipeError) and (error.kind, error.code) == ("conflict", LEASE_LOST)
+    assert isinstance(error, DrainpipeError) and (error.kind, error.code) == (
+        "conflict",
+        LEASE_LOST,
+    )
     assert message.message_id == "evt_slow" and message.attempts == 1
     row = await _row(conn, "evt_slow")
     assert (row["status"], row["attempts"], row["last_error"]) == ("processed", 2, None)
