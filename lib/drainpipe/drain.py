@@ -4,6 +4,18 @@ A serverless function cannot run a worker forever, so a scheduler (Vercel Cron, 
 Actions, ``dev_drain``) calls :class:`DrainRoute` every minute: it enqueues due schedules,
 then drains each handler's queue until its time budget is spent, and answers a JSON report.
 
+Fairness. One call's budget is shared by every queue and inbox: each gets an equal share
+of what is left when its turn comes, so time a source leaves unused goes to the ones after
+it, and sources still busy when their share ended get further rounds while budget is left.
+A backlog in one queue never starves another queue or a webhook inbox.
+
+Loud failures. When the database never answers, or drainpipe's SQL is missing, the call
+answers a 503 Problem (kind ``network``, or code ``NOT_INSTALLED`` with a hint to run
+``drainpipe sql apply``) with ``"more": false``, and logs the cause on the ``drainpipe``
+logger. Before the database answered once, claim errors are not retried, so this takes
+one failed connection, not the retry waits. One source failing while others work stays a
+200 report with ``errors``. See ``docs/engine.md``.
+
 Leases. A job claimed by the route is leased for at least the time left in the budget
 plus ``lease_margin`` seconds (30 by default), re-evaluated at each claim and heartbeat, and
 the heartbeat beats every ``lease_margin / 3`` seconds. So while a handler runs, even past
@@ -67,8 +79,11 @@ class DrainRoute:
 
     Build it with :meth:`drainpipe.Jobs.drain_route`. ``handlers`` maps queue → handler in
     drain order; ``budget`` is the seconds one call may spend claiming (claimed jobs always
-    finish); ``inboxes`` is an optional sequence of ``(WebhookInbox, handler)`` pairs drained
-    after the queues. ``lease`` (seconds, optional) is a floor; see the module docstring.
+    finish), shared fairly by every source; ``inboxes`` is an optional sequence of
+    ``(WebhookInbox, handler)`` pairs, each given its turn after the queues in every round.
+    ``on_error(error, job_or_message_or_None)`` hears of every failure (default: logged).
+    ``monitor.on_start`` gets the request given to :meth:`handle` (or, as an ASGI app, a
+    :class:`MonitorRequest`). ``lease`` (seconds, optional) is a floor; see the module docstring.
     Construction raises ``ValueError`` for an empty secret or an undeclared queue.
     """
 
@@ -322,7 +337,10 @@ class DrainRoute:
                 value = await value
             return value
         except Exception as exc:  # a monitor never fails the drain nor counts as an error
-            await call_hook(self.on_error, exc, None)
+            if self.on_error is None:
+                log_error(f"the drain route's monitor ({name})", exc)
+            else:
+                await call_hook(self.on_error, exc, None)
             return None
 
 
@@ -382,24 +400,38 @@ def missing_sql(exc: BaseException) -> bool:
     return False
 
 
-class DrainUnavailable(Exception):
-    """A drain that could not work at all: the database never answered, or drainpipe's
-    SQL is missing. ``error`` is the :class:`DrainpipeError` the route answers as a 503
-    Problem (``more`` false); the cause is chained and logged."""
+class DrainUnavailable(DrainpipeError):
+    """A drain that could not work at all: the database never answered (kind
+    ``network``), or drainpipe's SQL is missing (status 503, code ``NOT_INSTALLED``). The
+    route answers it as a 503 Problem with ``"more": false``; the cause is chained and
+    logged. Raised by :meth:`DrainRoute.run`."""
 
-    def __init__(self, error: DrainpipeError) -> None:
-        super().__init__(str(error))
-        self.error = error
+    @classmethod
+    def from_cause(cls, exc: BaseException) -> DrainUnavailable | None:
+        """The failure ``exc`` means when nothing of the drain can work; None when it is
+        one source's failure."""
+        if missing_sql(exc):
+            failure = cls(
+                "unexpected",
+                f"drainpipe's SQL is missing from the database ({exc}): {INSTALL_HINT}",
+                code=NOT_INSTALLED,
+                status=503,
+            )
+        elif isinstance(exc, DrainpipeError) and exc.kind == "network":
+            failure = cls("network", f"The database cannot be reached: {exc}")
+        else:
+            return None
+        failure.__cause__ = exc
+        return failure
 
     def body(self, instance: str | None = None) -> dict[str, Any]:
         """The Problem body: RFC 9457 members plus ``more: false`` (and ``hint``)."""
-        error = self.error
-        body = problem_body(error, instance)
-        if error.code == NOT_INSTALLED:
+        body = problem_body(self, instance)
+        if self.code == NOT_INSTALLED:
             body["title"] = "drainpipe's SQL is not installed"
-            body["detail"] = str(error)
+            body["detail"] = str(self)
             body["hint"] = INSTALL_HINT
-        elif error.kind == "network":
+        elif self.kind == "network":
             # the cause may name hosts: it goes to the log, not to the caller
             body["detail"] = "The drain route could not reach its database; see the logs"
         body["more"] = False
@@ -408,30 +440,12 @@ class DrainUnavailable(Exception):
     def response(self, instance: str, problem: ProblemFormatter | None) -> Response:
         body = self.body(instance)
         if problem is not None:
-            body = problem(body, self.error)
+            body = problem(body, self)
         return Response(
-            self.error.status,
+            self.status,
             json.dumps(body, separators=(",", ":"), default=str).encode(),
             content_type=PROBLEM_CONTENT_TYPE,
         )
-
-
-def unavailable_error(exc: BaseException) -> DrainpipeError | None:
-    """The 503 a drain answers for ``exc`` when it means the drain cannot work at all
-    (before anything reached the database); None for a failure of one source."""
-    if missing_sql(exc):
-        error = DrainpipeError(
-            "unexpected",
-            f"drainpipe's SQL is missing from the database ({exc}): {INSTALL_HINT}",
-            code=NOT_INSTALLED,
-            status=503,
-        )
-    elif isinstance(exc, DrainpipeError) and exc.kind == "network":
-        error = DrainpipeError("network", f"The database cannot be reached: {exc}")
-    else:
-        return None
-    error.__cause__ = exc
-    return error
 
 
 class _Source:
@@ -460,11 +474,11 @@ class _Drain:
         self.scheduled = 0
         self.errors = 0
         self.reached = False  # a statement of this call got an answer
-        self.missing: DrainpipeError | None = None  # SQL found missing after first contact
+        self.missing: DrainUnavailable | None = None  # SQL found missing after first contact
 
     async def failed(self, exc: BaseException, token: Any) -> None:
         """Count one source's failure, or end the call when the drain cannot work."""
-        error = unavailable_error(exc)
+        error = DrainUnavailable.from_cause(exc)
         if error is not None and not self.reached:
             await self.unavailable(error, token)
         if error is not None and error.code == NOT_INSTALLED:
@@ -478,13 +492,12 @@ class _Drain:
         else:
             await call_hook(on_error, exc, None)
 
-    async def unavailable(self, error: DrainpipeError, token: Any) -> None:
+    async def unavailable(self, error: DrainUnavailable, token: Any) -> None:
         log.error("drainpipe: the drain route cannot work: %s", error, exc_info=error)
         if self.route.on_error is not None:
             await call_hook(self.route.on_error, error, None)
-        failure = DrainUnavailable(error)
-        await self.route._monitor("on_finish", failure.body(), token)
-        raise failure
+        await self.route._monitor("on_finish", error.body(), token)
+        raise error
 
 
 # -- the local cron caller ------------------------------------------------------------------

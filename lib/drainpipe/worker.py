@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .engine.core import CLAIM_RETRIES, JOB_HEARTBEAT_FLOOR, run_deadline
@@ -20,35 +20,7 @@ from .validation import positive_int, seconds
 if TYPE_CHECKING:
     from .jobs import Handler, Jobs, OnError
 
-__all__ = ["CLAIM_RETRIES", "JobSource", "LeaseCalls", "Worker", "call_hook"]
-
-
-class LeaseCalls:
-    """The one place the engine reaches a backend's batch calls (``extend_many``,
-    ``complete_many``, optional today and found by name), falling back to one call per job.
-    When backends declare typed capabilities, only this class changes."""
-
-    __slots__ = ("_backend", "_complete_many", "_extend_many")
-
-    def __init__(self, backend: Any) -> None:
-        self._backend = backend
-        self._extend_many = getattr(backend, "extend_many", None)
-        self._complete_many = getattr(backend, "complete_many", None)
-
-    async def extend(self, jobs: Sequence[Job[Any]], lease: float) -> set[int]:
-        """Extend every job's lease; the ids still held."""
-        if self._extend_many is not None:
-            return set(await self._extend_many(jobs, lease))
-        return {job.id for job in jobs if await self._backend.extend(job, lease)}
-
-    async def complete(self, jobs: Sequence[Job[Any]]) -> Sequence[Job[Any]]:
-        """Complete the jobs (one round trip when the backend can); the refused ones."""
-        if self._complete_many is not None and len(jobs) > 1:
-            done = await self._complete_many(jobs)
-            if all(done):
-                return ()
-            return [job for job, ok in zip(jobs, done, strict=True) if not ok]
-        return [job for job in jobs if not await self._backend.complete(job)]
+__all__ = ["CLAIM_RETRIES", "JobSource", "Worker", "call_hook"]
 
 
 class JobSource:
@@ -64,23 +36,34 @@ class JobSource:
         # known once, so the per-job path skips inspect.isawaitable for async handlers
         self.async_handler = inspect.iscoroutinefunction(handler)
         self._handler = handler
-        self._read = backend.read
-        self._fail = backend.fail
-        self._calls = LeaseCalls(backend)
+        self._backend = backend
+        # The one place the engine reaches a backend's batch calls (optional today, found
+        # by name), falling back to one call per job: the swap to typed capabilities is here.
+        self._extend_many = getattr(backend, "extend_many", None)
+        self._complete_many = getattr(backend, "complete_many", None)
         self._validate = jobs.validator(queue)
         self._all_tenants = all_tenants
 
-    async def claim(self, batch: int, lease: float) -> list[Job[Any]]:
-        return await self._read(self.queue, lease=lease, batch=batch)
+    def claim(self, batch: int, lease: float) -> Awaitable[list[Job[Any]]]:
+        return self._backend.read(self.queue, lease=lease, batch=batch)
 
     async def extend(self, items: Sequence[Job[Any]], lease: float) -> set[int]:
-        return await self._calls.extend(items, lease)
+        if self._extend_many is not None:
+            return set(await self._extend_many(items, lease))
+        return {job.id for job in items if await self._backend.extend(job, lease)}
 
     async def complete(self, items: Sequence[Job[Any]]) -> Sequence[Job[Any]]:
-        return await self._calls.complete(items)
+        if len(items) == 1:
+            return () if await self._backend.complete(items[0]) else items
+        if self._complete_many is None:
+            return [job for job in items if not await self._backend.complete(job)]
+        done = await self._complete_many(items)
+        if all(done):
+            return ()
+        return [job for job, ok in zip(items, done, strict=True) if not ok]
 
-    async def fail(self, item: Job[Any], error: str, retry_in: float | None) -> None:
-        await self._fail(item, error, retry_in)
+    def fail(self, item: Job[Any], error: str, retry_in: float | None) -> Awaitable[Any]:
+        return self._backend.fail(item, error, retry_in)
 
     def start(self, item: Job[Any]) -> Any:
         payload = self._validate(item.payload)

@@ -37,7 +37,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from ..errors import TRANSIENT_KINDS, DrainpipeError, Retry
@@ -84,19 +84,21 @@ class ClaimableSource(Protocol[ItemT]):
     complete_each: bool
     async_handler: bool
 
-    async def claim(self, batch: int, lease: float) -> Sequence[ItemT]:
+    # Plain methods returning awaitables, so an adapter may hand its backend's coroutine
+    # straight through (no extra coroutine per claim on the hot path); ``async def`` fits too.
+    def claim(self, batch: int, lease: float) -> Awaitable[Sequence[ItemT]]:
         """Up to ``batch`` items leased for ``lease`` seconds (empty: nothing is due)."""
         ...
 
-    async def extend(self, items: Sequence[ItemT], lease: float) -> set[int]:
+    def extend(self, items: Sequence[ItemT], lease: float) -> Awaitable[set[int]]:
         """Extend the leases of ``items`` in one round trip; the ids still held."""
         ...
 
-    async def complete(self, items: Sequence[ItemT]) -> Sequence[ItemT]:
+    def complete(self, items: Sequence[ItemT]) -> Awaitable[Sequence[ItemT]]:
         """Settle ``items`` as done; the items whose settlement was refused (lease lost)."""
         ...
 
-    async def fail(self, item: ItemT, error: str, retry_in: float | None) -> None:
+    def fail(self, item: ItemT, error: str, retry_in: float | None) -> Awaitable[Any]:
         """Settle ``item`` as failed: retried after ``retry_in`` s (None: the backoff)."""
         ...
 
@@ -346,11 +348,11 @@ class Runner:
             if source.async_handler or inspect.isawaitable(result):
                 await result
         except asyncio.CancelledError:
-            if batch.cancelled != item.id:
-                raise  # the run itself is being cancelled
-            if batch.lane is not None:
-                batch.lane.uncancel()
             batch.running = None
+            if batch.cancelled != item.id or batch.lane is None:
+                raise  # the run itself is being cancelled
+            if batch.lane.uncancel() > 0:
+                raise  # cancelled from outside as well: that one wins
             await self._report(lease_lost(source.describe(item)), item)
             return False
         except Retry as retry:
