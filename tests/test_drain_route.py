@@ -587,10 +587,17 @@ async def test_an_unreachable_database_is_a_503_network_answered_fast(
 ) -> None:
     from tests.conftest import with_database
 
-    # a database that does not exist; the pool gives up after 1 s (db.py's own connect
-    # timeout is another concern: here the route must not add retry waits on top)
-    for schedules in (True, False):
-        pool = await _pool(with_database(server_dsn, "dp_no_such_database"), wait=1.0)
+    # a database that does not exist, and a port nobody listens on; the connection gives
+    # up after 1 s (db.py's own connect timeout is another concern: here the route must
+    # not add claim-retry waits on top). Through a pool of ours and through a DSN.
+    missing = with_database(server_dsn, "dp_no_such_database")
+    for schedules, dsn, own_pool in (
+        (True, missing, True),
+        (False, missing, True),
+        (False, missing, False),
+        (True, CLOSED_PORT_DSN, False),
+    ):
+        pool = await _pool(dsn, wait=1.0) if own_pool else Database(dsn, timeout=1.0)
         jobs = drainpipe.Jobs(pool, {"emails": Email})
         rec = Recorder()
         route = jobs.drain_route(

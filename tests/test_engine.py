@@ -4,6 +4,7 @@ backends, the webhook inbox), with real racing connections taking leases over.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -407,3 +408,36 @@ async def test_inbox_default_on_error_logs_the_source_and_message(
     [record] = [r for r in caplog.records if r.name == "drainpipe"]
     assert "inbox billing message evt_log" in record.getMessage()
     assert "ledger down" in record.getMessage()
+
+
+async def test_a_handler_that_swallows_the_cancel_has_its_result_discarded(
+    jobs: Jobs, jobs_db_url: str
+) -> None:
+    job_id = await jobs.enqueue("emails", {"to": "stubborn@x"})
+    thief = Jobs(jobs_db_url, QUEUES)
+    taken: list[drainpipe.Job[Any]] = []
+    errors = Errors()
+
+    async def stubborn(payload: Email, job: drainpipe.Job[Email]) -> None:
+        while not taken:
+            await asyncio.sleep(0.05)
+            taken.extend(await thief.claim("emails", lease=60))
+        # a handler that ignores cancellation: it returns "successfully" after the cancel
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(4)
+
+    report = await jobs.drain("emails", stubborn, lease=0.3, heartbeat_every=1.0, on_error=errors)
+    assert (report.succeeded, report.failed) == (0, 0)
+    assert errors.codes() == [LEASE_LOST] and errors.seen[0][1].id == job_id
+    assert await thief.complete(taken[0]) is True  # nothing was completed in its name
+    await thief.backend.db.close()  # type: ignore[attr-defined]
+
+
+async def test_on_error_must_be_callable(jobs: Jobs, inbox: WebhookInbox) -> None:
+    async def handle(payload: Email, job: drainpipe.Job[Email]) -> None:
+        pass
+
+    with pytest.raises(TypeError, match="on_error must be callable"):
+        await jobs.drain("emails", handle, on_error="print")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="on_error must be callable"):
+        await inbox.process(lambda message: None, on_error=42)  # type: ignore[arg-type]

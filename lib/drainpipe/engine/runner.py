@@ -190,6 +190,8 @@ class Runner:
         retry_unreached: bool = True,
         claim_retries: int = CLAIM_RETRIES,
     ) -> None:
+        if on_error is not None and not callable(on_error):
+            raise TypeError("on_error must be callable: on_error(error, item)")
         self.source = source
         self.concurrency = max(1, concurrency)
         self.batch = batch
