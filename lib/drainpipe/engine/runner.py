@@ -373,16 +373,18 @@ class Runner:
             await self._report(exc, item)
             return False
         batch.running = None
-        if batch.cancelled == item.id and batch.lane is not None and batch.lane.cancelling():
-            batch.lane.uncancel()  # the handler swallowed our cancellation
-        if batch.lost is not None and item.id in batch.lost:
-            await self._report(lease_lost(source.describe(item)), item)
-            return False
-        return True
+        if batch.lost is None:  # the common case, without a coroutine per item
+            return True
+        return await self._still_held(batch, item)
 
     async def _still_held(self, batch: _Batch, item: Any) -> bool:
         """False (and reported) when the heartbeat found ``item``'s lease lost."""
-        if batch.lost is not None and item.id in batch.lost:
+        if batch.lost is None:
+            return True  # the common case: nothing was lost in this batch
+        if batch.cancelled == item.id and batch.lane is not None and batch.lane.cancelling():
+            # the handler swallowed our cancellation (or raised something else instead)
+            batch.lane.uncancel()
+        if item.id in batch.lost:
             await self._report(lease_lost(self.source.describe(item)), item)
             return False
         return True
@@ -418,9 +420,10 @@ class Runner:
         for item_id in lost:
             del batch.unfinished[item_id]
         batch.lost = lost if batch.lost is None else batch.lost | lost
-        if batch.running in lost and batch.cancelled is None and batch.lane is not None:
+        running = batch.running
+        if running in lost and batch.cancelled != running and batch.lane is not None:
             # the lane is suspended inside this item's handler: cancel it there
-            batch.cancelled = batch.running
+            batch.cancelled = running
             batch.lane.cancel()
 
     # -- settling -----------------------------------------------------------------------
