@@ -179,7 +179,7 @@ async def test_missing_drainpipe_sql_is_not_installed_and_says_what_to_run(
 ) -> None:
     url = fresh_database("table")
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        await conn.execute("DROP FUNCTION drainpipe.claim_jobs")
+        await conn.execute("DROP FUNCTION drainpipe.claim_jobs_v1")
     jobs = Jobs(url, {"q": dict})
     try:
         with pytest.raises(DrainpipeError) as info:

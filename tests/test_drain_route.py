@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,7 +16,7 @@ from pydantic import BaseModel
 import drainpipe
 from drainpipe.db import Database
 from drainpipe.devserver import start_server
-from drainpipe.drain import DrainRoute
+from drainpipe.drain import DrainRoute, MonitorRequest
 from tests.conftest import connect
 
 SECRET = "s3cret-token"
@@ -504,3 +505,266 @@ async def test_webhook_inboxes_are_processed_after_the_queues(
     assert report["errors"] == 0 and report["more"] is False
     with pytest.raises(ValueError, match="listed twice"):
         jobs.drain_route(secret=SECRET, handlers={}, inboxes=[(inbox, on_message)] * 2)
+
+
+# -- a fair drain ------------------------------------------------------------------------------
+
+
+async def test_a_backlog_in_one_queue_does_not_starve_the_webhook_inbox(
+    db_url: str, jobs: drainpipe.Jobs
+) -> None:
+    inbox = drainpipe.WebhookInbox(db_url, source="billing")
+    await jobs.enqueue_many("emails", [{"to": f"{n}@x"} for n in range(10_000)])  # one trip
+    await inbox.store(id="evt_paid", payload={"amount": 5}, type="invoice.paid")
+    handled: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        handled.append(message.message_id)
+
+    route = jobs.drain_route(
+        secret=SECRET,
+        handlers={"emails": Recorder().handler("emails"), "sms": Recorder().handler("sms")},
+        inboxes=[(inbox, on_message)],
+        budget=1.5,
+    )
+    try:
+        async with serve(route) as client:
+            started = time.monotonic()
+            response = await client.get("/", headers=AUTH)
+            took = time.monotonic() - started
+    finally:
+        await inbox.close()
+    report = response.json()
+    assert response.status_code == 200, report
+    assert handled == ["evt_paid"]
+    assert report["inboxes"] == {"billing": {"succeeded": 1, "failed": 0}}
+    emails = report["queues"]["emails"]["succeeded"]
+    assert 0 < emails < 10_000
+    assert report["queues"]["sms"] == {"succeeded": 0, "failed": 0}
+    assert report["more"] is True and report["budgetExhausted"] is True
+    assert report["errors"] == 0
+    assert took < 5
+    stats = (await jobs.stats(["emails"]))["emails"]
+    assert stats.ready == 10_000 - emails
+
+
+async def test_time_a_source_leaves_unused_goes_back_to_the_one_with_a_backlog(
+    jobs: drainpipe.Jobs,
+) -> None:
+    rec = Recorder()
+    await jobs.enqueue_many("emails", [{"to": f"{n}@x"} for n in range(100)])
+    await jobs.enqueue("sms", {"number": "1"})
+    # each email takes 20 ms: 100 of them outlast the 0.6 s budget; sms needs one claim
+    route = jobs.drain_route(
+        secret=SECRET,
+        handlers={"emails": rec.handler("emails", sleep=0.02), "sms": rec.handler("sms")},
+        budget=0.6,
+    )
+    started = time.monotonic()
+    report = await route.run()
+    took = time.monotonic() - started
+    assert report["queues"]["sms"] == {"succeeded": 1, "failed": 0}
+    # emails' first share was half the budget; sms finished at once, so emails went on in
+    # a second round until the whole budget was spent (without that: about 0.3 s)
+    assert took >= 0.55, took
+    assert [q for q, _ in rec.seen].index("sms") < len(rec.seen) - 1  # emails ran after sms
+    assert report["more"] is True
+
+
+# -- a drain that could not work is not a 200 -----------------------------------------------------
+
+
+async def _pool(dsn: str, wait: float) -> Any:
+    from psycopg_pool import AsyncConnectionPool
+
+    pool = AsyncConnectionPool(dsn, min_size=1, max_size=2, timeout=wait, open=False)
+    await pool.open(wait=False)
+    return pool
+
+
+async def test_an_unreachable_database_is_a_503_network_answered_fast(
+    server_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tests.conftest import with_database
+
+    # a database that does not exist, and a port nobody listens on; the connection gives
+    # up after 1 s (db.py's own connect timeout is another concern: here the route must
+    # not add claim-retry waits on top). Through a pool of ours and through a DSN.
+    missing = with_database(server_dsn, "dp_no_such_database")
+    for schedules, dsn, own_pool in (
+        (True, missing, True),
+        (False, missing, True),
+        (False, missing, False),
+        (True, CLOSED_PORT_DSN, False),
+    ):
+        pool = await _pool(dsn, wait=1.0) if own_pool else Database(dsn, timeout=1.0)
+        jobs = drainpipe.Jobs(pool, {"emails": Email})
+        rec = Recorder()
+        route = jobs.drain_route(
+            secret=SECRET,
+            handlers={"emails": rec.handler("emails")},
+            schedules=schedules,
+            on_error=rec.on_error,
+        )
+        caplog.clear()
+        try:
+            async with serve(route) as client:
+                started = time.monotonic()
+                response = await client.get("/api/drain", headers=AUTH)
+                took = time.monotonic() - started
+        finally:
+            await pool.close()
+        assert took < 3, took
+        assert response.status_code == 503
+        assert response.headers["content-type"] == "application/problem+json"
+        body = response.json()
+        assert (body["kind"], body["status"], body["more"]) == ("network", 503, False)
+        assert body["instance"] == "/api/drain"
+        assert "could not reach its database" in body["detail"]
+        [record] = [r for r in caplog.records if "cannot work" in r.getMessage()]
+        assert record.name == "drainpipe" and record.levelno == logging.ERROR
+        assert "cannot be reached" in record.getMessage()
+        [(error, job)] = rec.errors
+        assert isinstance(error, drainpipe.DrainpipeError)
+        assert error.kind == "network" and job is None
+
+
+@pytest.fixture
+def bare_db_url(server_dsn: str) -> Any:
+    """A database on the test server where drainpipe's SQL was never applied."""
+    import uuid
+
+    import psycopg
+
+    from tests.conftest import drop_database, with_database
+
+    name = "t_bare_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield with_database(server_dsn, name)
+    drop_database(server_dsn, name)
+
+
+async def test_a_database_without_drainpipe_sql_is_a_503_not_installed(
+    bare_db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    for schedules in (True, False):
+        jobs = drainpipe.Jobs(bare_db_url, {"emails": Email})
+        route = jobs.drain_route(
+            secret=SECRET, handlers={"emails": Recorder().handler("emails")}, schedules=schedules
+        )
+        caplog.clear()
+        try:
+            async with serve(route) as client:
+                started = time.monotonic()
+                response = await client.get("/", headers=AUTH)
+                took = time.monotonic() - started
+        finally:
+            await jobs.backend.db.close()  # type: ignore[attr-defined]
+        assert took < 3, took
+        assert response.status_code == 503
+        body = response.json()
+        assert (body["code"], body["status"], body["more"]) == ("NOT_INSTALLED", 503, False)
+        assert "drainpipe sql apply" in body["detail"] and "drainpipe sql apply" in body["hint"]
+        assert body["title"] == "drainpipe's SQL is not installed"
+        [record] = [r for r in caplog.records if "cannot work" in r.getMessage()]
+        assert record.name == "drainpipe" and record.levelno == logging.ERROR
+        assert "does not exist" in record.getMessage()
+
+
+async def test_a_missing_inbox_module_is_a_503_after_the_queues_ran(
+    conn: Any, db_url: str, jobs: drainpipe.Jobs
+) -> None:
+    inbox = drainpipe.WebhookInbox(db_url, source="billing")
+    await inbox.store(id="evt_1", payload={})
+    await jobs.enqueue("emails", {"to": "a@x"})
+    await conn.execute("DROP FUNCTION drainpipe.claim_webhooks_v1")  # the module half-applied
+    rec = Recorder()
+    finished: list[Any] = []
+
+    class Monitor:
+        def on_finish(self, result: Any, token: Any) -> None:
+            finished.append(result)
+
+    route = jobs.drain_route(
+        secret=SECRET,
+        handlers={"emails": rec.handler("emails")},
+        inboxes=[(inbox, lambda message: None)],
+        monitor=Monitor(),
+    )
+    try:
+        async with serve(route) as client:
+            response = await client.get("/", headers=AUTH)
+    finally:
+        await inbox.close()
+    assert response.status_code == 503
+    assert response.json()["code"] == "NOT_INSTALLED"
+    assert [q for q, _ in rec.seen] == ["emails"]  # the working queue still ran
+    [body] = finished
+    assert (body["code"], body["more"]) == ("NOT_INSTALLED", False)
+
+
+async def test_one_failing_inbox_with_a_reachable_database_stays_a_200(
+    conn: Any, db_url: str, jobs: drainpipe.Jobs, caplog: pytest.LogCaptureFixture
+) -> None:
+    inbox = drainpipe.WebhookInbox(db_url, source="billing")
+    await inbox.store(id="evt_1", payload={})
+    await jobs.enqueue("emails", {"to": "a@x"})
+    # a non-transient claim error of one source (a column gone), everything else fine
+    await conn.execute("ALTER TABLE drainpipe.webhook_inbox RENAME COLUMN checkpoint TO cp")
+    route = jobs.drain_route(
+        secret=SECRET,
+        handlers={"emails": Recorder().handler("emails")},
+        inboxes=[(inbox, lambda message: None)],
+    )
+    try:
+        with caplog.at_level(logging.ERROR, logger="drainpipe"):
+            report = await route.run()
+    finally:
+        await inbox.close()
+    assert report["errors"] == 1 and report["more"] is False
+    assert report["queues"] == {"emails": {"succeeded": 1, "failed": 0}}
+    assert report["inboxes"] == {"billing": {"succeeded": 0, "failed": 0}}
+    # no on_error was given: the default logs it
+    assert any("drain route failed" in r.getMessage() for r in caplog.records)
+
+
+# -- the monitor hook's request -----------------------------------------------------------------
+
+
+async def test_monitor_gets_the_callers_request_or_one_with_url_path_and_headers(
+    jobs: drainpipe.Jobs,
+) -> None:
+    from starlette.applications import Starlette
+    from starlette.requests import Request as StarletteRequest
+    from starlette.responses import Response as StarletteResponse
+    from starlette.routing import Route
+
+    seen: list[Any] = []
+    passed: list[Any] = []
+
+    class Monitor:
+        def on_start(self, request: Any) -> None:
+            seen.append(request)
+
+    route = jobs.drain_route(
+        secret=SECRET, handlers={"emails": Recorder().handler("emails")}, monitor=Monitor()
+    )
+
+    async def endpoint(request: StarletteRequest) -> StarletteResponse:
+        passed.append(request)
+        response: StarletteResponse = await route.handle(request)
+        return response
+
+    app = Starlette(routes=[Route("/cron/drain", endpoint, methods=["GET"])])
+    async with serve(app) as client:
+        assert (await client.get("/cron/drain", headers=AUTH)).status_code == 200
+    assert seen[0] is passed[0]  # the very object the caller passed to handle()
+
+    async with serve(route) as client:  # as an ASGI app
+        await client.get("/api/drain?run=7", headers={**AUTH, "X-Run": "42"})
+    request = seen[1]
+    assert isinstance(request, MonitorRequest)
+    assert (request.method, request.url.path, request.url.query) == ("GET", "/api/drain", "run=7")
+    assert request.headers["x-run"] == "42" and request.headers.get("X-RUN") == "42"
+    assert request.scope["type"] == "http"

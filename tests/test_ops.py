@@ -37,13 +37,16 @@ def test_every_operation_module_contributes_statements() -> None:
     assert modules == {"jobs", "schedules", "idempotency", "leases"}
     called = {_FUNCTION.findall(statement)[0] for statement in ops.STATEMENTS.values()}
     assert called == {
-        *("enqueue_job", "enqueue_jobs", "claim_jobs", "complete_job", "complete_jobs"),
-        *("fail_job", "extend_job_lease", "extend_job_leases", "job_queue_stats"),
-        *("list_dead_jobs", "retry_dead_jobs", "replay_dead_job", "purge_job_archive"),
-        *("schedule_job", "unschedule_job", "list_schedules", "unschedule_tenant"),
-        *("claim_due_schedules", "advance_schedule"),
-        *("begin_idempotent", "complete_idempotent", "release_idempotent"),
-        *("purge_idempotency_keys", "acquire_lease", "extend_lease", "release_lease"),
+        f"{name}_v1"
+        for name in (
+            *("enqueue_job", "enqueue_jobs", "claim_jobs", "complete_job", "complete_jobs"),
+            *("fail_job", "extend_job_lease", "extend_job_leases", "job_queue_stats"),
+            *("list_dead_jobs", "retry_dead_jobs", "replay_dead_job", "purge_job_archive"),
+            *("schedule_job", "unschedule_job", "list_schedules", "unschedule_tenant"),
+            *("claim_due_schedules", "advance_schedule"),
+            *("begin_idempotent", "complete_idempotent", "release_idempotent"),
+            *("purge_idempotency_keys", "acquire_lease", "extend_lease", "release_lease"),
+        )
     }
 
 

@@ -4,6 +4,18 @@ A serverless function cannot run a worker forever, so a scheduler (Vercel Cron, 
 Actions, ``dev_drain``) calls :class:`DrainRoute` every minute: it enqueues due schedules,
 then drains each handler's queue until its time budget is spent, and answers a JSON report.
 
+Fairness. One call's budget is shared by every queue and inbox: each gets an equal share
+of what is left when its turn comes, so time a source leaves unused goes to the ones after
+it, and sources still busy when their share ended get further rounds while budget is left.
+A backlog in one queue never starves another queue or a webhook inbox.
+
+Loud failures. When the database never answers, or drainpipe's SQL is missing, the call
+answers a 503 Problem (kind ``network``, or code ``NOT_INSTALLED`` with a hint to run
+``drainpipe sql apply``) with ``"more": false``, and logs the cause on the ``drainpipe``
+logger. Before the database answered once, claim errors are not retried, so this takes
+one failed connection, not the retry waits. One source failing while others work stays a
+200 report with ``errors``. See ``docs/engine.md``.
+
 Leases. A job claimed by the route is leased for at least the time left in the budget
 plus ``lease_margin`` seconds (30 by default), re-evaluated at each claim and heartbeat, and
 the heartbeat beats every ``lease_margin / 3`` seconds. So while a handler runs, even past
@@ -16,16 +28,20 @@ from __future__ import annotations
 import asyncio
 import hmac
 import inspect
+import json
 import logging
 import math
 import os
 import secrets as _secrets
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .backends.capabilities import SupportsScheduleRuns
+from .engine.core import budget_spent, fair_share_deadline, route_lease
+from .engine.runner import call_hook, log_error
 from .errors import DrainpipeError
 from .http import (
+    PROBLEM_CONTENT_TYPE,
     ProblemFormatter,
     Receive,
     Request,
@@ -35,11 +51,13 @@ from .http import (
     as_request,
     json_response,
     method_not_allowed,
+    problem_body,
     problem_response,
     run_asgi,
 )
+from .models import WorkReport
 from .validation import positive_int, seconds
-from .worker import call_hook
+from .worker import Worker
 
 if TYPE_CHECKING:
     import httpx
@@ -62,8 +80,11 @@ class DrainRoute:
 
     Build it with :meth:`drainpipe.Jobs.drain_route`. ``handlers`` maps queue → handler in
     drain order; ``budget`` is the seconds one call may spend claiming (claimed jobs always
-    finish); ``inboxes`` is an optional sequence of ``(WebhookInbox, handler)`` pairs drained
-    after the queues. ``lease`` (seconds, optional) is a floor; see the module docstring.
+    finish), shared fairly by every source; ``inboxes`` is an optional sequence of
+    ``(WebhookInbox, handler)`` pairs, each given its turn after the queues in every round.
+    ``on_error(error, job_or_message_or_None)`` hears of every failure (default: logged).
+    ``monitor.on_start`` gets the request given to :meth:`handle` (or, as an ASGI app, a
+    :class:`MonitorRequest`). ``lease`` (seconds, optional) is a floor; see the module docstring.
     Construction raises ``ValueError`` for an empty secret or an undeclared queue.
     """
 
@@ -128,7 +149,10 @@ class DrainRoute:
     # -- HTTP ------------------------------------------------------------------------------
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await run_asgi(self._handle, scope, receive, send)
+        async def handle(request: Request) -> Response:
+            return await self._handle(request, MonitorRequest.from_asgi(scope, request))
+
+        await run_asgi(handle, scope, receive, send)
 
     @property
     def app(self) -> DrainRoute:
@@ -147,7 +171,10 @@ class DrainRoute:
             # before anything else: a stranger costs no database call and no monitor hook
             error = DrainpipeError("unauthorized", UNAUTHORIZED_DETAIL)
             return problem_response(error, request.path, problem=self.problem)
-        result = await self.run(original if original is not None else request)
+        try:
+            result = await self.run(original if original is not None else request)
+        except DrainUnavailable as unavailable:
+            return unavailable.response(request.path, self.problem)
         return json_response(result)
 
     def authorized(self, header: str | None) -> bool:
@@ -170,90 +197,117 @@ class DrainRoute:
     # -- one drain -------------------------------------------------------------------------
 
     async def run(self, request: Any = None) -> dict[str, Any]:
-        """Run schedules and drain the queues once (no authorization check); the report.
+        """Run schedules and drain the queues and inboxes once (no authorization check).
 
-        ``{"schedules", "queues": {queue: {"succeeded", "failed"}}, "budgetExhausted",
-        "errors", "more"}`` plus ``"inboxes": {source: {...}}`` when inboxes are set. A queue
-        not reached before the deadline is left out; ``more`` says a drained or unreached
-        queue still had ready jobs when the call ended, so a caller may call again at once.
+        Returns ``{"schedules", "queues": {queue: {"succeeded", "failed"}},
+        "budgetExhausted", "errors", "more"}`` plus ``"inboxes": {source: {...}}`` when
+        inboxes are set. The budget is shared: each source with work gets an equal share of
+        what is left, and time a source leaves unused goes to the others, round after round
+        (see ``docs/engine.md``). A source not reached before the deadline is left out;
+        ``more`` says a source stopped by the deadline (or unreached) still had work.
+
+        Raises :class:`DrainUnavailable` when the drain could not work at all: the
+        database never answered (kind ``network``) or drainpipe's SQL is missing (code
+        ``NOT_INSTALLED``); the route answers it as a 503 Problem with ``"more": false``.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.budget
 
         def lease() -> float:
             # never shorter than the rest of the budget plus a margin, even past the deadline
-            return max(self.lease_floor, max(0.0, deadline - loop.time()) + self.lease_margin)
+            return route_lease(loop.time(), deadline, self.lease_floor, self.lease_margin)
 
         token = await self._monitor("on_start", request)
-        errors = 0
-        scheduled = 0
-        run_schedules = (
-            getattr(self.jobs, "run_schedules", None) if self._runs_schedules() else None
-        )
-        if run_schedules is not None:
+        drain = _Drain(self)
+        if self._runs_schedules():
             try:
-                scheduled = int(await run_schedules())
+                drain.scheduled = int(await self.jobs.run_schedules())
+                drain.reached = True
             except Exception as exc:
-                errors += 1
-                await call_hook(self.on_error, exc, None)
+                await drain.failed(exc, token)
 
-        queues: dict[str, dict[str, int]] = {}
-        unfinished: list[str] = []  # drained queues stopped by the deadline, and unreached ones
-        for queue, handler in self.handlers.items():
-            if loop.time() >= deadline:
-                unfinished.append(queue)
-                continue
-            try:
-                report = await self.jobs.drain(
-                    queue,
-                    handler,
-                    concurrency=self.concurrency,
-                    batch=self.batch,
-                    lease=lease,
-                    deadline=deadline,
-                    on_error=self.on_error,
-                    all_tenants=self.all_tenants,
-                    heartbeat_every=self.lease_margin / 3,
-                )
-            except Exception as exc:
-                errors += 1
-                await call_hook(self.on_error, exc, None)
-                queues[queue] = {"succeeded": 0, "failed": 0}
-                continue
-            queues[queue] = {"succeeded": report.succeeded, "failed": report.failed}
-            if report.budget_exhausted:
-                unfinished.append(queue)
+        sources = [_Source(queue, handler, None) for queue, handler in self.handlers.items()]
+        sources += [_Source(inbox.source, handler, inbox) for inbox, handler in self.inboxes]
+        pending = sources  # a round gives each of them a share of what is left
+        while pending:
+            exhausted: list[_Source] = []
+            for index, source in enumerate(pending):
+                now = loop.time()
+                if budget_spent(now, deadline):
+                    break
+                share = fair_share_deadline(now, deadline, len(pending) - index)
+                source.reached = True
+                try:
+                    report = await self._drain_one(source, share, lease, drain.reached)
+                except Exception as exc:
+                    await drain.failed(exc, token)
+                    source.done = True
+                    continue
+                drain.reached = True
+                source.succeeded += report.succeeded
+                source.failed += report.failed
+                if report.budget_exhausted:
+                    exhausted.append(source)
+                else:
+                    source.done = True
+            if budget_spent(loop.time(), deadline):
+                break
+            pending = exhausted
+        if drain.missing is not None:
+            await drain.unavailable(drain.missing, token)
 
-        inboxes: dict[str, dict[str, int]] = {}
-        inbox_more = False
-        for inbox, handler in self.inboxes:
-            if loop.time() >= deadline:
-                inbox_more = True  # not reached: it may hold work
-                continue
-            try:
-                report = await inbox.process(handler, deadline=deadline, lease=lease())
-            except Exception as exc:
-                errors += 1
-                await call_hook(self.on_error, exc, None)
-                inboxes[inbox.source] = {"succeeded": 0, "failed": 0}
-                continue
-            inboxes[inbox.source] = {
-                "succeeded": int(report.succeeded),
-                "failed": int(report.failed),
-            }
-            inbox_more = inbox_more or bool(getattr(report, "budget_exhausted", False))
-
+        queues = {s.name: s.counts() for s in sources if s.inbox is None and s.reached}
+        inboxes = {s.name: s.counts() for s in sources if s.inbox is not None and s.reached}
+        unfinished = [s.name for s in sources if s.inbox is None and not s.done]
+        inbox_more = any(s.inbox is not None and not s.done for s in sources)
         result: dict[str, Any] = {
-            "schedules": scheduled,
+            "schedules": drain.scheduled,
             "queues": queues,
             "budgetExhausted": loop.time() >= deadline or bool(unfinished) or inbox_more,
-            "errors": errors,
+            "errors": drain.errors,
             "more": inbox_more or await self._has_ready(unfinished),
         }
         if self.inboxes:
             result["inboxes"] = inboxes
         await self._monitor("on_finish", result, token)
         return result
+
+    async def _drain_one(
+        self, source: _Source, deadline: float, lease: Callable[[], float], reached: bool
+    ) -> WorkReport:
+        """Drain one queue or inbox until ``deadline`` (its share of the budget). Before the
+        database answered once in this call, a claim error is not retried: an unreachable
+        database is a 503 at once, not after the retry waits."""
+        if source.inbox is None:
+            worker = Worker(
+                self.jobs,
+                source.name,
+                source.handler,
+                concurrency=self.concurrency,
+                batch=self.batch,
+                lease=lease,
+                deadline=deadline,
+                on_error=self.on_error,
+                all_tenants=self.all_tenants,
+                heartbeat_every=self.lease_margin / 3,
+                retry_unreached=reached,
+            )
+            return await worker.run(until_empty=True)
+        make_runner = getattr(source.inbox, "_runner", None)
+        if make_runner is None:  # an inbox-like object of the caller's own
+            report: WorkReport = await source.inbox.process(
+                source.handler, deadline=deadline, lease=lease()
+            )
+            return report
+        runner = make_runner(
+            source.handler,
+            lease=lease,
+            deadline=deadline,
+            on_error=self.on_error,
+            heartbeat_every=self.lease_margin / 3,
+            retry_unreached=reached,
+        )
+        return await runner.run(until_empty=True)  # type: ignore[no-any-return]
 
     def _runs_schedules(self) -> bool:
         if not self.schedules or not callable(getattr(self.jobs, "run_schedules", None)):
@@ -284,8 +338,167 @@ class DrainRoute:
                 value = await value
             return value
         except Exception as exc:  # a monitor never fails the drain nor counts as an error
-            await call_hook(self.on_error, exc, None)
+            if self.on_error is None:
+                log_error(f"the drain route's monitor ({name})", exc)
+            else:
+                await call_hook(self.on_error, exc, None)
             return None
+
+
+class RequestURL(NamedTuple):
+    """The URL parts of a :class:`MonitorRequest`."""
+
+    path: str
+    query: str
+
+
+class MonitorRequest:
+    """What a monitor's ``on_start(request)`` gets when the route runs as an ASGI app:
+    ``method``, ``url.path``, ``url.query``, ``headers`` (case-insensitive ``get`` and
+    ``[]``) and the ASGI ``scope``, like a Starlette request. Through
+    ``route.handle(request)`` the hook gets the caller's own request object instead."""
+
+    __slots__ = ("headers", "method", "scope", "url")
+
+    def __init__(self, method: str, url: RequestURL, headers: Any, scope: Scope) -> None:
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.scope = scope
+
+    @classmethod
+    def from_asgi(cls, scope: Scope, request: Request) -> MonitorRequest:
+        query = scope.get("query_string", b"")
+        text = query.decode("latin-1") if isinstance(query, bytes) else str(query)
+        return cls(request.method, RequestURL(request.path, text), request.headers, scope)
+
+    def __repr__(self) -> str:
+        return f"MonitorRequest({self.method} {self.url.path})"
+
+
+NOT_INSTALLED = "NOT_INSTALLED"
+INSTALL_HINT = "run `drainpipe sql apply` (or drainpipe.install(db, modules)) against this database"
+# undefined table / function / schema, and PostgREST's "not in the schema cache" for both
+_MISSING_SQL = frozenset({"42P01", "42883", "3F000", "PGRST202", "PGRST205"})
+
+
+def missing_sql(exc: BaseException) -> bool:
+    """True when ``exc`` (or what it was raised from) says one of drainpipe's SQL objects
+    (schema ``drainpipe``, its functions, pgmq's tables) does not exist."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a chain is short; never loop on a cycle
+        if seen is None:
+            return False
+        code = seen.code if isinstance(seen, DrainpipeError) else None
+        if code == NOT_INSTALLED:
+            return True
+        state = getattr(seen, "sqlstate", None) or code
+        if state in _MISSING_SQL:
+            text = str(seen)
+            if "drainpipe" in text or "pgmq" in text:
+                return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+class DrainUnavailable(DrainpipeError):
+    """A drain that could not work at all: the database never answered (kind
+    ``network``), or drainpipe's SQL is missing (status 503, code ``NOT_INSTALLED``). The
+    route answers it as a 503 Problem with ``"more": false``; the cause is chained and
+    logged. Raised by :meth:`DrainRoute.run`."""
+
+    @classmethod
+    def from_cause(cls, exc: BaseException) -> DrainUnavailable | None:
+        """The failure ``exc`` means when nothing of the drain can work; None when it is
+        one source's failure."""
+        if missing_sql(exc):
+            failure = cls(
+                "unexpected",
+                f"drainpipe's SQL is missing from the database ({exc}): {INSTALL_HINT}",
+                code=NOT_INSTALLED,
+                status=503,
+            )
+        elif isinstance(exc, DrainpipeError) and exc.kind == "network":
+            failure = cls("network", f"The database cannot be reached: {exc}")
+        else:
+            return None
+        failure.__cause__ = exc
+        return failure
+
+    def body(self, instance: str | None = None) -> dict[str, Any]:
+        """The Problem body: RFC 9457 members plus ``more: false`` (and ``hint``)."""
+        body = problem_body(self, instance)
+        if self.code == NOT_INSTALLED:
+            body["title"] = "drainpipe's SQL is not installed"
+            body["detail"] = str(self)
+            body["hint"] = INSTALL_HINT
+        elif self.kind == "network":
+            # the cause may name hosts: it goes to the log, not to the caller
+            body["detail"] = "The drain route could not reach its database; see the logs"
+        body["more"] = False
+        return body
+
+    def response(self, instance: str, problem: ProblemFormatter | None) -> Response:
+        body = self.body(instance)
+        if problem is not None:
+            body = problem(body, self)
+        return Response(
+            self.status,
+            json.dumps(body, separators=(",", ":"), default=str).encode(),
+            content_type=PROBLEM_CONTENT_TYPE,
+        )
+
+
+class _Source:
+    """One queue (``inbox`` None) or webhook inbox of a drain, and what it did so far."""
+
+    __slots__ = ("done", "failed", "handler", "inbox", "name", "reached", "succeeded")
+
+    def __init__(self, name: str, handler: Any, inbox: Any) -> None:
+        self.name = name
+        self.handler = handler
+        self.inbox = inbox
+        self.succeeded = 0
+        self.failed = 0
+        self.reached = False  # given a share: it is in the report
+        self.done = False  # ran out of work (or failed): nothing more to give it
+
+    def counts(self) -> dict[str, int]:
+        return {"succeeded": self.succeeded, "failed": self.failed}
+
+
+class _Drain:
+    """The state of one drain call: what it counted, whether the database answered yet."""
+
+    def __init__(self, route: DrainRoute) -> None:
+        self.route = route
+        self.scheduled = 0
+        self.errors = 0
+        self.reached = False  # a statement of this call got an answer
+        self.missing: DrainUnavailable | None = None  # SQL found missing after first contact
+
+    async def failed(self, exc: BaseException, token: Any) -> None:
+        """Count one source's failure, or end the call when the drain cannot work."""
+        error = DrainUnavailable.from_cause(exc)
+        if error is not None and not self.reached:
+            await self.unavailable(error, token)
+        if error is not None and error.code == NOT_INSTALLED:
+            # part of the SQL is missing (one module not applied): the sources that work
+            # still run, then the call answers the 503
+            self.missing = self.missing or error
+        self.errors += 1
+        on_error = self.route.on_error
+        if on_error is None:
+            log_error("drain route", exc)
+        else:
+            await call_hook(on_error, exc, None)
+
+    async def unavailable(self, error: DrainUnavailable, token: Any) -> None:
+        log.error("drainpipe: the drain route cannot work: %s", error, exc_info=error)
+        if self.route.on_error is not None:
+            await call_hook(self.route.on_error, error, None)
+        await self.route._monitor("on_finish", error.body(), token)
+        raise error
 
 
 # -- the local cron caller ------------------------------------------------------------------

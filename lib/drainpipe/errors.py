@@ -242,7 +242,7 @@ def postgrest_error(status: int | None, code: str | None, message: str) -> Drain
             found = _CONSTRAINT.search(message) if code == "23505" else None
             return sql_error(code, message, constraint=found and found.group(1), code=code)
         if code in MISSING_OBJECT_POSTGREST_CODES:
-            # "Could not find the function drainpipe.claim_jobs(...) in the schema cache"
+            # "Could not find the function drainpipe.claim_jobs_v1(...) in the schema cache"
             if names_drainpipe(message):
                 return not_installed(message)
             return DrainpipeError("unexpected", message, code=code)

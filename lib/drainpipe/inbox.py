@@ -4,27 +4,29 @@
 (or your ``verify``; both in :mod:`drainpipe.webhooks`) and stores the message under (source,
 tenant, message id), so a provider's retries are answered ``200 {"duplicate": true}``
 instead of being handled twice.
-``process`` claims stored messages in batches and runs your handler with retries
-(``min(3600, 2**attempts)`` s), leases renewed every half lease, and fencing by the claimed
-attempt. The state transitions are SQL functions (``sql/webhook_inbox.sql``).
+``process`` claims stored messages in batches and runs your handler on the lease engine
+(:mod:`drainpipe.engine`, the same runner as jobs) with retries (``min(3600, 2**attempts)``
+s), leases renewed every half lease, lost leases dropped and reported, and fencing by the
+claimed attempt. The state transitions are SQL functions (``sql/webhook_inbox.sql``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import json
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
 from .db import as_database
-from .errors import DrainpipeError, Retry, invalid_request, validation_error
+from .engine.core import run_deadline
+from .engine.runner import OnError, Runner
+from .errors import DrainpipeError, invalid_request, validation_error
 from .http import (
     Receive,
     Request,
@@ -38,7 +40,7 @@ from .http import (
     run_asgi,
 )
 from .models import WorkReport
-from .validation import error_text, positive_int, seconds
+from .validation import positive_int, seconds
 from .webhooks import Verify, call_verify, load_secrets, parse_body, read_body, verify_signature
 
 log = logging.getLogger("drainpipe")
@@ -223,6 +225,64 @@ def _text(value: Any, name: str, *, required: bool) -> str | None:
 def _tenant(value: Any) -> str | None:
     # '' is no tenant: the uniqueness index treats a null tenant as ''
     return _text(value or None, "tenant", required=False)
+
+
+class _InboxSource:
+    """One inbox source as a :class:`~drainpipe.engine.runner.ClaimableSource`: the SQL of
+    ``sql/webhook_inbox.sql``, every call fenced by (id, worker, attempt)."""
+
+    leases = True
+    heartbeat_floor = 0.0  # section 5: every half lease, however short
+    complete_each = True  # no batch completion in SQL: each message is settled when done
+
+    def __init__(self, inbox: WebhookInbox, handler: Handler) -> None:
+        self.async_handler = inspect.iscoroutinefunction(handler)
+        self._inbox = inbox
+        self._db = inbox._db
+        self._handler = handler
+
+    async def claim(self, batch: int, lease: float) -> list[WebhookMessage]:
+        inbox = self._inbox
+        rows = await self._db.fetch(
+            f"SELECT {_MESSAGE_COLUMNS} FROM drainpipe.claim_webhooks_v1(%s, %s, %s, %s)",
+            (inbox.source, inbox.worker, batch, lease),
+        )
+        return [inbox._message(row) for row in rows]
+
+    async def extend(self, items: Sequence[WebhookMessage], lease: float) -> set[int]:
+        rows = await self._db.fetch(
+            "SELECT drainpipe.extend_webhooks_v1(%s::bigint[], %s::integer[], %s, %s)",
+            ([m.id for m in items], [m.attempts for m in items], self._inbox.worker, lease),
+        )
+        return {int(row[0]) for row in rows}
+
+    async def complete(self, items: Sequence[WebhookMessage]) -> list[WebhookMessage]:
+        refused = []
+        for message in items:
+            done = await self._db.fetchval(
+                "SELECT drainpipe.complete_webhook_v1(%s, %s, %s)",
+                (message.id, self._inbox.worker, message.attempts),
+            )
+            if not done:
+                refused.append(message)
+        return refused
+
+    async def fail(self, item: WebhookMessage, error: str, retry_in: float | None) -> None:
+        await self._db.fetchval(
+            "SELECT drainpipe.fail_webhook_v1(%s, %s, %s, %s, %s)",
+            (item.id, self._inbox.worker, item.attempts, error, retry_in),
+        )
+
+    def start(self, item: WebhookMessage) -> Any:
+        return self._handler(item)
+
+    def describe(self, item: WebhookMessage | None) -> str:
+        if item is None:
+            return f"inbox {self._inbox.source}"
+        return (
+            f"inbox {item.source} message {item.message_id} (id {item.id},"
+            f" attempt {item.attempts}/{item.max_attempts})"
+        )
 
 
 # -- the inbox -----------------------------------------------------------------------------
@@ -410,43 +470,77 @@ class WebhookInbox:
         lease: float | timedelta = 300,
         budget: float | timedelta | None = None,
         deadline: float | None = None,
+        on_error: OnError | None = None,
+        heartbeat_every: float | None = None,
     ) -> WorkReport:
         """Claim and handle messages until none is due or the budget is spent.
 
         ``handler(message)`` (plain or async) returning normally marks the message processed;
         raising fails it: it comes back after ``min(3600, 2**attempts)`` seconds (or
         ``Retry(after=...)`` seconds) and is dead after ``max_attempts``. ``lease`` (seconds)
-        is renewed every half lease while a batch runs. ``budget`` (seconds) and
+        is renewed every half lease (or every ``heartbeat_every`` seconds) while a batch
+        runs; a message whose lease was lost meanwhile is dropped (its handler cancelled, no
+        settlement sent) and reported as ``LEASE_LOST``. ``budget`` (seconds) and
         ``deadline`` (an ``asyncio`` loop time) are checked before each claim; claimed
-        messages always finish. A message whose worker died on its last attempt is marked
-        dead by the next claim.
+        messages always finish. Transient claim errors are retried 3 times (1, 2, 4 s).
+        ``on_error(error, message)`` hears of every failure (default: logged on the
+        ``drainpipe`` logger). A message whose worker died on its last attempt is marked
+        dead by the next claim. See ``docs/engine.md``.
         """
+        runner = self._runner(
+            handler,
+            batch=batch,
+            lease=lease,
+            budget=budget,
+            deadline=deadline,
+            on_error=on_error,
+            heartbeat_every=heartbeat_every,
+        )
+        return await runner.run(until_empty=True)
+
+    def _runner(
+        self,
+        handler: Handler,
+        *,
+        batch: int = 10,
+        lease: float | timedelta | Callable[[], float] = 300,
+        budget: float | timedelta | None = None,
+        deadline: float | None = None,
+        on_error: OnError | None = None,
+        heartbeat_every: float | None = None,
+        retry_unreached: bool = True,
+    ) -> Runner:
+        """The engine run behind :meth:`process` (the drain route builds it directly, with
+        a lease re-read at each claim and beat and ``retry_unreached=False``)."""
         if not callable(handler):
             raise TypeError("handler must be callable: async def handler(message)")
         batch = positive_int(batch, "batch")
-        lease_seconds = seconds(lease, "lease")
-        if lease_seconds <= 0:
-            raise validation_error(
-                "lease must be more than 0 seconds", [{"message": "Must be > 0", "path": ["lease"]}]
-            )
+        if callable(lease):
+            lease_seconds: float | Callable[[], float] = lease
+        else:
+            lease_seconds = seconds(lease, "lease")
+            if lease_seconds <= 0:
+                raise validation_error(
+                    "lease must be more than 0 seconds",
+                    [{"message": "Must be > 0", "path": ["lease"]}],
+                )
+        every = (
+            None
+            if heartbeat_every is None
+            else seconds(heartbeat_every, "heartbeat_every", minimum=0.001)
+        )
         loop = asyncio.get_running_loop()
-        if budget is not None:
-            by_budget = loop.time() + seconds(budget, "budget")
-            deadline = by_budget if deadline is None else min(deadline, by_budget)
-        report = WorkReport()
-        while True:
-            if deadline is not None and loop.time() >= deadline:
-                report.budget_exhausted = True
-                return report
-            rows = await self._db.fetch(
-                f"SELECT {_MESSAGE_COLUMNS} FROM drainpipe.claim_webhooks_v1(%s, %s, %s, %s)",
-                (self.source, self.worker, batch, lease_seconds),
-            )
-            if not rows:
-                return report
-            await self._run_batch(
-                handler, [self._message(row) for row in rows], lease_seconds, report
-            )
+        return Runner(
+            _InboxSource(self, handler),
+            batch=batch,
+            lease=lease_seconds,
+            on_error=on_error,
+            deadline=run_deadline(
+                loop.time(), None if budget is None else seconds(budget, "budget"), deadline
+            ),
+            heartbeat_every=every,
+            retry_unreached=retry_unreached,
+        )
 
     def _message(self, row: tuple[Any, ...]) -> WebhookMessage:
         (id_, source, message_id, event_type, payload, headers, attempts, max_attempts,
@@ -465,77 +559,6 @@ class WebhookInbox:
             progress=dict(checkpoint or {}),
             save=self._checkpoint,
         )
-
-    async def _run_batch(
-        self, handler: Handler, messages: list[WebhookMessage], lease: float, report: WorkReport
-    ) -> None:
-        unfinished = {message.id: message for message in messages}
-        lost: set[int] = set()
-        heartbeat = asyncio.create_task(self._heartbeat(unfinished, lost, lease))
-        try:
-            for message in messages:
-                if message.id not in lost:  # taken over while it waited its turn: skip it
-                    await self._run_one(handler, message, report)
-                unfinished.pop(message.id, None)
-        finally:
-            heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
-
-    async def _heartbeat(
-        self, unfinished: dict[int, WebhookMessage], lost: set[int], lease: float
-    ) -> None:
-        while True:
-            await asyncio.sleep(lease / 2)
-            held = list(unfinished.values())
-            if not held:
-                continue
-            try:
-                rows = await self._db.fetch(
-                    "SELECT drainpipe.extend_webhooks_v1(%s::bigint[], %s::integer[], %s, %s)",
-                    ([m.id for m in held], [m.attempts for m in held], self.worker, lease),
-                )
-            except Exception:  # a missed beat is retried next time; the message keeps running
-                log.warning("drainpipe: inbox heartbeat failed for %s", self.source, exc_info=True)
-                continue
-            renewed = {row[0] for row in rows}
-            lost.update(m.id for m in held if m.id not in renewed and m.id in unfinished)
-
-    async def _run_one(self, handler: Handler, message: WebhookMessage, report: WorkReport) -> None:
-        try:
-            result = handler(message)
-            if inspect.isawaitable(result):
-                await result
-        except Retry as retry:
-            report.failed += 1
-            await self._fail(message, str(retry), retry.after)
-            return
-        except Exception as exc:
-            report.failed += 1
-            log.warning(
-                "drainpipe: inbox %s message %s failed (attempt %d/%d)",
-                self.source, message.message_id, message.attempts, message.max_attempts,
-                exc_info=True,
-            )  # fmt: skip
-            await self._fail(message, error_text(exc), None)
-            return
-        report.succeeded += 1
-        try:
-            await self._db.fetchval(
-                "SELECT drainpipe.complete_webhook_v1(%s, %s, %s)",
-                (message.id, self.worker, message.attempts),
-            )
-        except Exception:  # the message comes back when its lease ends
-            log.warning("drainpipe: could not complete inbox message %s", message.id, exc_info=True)
-
-    async def _fail(self, message: WebhookMessage, text: str, retry_in: float | None) -> None:
-        try:
-            await self._db.fetchval(
-                "SELECT drainpipe.fail_webhook_v1(%s, %s, %s, %s, %s)",
-                (message.id, self.worker, message.attempts, text, retry_in),
-            )
-        except Exception:  # the message comes back when its lease ends
-            log.warning("drainpipe: could not fail inbox message %s", message.id, exc_info=True)
 
     async def _checkpoint(self, message: WebhookMessage, fields: dict[str, Any]) -> bool:
         return bool(

@@ -1,0 +1,454 @@
+"""One runner for everything drainpipe claims under a lease: jobs and webhook messages.
+
+A run opens ``concurrency`` lanes. Each lane claims a batch from a :class:`ClaimableSource`,
+runs its items in order, and settles them. The semantics, decided once for every source:
+
+* **Heartbeats.** While a batch runs, one heartbeat extends every item of the batch that is
+  not settled yet, in one round trip, every :func:`~drainpipe.engine.core.heartbeat_interval`
+  seconds. The first beat is a timer, not a task: most batches end before it is due.
+* **A lost lease stops the work on that item.** When an extend says an item is no longer
+  held (its lease ran out and another worker claimed it, or its attempt changed), the item
+  is dropped: a handler still running on it is cancelled (its task gets ``CancelledError``),
+  a result it produced is discarded, an item still waiting its turn is skipped. No
+  complete or fail is sent for it, it counts neither as succeeded nor as failed, and
+  ``on_error`` gets ``DrainpipeError(kind="conflict", code="LEASE_LOST")`` with the item.
+  A completion the database refuses (the fenced settlement found another attempt) is
+  reported the same way; the handler did run, so it still counts as succeeded.
+* **Claim errors.** A claim error of a transient kind (``errors.TRANSIENT_KINDS``) is
+  retried 3 times per lane, waiting ``poll_interval`` and doubling; any other claim error,
+  or a 4th, stops every lane and the run raises it. A run started with
+  ``retry_unreached=False`` (the drain route) does not retry before its first claim got an
+  answer: a database that cannot be reached is reported at once, not after the waits.
+* **Failures.** A handler that raises fails its item (the error text is stored) and
+  ``on_error(error, item)`` hears of it after the failure was recorded; ``Retry(after)``
+  fails it with that delay and is not an error. A complete or fail that raises goes to
+  ``on_error``; the item comes back when its lease ends. A heartbeat that raises is logged
+  and retried at the next beat: the items keep running.
+* **Budget.** The deadline is checked before each claim; claimed items always finish.
+* **Lazy lanes.** A run ``until_empty`` starts one lane and opens the others only when a
+  claim comes back full, so an empty drain costs one round trip.
+* **on_error everywhere.** Without one, errors are logged on the ``drainpipe`` logger with
+  the source and the item (queue and job id, inbox source and message id).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+from ..errors import TRANSIENT_KINDS, DrainpipeError, Retry
+from ..models import WorkReport
+from ..validation import error_text
+from .core import (
+    CLAIM_RETRIES,
+    budget_spent,
+    claim_retry_wait,
+    heartbeat_interval,
+    next_idle_wait,
+    should_retry_claim,
+)
+
+log = logging.getLogger("drainpipe")
+
+LEASE_LOST = "LEASE_LOST"
+
+OnError = Callable[[BaseException, Any], Any]
+
+
+class Claimed(Protocol):
+    """What the runner needs of a claimed item: its id (unique within its source)."""
+
+    @property
+    def id(self) -> int: ...
+
+
+ItemT = TypeVar("ItemT", bound=Claimed)
+ItemT_co = TypeVar("ItemT_co", bound=Claimed, covariant=True)
+
+
+class ClaimableSource(Protocol[ItemT]):
+    """Something that hands out items under a lease and settles them, fenced.
+
+    * ``leases``: False when the source cannot extend leases (no heartbeat is sent).
+    * ``heartbeat_floor``: the shortest time between heartbeats, in seconds.
+    * ``complete_each``: settle each success at once (the source has no batch completion).
+    * ``async_handler``: ``start`` always returns an awaitable (skips a check per item).
+    """
+
+    leases: bool
+    heartbeat_floor: float
+    complete_each: bool
+    async_handler: bool
+
+    # Plain methods returning awaitables, so an adapter may hand its backend's coroutine
+    # straight through (no extra coroutine per claim on the hot path); ``async def`` fits too.
+    def claim(self, batch: int, lease: float) -> Awaitable[Sequence[ItemT]]:
+        """Up to ``batch`` items leased for ``lease`` seconds (empty: nothing is due)."""
+        ...
+
+    def extend(self, items: Sequence[ItemT], lease: float) -> Awaitable[set[int]]:
+        """Extend the leases of ``items`` in one round trip; the ids still held."""
+        ...
+
+    def complete(self, items: Sequence[ItemT]) -> Awaitable[Sequence[ItemT]]:
+        """Settle ``items`` as done; the items whose settlement was refused (lease lost)."""
+        ...
+
+    def fail(self, item: ItemT, error: str, retry_in: float | None) -> Awaitable[Any]:
+        """Settle ``item`` as failed: retried after ``retry_in`` s (None: the backoff)."""
+        ...
+
+    def start(self, item: ItemT) -> Any:
+        """Call the handler on ``item``; what it returns (awaited when awaitable)."""
+        ...
+
+    def describe(self, item: ItemT | None) -> str:
+        """Words for logs and errors: ``queue emails job 12 (attempt 1/5)``."""
+        ...
+
+
+async def call_hook(hook: Callable[..., Any] | None, *args: Any) -> Any:
+    """Call a plain or async hook; its own failure is logged, never raised."""
+    if hook is None:
+        return None
+    try:
+        result = hook(*args)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+    except Exception:
+        log.exception("drainpipe: a hook raised")
+        return None
+
+
+def lease_lost(description: str) -> DrainpipeError:
+    """The error ``on_error`` gets for an item whose lease another worker holds now."""
+    return DrainpipeError(
+        "conflict",
+        f"The lease on {description} was lost (it ran out and the item was claimed again, "
+        "or its attempt changed); this worker's result is discarded",
+        code=LEASE_LOST,
+    )
+
+
+def log_error(description: str, error: BaseException) -> None:
+    """What happens to an error when the caller passed no ``on_error``."""
+    if isinstance(error, DrainpipeError) and error.code == LEASE_LOST:
+        log.warning("drainpipe: %s", error)
+        return
+    log.error("drainpipe: %s failed: %s", description, error_text(error), exc_info=error)
+
+
+def as_error(exc: BaseException) -> DrainpipeError:
+    """``exc`` as a :class:`DrainpipeError` (kind ``unexpected`` unless it is one)."""
+    if isinstance(exc, DrainpipeError):
+        return exc
+    error = DrainpipeError("unexpected", error_text(exc))
+    error.__cause__ = exc
+    return error
+
+
+class _Batch:
+    """The state one heartbeat shares with the lane running its batch."""
+
+    __slots__ = ("beats", "cancelled", "lane", "lost", "running", "unfinished")
+
+    def __init__(self, unfinished: dict[int, Any], lane: asyncio.Task[Any] | None) -> None:
+        self.unfinished = unfinished  # claimed, not settled: what the heartbeat extends
+        self.lane = lane
+        self.lost: set[int] | None = None  # made on the first lost lease only
+        self.running: int | None = None  # the id whose handler the lane awaits right now
+        self.cancelled: int | None = None  # the id whose handler we cancelled
+        self.beats: list[asyncio.Task[None]] = []
+
+
+class Runner:
+    """Runs a :class:`ClaimableSource` with the semantics of the module docstring.
+
+    ``lease`` is seconds or a callable returning them (re-read at each claim and beat);
+    ``deadline`` is an ``asyncio`` loop time; ``on_error(error, item)`` (plain or async)
+    hears of every failure (``item`` is None for a claim error that ends the run).
+    """
+
+    def __init__(
+        self,
+        source: ClaimableSource[Any],
+        *,
+        concurrency: int = 1,
+        batch: int = 1,
+        lease: float | Callable[[], float] = 300,
+        poll_interval: float = 1.0,
+        max_poll_interval: float = 30.0,
+        stop: asyncio.Event | None = None,
+        on_error: OnError | None = None,
+        deadline: float | None = None,
+        heartbeat_every: float | None = None,
+        retry_unreached: bool = True,
+        claim_retries: int = CLAIM_RETRIES,
+    ) -> None:
+        if on_error is not None and not callable(on_error):
+            raise TypeError("on_error must be callable: on_error(error, item)")
+        self.source = source
+        self.concurrency = max(1, concurrency)
+        self.batch = batch
+        self.lease = lease
+        self.poll_interval = poll_interval
+        self.max_poll_interval = max(poll_interval, max_poll_interval)
+        self.stop = stop
+        self.on_error = on_error
+        self.deadline = deadline
+        self.heartbeat_every = heartbeat_every
+        self.retry_unreached = retry_unreached
+        self.claim_retries = claim_retries
+        self.report = WorkReport()
+        #: True once a claim got an answer (even an empty one): the source is reachable
+        self.reached = False
+        self._fatal: BaseException | None = None
+        self._halt = asyncio.Event()  # set when a lane hit a fatal claim error
+        self._lanes: list[asyncio.Task[None]] = []
+        self._spread = False
+        self._until_empty = False
+
+    # -- the lanes ----------------------------------------------------------------------
+
+    async def run(self, *, until_empty: bool) -> WorkReport:
+        """Claim and run items until empty (``until_empty``), or until ``stop`` is set or
+        the deadline passes. Raises the claim error that stopped the run."""
+        self._spread = not until_empty or self.concurrency == 1
+        self._until_empty = until_empty
+        lanes = self.concurrency if self._spread else 1
+        self._lanes += [asyncio.create_task(self._lane()) for _ in range(lanes)]
+        try:
+            while pending := [lane for lane in self._lanes if not lane.done()]:
+                await asyncio.wait(pending)
+            for lane in self._lanes:
+                lane.result()
+        finally:
+            for lane in self._lanes:
+                lane.cancel()
+        if self._fatal is not None:
+            raise self._fatal
+        return self.report
+
+    def _open_other_lanes(self) -> None:
+        if not self._spread:
+            self._spread = True
+            self._lanes += [asyncio.create_task(self._lane()) for _ in range(self.concurrency - 1)]
+
+    def _stopping(self) -> bool:
+        return self._halt.is_set() or (self.stop is not None and self.stop.is_set())
+
+    def _lease_seconds(self) -> float:
+        return self.lease() if callable(self.lease) else self.lease
+
+    async def _lane(self) -> None:
+        loop = asyncio.get_running_loop()
+        lane = asyncio.current_task()
+        wait = self.poll_interval
+        retries = 0
+        while not self._stopping():
+            if budget_spent(loop.time(), self.deadline):
+                self.report.budget_exhausted = True
+                return
+            try:
+                claimed = await self.source.claim(self.batch, self._lease_seconds())
+            except Exception as exc:
+                error = as_error(exc)
+                transient = error.kind in TRANSIENT_KINDS and (self.reached or self.retry_unreached)
+                if should_retry_claim(transient, retries, self.claim_retries):
+                    retries += 1
+                    await self._sleep(claim_retry_wait(retries, self.poll_interval))
+                    continue
+                if self._fatal is None:
+                    self._fatal = error
+                self._halt.set()
+                return
+            self.reached = True
+            retries = 0
+            if not claimed:
+                if self._until_empty:
+                    return
+                await self._sleep(wait)
+                wait = next_idle_wait(wait, self.max_poll_interval)
+                continue
+            wait = self.poll_interval
+            if len(claimed) >= self.batch:
+                self._open_other_lanes()
+            await self._run_batch(claimed, lane)
+
+    async def _sleep(self, delay: float) -> None:
+        """Sleep, waking early when the run is told to stop."""
+        waiters = [asyncio.ensure_future(self._halt.wait())]
+        if self.stop is not None:
+            waiters.append(asyncio.ensure_future(self.stop.wait()))
+        try:
+            await asyncio.wait(waiters, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+    # -- one batch ----------------------------------------------------------------------
+
+    async def _run_batch(self, claimed: Sequence[Any], lane: asyncio.Task[Any] | None) -> None:
+        source = self.source
+        batch = _Batch({item.id: item for item in claimed}, lane)
+        first_beat = None
+        if source.leases:
+            # a timer, not a task: most batches finish before their first beat is due,
+            # and a timer costs far less to set up and cancel on this hot path
+            every = heartbeat_interval(
+                self._lease_seconds(), self.heartbeat_every, source.heartbeat_floor
+            )
+            first_beat = asyncio.get_running_loop().call_later(
+                every, self._start_heartbeat, batch, every
+            )
+        succeeded: list[Any] = []
+        try:
+            for item in claimed:
+                if batch.lost is not None and item.id in batch.lost:
+                    await self._report(lease_lost(source.describe(item)), item)
+                    continue
+                if await self._run_one(batch, item):
+                    if source.complete_each:
+                        batch.unfinished.pop(item.id, None)
+                        await self._settle([item])
+                    succeeded.append(item)
+                else:
+                    batch.unfinished.pop(item.id, None)
+            if batch.lost is not None:
+                # done, but taken over before it was settled: the takeover's result stands
+                lost = batch.lost
+                kept = [item for item in succeeded if item.id not in lost]
+                for item in succeeded:
+                    if item.id in lost:
+                        await self._report(lease_lost(source.describe(item)), item)
+                succeeded = kept
+            self.report.succeeded += len(succeeded)
+            batch.unfinished.clear()  # nothing left to extend while the batch settles
+            if not source.complete_each:
+                await self._settle(succeeded)
+        finally:
+            batch.unfinished.clear()
+            if first_beat is not None:
+                first_beat.cancel()
+            for beat in batch.beats:
+                beat.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await beat
+
+    async def _run_one(self, batch: _Batch, item: Any) -> bool:
+        """Run one item's handler; True when it returned normally and still holds its lease
+        (the caller counts and settles those)."""
+        source = self.source
+        batch.running = item.id
+        try:
+            result = source.start(item)
+            if source.async_handler or inspect.isawaitable(result):
+                await result
+        except asyncio.CancelledError:
+            batch.running = None
+            if batch.cancelled != item.id or batch.lane is None:
+                raise  # the run itself is being cancelled
+            if batch.lane.uncancel() > 0:
+                raise  # cancelled from outside as well: that one wins
+            await self._report(lease_lost(source.describe(item)), item)
+            return False
+        except Retry as retry:
+            batch.running = None
+            if not await self._still_held(batch, item):
+                return False
+            self.report.failed += 1
+            await self._record_failure(item, str(retry), retry.after)
+            return False
+        except Exception as exc:
+            batch.running = None
+            if not await self._still_held(batch, item):
+                return False
+            self.report.failed += 1
+            await self._record_failure(item, error_text(exc), None)
+            await self._report(exc, item)
+            return False
+        batch.running = None
+        if batch.lost is None:  # the common case, without a coroutine per item
+            return True
+        return await self._still_held(batch, item)
+
+    async def _still_held(self, batch: _Batch, item: Any) -> bool:
+        """False (and reported) when the heartbeat found ``item``'s lease lost."""
+        if batch.lost is None:
+            return True  # the common case: nothing was lost in this batch
+        if batch.cancelled == item.id and batch.lane is not None and batch.lane.cancelling():
+            # the handler swallowed our cancellation (or raised something else instead)
+            batch.lane.uncancel()
+        if item.id in batch.lost:
+            await self._report(lease_lost(self.source.describe(item)), item)
+            return False
+        return True
+
+    # -- heartbeats ---------------------------------------------------------------------
+
+    def _start_heartbeat(self, batch: _Batch, every: float) -> None:
+        batch.beats.append(asyncio.create_task(self._heartbeat(batch, every)))
+
+    async def _heartbeat(self, batch: _Batch, every: float) -> None:
+        """Extend every unsettled item of the batch now, then every ``every`` seconds."""
+        while True:
+            items = list(batch.unfinished.values())
+            if items:
+                try:
+                    held = await self.source.extend(items, self._lease_seconds())
+                except Exception:  # a missed beat is retried next time; the items keep running
+                    log.warning(
+                        "drainpipe: heartbeat failed for %s",
+                        self.source.describe(None),
+                        exc_info=True,
+                    )
+                else:
+                    if len(held) < len(items):
+                        self._mark_lost(batch, [item for item in items if item.id not in held])
+            await asyncio.sleep(every)
+
+    def _mark_lost(self, batch: _Batch, items: list[Any]) -> None:
+        # an item settled while the extend was on its way is not lost: it left unfinished
+        lost = {item.id for item in items if item.id in batch.unfinished}
+        if not lost:
+            return
+        for item_id in lost:
+            del batch.unfinished[item_id]
+        batch.lost = lost if batch.lost is None else batch.lost | lost
+        running = batch.running
+        if running in lost and batch.cancelled != running and batch.lane is not None:
+            # the lane is suspended inside this item's handler: cancel it there
+            batch.cancelled = running
+            batch.lane.cancel()
+
+    # -- settling -----------------------------------------------------------------------
+
+    async def _settle(self, succeeded: list[Any]) -> None:
+        if not succeeded:
+            return
+        try:
+            refused = await self.source.complete(succeeded)
+        except Exception as exc:
+            # the handlers ran; their items come back after the lease, so say so
+            for item in succeeded:
+                await self._report(exc, item)
+            return
+        for item in refused:
+            await self._report(lease_lost(self.source.describe(item)), item)
+
+    async def _record_failure(self, item: Any, text: str, retry_in: float | None) -> None:
+        try:
+            await self.source.fail(item, text, retry_in)
+        except Exception as exc:  # the item comes back when its lease ends
+            await self._report(exc, item)
+
+    async def _report(self, error: BaseException, item: Any) -> None:
+        if self.on_error is None:
+            log_error(self.source.describe(item), error)
+        else:
+            await call_hook(self.on_error, error, item)
