@@ -108,6 +108,7 @@ class FunctionsApp:
     files: dict[str, Path] = field(default_factory=dict)  # URL path → file
     rewrites: list[tuple[str, re.Pattern[str], str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    stopping: bool = False  # set on Ctrl-C: calls cancelled from then on are expected
 
     @classmethod
     def load(cls, directory: Path | str) -> FunctionsApp:
@@ -166,7 +167,14 @@ class FunctionsApp:
             error = DrainpipeError("not_found", f"No function serves {scope.get('path')}")
             await problem_response(error, scope.get("path"))(scope, receive, send)
             return
-        await app(scope, receive, send)
+        try:
+            await app(scope, receive, send)
+        except asyncio.CancelledError:
+            if not self.stopping:
+                raise
+            # the server's graceful timeout ran out on Ctrl-C: one line, not a traceback;
+            # the call's jobs return to their queue when their leases end
+            log.warning("%s: the call in flight was cancelled (stopping)", scope.get("path"))
 
     async def aclose(self) -> None:
         for app in self.apps.values():
@@ -243,10 +251,16 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 async def start_server(
-    app: ASGIApp, *, host: str = "127.0.0.1", port: int = 0, graceful: int = 5
+    app: ASGIApp,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    graceful: int = 5,
+    sock: socket.socket | None = None,
 ) -> RunningServer:
-    """Serve ``app`` with uvicorn on ``host:port`` (0: a free port) in this event loop;
-    returns once it listens. :class:`PortInUse` when the port is taken."""
+    """Serve ``app`` with uvicorn on ``host:port`` (0: a free port), or on ``sock`` from
+    :func:`bind`, in this event loop; returns once it listens. :class:`PortInUse` when
+    the port is taken."""
     try:
         import uvicorn
     except ImportError as exc:
@@ -254,9 +268,10 @@ async def start_server(
             "drainpipe dev serves functions with uvicorn: pip install 'drainpipe[local]'"
         ) from exc
 
-    sock = bind(host, port)
+    sock = sock or bind(host, port)
     config = uvicorn.Config(
         app,
+        log_config=None,  # uvicorn's records go through the caller's logging (one line each)
         log_level="warning",
         access_log=False,
         lifespan="on",
@@ -332,12 +347,21 @@ def stats_line(report: Mapping[str, Any], stats: Mapping[str, QueueStats]) -> st
         parts.append(f"{report['errors']} errors")
     if report.get("more"):
         parts.append("more waiting")
-    for name, stat in stats.items():
-        parts.append(
-            f"{name}: {stat.ready} ready, {stat.in_flight} in flight, "
-            f"{stat.delayed} delayed, {stat.dead} dead"
-        )
-    return " | ".join(parts)
+    return " | ".join(parts + queue_parts(stats))
+
+
+def queue_parts(stats: Mapping[str, QueueStats]) -> list[str]:
+    return [
+        f"{name}: {stat.ready} ready, {stat.in_flight} in flight, "
+        f"{stat.delayed} delayed, {stat.dead} dead"
+        for name, stat in stats.items()
+    ]
+
+
+def draining_line(seconds: float, stats: Mapping[str, QueueStats]) -> str:
+    """The status while a drain call runs: for how long, and the counts right now."""
+    head = f"{time.strftime('%H:%M:%S')} draining for {seconds:.0f} s"
+    return " | ".join([head, *queue_parts(stats)])
 
 
 class Console:
@@ -367,8 +391,9 @@ class Console:
             self._status = text
             self.out.write("\r\x1b[2K" + text)
         else:
-            unchanged = text.split(" | ", 1)[-1] == self._last
-            self._last = text.split(" | ", 1)[-1]
+            # the same status apart from its clock and the seconds a drain has run
+            key = re.sub(r"draining for \d+ s", "draining", re.sub(r"^\S+", "", text))
+            unchanged, self._last = key == self._last, key
             if unchanged:
                 return
             self.out.write(text + "\n")
@@ -475,6 +500,13 @@ async def run_dev(
             loop.add_signal_handler(sig, on_signal)
 
     try:
+        sock = bind(host, port)  # first: a taken port is said before any other work
+    except BaseException:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(sig)
+        raise
+    try:
         modules = list(MODULES)
         conn = await connect(database_url)
         try:
@@ -485,7 +517,7 @@ async def run_dev(
         secret = dev_drain_secret(env)
         webhook_secret = dev_webhook_secret(env)
         app = FunctionsApp.load(functions)
-        server = await start_server(app, host=host, port=port)
+        server = await start_server(app, host=host, sock=sock)
         await _serve(
             app,
             server,
@@ -502,6 +534,8 @@ async def run_dev(
             start_drain=dev_drain,
         )
     finally:
+        if server is None:
+            sock.close()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.remove_signal_handler(sig)
@@ -580,15 +614,13 @@ async def _serve(
             if not dev.running:
                 started = None
                 continue
-            started = started or time.monotonic()
+            if started is None:  # a short call's report follows at once: wait one more
+                started = time.monotonic() - refresh
+                continue
             with contextlib.suppress(Exception):
                 if seen:
                     last["stats"] = await backend_db.stats(list(seen))
-            line = stats_line({}, last["stats"]).split(" | ", 1)
-            elapsed = (
-                f"{time.strftime('%H:%M:%S')} (draining for {time.monotonic() - started:.0f} s)"
-            )
-            console.status(" | ".join([elapsed, *line[1:]]))
+            console.status(draining_line(time.monotonic() - started, last["stats"]))
 
     dev = None
     ticker: asyncio.Task[None] | None = None
@@ -609,6 +641,9 @@ async def _serve(
             ticker.cancel()
         if dev is not None:
             dev.stop()
+        app.stopping = True
+        if running:  # uvicorn would say it cancels the call; the line below says it for us
+            logging.getLogger("uvicorn.error").setLevel(logging.CRITICAL)
         await server.stop()
         with contextlib.suppress(Exception):
             await backend_db.db.close()
