@@ -79,10 +79,12 @@ async def test_dev_drain_calls_on_an_interval_and_stops() -> None:
         )
         await asyncio.sleep(0.1)
         assert monitor.calls == 0  # the first call comes after one interval
-        await asyncio.sleep(0.45)
+        deadline = time.monotonic() + 5  # a loaded machine may stretch the intervals
+        while monitor.calls < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
         dev.stop()
         seen = monitor.calls
-        assert 2 <= seen <= 4
+        assert seen >= 2  # it keeps calling
         await asyncio.sleep(0.3)
         assert monitor.calls == seen  # stopped
         response = await dev.tick()  # a manual tick still works after stop

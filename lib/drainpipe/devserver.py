@@ -115,6 +115,10 @@ class FunctionsApp:
         folder = Path(directory).resolve()
         if not folder.is_dir():
             raise FileNotFoundError(f"No functions folder at {folder}")
+        # Vercel runs a function with the project root as its working folder: modules
+        # next to the functions folder (functions/, a package of the app) import by name
+        if str(folder.parent) not in sys.path:
+            sys.path.insert(0, str(folder.parent))
         self = cls(folder)
         for route, path in function_files(folder).items():
             self.apps[route] = load_function(path)
@@ -662,7 +666,11 @@ def main(
     """The ``drainpipe dev`` command; the exit status (0 stopped, 1 failed, 2 usage)."""
     console = Console()
     if not Path(functions).is_dir():
-        print(f"drainpipe dev: no functions folder at {Path(functions).resolve()}", file=sys.stderr)
+        print(
+            f"drainpipe dev: no functions folder at {Path(functions).resolve()}"
+            " (Vercel makes functions of api/*.py; pass --functions DIR for another folder)",
+            file=sys.stderr,
+        )
         return 2
     embedded = None
     note = ""
