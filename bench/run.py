@@ -668,6 +668,45 @@ def cold_start(runs: int, url: str) -> dict[str, Any]:
     }
 
 
+FUNCTION_COLD_CODE = """
+import json, sys, time
+t0 = time.perf_counter()
+import {module}
+t1 = time.perf_counter()
+heavy = sorted(m for m in ("psycopg", "psycopg_pool", "pydantic", "starlette", "httpx",
+                           "supabase", "standardwebhooks", "cronsim") if m in sys.modules)
+print(json.dumps({{"import": t1 - t0, "heavy": heavy}}))
+"""
+
+
+def function_cold_start(runs: int) -> dict[str, dict[str, Any]]:
+    """Import time of each deployed function file (``api/*.py``, what Vercel loads on a
+    cold start) in fresh processes: median ms and the heavy modules it loaded."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "lib")}
+    env.pop("DATABASE_URL", None)  # importing a function needs no configuration
+    out: dict[str, dict[str, Any]] = {}
+    for path in sorted((ROOT / "api").glob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        code = FUNCTION_COLD_CODE.format(module=f"api.{path.stem}")
+        samples = []
+        for _ in range(runs):
+            proc = subprocess.run(  # noqa: S603 - our own interpreter and code
+                [sys.executable, "-c", code],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=ROOT,
+                check=True,
+            )
+            samples.append(json.loads(proc.stdout))
+        out[f"api/{path.name}"] = {
+            "import_ms": statistics.median(s["import"] for s in samples) * 1000,
+            "heavy": samples[0]["heavy"],
+        }
+    return out
+
+
 def _parse_importtime(line: str) -> tuple[str, str, str]:
     # "import time:       123 |        456 |   package.module"
     body = line.split(":", 1)[1]
@@ -876,6 +915,20 @@ async def main_async(cfg: Config) -> dict[str, Any]:
                 + ", ".join(f"{name} {ms:.1f}" for name, ms in cold["top_self"])
             )
             checks.append(("cold start ms (goal < 150)", cold["total_ms"], 150))
+            functions = function_cold_start(cfg.cold_runs)
+            report["cold"]["functions"] = functions
+            print(
+                "function files (import, median ms): "
+                + ", ".join(
+                    f"{name} {one['import_ms']:.1f} (heavy: {', '.join(one['heavy']) or 'none'})"
+                    for name, one in functions.items()
+                )
+            )
+            if functions:
+                slowest = max(one["import_ms"] for one in functions.values())
+                checks.append(
+                    ("cold start of the slowest function file ms (goal < 150)", slowest, 150)
+                )
         if "scale" in cfg.modes:
             scaled = await scale(urls, cfg)
             report["scale"] = scaled

@@ -1,38 +1,31 @@
-"""The example app shared by the functions in this folder: its queues, handlers, and a
-wrapper that builds a function's ASGI app from the environment on its first request.
+"""The example app shared by the functions in this folder: its queues and handlers.
 
-Files starting with ``_`` are not deployed as functions (Vercel's convention). Function
-modules import this one as ``_app`` (their folder on ``sys.path``, as under ``drainpipe
-dev``), else as ``functions._app`` (the project root on ``sys.path``).
+Files starting with ``_`` are not deployed as functions (Vercel's convention). The
+deployed entry points are ``api/*.py`` (the folder Vercel turns into functions); each
+imports its app from a module here.
+
+Cold starts pay for every import: the payload type is a dataclass, so importing a
+function loads no pydantic; drainpipe builds the validator when the first job runs.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import os
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
-
-from drainpipe.errors import DrainpipeError
-from drainpipe.http import problem_response, serve_lifespan
-from drainpipe.models import Job
+if TYPE_CHECKING:
+    from drainpipe import Job, WebhookMessage
 
 log = logging.getLogger("drainpipe.functions")
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-Closer = Callable[[], Awaitable[Any]]
 
 
 # -- the example's queues -------------------------------------------------------------------
 
 
-class Email(BaseModel):
+@dataclass(frozen=True)
+class Email:
     to: str
     subject: str = ""
 
@@ -57,64 +50,6 @@ HANDLERS: dict[str, Callable[[Any, Job[Any]], Awaitable[Any]]] = {"emails": send
 BILLING_SOURCE = "billing"
 
 
-async def handle_billing_event(message: Any) -> None:
+async def handle_billing_event(message: WebhookMessage) -> None:
     # a real app would update its records here; raising would retry the message
     log.info("billing: %s %s (attempt %s)", message.type, message.message_id, message.attempts)
-
-
-# -- building a function from the environment -----------------------------------------------
-
-
-class LazyApp:
-    """An ASGI app built on the first request by ``build(os.environ)``.
-
-    Importing a function module needs no configuration; until every name in ``needs`` is
-    set (or while ``build`` raises ``ValueError``), requests get a 503 Problem with code
-    ``NOT_CONFIGURED`` and the reason is logged. ``build`` returns the app and an async
-    ``close`` for its resources (run by ``aclose()`` and on ASGI lifespan shutdown).
-    """
-
-    def __init__(
-        self,
-        build: Callable[[Mapping[str, str]], tuple[ASGIApp, Closer | None]],
-        needs: Sequence[str],
-    ) -> None:
-        self._build = build
-        self.needs = tuple(needs)
-        self._app: ASGIApp | None = None
-        self._close: Closer | None = None
-        self._lock = asyncio.Lock()
-
-    async def _get(self) -> ASGIApp | str:
-        if self._app is not None:
-            return self._app
-        async with self._lock:
-            if self._app is None:
-                missing = [name for name in self.needs if not os.environ.get(name)]
-                if missing:
-                    return f"set {', '.join(missing)}"
-                try:
-                    self._app, self._close = self._build(os.environ)
-                except ValueError as exc:
-                    return str(exc)
-            return self._app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await serve_lifespan(receive, send, self.aclose)
-            return
-        app = await self._get()
-        if isinstance(app, str):
-            log.warning("%s is not configured: %s", scope.get("path", "this function"), app)
-            error = DrainpipeError(
-                "network", "This function is not configured", code="NOT_CONFIGURED", status=503
-            )
-            await problem_response(error, scope.get("path"))(scope, receive, send)
-            return
-        await app(scope, receive, send)
-
-    async def aclose(self) -> None:
-        """Close what the built app holds (its database pool); the next request rebuilds."""
-        close, self._close, self._app = self._close, None, None
-        if close is not None:
-            await close()

@@ -1,44 +1,39 @@
-"""``/api/drain``: the drain route, called every minute by Vercel Cron (see vercel.json).
+"""The drain route's app, deployed as ``/api/drain`` (``api/drain.py``) and called every
+minute by Vercel Cron (see vercel.json; on the Hobby plan, daily or from GitHub Actions).
 
 It runs due schedules, drains the ``emails`` queue, then processes the ``billing`` webhook
-inbox that ``/api/billing-webhook`` fills.
+inbox that ``/api/billing-webhook`` fills. Each failing job or message is logged (queue,
+job id, attempt, the error's first line, the traceback).
 
 Environment: ``DATABASE_URL`` and ``CRON_SECRET`` (Vercel Cron sends it as
 ``Authorization: Bearer <CRON_SECRET>``); ``DRAIN_BUDGET``, seconds one call may spend
-claiming jobs (default 50; keep it under the function's maxDuration).
+claiming jobs (default 50; keep it under the function's ``maxDuration``, 60 in vercel.json).
 """
 
 from __future__ import annotations
 
+import math
+import os
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 
-from drainpipe.db import Database
-from drainpipe.inbox import WebhookInbox
-from drainpipe.jobs import Jobs
+from drainpipe import Jobs, WebhookInbox
+from drainpipe.serverless import ASGIApp, Closer, Database, LazyApp, NotConfigured, log_failure
 
-_HERE = str(Path(__file__).resolve().parent)
-if _HERE not in sys.path:  # Vercel imports this file by its path: make ``_app.py`` importable
-    sys.path.insert(0, _HERE)
-from _app import (  # noqa: E402
-    BILLING_SOURCE,
-    HANDLERS,
-    QUEUES,
-    ASGIApp,
-    Closer,
-    LazyApp,
-    handle_billing_event,
-)
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # no pathlib: cold start
+if _ROOT not in sys.path:  # imported by its path (Vercel, drainpipe dev): find functions._app
+    sys.path.insert(0, _ROOT)
+from functions._app import BILLING_SOURCE, HANDLERS, QUEUES, handle_billing_event  # noqa: E402
 
 
 def build(env: Mapping[str, str]) -> tuple[ASGIApp, Closer | None]:
+    text = env.get("DRAIN_BUDGET") or "50"
     try:
-        budget = float(env.get("DRAIN_BUDGET") or 50)
+        budget = float(text)
     except ValueError:
-        raise ValueError(
-            f"DRAIN_BUDGET must be a number of seconds, not {env['DRAIN_BUDGET']!r}"
-        ) from None
+        budget = math.nan
+    if not math.isfinite(budget) or budget <= 0:
+        raise NotConfigured(f"DRAIN_BUDGET must be a positive number of seconds, not {text!r}")
     database = Database(env["DATABASE_URL"])  # one pool for the queues and the inbox
     jobs = Jobs(database, QUEUES)
     inbox = WebhookInbox(database, source=BILLING_SOURCE)
@@ -47,6 +42,7 @@ def build(env: Mapping[str, str]) -> tuple[ASGIApp, Closer | None]:
         handlers=HANDLERS,
         budget=budget,
         inboxes=[(inbox, handle_billing_event)],
+        on_error=log_failure,
     )
     return route, database.close
 

@@ -1,68 +1,79 @@
-"""POST /api/orders: create an order at most once per Idempotency-Key (a Vercel function).
+"""POST /api/orders: create an order at most once per Idempotency-Key (``api/orders.py``).
 
 A retried request with the same key and body gets the first response again (with
 ``Idempotency-Replayed: true``); the same key with another body gets 422; a request without
 a key gets 400. Needs ``DATABASE_URL`` (the service role's connection string) and the
 ``idempotency`` SQL module (``drainpipe sql add idempotency``). Importing this file touches
 neither: the app is built on the first request; until ``DATABASE_URL`` is set, requests get
-a 503 Problem with code ``NOT_CONFIGURED``.
+a 503 Problem with code ``NOT_CONFIGURED``. A plain ASGI function (no web framework to
+import at cold start).
 """
 
 from __future__ import annotations
 
 import json
-import sys
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
 
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
+from drainpipe import DrainpipeError, Idempotency
+from drainpipe.serverless import (
+    ASGIApp,
+    Closer,
+    LazyApp,
+    Receive,
+    Request,
+    Response,
+    Scope,
+    Send,
+    json_response,
+    problem_response,
+    validation_problem,
+)
 
-from drainpipe.errors import validation_error
-from drainpipe.http import problem_response
-from drainpipe.idempotency import Idempotency
 
-_HERE = str(Path(__file__).resolve().parent)
-if _HERE not in sys.path:  # Vercel imports this file by its path: make ``_app.py`` importable
-    sys.path.insert(0, _HERE)
-from _app import ASGIApp, Closer, LazyApp  # noqa: E402
-
-
-async def create_order(request: Request) -> Any:
+async def create_order(request: Request) -> Response:
+    path = request.path
+    if request.method != "POST":
+        return Response(405, headers={"Allow": "POST"})
     try:
         order = json.loads(await request.body())
+    except DrainpipeError as exc:  # the client hung up before its body ended
+        return problem_response(exc, path)
     except ValueError:  # also bodies that are not UTF-8
-        error = validation_error("The body must be a JSON object", code="INVALID_JSON")
-        return problem_response(error, request.url.path).to_starlette()
+        return validation_problem(
+            "The body must be a JSON object", code="INVALID_JSON", instance=path
+        )
     if not isinstance(order, dict) or not isinstance(order.get("item"), str):
-        error = validation_error(
+        return validation_problem(
             "An order needs an item",
             [{"message": "Expected a string", "path": ["item"]}],
+            instance=path,
         )
-        return problem_response(error, request.url.path).to_starlette()
     quantity = order.get("quantity", 1)
     if not isinstance(quantity, int) or isinstance(quantity, bool) or quantity < 1:
-        error = validation_error(
+        return validation_problem(
             "quantity must be a positive integer",
             [{"message": "Expected an integer >= 1", "path": ["quantity"]}],
+            instance=path,
         )
-        return problem_response(error, request.url.path).to_starlette()
     created = {
         "id": "ord_" + uuid.uuid4().hex,
         "item": order["item"],
         "quantity": quantity,
         "createdAt": datetime.now(UTC).isoformat(),
     }
-    return JSONResponse(created, status_code=201)
+    return json_response(created, status=201)
 
 
-# Any path: Vercel hands the function the path it was routed from (see vercel.json rewrites).
-orders = Starlette(routes=[Route("/{path:path}", create_order, methods=["POST"])])
+async def orders(scope: Scope, receive: Receive, send: Send) -> None:
+    """Any path: Vercel hands the function the path the client asked for."""
+    if scope["type"] != "http":
+        return
+    response = await create_order(Request.from_asgi(scope, receive))
+    await response(scope, receive, send)
+
+
 idempotency: Idempotency | None = None  # the one the first request built
 
 

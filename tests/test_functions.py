@@ -1,13 +1,14 @@
-"""vercel.json and the deployable functions/ it points at."""
+"""The deployable functions (api/*.py, their apps in functions/) and what dev serves of them."""
 
 from __future__ import annotations
 
-import json
+import asyncio
+import logging
 import os
-import re
+import shutil
 import subprocess
 import sys
-from pathlib import Path
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -16,9 +17,9 @@ from pydantic import BaseModel
 
 import drainpipe
 from drainpipe.devserver import FunctionsApp, load_function, start_server
+from drainpipe.models import Job, JobContext
+from drainpipe.serverless import LazyApp, json_response, log_failure
 from tests.conftest import ROOT, connect
-
-CONFIG = json.loads((ROOT / "vercel.json").read_text())
 
 
 class Email(BaseModel):
@@ -26,79 +27,147 @@ class Email(BaseModel):
     subject: str = ""
 
 
-def _file(dest: str) -> Path:
-    return ROOT / dest.lstrip("/")
+ROUTES = {
+    "/api/drain": "api/drain.py",
+    "/api/orders": "api/orders.py",
+    "/api/billing_webhook": "api/billing_webhook.py",
+    "/api/billing-webhook": "api/billing_webhook.py",  # a rewrite in vercel.json
+}
+UNCONFIGURED = ("DATABASE_URL", "CRON_SECRET", "WEBHOOK_SECRET", "DRAIN_BUDGET")
 
 
-def test_vercel_json_points_at_function_files_that_exist() -> None:
-    builds = [build["src"] for build in CONFIG["builds"]]
-    routes = {route["src"]: route["dest"] for route in CONFIG["routes"]}
-    assert routes == {
-        "/api/drain": "functions/drain.py",
-        "/api/orders": "functions/orders.py",
-        "/api/billing-webhook": "functions/billing_webhook.py",
-    }
-    for dest in [*builds, *routes.values()]:
-        assert _file(dest).is_file(), dest
-    assert set(routes.values()) <= set(builds)  # every routed file is built as a function
-    [cron] = CONFIG["crons"]
-    assert cron == {"path": "/api/drain", "schedule": "* * * * *"}
-    assert any(re.fullmatch(src, cron["path"]) for src in routes)
+def test_dev_serves_each_function_at_vercels_paths_only() -> None:
+    app = FunctionsApp.load(ROOT / "api")
+    assert app.routes() == ROUTES
+    assert app.warnings == []
+    for path in ROUTES:
+        assert app.match(path) is not None, path
+    # what Vercel would 404: a trailing slash, the private module, the app folder
+    for path in ("/api/drain/", "/api/_app", "/api/drain.py", "/functions/drain", "/api"):
+        assert app.match(path) is None, path
 
 
-@pytest.mark.parametrize("dest", sorted({route["dest"] for route in CONFIG["routes"]}))
-def test_each_function_exposes_an_asgi_app(dest: str) -> None:
-    app = load_function(_file(dest))
-    assert callable(app)
+@pytest.mark.parametrize("file", sorted(set(ROUTES.values())))
+def test_each_function_exposes_an_asgi_app(file: str) -> None:
+    app = load_function(ROOT / file)
+    assert isinstance(app, LazyApp)
 
 
 def test_functions_import_without_any_configuration() -> None:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("DATABASE_URL", "CRON_SECRET", "WEBHOOK_SECRET", "DRAIN_BUDGET")
-    }
+    env = {k: v for k, v in os.environ.items() if k not in UNCONFIGURED}
+    env["PYTHONPATH"] = str(ROOT / "lib")
     code = (
-        "from drainpipe.devserver import FunctionsApp\n"
-        "app = FunctionsApp.load('functions')\n"
-        "print(sorted(app.apps))\n"
+        "import api.drain, api.orders, api.billing_webhook\n"
+        "print(type(api.drain.app).__name__, api.drain.app.missing())\n"
     )
     result = subprocess.run(  # noqa: S603 - our own interpreter and code
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stderr
-    assert {"drain", "orders", "billing_webhook"} <= set(eval(result.stdout))  # noqa: S307
+    assert result.stdout.strip() == "LazyApp ['DATABASE_URL', 'CRON_SECRET']"
 
 
-async def test_unconfigured_drain_function_answers_503(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("DATABASE_URL", "CRON_SECRET"):
-        monkeypatch.delenv(name, raising=False)
-    app = load_function(ROOT / "functions/drain.py")
-    transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
+async def _post(app: Any, path: str) -> httpx.Response:
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://function") as client:
-        response = await client.get("/api/drain", headers={"Authorization": "Bearer x"})
-    assert response.status_code == 503
-    body = response.json()
-    assert body["code"] == "NOT_CONFIGURED" and body["instance"] == "/api/drain"
+        return await client.post(
+            path,
+            content=b"{}",
+            headers={"Idempotency-Key": "k", "Authorization": "Bearer x"},
+        )
 
 
-@pytest.mark.parametrize("dest", sorted({route["dest"] for route in CONFIG["routes"]}))
-async def test_every_unconfigured_function_answers_a_503_problem(
-    dest: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("path", "missing"),
+    [
+        ("/api/drain", "DATABASE_URL, CRON_SECRET"),
+        ("/api/orders", "DATABASE_URL"),
+        ("/api/billing-webhook", "DATABASE_URL, WEBHOOK_SECRET"),
+    ],
+)
+async def test_every_unconfigured_function_names_what_is_missing(
+    path: str, missing: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # never a bare 500 (functions/orders.py raised RuntimeError without DATABASE_URL)
-    for name in ("DATABASE_URL", "CRON_SECRET", "WEBHOOK_SECRET"):
+    # never a bare 500 (functions/orders.py raised RuntimeError without DATABASE_URL), and
+    # not "Database unreachable": the operator reads which variable to set
+    for name in UNCONFIGURED:
         monkeypatch.delenv(name, raising=False)
-    app = load_function(_file(dest))
-    path = next(src for src, d in ((r["src"], r["dest"]) for r in CONFIG["routes"]) if d == dest)
-    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)  # type: ignore[arg-type]
-    async with httpx.AsyncClient(transport=transport, base_url="http://function") as client:
-        response = await client.post(path, content=b"{}", headers={"Idempotency-Key": "k"})
-    assert response.status_code == 503, dest
+    app = load_function(ROOT / ROUTES[path])
+    with caplog.at_level(logging.ERROR, logger="drainpipe.functions"):
+        response = await _post(app, path)
+    assert response.status_code == 503, path
     assert response.headers["content-type"] == "application/problem+json"
     body = response.json()
-    assert body["code"] == "NOT_CONFIGURED" and body["instance"] == path
-    assert body["kind"] == "network" and "detail" not in body
+    assert body == {
+        "type": "https://drainpipe.dev/problems/network",
+        "title": "Function not configured",
+        "status": 503,
+        "kind": "network",
+        "code": "NOT_CONFIGURED",
+        "detail": f"set {missing} in this function's environment",
+        "instance": path,
+    }
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path} is not configured: {body['detail']}"
+    ]
+
+
+async def test_a_malformed_setting_is_named_never_shown(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATABASE_URL", "postgresql://127.0.0.1:1/nowhere")
+    monkeypatch.setenv("CRON_SECRET", "s")
+    monkeypatch.setenv("DRAIN_BUDGET", "soon")
+    body = (await _post(load_function(ROOT / "api/drain.py"), "/api/drain")).json()
+    assert body["code"] == "NOT_CONFIGURED"
+    assert body["detail"] == "DRAIN_BUDGET must be a positive number of seconds, not 'soon'"
+    monkeypatch.setenv("WEBHOOK_SECRET", "whsec_%%%")
+    hook = await _post(load_function(ROOT / "api/billing_webhook.py"), "/api/billing-webhook")
+    assert hook.status_code == 503 and hook.json()["detail"].startswith("WEBHOOK_SECRET: ")
+    assert "%%%" not in hook.json()["detail"]
+
+
+async def test_lazy_app_builds_once_for_concurrent_first_requests() -> None:
+    builds: list[int] = []
+
+    async def hello(scope: Any, receive: Any, send: Any) -> None:
+        await json_response({"ok": True})(scope, receive, send)
+
+    def build(env: Any) -> tuple[Any, None]:
+        builds.append(1)
+        return hello, None
+
+    env = {"X": ""}
+    app = LazyApp(build, needs=("X",), env=env)
+    assert app.missing() == ["X"]
+    assert (await _post(app, "/f")).status_code == 503 and builds == []
+    env["X"] = "set"
+    answers = await asyncio.gather(*(_post(app, "/f") for _ in range(5)))
+    assert [a.status_code for a in answers] == [200] * 5 and builds == [1]
+    with pytest.raises(TypeError):
+        LazyApp(build, needs="X")
+
+
+def test_log_failure_names_queue_job_attempt_and_first_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    job = Job(
+        id=7,
+        queue="emails",
+        payload={},
+        context=JobContext(),
+        attempts=2,
+        max_attempts=5,
+        enqueued_at=datetime.now(UTC),
+        visible_until=datetime.now(UTC),
+    )
+    with caplog.at_level(logging.ERROR, logger="drainpipe.functions"):
+        log_failure(RuntimeError("smtp said no\nsecond line"), job)
+        log_failure(drainpipe.DrainpipeError("network", "pool timeout"), None)
+    first, second = caplog.records
+    assert first.getMessage() == (
+        "drainpipe: emails job 7 failed (attempt 2/5): RuntimeError: smtp said no"
+    )
+    assert first.exc_info is not None  # the traceback goes to the platform's log viewer
+    assert second.getMessage().startswith("drainpipe: DrainpipeError: ")
 
 
 async def test_drain_function_drains_the_queue_and_the_billing_inbox(
@@ -112,7 +181,7 @@ async def test_drain_function_drains_the_queue_and_the_billing_inbox(
     try:
         await jobs.enqueue("emails", {"to": "a@x", "subject": "hi"})
         await inbox.store(id="evt_1", payload={"amount": 5}, type="invoice.paid")
-        server = await start_server(FunctionsApp.load(ROOT / "functions"))
+        server = await start_server(FunctionsApp.load(ROOT / "api"))
         try:
             async with httpx.AsyncClient(base_url=server.url) as client:
                 denied = await client.get("/api/drain")
@@ -138,3 +207,54 @@ async def test_drain_function_drains_the_queue_and_the_billing_inbox(
     finally:
         await inbox.close()
         await jobs.backend.db.close()  # type: ignore[attr-defined]
+
+
+# -- the GitHub Actions caller ---------------------------------------------------------------
+
+
+def workflow_script() -> str:
+    """The shell script of .github/workflows/drain.yml's one step (the ``run: |`` block)."""
+    text = (ROOT / ".github/workflows/drain.yml").read_text(encoding="utf-8")
+    lines = text.split("        run: |\n", 1)[1].splitlines()
+    return "\n".join(line.removeprefix("          ") for line in lines) + "\n"
+
+
+async def _run_workflow(url: str, secret: str) -> subprocess.CompletedProcess[str]:
+    if not (shutil.which("curl") and shutil.which("jq")):
+        pytest.skip("the workflow's script needs curl and jq")
+    process = await asyncio.create_subprocess_exec(
+        "bash",
+        "-c",
+        workflow_script(),
+        env={"PATH": os.environ["PATH"], "CRON_SECRET": secret, "DRAIN_URL": url},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await process.communicate()
+    return subprocess.CompletedProcess([], process.returncode or 0, out.decode(), "")
+
+
+async def test_the_workflow_shows_why_a_call_failed_and_stops() -> None:
+    calls: list[str] = []
+
+    class Monitor:
+        def on_start(self, request: Any) -> None:
+            calls.append("call")
+
+    jobs = drainpipe.Jobs("postgresql://127.0.0.1:1/nowhere", {"emails": Email})
+    route = jobs.drain_route(secret="right", handlers={}, schedules=False, monitor=Monitor())
+    server = await start_server(route)
+    try:
+        wrong = await _run_workflow(server.url + "/api/drain", "wrong")
+        right = await _run_workflow(server.url + "/api/drain", "right")
+    finally:
+        await server.stop()
+    # a wrong secret: the status and the Problem body, one error annotation, one call only
+    assert wrong.returncode == 1, wrong.stdout
+    assert "call 1: HTTP 401" in wrong.stdout and '"kind":"unauthorized"' in wrong.stdout
+    assert "::error title=drain answered 401::Unauthorized" in wrong.stdout
+    assert "curl: (22)" not in wrong.stdout and "call 2" not in wrong.stdout
+    # the right one: the report, and no second call when nothing more is waiting
+    assert right.returncode == 0, right.stdout
+    assert "call 1: {" in right.stdout and '"more":false' in right.stdout
+    assert calls == ["call"]

@@ -154,7 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="Postgres URL (default $DATABASE_URL, else an embedded Postgres)",
     )
     dev.add_argument(
-        "--functions", default="functions", help="functions folder (default ./functions)"
+        "--functions",
+        default="api",
+        help="the folder Vercel makes functions of (default ./api), served as Vercel serves it",
     )
     dev.add_argument(
         "--backend",
