@@ -314,7 +314,7 @@ def test_sql_apply_statements_obey_the_timeout(db_url: str, capsys: Any) -> None
     """A lock held elsewhere: the apply waits at most --timeout, then says why."""
     with psycopg.connect(db_url, autocommit=True) as holder:
         holder.execute("BEGIN")
-        holder.execute("LOCK TABLE drainpipe.modules IN ACCESS EXCLUSIVE MODE")
+        holder.execute("LOCK TABLE drainpipe.schema_migrations IN ACCESS EXCLUSIVE MODE")
         started = time.monotonic()
         status, _, err = run_cli(
             capsys, "sql", "apply", "--database-url", db_url, "--timeout", "1", "--modules", "jobs"
