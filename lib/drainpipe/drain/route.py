@@ -28,20 +28,15 @@ from __future__ import annotations
 import asyncio
 import hmac
 import inspect
-import json
 import logging
-import math
-import os
-import secrets as _secrets
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .backends.capabilities import SupportsScheduleRuns
-from .engine.core import budget_spent, fair_share_deadline, route_lease
-from .engine.runner import call_hook, log_error
-from .errors import DrainpipeError
-from .http import (
-    PROBLEM_CONTENT_TYPE,
+from ..backends.capabilities import SupportsScheduleRuns
+from ..engine.core import budget_spent, fair_share_deadline, route_lease
+from ..engine.runner import call_hook, log_error
+from ..errors import NOT_INSTALLED, DrainpipeError
+from ..http import (
     ProblemFormatter,
     Receive,
     Request,
@@ -51,20 +46,19 @@ from .http import (
     as_request,
     json_response,
     method_not_allowed,
-    problem_body,
     problem_response,
     run_asgi,
 )
-from .models import WorkReport
-from .validation import positive_int, seconds
-from .worker import Worker
+from ..models import WorkReport
+from ..validation import positive_int, seconds
+from ..worker import Worker
+from .unavailable import DrainUnavailable
 
 if TYPE_CHECKING:
-    import httpx
-
-    from .jobs import Handler, Jobs, OnError
+    from ..jobs import Handler, Jobs, OnError
 
 log = logging.getLogger("drainpipe")
+
 
 ALLOW = "GET, POST"
 UNAUTHORIZED_DETAIL = "The drain route needs its bearer secret"
@@ -376,79 +370,6 @@ class MonitorRequest:
         return f"MonitorRequest({self.method} {self.url.path})"
 
 
-NOT_INSTALLED = "NOT_INSTALLED"
-INSTALL_HINT = "run `drainpipe sql apply` (or drainpipe.install(db, modules)) against this database"
-# undefined table / function / schema, and PostgREST's "not in the schema cache" for both
-_MISSING_SQL = frozenset({"42P01", "42883", "3F000", "PGRST202", "PGRST205"})
-
-
-def missing_sql(exc: BaseException) -> bool:
-    """True when ``exc`` (or what it was raised from) says one of drainpipe's SQL objects
-    (schema ``drainpipe``, its functions, pgmq's tables) does not exist."""
-    seen: BaseException | None = exc
-    for _ in range(8):  # a chain is short; never loop on a cycle
-        if seen is None:
-            return False
-        code = seen.code if isinstance(seen, DrainpipeError) else None
-        if code == NOT_INSTALLED:
-            return True
-        state = getattr(seen, "sqlstate", None) or code
-        if state in _MISSING_SQL:
-            text = str(seen)
-            if "drainpipe" in text or "pgmq" in text:
-                return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
-class DrainUnavailable(DrainpipeError):
-    """A drain that could not work at all: the database never answered (kind
-    ``network``), or drainpipe's SQL is missing (status 503, code ``NOT_INSTALLED``). The
-    route answers it as a 503 Problem with ``"more": false``; the cause is chained and
-    logged. Raised by :meth:`DrainRoute.run`."""
-
-    @classmethod
-    def from_cause(cls, exc: BaseException) -> DrainUnavailable | None:
-        """The failure ``exc`` means when nothing of the drain can work; None when it is
-        one source's failure."""
-        if missing_sql(exc):
-            failure = cls(
-                "unexpected",
-                f"drainpipe's SQL is missing from the database ({exc}): {INSTALL_HINT}",
-                code=NOT_INSTALLED,
-                status=503,
-            )
-        elif isinstance(exc, DrainpipeError) and exc.kind == "network":
-            failure = cls("network", f"The database cannot be reached: {exc}")
-        else:
-            return None
-        failure.__cause__ = exc
-        return failure
-
-    def body(self, instance: str | None = None) -> dict[str, Any]:
-        """The Problem body: RFC 9457 members plus ``more: false`` (and ``hint``)."""
-        body = problem_body(self, instance)
-        if self.code == NOT_INSTALLED:
-            body["title"] = "drainpipe's SQL is not installed"
-            body["detail"] = str(self)
-            body["hint"] = INSTALL_HINT
-        elif self.kind == "network":
-            # the cause may name hosts: it goes to the log, not to the caller
-            body["detail"] = "The drain route could not reach its database; see the logs"
-        body["more"] = False
-        return body
-
-    def response(self, instance: str, problem: ProblemFormatter | None) -> Response:
-        body = self.body(instance)
-        if problem is not None:
-            body = problem(body, self)
-        return Response(
-            self.status,
-            json.dumps(body, separators=(",", ":"), default=str).encode(),
-            content_type=PROBLEM_CONTENT_TYPE,
-        )
-
-
 class _Source:
     """One queue (``inbox`` None) or webhook inbox of a drain, and what it did so far."""
 
@@ -499,165 +420,3 @@ class _Drain:
             await call_hook(self.route.on_error, error, None)
         await self.route._monitor("on_finish", error.body(), token)
         raise error
-
-
-# -- the local cron caller ------------------------------------------------------------------
-
-_KIND_BY_STATUS: dict[int, Any] = {
-    400: "invalid_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    409: "conflict",
-    422: "validation",
-    429: "rate_limited",
-    503: "network",
-    504: "timeout",
-}
-
-
-def _warn(error: BaseException) -> None:
-    log.warning("%s", error)
-
-
-class DevDrain:
-    """Calls a drain route with ``GET`` and the bearer secret every ``every`` seconds.
-
-    Build it with :func:`dev_drain` inside a running event loop. The first call happens
-    one interval after the start; a tick is skipped while the previous call still runs.
-    A non-2xx answer or a failed call goes to ``on_error`` (a :class:`DrainpipeError`,
-    ``status`` set to the answer's status) and the loop keeps going.
-    """
-
-    def __init__(
-        self,
-        url: str,
-        secret: str,
-        *,
-        every: float = 60.0,
-        on_error: Callable[[BaseException], Any] | None = None,
-        on_response: Callable[[httpx.Response], Any] | None = None,
-        timeout: float = 120.0,
-    ) -> None:
-        if not isinstance(url, str) or not url:
-            raise ValueError("dev_drain needs the drain route's URL")
-        if not isinstance(secret, str) or not secret:
-            raise ValueError("dev_drain needs the drain route's secret, such as dev_drain_secret()")
-        if (
-            not isinstance(every, int | float)
-            or isinstance(every, bool)
-            or not math.isfinite(every)
-            or every <= 0
-        ):
-            raise ValueError("dev_drain: every must be a positive number of seconds")
-        self.url = url
-        self.every = float(every)
-        self.on_error = on_error or _warn
-        self.on_response = on_response
-        self.timeout = timeout
-        self._secret = secret
-        self._running = False
-        self._loop_task: asyncio.Task[None] | None = None
-        self._ticks: set[asyncio.Task[Any]] = set()
-
-    def start(self) -> DevDrain:
-        """Start the interval (done by :func:`dev_drain`); needs a running event loop."""
-        if self._loop_task is None:
-            self._loop_task = asyncio.get_running_loop().create_task(self._interval())
-        return self
-
-    async def _interval(self) -> None:
-        while True:
-            await asyncio.sleep(self.every)
-            if self._running:
-                continue  # the previous call still runs: skip this tick
-            task = asyncio.create_task(self.tick())
-            self._ticks.add(task)
-            task.add_done_callback(self._ticks.discard)
-
-    @property
-    def running(self) -> bool:
-        """True while a call is in flight."""
-        return self._running
-
-    async def tick(self) -> httpx.Response | None:
-        """Call the route once now; the response, or None when skipped or failed."""
-        if self._running:
-            return None
-        self._running = True
-        try:
-            import httpx
-
-            try:
-                async with httpx.AsyncClient(
-                    timeout=httpx.Timeout(self.timeout, connect=10.0)
-                ) as client:
-                    # as UTF-8 bytes: httpx would refuse a non-ASCII str header
-                    authorization = f"Bearer {self._secret}".encode()
-                    response = await client.get(self.url, headers={b"Authorization": authorization})
-            except Exception as exc:
-                # not only httpx.HTTPError: a bad URL raises InvalidURL, a bad port
-                # ValueError; the loop must report them and keep going
-                reason = str(exc) or type(exc).__name__
-                error = DrainpipeError(
-                    "network" if isinstance(exc, httpx.HTTPError) else "unexpected",
-                    f"[drainpipe] dev drain failed: {reason}",
-                )
-                error.__cause__ = exc
-                await call_hook(self.on_error, error)
-                return None
-            if not 200 <= response.status_code < 300:
-                status = response.status_code
-                await call_hook(
-                    self.on_error,
-                    DrainpipeError(
-                        _KIND_BY_STATUS.get(status, "unexpected"),
-                        f"[drainpipe] dev drain answered {status}",
-                        status=status,
-                    ),
-                )
-            await call_hook(self.on_response, response)
-            return response
-        finally:
-            self._running = False
-
-    def stop(self) -> None:
-        """Stop the interval and cancel a call in flight. Safe to call twice."""
-        if self._loop_task is not None:
-            self._loop_task.cancel()
-            self._loop_task = None
-        for task in list(self._ticks):
-            task.cancel()
-
-    async def __aenter__(self) -> DevDrain:
-        return self.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.stop()
-
-
-def dev_drain(
-    url: str,
-    secret: str,
-    *,
-    every: float = 60.0,
-    on_error: Callable[[BaseException], Any] | None = None,
-    on_response: Callable[[httpx.Response], Any] | None = None,
-) -> DevDrain:
-    """Call the drain route at ``url`` every ``every`` seconds (first call after one
-    interval) from the running event loop; ``stop()`` ends it. ``on_error`` gets a
-    :class:`DrainpipeError` for a non-2xx answer or a failed call (default: a log warning);
-    ``on_response`` gets every answer. ``ValueError`` for an empty secret or ``every <= 0``.
-    """
-    return DevDrain(url, secret, every=every, on_error=on_error, on_response=on_response).start()
-
-
-def dev_drain_secret(env: MutableMapping[str, str] = os.environ, name: str = "CRON_SECRET") -> str:
-    """``env[name]`` when set and non-empty; otherwise 64 random hex characters, written
-    into ``env[name]`` so the route (which reads it) and its caller share them."""
-    value = env.get(name)
-    if value:
-        return value
-    value = _secrets.token_hex(32)
-    env[name] = value
-    return value
