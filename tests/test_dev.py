@@ -24,7 +24,7 @@ from pydantic import BaseModel
 from standardwebhooks import Webhook
 
 import drainpipe
-from drainpipe.devserver import start_server
+from drainpipe.dev.server import start_server
 from tests.conftest import ROOT
 
 SECRET = "dev-secret"
@@ -310,7 +310,7 @@ async def test_drainpipe_dev_on_embedded_postgres_leaves_no_server_behind() -> N
 
 
 def test_stats_line_names_every_count() -> None:
-    from drainpipe.devserver import stats_line
+    from drainpipe.dev.console import stats_line
     from drainpipe.models import QueueStats
 
     line = stats_line(
@@ -428,7 +428,7 @@ class FakeTerminal(io.StringIO):
 
 
 def test_console_keeps_the_status_line_apart_from_log_lines() -> None:
-    from drainpipe.devserver import Console
+    from drainpipe.dev.console import Console
 
     terminal = FakeTerminal()
     console = Console(terminal)
@@ -454,7 +454,7 @@ def test_console_keeps_the_status_line_apart_from_log_lines() -> None:
 def test_log_records_become_one_console_line_each() -> None:
     import logging
 
-    from drainpipe.devserver import Console, ConsoleLogHandler
+    from drainpipe.dev.console import Console, ConsoleLogHandler
 
     out = io.StringIO()
     handler = ConsoleLogHandler(Console(out))

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 import drainpipe
 from drainpipe.db import Database
-from drainpipe.devserver import start_server
+from drainpipe.dev.server import start_server
 from drainpipe.drain import DrainRoute, MonitorRequest
 from tests.conftest import connect
 

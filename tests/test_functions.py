@@ -16,7 +16,8 @@ import pytest
 from pydantic import BaseModel
 
 import drainpipe
-from drainpipe.devserver import FunctionsApp, load_function, start_server
+from drainpipe.dev.functions import FunctionsApp, load_function
+from drainpipe.dev.server import start_server
 from drainpipe.models import Job, JobContext
 from drainpipe.serverless import LazyApp, json_response, log_failure
 from tests.conftest import ROOT, connect

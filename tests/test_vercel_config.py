@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import drainpipe
-from drainpipe.devserver import FunctionsApp
+from drainpipe.dev.functions import FunctionsApp
 from tests.conftest import ROOT
 
 CONFIG: dict[str, Any] = json.loads((ROOT / "vercel.json").read_text(encoding="utf-8"))

@@ -445,9 +445,9 @@ def _run(args: argparse.Namespace) -> int:
 
         print(asyncio.run(run(args)))
         return 0
-    from . import devserver
+    from .dev import run as dev_run
 
-    return devserver.main(
+    return dev_run.main(
         database_url=args.database_url or os.environ.get("DATABASE_URL"),
         functions=args.functions,
         host=args.host,
