@@ -20,132 +20,27 @@ Postgres). Not thread-safe.
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import json
-import math
 import random
-import re
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
-from ..context import unwrap_payload
-from ..errors import DrainpipeError
-from ..models import DeadJob, DedupeMode, FailOutcome, Job, QueueStats, claimed_job
+from ...context import unwrap_payload
+from ...models import DeadJob, DedupeMode, FailOutcome, Job, QueueStats, claimed_job
+from .clock import Clock, _real_now, _round_trip, retry_delay
+from .schedules import MemorySchedules, _Schedule
+from .values import (
+    _check_max_attempts,
+    _check_queue,
+    _later,
+    _to_json,
+)
 
-__all__ = ["Clock", "MemoryBackend", "retry_delay"]
-
-_QUEUE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,46}$")
 _MAX_ERROR = 4000
-_MAX_SCHEDULE_NAME = 200
 LEASE_RAN_OUT = "The lease ran out on the last attempt"
-
-
-def _real_now() -> datetime:
-    return datetime.now(UTC)
-
-
-async def _round_trip() -> None:
-    """Yield to the event loop once, where a database call would: other tasks then run
-    between two operations, as they do against Postgres (never inside one)."""
-    await asyncio.sleep(0)
-
-
-class Clock:
-    """A UTC clock that moves only when told to: ``clock()`` is the current instant.
-
-    Pass the same clock to the backend and to ``Jobs`` (``run_at`` and schedules use the
-    latter)::
-
-        clock = Clock()
-        jobs = Jobs(MemoryBackend(now=clock), {"emails": Email}, now=clock)
-        clock.advance(60)  # a 60 s delay, lease or backoff is over
-    """
-
-    def __init__(self, start: datetime | None = None) -> None:
-        if start is None:
-            start = datetime.now(UTC)
-        elif start.tzinfo is None:
-            raise ValueError("Clock(start=...) needs a timezone-aware datetime")
-        self._now = start.astimezone(UTC)
-
-    def __call__(self) -> datetime:
-        return self._now
-
-    def advance(self, seconds: float | timedelta) -> datetime:
-        """Move the clock forward by ``seconds`` (a number or a timedelta); returns the new
-        instant. Time never goes back: a negative step is a ``ValueError``."""
-        step = seconds if isinstance(seconds, timedelta) else timedelta(seconds=seconds)
-        if step < timedelta(0):
-            raise ValueError(f"Clock.advance needs a step >= 0, not {seconds!r}")
-        self._now += step
-        return self._now
-
-    def __repr__(self) -> str:
-        return f"Clock({self._now.isoformat()})"
-
-
-def retry_delay(attempt: int, uniform: Callable[[], float] = random.random) -> float:
-    """The backoff after failed attempt ``attempt`` (1-based) when ``fail`` gets no
-    ``retry_in``: whole seconds uniform in ``[1, min(3600, 10 * 2**(attempt-1))]`` (full
-    jitter), the formula of ``drainpipe.job_retry_delay`` in SQL."""
-    ceiling = min(3600, 10 * 2 ** min(max(attempt, 1) - 1, 20))
-    return float(1 + math.floor(uniform() * ceiling))
-
-
-def _invalid_input(message: str) -> DrainpipeError:
-    # what the SQL functions raise (SQLSTATE 22xxx) for the same argument
-    return DrainpipeError("invalid_input", message)
-
-
-def _check_queue(queue: Any) -> str:
-    if not isinstance(queue, str) or not _QUEUE_NAME.match(queue):
-        raise _invalid_input(
-            f'Invalid queue name "{queue}": lowercase letters, digits and underscores, at most 47'
-        )
-    return queue
-
-
-def _check_max_attempts(max_attempts: Any) -> int:
-    if (
-        not isinstance(max_attempts, int)
-        or isinstance(max_attempts, bool)
-        or not 1 <= max_attempts < 2**31
-    ):
-        raise _invalid_input(f"max_attempts must be at least 1, not {max_attempts}")
-    return max_attempts
-
-
-def _to_json(value: Any) -> str:
-    """The stored form of a payload: JSON text, so every read hands out a fresh copy and a
-    value Postgres' jsonb would refuse is refused here too."""
-    try:
-        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        raise _invalid_input(f"The payload is not a JSON value: {exc}") from exc
-    if "\\u0000" in text:
-        raise _invalid_input("The payload contains a NUL character, which jsonb cannot hold")
-    return text
-
-
-def _later(moment: datetime, seconds: float | None) -> datetime:
-    """``moment`` plus ``seconds`` (None and negative count as 0, as in SQL)."""
-    try:
-        return moment + timedelta(seconds=max(float(seconds or 0), 0.0))
-    except (OverflowError, ValueError) as exc:
-        raise _invalid_input(f"{seconds!r} seconds is out of range") from exc
-
-
-def _floor_ms(moment: datetime) -> datetime:
-    # schedules are stored and compared at millisecond precision, as in SQL
-    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
-
-
-def _floor_ms_or_none(moment: datetime | None) -> datetime | None:
-    return None if moment is None else _floor_ms(moment)
 
 
 @dataclass(slots=True)
@@ -186,23 +81,7 @@ class _Queue:
     dead: dict[int, _Dead] = field(default_factory=dict)
 
 
-@dataclass(slots=True)
-class _Schedule:
-    name: str
-    cron: str
-    time_zone: str
-    queue: str
-    payload: str
-    tenant: str | None
-    next_run: datetime | None
-    first_after: datetime | None
-    created_at: datetime
-    last_run: datetime | None = None
-    locked_until: datetime | None = None
-    claim_token: uuid.UUID | None = None
-
-
-class MemoryBackend:
+class MemoryBackend(MemorySchedules):
     """Jobs and schedules in this process's memory, with the SQL backends' semantics.
 
     ``now`` is the clock (default: real UTC time; a :class:`Clock` lets a test move time).
@@ -601,139 +480,3 @@ class MemoryBackend:
         for job_id in gone:
             del state.dead[job_id]
         return len(gone)
-
-    # -- schedules (the drain scheduler's rows and leases) --------------------------------
-
-    async def schedule(
-        self,
-        name: str,
-        cron: str,
-        queue: str,
-        payload: Any,
-        *,
-        time_zone: str,
-        next_run: datetime | None,
-        tenant: str | None,
-    ) -> None:
-        await _round_trip()
-        from ..cron import parse_cron, zone
-
-        if not isinstance(name, str) or not 1 <= len(name) <= _MAX_SCHEDULE_NAME:
-            raise _invalid_input(f"Invalid schedule name {name}: 1 to 200 characters")
-        try:
-            parse_cron(cron)
-            zone(time_zone)
-        except ValueError as exc:
-            raise _invalid_input(str(exc)) from exc
-        _check_queue(queue)
-        stored = _to_json(payload)
-        now = _floor_ms(self.now())
-        text = cron.strip()
-        first_after = now if next_run is None else None
-        existing = self._schedules.get(name)
-        if existing is None:
-            self._schedules[name] = _Schedule(
-                name=name,
-                cron=text,
-                time_zone=time_zone,
-                queue=queue,
-                payload=stored,
-                tenant=tenant,
-                next_run=_floor_ms_or_none(next_run),
-                first_after=first_after,
-                created_at=now,
-            )
-            return
-        existing.queue, existing.payload, existing.tenant = queue, stored, tenant
-        if existing.cron != text or existing.time_zone != time_zone:
-            # a new cron or zone frees the schedule: a drain holding the old version cannot
-            # advance it. The same cron and zone keep the next run and a drain's claim.
-            existing.cron, existing.time_zone = text, time_zone
-            existing.next_run, existing.first_after = _floor_ms_or_none(next_run), first_after
-            existing.locked_until = existing.claim_token = None
-
-    async def unschedule(self, name: str) -> bool:
-        await _round_trip()
-        return self._schedules.pop(name, None) is not None
-
-    async def list_schedules(
-        self, *, prefix: str | None, tenant: str | None
-    ) -> list[tuple[Any, ...]]:
-        """Rows ``(name, cron, time_zone, queue, tenant, next_run, last_run, leased_until,
-        created_at)`` by name."""
-        await _round_trip()
-        return [
-            (
-                one.name,
-                one.cron,
-                one.time_zone,
-                one.queue,
-                one.tenant,
-                one.next_run,
-                one.last_run,
-                one.locked_until,
-                one.created_at,
-            )
-            for one in sorted(self._schedules.values(), key=lambda one: one.name)
-            if (prefix is None or one.name.startswith(prefix))
-            and (tenant is None or one.tenant == tenant)
-        ]
-
-    async def unschedule_tenant(self, tenant: str) -> int:
-        await _round_trip()
-        names = [one.name for one in self._schedules.values() if one.tenant == tenant]
-        for name in names:
-            del self._schedules[name]
-        return len(names)
-
-    async def due_schedules(self, *, lease: float, batch: int) -> list[tuple[Any, ...]]:
-        """Lease the due schedules (and those without a next run yet) for ``lease`` seconds;
-        rows ``(name, cron, time_zone, queue, payload, next_run, first_after, claim_token)``."""
-        await _round_trip()
-        now = self.now()
-        free = [
-            one
-            for one in self._schedules.values()
-            if (one.next_run is None or one.next_run <= now)
-            and (one.locked_until is None or one.locked_until <= now)
-        ]
-        # not computed yet first, then by due time and name (the SQL's due_at order)
-        free.sort(key=lambda one: (one.next_run is not None, one.next_run or now, one.name))
-        rows = []
-        until = _later(now, max(lease, 1))
-        for one in free[: max(batch, 1)]:
-            one.locked_until = until
-            # a fresh token per claim: a drain whose lease ran out cannot advance a later one
-            one.claim_token = uuid.uuid4()
-            rows.append(
-                (
-                    one.name,
-                    one.cron,
-                    one.time_zone,
-                    one.queue,
-                    json.loads(one.payload),
-                    one.next_run,
-                    one.first_after,
-                    one.claim_token,
-                )
-            )
-        return rows
-
-    async def advance_schedule(
-        self, name: str, ran: datetime | None, next_run: datetime | None, claim_token: Any
-    ) -> bool:
-        """Move a schedule we claimed to its next run; False when our claim is gone."""
-        await _round_trip()
-        one = self._schedules.get(name)
-        if one is None or one.claim_token is None or one.claim_token != claim_token:
-            return False
-        if one.next_run is None:
-            if one.first_after is None:
-                return False
-        elif ran is None or _floor_ms(one.next_run) != _floor_ms(ran):
-            return False
-        one.next_run = _floor_ms_or_none(next_run)
-        if ran is not None:
-            one.last_run = _floor_ms(ran)
-        one.first_after = one.locked_until = one.claim_token = None
-        return True
