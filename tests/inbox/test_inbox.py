@@ -29,7 +29,7 @@ from drainpipe.http import Headers, Request
 from drainpipe.webhooks import load_secrets, verify_signature
 from tests.conftest import connect
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SECRET = "whsec_" + base64.b64encode(b"drainpipe-test-secret-0001").decode()
 OLD_SECRET = "whsec_" + base64.b64encode(b"drainpipe-test-secret-0000").decode()
 OTHER_SECRET = "whsec_" + base64.b64encode(b"somebody-else-entirely-000").decode()

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from drainpipe import WebhookInbox
 from drainpipe.http import Headers, Request
-from tests.test_inbox import SECRET
+from tests.inbox.test_inbox import SECRET
 
 KEY = base64.b64decode(SECRET.removeprefix("whsec_"))
 NAMES = st.sampled_from(

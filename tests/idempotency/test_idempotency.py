@@ -28,7 +28,7 @@ from drainpipe.errors import DrainpipeError
 from drainpipe.idempotency import fingerprint
 from tests.conftest import connect
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BINARY = bytes(range(256)) * 3
 
 

@@ -25,7 +25,7 @@ from drainpipe.sqlmodules import (
     verify,
 )
 from tests.conftest import ROOT, clone_database, connect, drop_database, with_database
-from tests.test_pg_cron import cleanup, cron_db, cron_url, names  # noqa: F401 - fixtures
+from tests.schedules.test_pg_cron import cleanup, cron_db, cron_url, names  # noqa: F401 - fixtures
 
 # Called by no client: they stay unversioned (docs/sql.md).
 INTERNAL_FUNCTIONS = {

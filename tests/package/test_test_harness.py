@@ -34,7 +34,7 @@ def test_database_url_is_ignored_and_the_header_says_so() -> None:
             "pytest",
             "-p",
             "no:cacheprovider",
-            "tests/test_test_harness.py::test_the_session_has_no_database_url",
+            "tests/package/test_test_harness.py::test_the_session_has_no_database_url",
         ],
         cwd=ROOT,
         env=env,

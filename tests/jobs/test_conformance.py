@@ -12,7 +12,7 @@ from drainpipe.backends.pgmq_public import PgmqPublicBackend
 from drainpipe.backends.sql import SqlQueueBackend
 from drainpipe.models import FailOutcome, Job
 from drainpipe.testing import ConformanceError, ConformanceReport, check_queue_backend
-from tests.test_pgmq_public import BASE, SERVICE_KEY, postgrest
+from tests.jobs.test_pgmq_public import BASE, SERVICE_KEY, postgrest
 
 ALL_CHECKS = [
     "name",
