@@ -3,6 +3,8 @@
 drainpipe sql add MODULE... [--out DIR] [--backend pgmq|table] [--scheduler drain|pg_cron]
 drainpipe sql apply [--database-url URL] [--modules MODULE...] [--backend] [--scheduler]
 drainpipe dev [--port N] [--every SECONDS] [--database-url URL] [--functions DIR]
+drainpipe serve [--functions DIR] [--host H] [--port N] [--graceful SECONDS]
+drainpipe work [QUEUE...] --app module:attr [--concurrency N] [--batch N] [--lease S] [--grace S]
 """
 
 from __future__ import annotations
@@ -115,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="embedded Postgres data folder (default ~/.cache/drainpipe/dev-pgdata)",
     )
+    from . import serve
+
+    serve.add_serve_arguments(commands.add_parser("serve", help="serve functions/ (a container)"))
+    serve.add_work_arguments(commands.add_parser("work", help="work queues until SIGTERM"))
     return parser
 
 
@@ -240,6 +246,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             applied = asyncio.run(sql_apply(url, modules, args.backend, args.scheduler))
             print(f"applied: {', '.join(applied)}" if applied else "up to date")
             return 0
+        if args.command == "serve":
+            from .serve import serve_command
+
+            return serve_command(args)
+        if args.command == "work":
+            from .serve import work_command
+
+            return work_command(args)
         from . import devserver
 
         return devserver.main(
