@@ -72,14 +72,22 @@ class _Loop:
     elsewhere in the process clears the current loop)."""
 
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop: asyncio.AbstractEventLoop | None = None  # made on the first event
 
     def current(self) -> asyncio.AbstractEventLoop:
+        if self.loop is None or self.loop.is_closed():
+            self.loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self.loop)
         return self.loop
 
     def run(self, coroutine: Awaitable[Any]) -> Any:
         return self.current().run_until_complete(coroutine)
+
+    def close(self) -> None:
+        loop, self.loop = self.loop, None
+        if loop is not None and not loop.is_closed():
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
 
 
 class ScheduledDrain:
@@ -106,7 +114,9 @@ class ScheduledDrain:
         if not isinstance(reserve, int | float) or isinstance(reserve, bool) or reserve < 0:
             raise ValueError("reserve must be a number of seconds >= 0")
         if max_budget is not None and (
-            not isinstance(max_budget, int | float) or isinstance(max_budget, bool) or max_budget <= 0
+            not isinstance(max_budget, int | float)
+            or isinstance(max_budget, bool)
+            or max_budget <= 0
         ):
             raise ValueError("max_budget must be a positive number of seconds")
         self._source = route
@@ -180,7 +190,9 @@ class ScheduledDrain:
                     f"step(s) failed, first: {errors[0] if errors else 'unknown'}",
                 )
                 raise error from (errors[0] if errors else None)
-            log.warning("scheduled drain finished with %s failed step(s): %s", report["errors"], report)
+            log.warning(
+                "scheduled drain finished with %s failed step(s): %s", report["errors"], report
+            )
         return report
 
 
@@ -228,13 +240,28 @@ class LambdaHandler:
                 raise RuntimeError(
                     "drainpipe.aws serves HTTP events with mangum: pip install 'drainpipe[aws]'"
                 ) from exc
+            from mangum.adapter import DEFAULT_TEXT_MIME_TYPES
+
             self._loop.current()  # mangum takes the current loop; make it ours
             self._mangum = Mangum(
                 self.app,  # type: ignore[arg-type]
                 lifespan=self.lifespan,
                 api_gateway_base_path=self.api_gateway_base_path,
+                # else Problem Details bodies go out base64 encoded, unreadable in logs
+                text_mime_types=[*DEFAULT_TEXT_MIME_TYPES, "application/problem+json"],
             )
         return self._mangum
+
+    def run_in_loop(self, awaitable: Awaitable[Any]) -> Any:
+        """Run ``awaitable`` on the event loop the invocations use (to close pools in a
+        test, or to warm a pool up at import time); its result."""
+        return self._loop.run(awaitable)
+
+    def close(self) -> None:
+        """Close the handler's event loop, once what runs on it (pools) is closed. Lambda
+        never needs this (the process ends with its loop); tests and scripts do."""
+        self._loop.close()
+        self._mangum = None
 
     def __call__(self, event: Any, context: Any = None) -> dict[str, Any]:
         if is_http_event(event):

@@ -21,7 +21,8 @@ Cloud Scheduler authenticates with the drain route's bearer secret in ``Authoriz
 deployed ``--no-allow-unauthenticated``, the job given ``--oidc-service-account-email``),
 Cloud Run checks the token before the request reaches the function and ``Authorization``
 holds that token; then send the secret in another header and pass
-``secret_header="X-Drain-Secret"``: its value replaces ``Authorization`` for the app.
+``secret_header="X-Drain-Secret"``: when a request carries it, its value replaces
+``Authorization`` for the app (without it, ``Authorization`` reaches the app as sent).
 drainpipe does not verify Google's tokens itself: the platform's invoker check does.
 """
 
@@ -110,11 +111,12 @@ class AsgiHandler:
             (name.lower().encode("latin-1"), value.encode("latin-1", "replace"))
             for name, value in request.headers.items()
         ]
-        if self.secret_header is not None:
-            secret = request.headers.get(self.secret_header)
+        secret = None if self.secret_header is None else request.headers.get(self.secret_header)
+        if secret is not None:
+            # Authorization held the platform's (already verified) OIDC token: the app
+            # sees the secret there instead, and never the token
             headers = [(name, value) for name, value in headers if name != b"authorization"]
-            if secret is not None:
-                headers.append((b"authorization", secret.encode("latin-1", "replace")))
+            headers.append((b"authorization", secret.encode("latin-1", "replace")))
         environ = request.environ
         server_port = environ.get("SERVER_PORT")
         return {

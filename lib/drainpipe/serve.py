@@ -88,9 +88,7 @@ async def serve(
     try:
         import uvicorn
     except ImportError as exc:
-        raise SystemExit(
-            "drainpipe serve runs on uvicorn: pip install 'drainpipe[serve]'"
-        ) from exc
+        raise SystemExit("drainpipe serve runs on uvicorn: pip install 'drainpipe[serve]'") from exc
     from .devserver import FunctionsApp
 
     app = FunctionsApp.load(functions)
