@@ -17,9 +17,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from typing_extensions import TypedDict  # pydantic needs it before Python 3.12
-
 import pytest
+from typing_extensions import TypedDict  # pydantic needs it before Python 3.12
 
 import drainpipe
 from drainpipe.aws import LambdaHandler, lambda_handler, scheduled_handler

@@ -15,9 +15,8 @@ import logging
 import os
 from typing import Any
 
-from typing_extensions import TypedDict  # pydantic needs it before Python 3.12
-
 import functions_framework
+from typing_extensions import TypedDict  # pydantic needs it before Python 3.12
 
 from drainpipe.drain import DrainRoute
 from drainpipe.gcp import asgi_handler
@@ -77,7 +76,7 @@ async def webhook_app(scope: Any, receive: Any, send: Any) -> None:
 # With OIDC, Authorization carries Google's token (checked by Cloud Run before the request
 # arrives) and the route's secret comes in X-Drain-Secret; without OIDC, send the secret
 # in Authorization and X-Drain-Secret is not needed (its absence leaves Authorization).
-serve_drain = asgi_handler(drain_app, secret_header="X-Drain-Secret")
+serve_drain = asgi_handler(drain_app, secret_header="X-Drain-Secret")  # noqa: S106 - a name
 serve_webhook = asgi_handler(webhook_app)
 
 

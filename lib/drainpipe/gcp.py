@@ -118,7 +118,7 @@ class AsgiHandler:
             headers = [(name, value) for name, value in headers if name != b"authorization"]
             headers.append((b"authorization", secret.encode("latin-1", "replace")))
         environ = request.environ
-        server_port = environ.get("SERVER_PORT")
+        server_port = str(environ.get("SERVER_PORT") or "")
         return {
             "type": "http",
             "asgi": {"version": "3.0", "spec_version": "2.3"},
@@ -133,7 +133,7 @@ class AsgiHandler:
             "client": (request.remote_addr or "", 0),
             "server": (
                 str(environ.get("SERVER_NAME", "")),
-                int(server_port) if str(server_port or "").isdigit() else None,
+                int(server_port) if server_port.isdigit() else None,
             ),
         }
 

@@ -61,7 +61,7 @@ class WithHealthCheck:
         await self.app(scope, receive, send)
 
 
-def _server(config: uvicorn.Config) -> uvicorn.Server:
+def _server(config: uvicorn.Config, listening: asyncio.Event) -> uvicorn.Server:
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -70,6 +70,11 @@ def _server(config: uvicorn.Config) -> uvicorn.Server:
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
             yield
+
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                listening.set()
 
     return Server(config)
 
@@ -103,7 +108,8 @@ async def serve(
         proxy_headers=True,
         forwarded_allow_ips="*",
     )
-    server = _server(config)
+    listening = asyncio.Event()
+    server = _server(config, listening)
     stop = stop or asyncio.Event()
 
     def shutdown() -> None:
@@ -120,8 +126,9 @@ async def serve(
         watcher = asyncio.create_task(watch_stop())
         serving = asyncio.create_task(server.serve())
         try:
-            while not server.started and not serving.done():
-                await asyncio.sleep(0.01)
+            started = asyncio.create_task(listening.wait())
+            await asyncio.wait([started, serving], return_when=asyncio.FIRST_COMPLETED)
+            started.cancel()
             if server.started:
                 bound = server.servers[0].sockets[0].getsockname()
                 print(f"drainpipe serve: listening on http://{host}:{bound[1]}", flush=True)
@@ -260,13 +267,13 @@ async def work(
             loop.add_signal_handler(sig, on_signal, sig)
             installed.append(sig)
     try:
-        done, pending = await _until_stopped(tasks, stop)
+        pending = await _until_stopped(tasks, stop)
         if pending:
             print(
                 f"drainpipe work: stopping, waiting up to {grace:g} s for running jobs",
                 flush=True,
             )
-            done, pending = await asyncio.wait(pending, timeout=grace)
+            _, pending = await asyncio.wait(pending, timeout=grace)
         for task in pending:
             # their jobs' leases run out and they are claimed again
             log.warning("jobs still running after %s s: cancelling %s", grace, task.get_name())
@@ -299,8 +306,9 @@ async def work(
 
 async def _until_stopped(
     tasks: Mapping[str, asyncio.Task[Any]], stop: asyncio.Event
-) -> tuple[set[asyncio.Task[Any]], set[asyncio.Task[Any]]]:
-    """Wait until ``stop`` is set or a worker ends (an error stops all of them)."""
+) -> set[asyncio.Task[Any]]:
+    """Wait until ``stop`` is set or a worker ends (an error stops all of them); the
+    workers still running."""
     stopper = asyncio.create_task(stop.wait())
     try:
         await asyncio.wait([*tasks.values(), stopper], return_when=asyncio.FIRST_COMPLETED)
@@ -308,8 +316,7 @@ async def _until_stopped(
         stopper.cancel()
     if any(task.done() and not task.cancelled() and task.exception() for task in tasks.values()):
         stop.set()  # one worker failed: stop the others too
-    done = {task for task in tasks.values() if task.done()}
-    return done, {task for task in tasks.values() if not task.done()}
+    return {task for task in tasks.values() if not task.done()}
 
 
 # -- the command line -------------------------------------------------------------------
