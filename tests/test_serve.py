@@ -332,3 +332,48 @@ def test_work_reports_a_wrong_app_or_queue(db_url: str, tmp_path: Path, marks: P
     assert unhandled.returncode == 2 and "no handler for queue(s) other" in unhandled.stderr
     not_an_app = run("--app", "os:sep")
     assert not_an_app.returncode == 2 and "WorkerApp" in not_an_app.stderr
+
+
+def test_work_with_schedules_enqueues_due_runs_and_works_them(
+    db_url: str, tmp_path: Path, marks: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    async def schedule() -> None:
+        async with drainpipe.Jobs(db_url, {"emails": dict}) as jobs:
+            await jobs.schedule("every-second", "1 second", "emails", {"to": "s@example.com"})
+
+    asyncio.run(schedule())
+    (tmp_path / "workapp.py").write_text(textwrap.dedent(WORKER_APP))
+    process = start(
+        ["work", "emails", "--app", "workapp:worker", "--schedules", "0.2"],
+        environment(db_url, marks, job_seconds=0),
+        tmp_path,
+    )
+    processes.append(process)
+    output = Output(process)
+    deadline = time.monotonic() + 15
+    while not any(marks.glob("finished-*")):
+        assert time.monotonic() < deadline, output.text
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(20) == 0, output.text
+    assert "succeeded" in output.text
+
+
+def test_the_container_example_worker_runs_the_functions_handlers(
+    db_url: str, tmp_path: Path, marks: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    asyncio.run(enqueue(db_url))
+    env = environment(db_url, marks, job_seconds=0)
+    env["PYTHONPATH"] += os.pathsep + str(ROOT / "examples/container")
+    env["FUNCTIONS_DIR"] = str(ROOT / "functions")
+    process = start(["work", "emails", "--app", "worker:worker"], env, tmp_path)
+    processes.append(process)
+    output = Output(process)
+    output.wait_for(r"drainpipe work: emails")
+    deadline = time.monotonic() + 15
+    while asyncio.run(counts(db_url)) != (0, 0, 0, 0):
+        assert time.monotonic() < deadline, output.text
+        time.sleep(0.1)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(20) == 0, output.text
+    assert "emails: 1 succeeded, 0 failed" in output.text

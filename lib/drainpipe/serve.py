@@ -215,11 +215,14 @@ async def work(
     batch: int = 1,
     lease: float | None = None,
     grace: float = DEFAULT_GRACEFUL,
+    schedules_every: float | None = None,
     stop: asyncio.Event | None = None,
 ) -> dict[str, Any]:
     """Work ``queues`` (default: every queue of ``app.handlers``) until ``stop`` is set or
-    SIGTERM/SIGINT arrives; the :class:`WorkReport` of each queue. Raises what a worker
-    raised (a claim error it could not retry); ``ValueError`` for a queue without handler."""
+    SIGTERM/SIGINT arrives; the :class:`WorkReport` of each queue. ``schedules_every``
+    (seconds): also enqueue due schedules that often (safe in several workers at once).
+    Raises what a worker raised (a claim error it could not retry); ``ValueError`` for a
+    queue without handler."""
     worker_app = await resolve_worker_app(app)
     handlers: Mapping[str, Any] = worker_app.handlers
     chosen = list(dict.fromkeys(queues)) or list(handlers)
@@ -249,6 +252,11 @@ async def work(
         )
         for queue in chosen
     }
+    scheduler = (
+        None
+        if schedules_every is None
+        else asyncio.create_task(_run_schedules(jobs, schedules_every, stop))
+    )
     print(
         f"drainpipe work: {', '.join(chosen)} (concurrency {concurrency}, batch {batch}, "
         f"lease {lease_seconds:g} s)",
@@ -298,10 +306,28 @@ async def work(
             raise failure
         return reports
     finally:
+        if scheduler is not None:
+            scheduler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await scheduler
         for sig in installed:
             loop.remove_signal_handler(sig)
         with contextlib.suppress(Exception):
             await jobs.close()
+
+
+async def _run_schedules(jobs: Any, every: float, stop: asyncio.Event) -> None:
+    """Enqueue due schedules every ``every`` seconds until ``stop``; failures are logged
+    (the next round retries) so a database hiccup does not stop the workers."""
+    while not stop.is_set():
+        try:
+            enqueued = await jobs.run_schedules()
+            if enqueued:
+                log.info("enqueued %s scheduled run(s)", enqueued)
+        except Exception:
+            log.warning("running due schedules failed; retrying in %s s", every, exc_info=True)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), every)
 
 
 async def _until_stopped(
@@ -381,6 +407,13 @@ def add_work_arguments(parser: argparse.ArgumentParser) -> None:
         "--lease", type=_seconds, default=None, help="lease seconds (default: the app's, 300)"
     )
     parser.add_argument(
+        "--schedules",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="also enqueue due schedules every SECONDS (default: off; the drain route runs them)",
+    )
+    parser.add_argument(
         "--grace",
         type=_seconds,
         default=float(DEFAULT_GRACEFUL),
@@ -423,6 +456,7 @@ def work_command(args: argparse.Namespace) -> int:
                 batch=args.batch,
                 lease=args.lease,
                 grace=args.grace,
+                schedules_every=args.schedules,
             )
         )
     except ValueError as exc:
