@@ -13,22 +13,20 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
-
-from typing_extensions import TypedDict  # pydantic needs it before Python 3.12
+from typing import TYPE_CHECKING, Any
 
 from drainpipe.aws import lambda_handler
-from drainpipe.drain import DrainRoute
-from drainpipe.errors import DrainpipeError
-from drainpipe.http import problem_response
-from drainpipe.inbox import WebhookInbox
+
+if TYPE_CHECKING:  # imported by build(), on the first event: the cold start stays small
+    from drainpipe.drain import DrainRoute
+    from drainpipe.inbox import WebhookInbox
 
 log = logging.getLogger("drainpipe.example")
 
 
-class Email(TypedDict):
-    to: str
-    subject: str
+# the payload schema: anything pydantic.TypeAdapter takes (a model class costs pydantic's
+# import at cold start; a plain type like this one does not)
+Email = dict[str, str]
 
 
 async def send_email(payload: Email, job: Any) -> None:
@@ -48,6 +46,7 @@ def build() -> tuple[DrainRoute, WebhookInbox]:
     global _built
     if _built is None:
         from drainpipe.db import Database
+        from drainpipe.inbox import WebhookInbox
         from drainpipe.jobs import Jobs
 
         env = os.environ
@@ -81,6 +80,9 @@ async def app(scope: Any, receive: Any, send: Any) -> None:
     elif path == "/webhooks/billing":
         await build()[1].app(scope, receive, send)
     else:
+        from drainpipe.errors import DrainpipeError
+        from drainpipe.http import problem_response
+
         error = DrainpipeError("not_found", f"Nothing is served at {scope.get('path')}")
         await problem_response(error, scope.get("path"))(scope, receive, send)
 
