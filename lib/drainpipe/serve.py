@@ -104,9 +104,7 @@ async def serve(
         lifespan="on",
         timeout_graceful_shutdown=graceful,
         log_level="info",
-        # a container's proxy (Fly, Railway, an ingress) sets these
-        proxy_headers=True,
-        forwarded_allow_ips="*",
+        # X-Forwarded-* are trusted from FORWARDED_ALLOW_IPS only (uvicorn's default: local)
     )
     listening = asyncio.Event()
     server = _server(config, listening)
