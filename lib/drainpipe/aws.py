@@ -184,6 +184,7 @@ class ScheduledDrain:
         )
         if report.get("errors"):
             if not did_something:
+                log.error("scheduled drain could not work: %s", report)
                 error = DrainpipeError(
                     "network" if _all_transient(errors) else "unexpected",
                     f"[drainpipe] the scheduled drain could not work: {report['errors']} "
