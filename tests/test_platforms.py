@@ -8,6 +8,7 @@ import asyncio
 import base64
 import importlib.util
 import json
+import subprocess
 import sys
 import threading
 import time
@@ -454,3 +455,71 @@ def test_an_app_that_raises_answers_500_not_a_hung_request() -> None:
     flask_app.add_url_rule("/", "x", lambda: handle(flask.request))
     answer = flask_app.test_client().get("/")
     assert answer.status_code == 500 and answer.data == b"Internal Server Error"
+
+
+@pytest.mark.parametrize(
+    ("entry", "platform_loads"),
+    [
+        ("examples/aws-lambda/handler.py", ()),
+        ("examples/gcp/main.py", ("functions_framework",)),
+        ("examples/container/worker.py", ()),
+    ],
+)
+def test_importing_an_entry_loads_no_database_or_validation_library(
+    entry: str, platform_loads: tuple[str, ...]
+) -> None:
+    """Cold starts pay for every import: the pools, pydantic and mangum come with the first
+    event, not with the entry file."""
+    path = ROOT / entry
+    code = (
+        "import importlib, importlib.util, sys\n"
+        f"for name in {platform_loads!r}: importlib.import_module(name)\n"
+        "before = set(sys.modules)\n"
+        f"sys.path.insert(0, {str(path.parent)!r})\n"
+        f"spec = importlib.util.spec_from_file_location('entry', {str(path)!r})\n"
+        "module = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(module)\n"
+        "print(' '.join(sorted({m.split('.')[0] for m in set(sys.modules) - before})))\n"
+    )
+    result = subprocess.run(  # noqa: S603 - our own interpreter, fixed code
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    loaded = set(result.stdout.split())
+    assert "drainpipe" in loaded  # the probe saw the entry's own imports
+    heavy = {"psycopg", "psycopg_pool", "pydantic", "mangum", "flask", "uvicorn", "httpx"}
+    assert not loaded & heavy, sorted(loaded & heavy)
+
+
+def test_a_functions_lazy_app_runs_on_lambda_and_keeps_its_pool_warm(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """functions/orders.py as is, behind a function URL: built on the first event, its pool
+    kept across invocations (mangum's lifespan would close it after each one)."""
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    sys.path.insert(0, str(ROOT / "functions"))
+    try:
+        orders = load_module(ROOT / "functions/orders.py", "lambda_orders")
+        handler = lambda_handler(orders.app)
+        body = json.dumps({"item": "book", "quantity": 2}).encode()
+        headers = {"idempotency-key": "k-1", "content-type": "application/json"}
+        event = http_v2_event(
+            "/api/orders", method="POST", headers=headers, body=body, function_url=True
+        )
+        unconfigured = handler(event, Context(10_000))
+        assert unconfigured["statusCode"] == 503
+        assert json.loads(unconfigured["body"])["code"] == "NOT_CONFIGURED"
+
+        monkeypatch.setenv("DATABASE_URL", db_url)
+        first = handler(event, Context(10_000))
+        assert first["statusCode"] == 201, first
+        pool = orders.idempotency.db
+        second = handler(event, Context(10_000))
+        assert second["statusCode"] == 201
+        assert second["headers"].get("idempotency-replayed") == "true"
+        assert json.loads(second["body"])["id"] == json.loads(first["body"])["id"]
+        assert orders.idempotency.db is pool  # the same pool served both invocations
+        handler.run_in_loop(orders.app.aclose())
+        handler.close()
+    finally:
+        sys.path.remove(str(ROOT / "functions"))
+        sys.modules.pop("lambda_orders", None)
