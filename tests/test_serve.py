@@ -322,6 +322,9 @@ def test_work_reports_a_wrong_app_or_queue(db_url: str, tmp_path: Path, marks: P
             check=False,
         )
 
+    env.pop("DRAINPIPE_APP", None)
+    no_app = run("emails")
+    assert no_app.returncode == 2 and "pass --app" in no_app.stderr
     missing = run("--app", "nowhere:worker")
     assert missing.returncode == 2 and "cannot import nowhere" in missing.stderr
     no_attr = run("--app", "workapp:nothing")

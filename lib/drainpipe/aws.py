@@ -26,26 +26,19 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .errors import DrainpipeError
+from .http import Receive, Scope, Send
 
 if TYPE_CHECKING:
     from .drain import DrainRoute
 
 log = logging.getLogger("drainpipe.aws")
 
-ASGIApp = Callable[
-    [
-        MutableMapping[str, Any],
-        Callable[[], Awaitable[MutableMapping[str, Any]]],
-        Callable[[MutableMapping[str, Any]], Awaitable[None]],
-    ],
-    Awaitable[None],
-]
-DEFAULT_RESERVE = 10.0
-SCHEDULED_INPUT = {"drainpipe": "drain"}
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+DEFAULT_RESERVE = 10.0  # seconds a scheduled drain leaves for claimed jobs to finish
 
 
 class LambdaContext(Protocol):

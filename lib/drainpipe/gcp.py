@@ -33,20 +33,17 @@ import atexit
 import contextlib
 import logging
 import threading
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
+
+from .http import Message, Receive, Scope, Send
 
 if TYPE_CHECKING:
     import flask
 
 log = logging.getLogger("drainpipe.gcp")
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-ASGIApp = Callable[
-    [Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]],
-    Awaitable[None],
-]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 DEFAULT_TIMEOUT = 3600.0  # Cloud Run functions' longest HTTP request
 
 

@@ -23,6 +23,7 @@ import contextlib
 import importlib
 import inspect
 import logging
+import os
 import signal
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -396,8 +397,9 @@ def add_work_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--app",
-        required=True,
-        help="module:attr of a drainpipe.serve.WorkerApp, or of a function returning one",
+        default=os.environ.get("DRAINPIPE_APP"),
+        help="module:attr of a drainpipe.serve.WorkerApp, or of a function returning one"
+        " (default $DRAINPIPE_APP)",
     )
     parser.add_argument("--concurrency", type=_positive_int, default=1, help="lanes per queue")
     parser.add_argument("--batch", type=_positive_int, default=1, help="jobs per claim")
@@ -440,6 +442,13 @@ def serve_command(args: argparse.Namespace) -> int:
 def work_command(args: argparse.Namespace) -> int:
     """``drainpipe work``; the exit status (0 after a signal, 1 when a worker failed)."""
     _logging()
+    if not args.app:
+        print(
+            "drainpipe work: pass --app module:attr (or set DRAINPIPE_APP), such as"
+            " --app worker:worker",
+            file=sys.stderr,
+        )
+        return 2
     try:
         app = import_app(args.app)
     except ValueError as exc:
