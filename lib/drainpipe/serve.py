@@ -276,8 +276,10 @@ async def work(
     try:
         pending = await _until_stopped(tasks, stop)
         if pending:
+            cause = signal.Signals(signals[0]).name if signals else "a worker stopped"
             print(
-                f"drainpipe work: stopping, waiting up to {grace:g} s for running jobs",
+                f"drainpipe work: {cause}: no new claims, waiting up to {grace:g} s for"
+                " running jobs",
                 flush=True,
             )
             _, pending = await asyncio.wait(pending, timeout=grace)
