@@ -6,6 +6,8 @@ drainpipe sql apply [--database-url URL] [--modules MODULE...] [--backend] [--sc
 drainpipe sql verify [--database-url URL] [--modules MODULE...] [--backend] [--scheduler]
                      [--timeout SECONDS] [--contract]
 drainpipe dev [--port N] [--every SECONDS] [--database-url URL] [--functions DIR]
+drainpipe serve [--functions DIR] [--host H] [--port N] [--graceful SECONDS]
+drainpipe work [QUEUE...] --app module:attr [--concurrency N] [--batch N] [--lease S] [--grace S]
 drainpipe jobs stats [--queue QUEUE]... | jobs dead QUEUE | jobs retry QUEUE [--id ID...]
 drainpipe inbox list SOURCE [--status S] [--tenant T]
 drainpipe --version
@@ -170,6 +172,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="embedded Postgres data folder (default ~/.cache/drainpipe/dev-pgdata)",
     )
     cli_ops.add_commands(commands)
+
+    from . import serve
+
+    serve.add_serve_arguments(commands.add_parser("serve", help="serve functions/ (a container)"))
+    serve.add_work_arguments(commands.add_parser("work", help="work queues until SIGTERM"))
     return parser
 
 
@@ -440,6 +447,14 @@ def _run(args: argparse.Namespace) -> int:
         for migration in ran:
             print(f"  {migration.module} {migration.label}")
         return 0
+    if args.command == "serve":
+        from .serve import serve_command
+
+        return serve_command(args)
+    if args.command == "work":
+        from .serve import work_command
+
+        return work_command(args)
     if args.command in ("jobs", "inbox"):
         from .cli_ops import run
 
