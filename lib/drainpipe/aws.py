@@ -169,7 +169,13 @@ class ScheduledDrain:
         run = copy.copy(route)
         run.budget = budget
         run.on_error = record
-        report = await run.run(None)
+        from .drain.unavailable import DrainUnavailable
+
+        try:
+            report = await run.run(None)
+        except DrainUnavailable as unavailable:  # unreachable database or missing SQL
+            log.error("scheduled drain could not work: %s", unavailable)
+            raise
         did_something = report.get("schedules") or any(
             counts.get("succeeded") or counts.get("failed")
             for section in ("queues", "inboxes")

@@ -131,8 +131,8 @@ async def serve(
             if server.started:
                 bound = server.servers[0].sockets[0].getsockname()
                 print(f"drainpipe serve: listening on http://{host}:{bound[1]}", flush=True)
-                for path, stem in app.routes().items():
-                    print(f"  {path}  ({Path(functions).name}/{stem}.py)", flush=True)
+                for path, file in app.routes().items():
+                    print(f"  {path}  ({file})", flush=True)
                 print(f"  {HEALTH_PATH}  (health check)", flush=True)
                 if ready is not None:
                     ready.set()
@@ -381,7 +381,9 @@ def _port(text: str) -> int:
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--functions", default="functions", help="functions folder (default ./functions)"
+        "--functions",
+        default="api",
+        help="function files served as Vercel serves them (default ./api, as drainpipe dev)",
     )
     parser.add_argument("--host", default="0.0.0.0", help="interface (default 0.0.0.0)")  # noqa: S104
     parser.add_argument("--port", type=_port, default=8000, help="HTTP port (default 8000)")

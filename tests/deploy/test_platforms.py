@@ -306,9 +306,9 @@ def test_a_scheduled_drain_that_cannot_reach_the_database_raises() -> None:
     route = jobs.drain_route(secret=CRON_SECRET, handlers={}, on_error=lambda e, j: seen.append(e))
     handler = scheduled_handler(route)
     try:
-        with pytest.raises(drainpipe.DrainpipeError, match="could not work") as raised:
+        with pytest.raises(drainpipe.DrainpipeError, match="cannot be reached") as raised:
             handler({"drainpipe": "drain"}, Context(30_000))
-        assert raised.value.kind == "network"
+        assert raised.value.kind == "network" and raised.value.status == 503
         assert isinstance(raised.value.__cause__, drainpipe.DrainpipeError)
         assert len(seen) == 1  # the route's own on_error still hears of it
     finally:

@@ -179,7 +179,7 @@ async def enqueue(db_url: str) -> int:
 def test_serve_finishes_the_request_in_flight_on_sigterm(
     db_url: str, tmp_path: Path, marks: Path, processes: list[subprocess.Popen[str]]
 ) -> None:
-    functions = tmp_path / "functions"
+    functions = tmp_path / "api"
     functions.mkdir()
     (functions / "drain.py").write_text(textwrap.dedent(FUNCTION))
     job_id = asyncio.run(enqueue(db_url))
@@ -224,7 +224,7 @@ def test_serve_serves_the_same_routes_as_dev(
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("DATABASE_URL", None)  # the functions answer 503 NOT_CONFIGURED, not 500
     process = start(
-        ["serve", "--functions", str(ROOT / "functions"), "--host", "127.0.0.1", "--port", "0"],
+        ["serve", "--functions", str(ROOT / "api"), "--host", "127.0.0.1", "--port", "0"],
         env,
         tmp_path,
     )
