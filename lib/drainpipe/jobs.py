@@ -21,8 +21,10 @@ from .context import coerce_context, wrap_payload
 from .errors import DrainpipeError, invalid_request, missing_feature, validation_error
 from .models import DeadJob, DedupeMode, FailOutcome, Job, JobContext, QueueStats, WorkReport
 from .schedules import ScheduleMixin
+from .db import dump_json
 from .validation import (
     INT8_MAX,
+    MAX_PAYLOAD_BYTES,
     aware,
     check_queue_name,
     error_text,
@@ -92,6 +94,18 @@ class Jobs(ScheduleMixin):
         if queue not in self._schemas:
             raise invalid_request(f'Unknown queue "{queue}". Queues: {", ".join(self._schemas)}')
         return queue
+
+    def _check_job(self, job: Any) -> None:
+        """A settled job must be a claimed one: its id a bigint and its attempt (the fence)
+        an integer Postgres holds, else SQL would look for a function of other types."""
+        if not isinstance(job, Job):
+            raise validation_error(
+                f"job must be a Job (from claim), not {type(job).__name__}",
+                [{"message": "Expected a Job", "path": ["job"]}],
+            )
+        self._check_queue(job.queue)
+        positive_int(job.id, "job.id", minimum=0, maximum=INT8_MAX)
+        positive_int(job.attempts, "job.attempts")
 
     def _adapter(self, queue: str) -> TypeAdapter[Any]:
         adapter = self._adapters.get(queue)
@@ -193,6 +207,10 @@ class Jobs(ScheduleMixin):
         """
         self._check_queue(queue)
         value = wrap_payload(self.serialise(queue, payload), coerce_context(context))
+        # serialised once here for every backend: what jsonb cannot hold exactly (NaN, a
+        # lone surrogate, NUL, a depth past 254) and a payload over 1 MiB are refused before
+        # anything is sent; the size check is a len() of these bytes
+        dump_json(value, max_bytes=MAX_PAYLOAD_BYTES)
         wait = self._delay(delay, run_at)
         positive_int(max_attempts, "max_attempts")
         if dedupe not in ("always", "waiting"):
@@ -247,7 +265,9 @@ class Jobs(ScheduleMixin):
         values = []
         for index, payload in enumerate(payloads):
             try:
-                values.append(wrap_payload(self.serialise(queue, payload), recorded))
+                value = wrap_payload(self.serialise(queue, payload), recorded)
+                dump_json(value, max_bytes=MAX_PAYLOAD_BYTES)
+                values.append(value)
             except DrainpipeError as exc:
                 for issue in exc.issues or []:
                     issue["path"] = [index, *issue.get("path", [])]
@@ -274,7 +294,7 @@ class Jobs(ScheduleMixin):
 
     async def complete(self, job: Job[Any]) -> bool:
         """Archive a finished job. False: the lease was lost (claimed again), nothing changed."""
-        self._check_queue(job.queue)
+        self._check_job(job)
         return await self.backend.complete(job)
 
     async def fail(
@@ -282,13 +302,13 @@ class Jobs(ScheduleMixin):
     ) -> FailOutcome | None:
         """Record a failure: ``"queued"`` (retried after ``retry_in`` or the jittered
         backoff), ``"dead"`` (no attempts left) or ``None`` (the lease was lost)."""
-        self._check_queue(job.queue)
+        self._check_job(job)
         wait = None if retry_in is None else seconds(retry_in, "retry_in")
         return await self.backend.fail(job, error_text(error), wait)
 
     async def extend(self, job: Job[Any], lease: float | timedelta) -> bool:
         """Move the lease end to now + ``lease`` seconds. False once the lease was lost."""
-        self._check_queue(job.queue)
+        self._check_job(job)
         return await self.backend.extend(job, seconds(lease, "lease"))
 
     # -- workers -------------------------------------------------------------------------
