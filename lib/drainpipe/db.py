@@ -460,11 +460,7 @@ def _orjson_dumps() -> Callable[[Any], Any] | None:
         # an integer); jsonb refuses \u0000. Substring searches, and a walk over the floats
         # only when there is a null, send just the values that may hold one of these down
         # the careful path.
-        if (
-            b"e+" in data
-            or b"\\u0000" in data
-            or (b"null" in data and has_non_finite(value))
-        ):
+        if b"e+" in data or b"\\u0000" in data or (b"null" in data and has_non_finite(value)):
             return careful_dumps(value)
         return data
 

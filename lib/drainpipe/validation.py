@@ -128,7 +128,7 @@ def text_fault(text: str) -> str | None:
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:
-            return "holds a lone surrogate (not valid Unicode)"
+            return _SURROGATE
     return None
 
 
@@ -210,7 +210,6 @@ def json_error(fault: tuple[list[Any], str], name: str) -> DrainpipeError:
     )
 
 
-
 def has_non_finite(value: Any) -> bool:
     """Does ``value`` hold a NaN or an infinity anywhere? Cheap (type checks only, no
     paths): it runs when orjson's output holds a ``null``, which is what it writes for
@@ -236,3 +235,39 @@ def has_non_finite(value: Any) -> bool:
 
 
 _isfinite = math.isfinite
+
+
+def surrogate_fault(value: Any, depth: int = 0) -> tuple[list[Any], str] | None:
+    """The path to the first key or string holding a lone surrogate (or to where nesting
+    passes :data:`MAX_JSON_DEPTH`), in a value of any Python types (other objects are
+    skipped), or None."""
+    if isinstance(value, str):
+        return ([], f"a string that {_SURROGATE}") if _has_surrogate(value) else None
+    if isinstance(value, dict | list | tuple | set | frozenset) and depth >= MAX_JSON_DEPTH:
+        return [], f"nested deeper than {MAX_JSON_DEPTH} levels"
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and _has_surrogate(key):
+                return [key], f"a key that {_SURROGATE}"
+            found = surrogate_fault(item, depth + 1)
+            if found is not None:
+                return [key, *found[0]], found[1]
+    elif isinstance(value, list | tuple | set | frozenset):
+        for index, item in enumerate(value):
+            found = surrogate_fault(item, depth + 1)
+            if found is not None:
+                return [index, *found[0]], found[1]
+    return None
+
+
+_SURROGATE = "holds a lone surrogate (not valid Unicode)"
+
+
+def _has_surrogate(text: str) -> bool:
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
