@@ -443,25 +443,39 @@ def _has_json_column(result: Any) -> bool:
     return any(result.ftype(column) in _JSON_OIDS for column in range(result.nfields))
 
 
+#: What may need the careful path in orjson's output: NaN/Infinity become ``null``, floats
+#: >= 1e16 are written as ``1e+16`` (jsonb stores that as an integer), jsonb refuses
+#: ``\\u0000``. One regex search over the bytes; plain payloads never match.
+_SUSPECT = re.compile(rb"e\+|\\u0000|null").search
+_NOTHING: Final = object()
+#: The value :func:`dump_json` checked last and its bytes: the jsonb parameter of the same
+#: object (enqueue checks, then the backend sends) reuses them instead of serialising again.
+_last_dumped: tuple[Any, bytes] = (_NOTHING, b"")
+
+
 @cache
-def _orjson_dumps() -> Callable[[Any], Any] | None:
+def _orjson_dumps() -> Callable[..., Any] | None:
     if importlib.util.find_spec("orjson") is None:
         return None
     import orjson
 
     dumps, options = orjson.dumps, orjson.OPT_NON_STR_KEYS
 
-    def fast_dumps(value: Any) -> Any:
+    def fast_dumps(value: Any, name: str = "payload") -> Any:
+        global _last_dumped
+        checked, data = _last_dumped
+        if checked is value:
+            _last_dumped = (_NOTHING, b"")
+            return data
         try:
             data = dumps(value, option=options)
         except TypeError:  # a lone surrogate, an int beyond 64 bits, depth > 254, a non-JSON type
-            return careful_dumps(value)
-        # orjson writes nan/inf as null and floats >= 1e16 as 1e+16 (which jsonb stores as
-        # an integer); jsonb refuses \u0000. Substring searches, and a walk over the floats
-        # only when there is a null, send just the values that may hold one of these down
-        # the careful path.
-        if b"e+" in data or b"\\u0000" in data or (b"null" in data and has_non_finite(value)):
-            return careful_dumps(value)
+            return careful_dumps(value, name)
+        # a null is mostly a None: only a walk over the floats tells NaN apart
+        if _SUSPECT(data) is not None and (
+            b"e+" in data or b"\\u0000" in data or has_non_finite(value)
+        ):
+            return careful_dumps(value, name)
         return data
 
     return fast_dumps
@@ -504,14 +518,16 @@ def _exact_numbers(value: Any, fragment: Any) -> Any:
 def dump_json(value: Any, name: str = "payload", *, max_bytes: int | None = None) -> bytes:
     """``value`` serialised as it will be stored, checked (see :func:`careful_dumps`); over
     ``max_bytes`` → ``validation`` with code ``PAYLOAD_TOO_LARGE`` (a ``len`` of the bytes)."""
+    global _last_dumped
     fast = _orjson_dumps()
-    data: bytes = fast(value) if fast is not None else careful_dumps(value, name)
+    data: bytes = fast(value, name) if fast is not None else careful_dumps(value, name)
     if max_bytes is not None and len(data) > max_bytes:
         raise validation_error(
             f"{name} is {len(data)} bytes as JSON, more than the {max_bytes} bytes allowed",
             [{"message": f"At most {max_bytes} bytes as JSON", "path": [name]}],
             code="PAYLOAD_TOO_LARGE",
         )
+    _last_dumped = (value, data)
     return data
 
 
