@@ -460,3 +460,10 @@ def _same(left: Any, right: Any) -> bool:
     if isinstance(left, list):
         return len(left) == len(right) and all(map(_same, left, right))
     return bool(left == right)
+
+
+def test_operator_set_names_are_refused_at_construction() -> None:
+    with pytest.raises(ValueError, match="scope"):
+        Idempotency("postgresql://127.0.0.1:1/none", scope="s" * 3000)
+    with pytest.raises(ValueError, match="worker"):
+        WebhookInbox("postgresql://127.0.0.1:1/none", source="billing", worker="w" * 3000)

@@ -138,6 +138,12 @@ class Idempotency:
             raise ValueError("header must be a non-empty header name")
         if scope is not None and not isinstance(scope, str) and not callable(scope):
             raise TypeError("scope must be a string or a callable(request) -> str")
+        if isinstance(scope, str) and (len(scope) > MAX_SCOPE_LENGTH or text_fault(scope)):
+            # refused here, not as a 400 on every request
+            raise ValueError(
+                f"scope must be at most {MAX_SCOPE_LENGTH} characters, without NUL or lone"
+                " surrogates"
+            )
         if (
             not isinstance(max_body_bytes, int)
             or isinstance(max_body_bytes, bool)

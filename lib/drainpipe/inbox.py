@@ -281,8 +281,16 @@ class WebhookInbox:
             raise ValueError(f"max_body_bytes must be a positive integer, not {max_body_bytes!r}")
         if verify is not None and not callable(verify):
             raise TypeError("verify must be a callable (headers, body) -> {id, payload, tenant?}")
-        if worker is not None and (not isinstance(worker, str) or not worker):
-            raise ValueError(f"worker must be a non-empty string, not {worker!r}")
+        if worker is not None and (
+            not isinstance(worker, str)
+            or not worker
+            or len(worker) > MAX_NAME_LENGTH
+            or text_fault(worker) is not None
+        ):
+            raise ValueError(
+                f"worker must be a non-empty string of at most {MAX_NAME_LENGTH} characters"
+                f" without NUL or lone surrogates, not {worker!r}"
+            )
         names = [keep_headers] if isinstance(keep_headers, str) else list(keep_headers)
         if not all(isinstance(name, str) and name for name in names):
             raise TypeError("keep_headers must be header names")
