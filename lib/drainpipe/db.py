@@ -445,12 +445,20 @@ def _has_json_column(result: Any) -> bool:
 
 #: What may need the careful path in orjson's output: NaN/Infinity become ``null``, floats
 #: >= 1e16 are written as ``1e+16`` (jsonb stores that as an integer), jsonb refuses
-#: ``\\u0000``. One regex search over the bytes; plain payloads never match.
+#: ``\\u0000``. One regex search over a small payload's bytes (one call is cheaper than
+#: three); over a large one, three substring searches (memchr-fast, the regex is not).
 _SUSPECT = re.compile(rb"e\+|\\u0000|null").search
+_SMALL = 2048
 _NOTHING: Final = object()
 #: The value :func:`dump_json` checked last and its bytes: the jsonb parameter of the same
 #: object (enqueue checks, then the backend sends) reuses them instead of serialising again.
 _last_dumped: tuple[Any, bytes] = (_NOTHING, b"")
+
+
+def _suspect(data: bytes) -> bool:
+    if len(data) <= _SMALL:
+        return _SUSPECT(data) is not None
+    return b"e+" in data or b"\\u0000" in data or b"null" in data
 
 
 @cache
@@ -461,7 +469,7 @@ def _orjson_dumps() -> Callable[..., Any] | None:
 
     dumps, options = orjson.dumps, orjson.OPT_NON_STR_KEYS
 
-    def fast_dumps(value: Any, name: str = "payload") -> Any:
+    def fast_dumps(value: Any, name: str = "payload", max_bytes: int | None = None) -> Any:
         global _last_dumped
         checked, data = _last_dumped
         if checked is value:
@@ -471,10 +479,10 @@ def _orjson_dumps() -> Callable[..., Any] | None:
             data = dumps(value, option=options)
         except TypeError:  # a lone surrogate, an int beyond 64 bits, depth > 254, a non-JSON type
             return careful_dumps(value, name)
+        if max_bytes is not None and len(data) > max_bytes:
+            return data  # refused by the caller before anything scans it
         # a null is mostly a None: only a walk over the floats tells NaN apart
-        if _SUSPECT(data) is not None and (
-            b"e+" in data or b"\\u0000" in data or has_non_finite(value)
-        ):
+        if _suspect(data) and (b"e+" in data or b"\\u0000" in data or has_non_finite(value)):
             return careful_dumps(value, name)
         return data
 
@@ -520,7 +528,7 @@ def dump_json(value: Any, name: str = "payload", *, max_bytes: int | None = None
     ``max_bytes`` → ``validation`` with code ``PAYLOAD_TOO_LARGE`` (a ``len`` of the bytes)."""
     global _last_dumped
     fast = _orjson_dumps()
-    data: bytes = fast(value, name) if fast is not None else careful_dumps(value, name)
+    data: bytes = fast(value, name, max_bytes) if fast is not None else careful_dumps(value, name)
     if max_bytes is not None and len(data) > max_bytes:
         raise validation_error(
             f"{name} is {len(data)} bytes as JSON, more than the {max_bytes} bytes allowed",

@@ -204,7 +204,7 @@ class Jobs(ScheduleMixin):
             data = dump_json(stored, max_bytes=MAX_PAYLOAD_BYTES)
             # pydantic writes a dict key holding a lone surrogate as U+FFFD characters: a
             # payload whose JSON holds one is checked again, from its Python form
-            if _REPLACEMENT in data:
+            if _REPLACEMENT in data:  # (a substring search: cheap)
                 error = _surrogate_error(to_python, value)
                 if error is not None:
                     raise error
