@@ -40,7 +40,7 @@ async def create_order(request: Request) -> Response:
         order = json.loads(await request.body())
     except DrainpipeError as exc:  # the client hung up before its body ended
         return problem_response(exc, path)
-    except ValueError:  # also bodies that are not UTF-8
+    except (ValueError, RecursionError):  # also bodies that are not UTF-8, or nested too deep
         return validation_problem(
             "The body must be a JSON object", code="INVALID_JSON", instance=path
         )

@@ -2,7 +2,8 @@
 
 Stored as ``{"$dp": 1, "context": {...}, "payload": <payload>}`` only when there is an
 actor or a tenant; otherwise the bare payload is stored. Reading is forgiving: anything
-malformed in the context is dropped, never an error.
+malformed in the context is dropped, never an error. Writing is strict: unknown keys, and a
+tenant or actor id past 255 characters or holding NUL or a lone surrogate, are refused.
 """
 
 from __future__ import annotations
@@ -12,31 +13,54 @@ from typing import Any
 
 from .errors import validation_error
 from .models import Actor, JobContext
+from .validation import check_text
 
 ENVELOPE_KEY = "$dp"
 _ACTOR_KINDS = ("user", "service", "anon")
+_CONTEXT_KEYS = frozenset({"actor", "tenant"})
+_ACTOR_KEYS = frozenset({"id", "kind"})
 
 
 def coerce_context(context: JobContext | Mapping[str, Any] | None) -> JobContext | None:
     """Accept a :class:`JobContext` or a mapping ``{"actor": {"id", "kind"}, "tenant"}``."""
-    if context is None or isinstance(context, JobContext):
+    if context is None:
+        return None
+    if isinstance(context, JobContext):
+        if context.tenant is not None:
+            check_text(context.tenant, "context.tenant", path=["context", "tenant"])
+        if context.actor is not None:
+            check_text(context.actor.id, "context.actor.id", path=["context", "actor", "id"])
         return context
     if not isinstance(context, Mapping):
         raise validation_error(
             "context must be a JobContext or a mapping with actor and tenant",
             [{"message": "Expected a JobContext or a mapping", "path": ["context"]}],
         )
+    # a typo ("tenat") silently ignored would store a job for no tenant at all
+    unknown = sorted(map(str, set(context) - _CONTEXT_KEYS))
+    if unknown:
+        raise validation_error(
+            f"context has unknown keys {', '.join(unknown)}: only actor and tenant",
+            [{"message": "Unknown key", "path": ["context", key]} for key in unknown],
+        )
     actor_value = context.get("actor")
     actor: Actor | None = None
     if isinstance(actor_value, Actor):
         actor = actor_value
     elif isinstance(actor_value, Mapping):
+        unknown = sorted(map(str, set(actor_value) - _ACTOR_KEYS))
+        if unknown:
+            raise validation_error(
+                f"context.actor has unknown keys {', '.join(unknown)}: only id and kind",
+                [{"message": "Unknown key", "path": ["context", "actor", k]} for k in unknown],
+            )
         actor_id, kind = actor_value.get("id"), actor_value.get("kind", "user")
         if not isinstance(actor_id, str) or not actor_id or kind not in _ACTOR_KINDS:
             raise validation_error(
                 "context.actor needs a string id and a kind of user, service or anon",
                 [{"message": "Invalid actor", "path": ["context", "actor"]}],
             )
+        check_text(actor_id, "context.actor.id", path=["context", "actor", "id"])
         actor = Actor(actor_id, kind)
     elif actor_value is not None:
         raise validation_error(
@@ -49,6 +73,8 @@ def coerce_context(context: JobContext | Mapping[str, Any] | None) -> JobContext
             "context.tenant must be a non-empty string",
             [{"message": "Invalid tenant", "path": ["context", "tenant"]}],
         )
+    if tenant is not None:
+        check_text(tenant, "context.tenant", path=["context", "tenant"])
     return JobContext(actor=actor, tenant=tenant)
 
 

@@ -205,6 +205,9 @@ def assert_cron(expr: str) -> None:
     parse_cron(expr)
 
 
+_HOST_ZONES = frozenset({"localtime", "posixrules"})
+
+
 @lru_cache(maxsize=256)
 def zone(time_zone: str) -> Any:
     """The ``ZoneInfo`` for an IANA name; ``ValueError('Unknown time zone "<name>"')``."""
@@ -212,6 +215,13 @@ def zone(time_zone: str) -> Any:
 
     if not isinstance(time_zone, str) or not time_zone:
         raise ValueError(f'Unknown time zone "{time_zone}"')
+    # files in the zone database that are not zones: "localtime" is whatever the host is set
+    # to and "posixrules" a host's default for POSIX TZ strings, so a schedule in them would
+    # run at other times on another machine
+    if _HOST_ZONES.intersection(time_zone.lower().split("/")):
+        raise ValueError(
+            f'Unknown time zone "{time_zone}": it names the host\'s setting, not a zone'
+        )
     try:
         return ZoneInfo(time_zone)
     except (ValueError, OSError, KeyError) as exc:  # ZoneInfoNotFoundError is a KeyError

@@ -38,16 +38,18 @@ from .http import (
 )
 from .models import Begin as Begin  # re-exported: drainpipe.Begin lives here for users
 from .ops import idempotency as ops
-from .validation import seconds
+from .validation import MAX_NAME_LENGTH, seconds, text_fault
 
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 ScopeOption = str | Callable[[Any], str | Awaitable[str]] | None
 
 MAX_KEY_LENGTH = 255
+MAX_SCOPE_LENGTH = MAX_NAME_LENGTH
 DEFAULT_MAX_BODY_BYTES = 1_048_576
 REPLAYED_HEADER = "Idempotency-Replayed"
 KEY_MISSING = "IDEMPOTENCY_KEY_MISSING"
 KEY_INVALID = "IDEMPOTENCY_KEY_INVALID"
+SCOPE_INVALID = "IDEMPOTENCY_SCOPE_INVALID"
 KEY_IN_USE = "IDEMPOTENCY_KEY_IN_USE"
 KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
 RESPONSE_TOO_LARGE = "IDEMPOTENCY_RESPONSE_TOO_LARGE"
@@ -97,6 +99,8 @@ def check_key(key: Any) -> str:
         raise _key_invalid(f"The idempotency key is longer than {MAX_KEY_LENGTH} characters")
     if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in key):
         raise _key_invalid("The idempotency key holds control characters")
+    if text_fault(key) is not None:  # a lone surrogate: Postgres text cannot hold it
+        raise _key_invalid("The idempotency key is not valid Unicode (a lone surrogate)")
     return key
 
 
@@ -134,6 +138,12 @@ class Idempotency:
             raise ValueError("header must be a non-empty header name")
         if scope is not None and not isinstance(scope, str) and not callable(scope):
             raise TypeError("scope must be a string or a callable(request) -> str")
+        if isinstance(scope, str) and (len(scope) > MAX_SCOPE_LENGTH or text_fault(scope)):
+            # refused here, not as a 400 on every request
+            raise ValueError(
+                f"scope must be at most {MAX_SCOPE_LENGTH} characters, without NUL or lone"
+                " surrogates"
+            )
         if (
             not isinstance(max_body_bytes, int)
             or isinstance(max_body_bytes, bool)
@@ -511,10 +521,19 @@ def _key_invalid(message: str) -> DrainpipeError:
 
 
 def _check_scope(scope: Any) -> str:
+    """A scope Postgres can index: a string of at most 255 characters without NUL or a lone
+    surrogate; else 400 ``IDEMPOTENCY_SCOPE_INVALID`` (a scope function may build it from
+    what a client sent, so over HTTP it is the client's Problem, not a 500)."""
     if not isinstance(scope, str):
         raise invalid_request(f"scope must be a string, not {type(scope).__name__}")
-    if "\x00" in scope:
-        raise invalid_request("scope must not contain NUL characters")
+    if len(scope) > MAX_SCOPE_LENGTH:
+        raise invalid_request(
+            f"The idempotency scope is longer than {MAX_SCOPE_LENGTH} characters",
+            code=SCOPE_INVALID,
+        )
+    fault = text_fault(scope)
+    if fault is not None:
+        raise invalid_request(f"The idempotency scope {fault}", code=SCOPE_INVALID)
     return scope
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
-from .db import as_database
+from .db import as_database, dump_json
 from .engine.core import run_deadline
 from .engine.runner import OnError, Runner
 from .errors import DrainpipeError, invalid_request, validation_error
@@ -40,8 +40,17 @@ from .http import (
     run_asgi,
 )
 from .models import WorkReport
-from .validation import positive_int, seconds
-from .webhooks import Verify, call_verify, load_secrets, parse_body, read_body, verify_signature
+from .validation import MAX_NAME_LENGTH, check_text, positive_int, seconds, text_fault
+from .webhooks import (
+    Verify,
+    call_verify,
+    delivery_text,
+    load_secrets,
+    parse_body,
+    payload_text,
+    read_body,
+    verify_signature,
+)
 
 log = logging.getLogger("drainpipe")
 
@@ -318,8 +327,10 @@ class WebhookInbox:
         worker: str | None = None,
         problem: Callable[[dict[str, Any], DrainpipeError], dict[str, Any]] | None = None,
     ) -> None:
-        if not isinstance(source, str) or not source or "\x00" in source:
+        if not isinstance(source, str) or not source or text_fault(source) is not None:
             raise ValueError(f"source must be a non-empty string, not {source!r}")
+        if len(source) > MAX_NAME_LENGTH:  # indexed with every message id
+            raise ValueError(f"source must be at most {MAX_NAME_LENGTH} characters")
         if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
             raise ValueError(f"max_attempts must be a positive integer, not {max_attempts!r}")
         if (
@@ -330,8 +341,16 @@ class WebhookInbox:
             raise ValueError(f"max_body_bytes must be a positive integer, not {max_body_bytes!r}")
         if verify is not None and not callable(verify):
             raise TypeError("verify must be a callable (headers, body) -> {id, payload, tenant?}")
-        if worker is not None and (not isinstance(worker, str) or not worker):
-            raise ValueError(f"worker must be a non-empty string, not {worker!r}")
+        if worker is not None and (
+            not isinstance(worker, str)
+            or not worker
+            or len(worker) > MAX_NAME_LENGTH
+            or text_fault(worker) is not None
+        ):
+            raise ValueError(
+                f"worker must be a non-empty string of at most {MAX_NAME_LENGTH} characters"
+                f" without NUL or lone surrogates, not {worker!r}"
+            )
         names = [keep_headers] if isinstance(keep_headers, str) else list(keep_headers)
         if not all(isinstance(name, str) and name for name in names):
             raise TypeError("keep_headers must be header names")
@@ -391,10 +410,11 @@ class WebhookInbox:
             verified = await call_verify(self._verify, request.headers, body)
             message_id, payload = verified["id"], verified["payload"]
             tenant = verified.get("tenant", MISSING)
-            payload_text = _json_text(payload, "payload")
+            text = payload_text(payload)
         else:
             message_id = verify_signature(self._webhooks, request.headers, body, self._clock())
-            payload_text, payload = parse_body(body)
+            text, payload = parse_body(body)
+        message_id = delivery_text(message_id, "id", "WEBHOOK_INVALID_ID", required=True)
         try:
             event_type = self._type_of(payload)
             if tenant is MISSING:
@@ -406,10 +426,13 @@ class WebhookInbox:
                 f"type_of/tenant_of could not read the payload: {exc}",
                 code="WEBHOOK_INVALID_PAYLOAD",
             ) from exc
+        # what the sender controls is refused with a 400 of its own, never a database error
+        tenant = delivery_text(tenant, "tenant", "WEBHOOK_INVALID_TENANT", required=False)
+        event_type = delivery_text(event_type, "type", "WEBHOOK_INVALID_TYPE", required=False)
         kept = {
             name: request.headers[name] for name in self.keep_headers if name in request.headers
         }
-        return await self._store(message_id, payload_text, event_type, tenant, kept)
+        return await self._store(message_id, text, event_type, tenant, kept)
 
     # -- storage -------------------------------------------------------------------------
 
@@ -432,7 +455,10 @@ class WebhookInbox:
         if isinstance(tenant, _Missing):
             tenant = self._tenant_of(payload) if self._tenant_of is not None else None
         kept = {str(k).lower(): v for k, v in (headers or {}).items()}
-        return await self._store(id, _json_text(payload, "payload"), event_type, tenant, kept)
+        for label, value in (("id", id), ("type", event_type), ("tenant", tenant)):
+            if isinstance(value, str):
+                check_text(value, label, allow_empty=label != "id")
+        return await self._store(id, dump_json(payload).decode("utf-8"), event_type, tenant, kept)
 
     async def _store(
         self,
@@ -452,7 +478,7 @@ class WebhookInbox:
                 _text(message_id, "id", required=True),
                 _text(event_type, "type", required=False),
                 payload_text,
-                _json_text(headers, "headers"),
+                dump_json(headers, "headers").decode("utf-8"),
                 _tenant(tenant),
                 self.max_attempts,
             ),

@@ -18,18 +18,22 @@ from .backends import (
     resolve_backend,
 )
 from .context import coerce_context, wrap_payload
+from .db import dump_json
 from .errors import DrainpipeError, invalid_request, missing_feature, validation_error
 from .models import DeadJob, DedupeMode, FailOutcome, Job, JobContext, QueueStats, WorkReport
 from .schedules import ScheduleMixin
 from .validation import (
     INT8_MAX,
+    MAX_PAYLOAD_BYTES,
     aware,
     check_queue_name,
     error_text,
+    json_error,
     positive_int,
     pydantic_issues,
     seconds,
     storable_text,
+    surrogate_fault,
 )
 
 if TYPE_CHECKING:
@@ -46,6 +50,20 @@ OnError = Callable[[BaseException, Job[Any] | None], Any]
 _SEVEN_DAYS = timedelta(days=7)
 _THIRTY_DAYS = timedelta(days=30)
 MAX_DEDUPE_KEY = 255
+
+
+_REPLACEMENT = "\ufffd".encode()
+
+
+def _surrogate_error(to_python: Callable[..., Any], value: Any) -> DrainpipeError | None:
+    """The ``validation`` error naming where a validated payload holds a lone surrogate
+    (looked for in its Python form, before pydantic's JSON mode replaces it), or None."""
+    try:
+        plain = to_python(value, mode="python", by_alias=True)
+    except Exception:
+        return None
+    fault = surrogate_fault(plain)
+    return None if fault is None else json_error(fault, "payload")
 
 
 def _utcnow() -> datetime:
@@ -92,6 +110,18 @@ class Jobs(ScheduleMixin):
         if queue not in self._schemas:
             raise invalid_request(f'Unknown queue "{queue}". Queues: {", ".join(self._schemas)}')
         return queue
+
+    def _check_job(self, job: Any) -> None:
+        """A settled job must be a claimed one: its id a bigint and its attempt (the fence)
+        an integer Postgres holds, else SQL would look for a function of other types."""
+        if not isinstance(job, Job):
+            raise validation_error(
+                f"job must be a Job (from claim), not {type(job).__name__}",
+                [{"message": "Expected a Job", "path": ["job"]}],
+            )
+        self._check_queue(job.queue)
+        positive_int(job.id, "job.id", minimum=0, maximum=INT8_MAX)
+        positive_int(job.attempts, "job.attempts")
 
     def _adapter(self, queue: str) -> TypeAdapter[Any]:
         adapter = self._adapters.get(queue)
@@ -148,20 +178,37 @@ class Jobs(ScheduleMixin):
 
     def _make_serialiser(self, queue: str) -> Callable[[Any], Any]:
         validate = self.validator(queue)
-        # the core serializer skips TypeAdapter's per-call wrapper (this runs per enqueue)
-        to_python = self._adapter(queue).serializer.to_python
+        # the core serializer skips TypeAdapter's per-call wrapper (this runs per enqueue).
+        # Built again with NaN/Infinity kept as floats: pydantic's default writes them as
+        # None, a silent change; kept, the stored-JSON check refuses them naming the path.
+        from pydantic_core import SchemaSerializer, core_schema
+
+        to_python = SchemaSerializer(
+            self._adapter(queue).core_schema, core_schema.CoreConfig(ser_json_inf_nan="constants")
+        ).to_python
 
         def serialise(payload: Any) -> Any:
             value = validate(payload)
             try:
                 # by alias: the worker validates the stored value again, and a model with
                 # aliases (Field(alias=...), an alias generator) only accepts its aliases
-                return to_python(value, mode="json", by_alias=True)
+                stored = to_python(value, mode="json", by_alias=True)
             except Exception as exc:  # PydanticSerializationError, or a bad custom serializer
-                raise validation_error(
+                raise _surrogate_error(to_python, value) or validation_error(
                     f'Payload for queue "{queue}" is not JSON-serialisable: {exc}',
                     [{"message": "Not JSON-serialisable", "path": ["payload"]}],
                 ) from exc
+            # serialised once here for every backend: what jsonb cannot hold exactly (NaN, a
+            # lone surrogate, NUL, a depth past 254) and a payload over 1 MiB are refused
+            # before anything is sent; the size check is a len() of these bytes
+            data = dump_json(stored, max_bytes=MAX_PAYLOAD_BYTES)
+            # pydantic writes a dict key holding a lone surrogate as U+FFFD characters: a
+            # payload whose JSON holds one is checked again, from its Python form
+            if _REPLACEMENT in data:  # (a substring search: cheap)
+                error = _surrogate_error(to_python, value)
+                if error is not None:
+                    raise error
+            return stored
 
         return serialise
 
@@ -274,7 +321,7 @@ class Jobs(ScheduleMixin):
 
     async def complete(self, job: Job[Any]) -> bool:
         """Archive a finished job. False: the lease was lost (claimed again), nothing changed."""
-        self._check_queue(job.queue)
+        self._check_job(job)
         return await self.backend.complete(job)
 
     async def fail(
@@ -282,13 +329,13 @@ class Jobs(ScheduleMixin):
     ) -> FailOutcome | None:
         """Record a failure: ``"queued"`` (retried after ``retry_in`` or the jittered
         backoff), ``"dead"`` (no attempts left) or ``None`` (the lease was lost)."""
-        self._check_queue(job.queue)
+        self._check_job(job)
         wait = None if retry_in is None else seconds(retry_in, "retry_in")
         return await self.backend.fail(job, error_text(error), wait)
 
     async def extend(self, job: Job[Any], lease: float | timedelta) -> bool:
         """Move the lease end to now + ``lease`` seconds. False once the lease was lost."""
-        self._check_queue(job.queue)
+        self._check_job(job)
         return await self.backend.extend(job, seconds(lease, "lease"))
 
     # -- workers -------------------------------------------------------------------------

@@ -22,10 +22,11 @@ from typing import Any, Generic, TypeVar
 from .db import Database, as_database
 from .errors import invalid_request, validation_error
 from .ops import leases as ops
+from .validation import MAX_NAME_LENGTH, text_fault
 from .validation import seconds as as_seconds
 
 T = TypeVar("T")
-MAX_LEASE_KEY = 255
+MAX_LEASE_KEY = MAX_NAME_LENGTH
 
 logger = logging.getLogger("drainpipe.leases")
 
@@ -155,17 +156,24 @@ async def _release_quietly(held: Lease) -> None:
 def _check_key(key: Any) -> str:
     if not isinstance(key, str) or not key:
         raise invalid_request(f"A lease key must be a non-empty string, not {key!r}")
-    if len(key) > MAX_LEASE_KEY:
-        raise invalid_request(f"A lease key must be at most {MAX_LEASE_KEY} characters")
-    if "\x00" in key:
-        raise invalid_request("A lease key must not contain NUL characters")
-    return key
+    return _storable(key, "A lease key")
 
 
 def _check_scope(scope: Any) -> str:
-    if not isinstance(scope, str) or "\x00" in scope:
-        raise invalid_request("A lease scope must be a string without NUL characters")
-    return scope
+    if not isinstance(scope, str):
+        raise invalid_request(f"A lease scope must be a string, not {type(scope).__name__}")
+    return _storable(scope, "A lease scope")
+
+
+def _storable(text: str, what: str) -> str:
+    """``text`` when Postgres can index it: at most 255 characters (a btree entry holds 2704
+    bytes), no NUL, no lone surrogate; else ``invalid_request``, as for every lease key."""
+    if len(text) > MAX_LEASE_KEY:
+        raise invalid_request(f"{what} must be at most {MAX_LEASE_KEY} characters")
+    fault = text_fault(text)
+    if fault is not None:
+        raise invalid_request(f"{what} {fault}")
+    return text
 
 
 def _positive_seconds(value: Any) -> float:

@@ -29,7 +29,13 @@ from .context import coerce_context, wrap_payload
 from .cron import Interval, next_cron_run, parse_cron, zone
 from .errors import DrainpipeError, invalid_request, validation_error
 from .models import DueSchedule, JobContext, ScheduleInfo
-from .validation import positive_int, seconds
+from .validation import (
+    MAX_NAME_LENGTH,
+    check_text,
+    positive_int,
+    seconds,
+    text_fault,
+)
 
 if TYPE_CHECKING:
     from .backends import QueueBackend
@@ -130,12 +136,15 @@ class ScheduleMixin:
                 f"A schedule name is a string of 1 to {MAX_NAME} characters, not {name!r}",
                 [{"message": "Invalid schedule name", "path": ["name"]}],
             )
+        check_text(name, "The schedule name", max_length=MAX_NAME, path=["name"])
         self._check_queue(queue)
         if tenant is not None and (not isinstance(tenant, str) or not tenant):
             raise validation_error(
                 f'Schedule "{name}": tenant must be a non-empty string or None',
                 [{"message": "Invalid tenant", "path": [name, "tenant"]}],
             )
+        if tenant is not None:
+            check_text(tenant, f'Schedule "{name}": tenant', path=[name, "tenant"])
         try:
             recorded = coerce_context(context)
         except DrainpipeError as exc:
@@ -230,6 +239,7 @@ class ScheduleMixin:
                 "A schedule name is a string",
                 [{"message": "Invalid schedule name", "path": ["name"]}],
             )
+        check_text(name, "The schedule name", max_length=MAX_NAME, allow_empty=True)
         backend = self.backend
         if not isinstance(backend, SupportsUnschedule):
             raise lacking(backend, "unschedule")
@@ -246,6 +256,9 @@ class ScheduleMixin:
                     f"{label} must be a string or None",
                     [{"message": "Expected a string", "path": [label]}],
                 )
+            if value is not None:
+                limit = MAX_NAME if label == "prefix" else MAX_NAME_LENGTH
+                check_text(value, label, max_length=limit, allow_empty=True)
         backend = self.backend
         if not isinstance(backend, SupportsListSchedules):
             raise lacking(backend, "list_schedules")
@@ -261,6 +274,7 @@ class ScheduleMixin:
                 "unschedule_all needs a non-empty tenant",
                 [{"message": "Invalid tenant", "path": ["tenant"]}],
             )
+        check_text(tenant, "tenant")
         backend = self.backend
         if not isinstance(backend, SupportsUnscheduleTenant):
             raise lacking(backend, "unschedule_all")
@@ -289,6 +303,12 @@ class ScheduleMixin:
             raise invalid_request("ensure_schedules needs a non-empty prefix")
         if tenant is not None and (not isinstance(tenant, str) or not tenant):
             raise invalid_request("ensure_schedules: tenant must be a non-empty string or None")
+        for label, text in (("prefix", prefix), ("tenant", tenant)):
+            fault = None if text is None else text_fault(text)
+            if fault is not None or (text is not None and len(text) > MAX_NAME_LENGTH):
+                raise invalid_request(
+                    f"ensure_schedules: {label} {fault or 'is longer than 255 characters'}"
+                )
         if isinstance(definitions, str | bytes | Mapping):
             raise invalid_request("ensure_schedules needs a list of ScheduleDef or mappings")
         writer = self.backend

@@ -25,6 +25,7 @@ from typing import Any, Final
 
 from .errors import DrainpipeError, invalid_request
 from .http import Request
+from .validation import text_fault
 
 #: ``verify(headers, body)`` (plain or async) → a mapping with ``id``, ``payload``, ``tenant``?
 Verify = Callable[[Mapping[str, str], bytes], Any]
@@ -174,12 +175,62 @@ def parse_json(text: str) -> Any:
 
 def parse_body(body: bytes) -> tuple[str, Any]:
     """A verified body as ``(text, payload)``; 400 ``WEBHOOK_INVALID_JSON`` unless it is
-    UTF-8 strict JSON. The text is stored as sent (Postgres normalises it as jsonb)."""
+    UTF-8 strict JSON, 400 ``WEBHOOK_INVALID_PAYLOAD`` (naming the path) when it holds what
+    jsonb cannot store exactly (``\\u0000``, a lone surrogate escape, nesting deeper than
+    254). The text to store is the parsed payload written again, so the handler later reads
+    what Python parsed: ``1e16`` stays a float (jsonb would store the text's ``1e16`` as an
+    integer) and every digit of a long integer is kept."""
     try:
         text = body.decode("utf-8")
-        return text, parse_json(text)
+        payload = parse_json(text)
     except ValueError:  # UnicodeDecodeError is a ValueError
         raise invalid_request("Webhook body is not JSON", code="WEBHOOK_INVALID_JSON") from None
+    return payload_text(payload), payload
+
+
+def payload_text(payload: Any) -> str:
+    """``payload`` as the JSON text stored for a delivery. What jsonb cannot hold exactly is
+    the sender's mistake: 400 ``WEBHOOK_INVALID_PAYLOAD``, of kind ``validation`` so that the
+    Problem's ``detail`` and ``issues`` name the path."""
+    from .db import dump_json
+
+    try:
+        return dump_json(payload).decode("utf-8")
+    except DrainpipeError as exc:
+        raise DrainpipeError(
+            "validation",
+            f"Webhook {exc.message}",
+            code="WEBHOOK_INVALID_PAYLOAD",
+            issues=exc.issues,
+            status=400,
+        ) from None
+
+
+#: Longest message id, tenant and type of a delivery (characters): they are indexed, and a
+#: btree entry holds at most 2704 bytes.
+MAX_FIELD_LENGTH: Final = 255
+
+
+def delivery_text(value: Any, what: str, code: str, *, required: bool) -> str | None:
+    """A delivery's id, tenant or type as text Postgres can index, else 400 with ``code``:
+    a string (an int id is its decimal text) of at most 255 characters, without NUL or a
+    lone surrogate. ``None`` (or an empty optional value) is returned as None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if value is None or (value == "" and not required):
+        if required:
+            raise invalid_request(f"The webhook {what} is missing", code=code)
+        return None
+    if not isinstance(value, str) or not value:
+        raise invalid_request(f"The webhook {what} must be a non-empty string", code=code)
+    if len(value) > MAX_FIELD_LENGTH:
+        raise invalid_request(
+            f"The webhook {what} is longer than {MAX_FIELD_LENGTH} characters", code=code
+        )
+    fault = text_fault(value)
+    if fault is not None:
+        raise invalid_request(f"The webhook {what} {fault}", code=code)
+    return value
 
 
 async def call_verify(verify: Verify, headers: Mapping[str, str], body: bytes) -> Mapping[str, Any]:

@@ -663,6 +663,9 @@ async def test_the_orders_function(db_url: str, monkeypatch: pytest.MonkeyPatch)
             assert (await client.post("/api/orders", content=order)).status_code == 400
             garbage = await client.post("/api/orders", content=b"\xff\xfe", headers=key("o-2"))
             assert garbage.status_code == 422 and garbage.json()["code"] == "INVALID_JSON"
+            deep = b"[" * 5000 + b"]" * 5000  # json.loads raises RecursionError, not a 500
+            nested = await client.post("/api/orders", content=deep, headers=key("o-3"))
+            assert nested.status_code == 422 and nested.json()["code"] == "INVALID_JSON"
     finally:
         if module.idempotency is not None:
             await module.idempotency.db.close()

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..context import unwrap_payload
+from ..db import dump_json
 from ..errors import (
     MISSING_OBJECT_POSTGREST_CODES,
     DrainpipeError,
@@ -219,8 +220,12 @@ class PgmqPublicBackend:
         if self._http is None:
             self._http = httpx.AsyncClient(timeout=self.timeout)
         try:
+            # drainpipe's checked JSON (floats >= 1e16 keep their ".0", NaN is refused)
+            # rather than httpx's json.dumps
             response = await self._http.post(
-                f"{self.rest_url}/rpc/{fn}", json=dict(params), headers=self._headers
+                f"{self.rest_url}/rpc/{fn}",
+                content=dump_json(dict(params), "params"),
+                headers=self._headers,
             )
         except httpx.HTTPError as exc:
             raise (_transport_error(fn, exc) or _rpc_error(fn, None, str(exc))) from exc
