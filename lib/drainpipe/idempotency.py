@@ -18,7 +18,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from .db import as_database
@@ -38,7 +38,7 @@ from .http import (
 )
 from .models import Begin as Begin  # re-exported: drainpipe.Begin lives here for users
 from .ops import idempotency as ops
-from .validation import MAX_NAME_LENGTH, seconds, text_fault
+from .validation import MAX_NAME_LENGTH, aware, seconds, text_fault
 
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 ScopeOption = str | Callable[[Any], str | Awaitable[str]] | None
@@ -133,6 +133,7 @@ class Idempotency:
         scope: ScopeOption = None,
         problem: ProblemFormatter | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        now: Callable[[], datetime] | None = None,
     ) -> None:
         if not isinstance(header, str) or not header.strip():
             raise ValueError("header must be a non-empty header name")
@@ -158,6 +159,9 @@ class Idempotency:
         self.scope = scope
         self.problem = problem
         self.max_body_bytes = max_body_bytes
+        # the clock key expiry and lock takeover are measured on (None: the database's);
+        # a test moves it instead of waiting a lock out
+        self.now = now
 
     # -- low level -----------------------------------------------------------------------
 
@@ -169,8 +173,10 @@ class Idempotency:
         key = check_key(key)
         if not isinstance(fingerprint, str) or not fingerprint:
             raise invalid_request("fingerprint must be a non-empty string")
+        now = None if self.now is None else aware(self.now(), "now()")
         rows = await self.db.fetch(
-            ops.BEGIN, ops.begin_params(_check_scope(scope), key, fingerprint, self.ttl, self.lock)
+            ops.BEGIN,
+            ops.begin_params(_check_scope(scope), key, fingerprint, self.ttl, self.lock, now),
         )
         return ops.parse_begin(rows)  # the function always returns one row
 

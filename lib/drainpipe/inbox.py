@@ -40,7 +40,7 @@ from .http import (
     run_asgi,
 )
 from .models import WorkReport
-from .validation import MAX_NAME_LENGTH, check_text, positive_int, seconds, text_fault
+from .validation import MAX_NAME_LENGTH, aware, check_text, positive_int, seconds, text_fault
 from .webhooks import (
     Verify,
     call_verify,
@@ -253,8 +253,8 @@ class _InboxSource:
     async def claim(self, batch: int, lease: float) -> list[WebhookMessage]:
         inbox = self._inbox
         rows = await self._db.fetch(
-            f"SELECT {_MESSAGE_COLUMNS} FROM drainpipe.claim_webhooks_v1(%s, %s, %s, %s)",
-            (inbox.source, inbox.worker, batch, lease),
+            f"SELECT {_MESSAGE_COLUMNS} FROM drainpipe.claim_webhooks_v1(%s, %s, %s, %s, %s)",
+            (inbox.source, inbox.worker, batch, lease, inbox._instant()),
         )
         return [inbox._message(row) for row in rows]
 
@@ -278,8 +278,8 @@ class _InboxSource:
 
     async def fail(self, item: WebhookMessage, error: str, retry_in: float | None) -> None:
         await self._db.fetchval(
-            "SELECT drainpipe.fail_webhook_v1(%s, %s, %s, %s, %s)",
-            (item.id, self._inbox.worker, item.attempts, error, retry_in),
+            "SELECT drainpipe.fail_webhook_v1(%s, %s, %s, %s, %s, %s)",
+            (item.id, self._inbox.worker, item.attempts, error, retry_in, self._inbox._instant()),
         )
 
     def start(self, item: WebhookMessage) -> Any:
@@ -326,6 +326,7 @@ class WebhookInbox:
         max_body_bytes: int = 1_048_576,
         worker: str | None = None,
         problem: Callable[[dict[str, Any], DrainpipeError], dict[str, Any]] | None = None,
+        now: Callable[[], datetime] | None = None,
     ) -> None:
         if not isinstance(source, str) or not source or text_fault(source) is not None:
             raise ValueError(f"source must be a non-empty string, not {source!r}")
@@ -365,7 +366,16 @@ class WebhookInbox:
         self._type_of = type_of or default_type_of
         self._tenant_of = tenant_of
         self._problem = problem
-        self._clock: Callable[[], float] = time.time
+        # the clock of claims, retries and the signature timestamp window (None: the
+        # database's and the system's); a test moves it instead of waiting
+        self.now = now
+        self._clock: Callable[[], float] = (
+            time.time if now is None else lambda: aware(now(), "now()").timestamp()
+        )
+
+    def _instant(self) -> datetime | None:
+        """``p_now`` of the transition functions: the caller's clock, or the database's."""
+        return None if self.now is None else aware(self.now(), "now()")
 
     # -- HTTP ----------------------------------------------------------------------------
 

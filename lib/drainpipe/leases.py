@@ -16,13 +16,13 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from .db import Database, as_database
 from .errors import invalid_request, validation_error
 from .ops import leases as ops
-from .validation import MAX_NAME_LENGTH, text_fault
+from .validation import MAX_NAME_LENGTH, aware, text_fault
 from .validation import seconds as as_seconds
 
 T = TypeVar("T")
@@ -43,8 +43,17 @@ class LeaseOutcome(Generic[T]):
 class Lease:
     """A held lease. ``holder`` is its token; ``seconds`` the length each extend grants."""
 
-    def __init__(self, db: Database, key: str, holder: str, seconds: float, scope: str) -> None:
+    def __init__(
+        self,
+        db: Database,
+        key: str,
+        holder: str,
+        seconds: float,
+        scope: str,
+        now: Callable[[], datetime] | None = None,
+    ) -> None:
         self._db = db
+        self._now = now
         self.key = key
         self.holder = holder
         self.seconds = seconds
@@ -67,7 +76,8 @@ class Lease:
             return False
         extended = ops.parse_extend(
             await self._db.fetch(
-                ops.EXTEND, ops.extend_params(self.key, self.holder, length, self.scope)
+                ops.EXTEND,
+                ops.extend_params(self.key, self.holder, length, self.scope, _instant(self._now)),
             )
         )
         if not extended:
@@ -89,26 +99,33 @@ class Lease:
 
 @asynccontextmanager
 async def lease(
-    db: Any, key: str, seconds: float | timedelta = 60, scope: str = ""
+    db: Any,
+    key: str,
+    seconds: float | timedelta = 60,
+    scope: str = "",
+    *,
+    now: Callable[[], datetime] | None = None,
 ) -> AsyncIterator[Lease | None]:
     """Hold the lease on ``key`` for the block: yields a :class:`Lease`, or ``None`` when
     another holder has it (the block then runs without it: check for ``None``).
 
     The lease is released when the block ends or raises. ``db`` is a DSN (a connection is
     opened and closed for this lease), a psycopg connection or pool, or a ``Database``.
-    ``seconds`` must be > 0; ``key`` a non-empty string of at most 255 characters."""
+    ``seconds`` must be > 0; ``key`` a non-empty string of at most 255 characters.
+    ``now`` is the clock expiries are measured on (default: the database's); a test passes
+    one it moves instead of waiting a lease out. Use one clock for every holder of a key."""
     key = _check_key(key)
     length = _positive_seconds(seconds)
     scope = _check_scope(scope)
     database, owned = _open(db)
     try:
         holder = ops.parse_acquire(
-            await database.fetch(ops.ACQUIRE, ops.acquire_params(key, length, scope))
+            await database.fetch(ops.ACQUIRE, ops.acquire_params(key, length, scope, _instant(now)))
         )
         if holder is None:
             yield None
             return
-        held = Lease(database, key, holder, length, scope)
+        held = Lease(database, key, holder, length, scope, now)
         try:
             yield held
         finally:
@@ -125,17 +142,23 @@ async def with_lease(
     *,
     seconds: float | timedelta = 60,
     scope: str = "",
+    now: Callable[[], datetime] | None = None,
 ) -> LeaseOutcome[T]:
     """Run ``fn(lease)`` only if the lease on ``key`` can be taken; release it afterwards.
 
     Returns ``LeaseOutcome(acquired=False)`` without calling ``fn`` when another holder has
     the key (including a ``with_lease`` on the same key further up this call stack).
     If ``fn`` raises, the lease is released and the exception propagates."""
-    async with lease(db, key, seconds, scope) as held:
+    async with lease(db, key, seconds, scope, now=now) as held:
         if held is None:
             return LeaseOutcome(False)
         value = await fn(held)
     return LeaseOutcome(True, value)
+
+
+def _instant(now: Callable[[], datetime] | None) -> datetime | None:
+    """The caller's current instant for ``p_now`` (None: the database's clock)."""
+    return None if now is None else aware(now(), "now()")
 
 
 def _open(db: Any) -> tuple[Database, bool]:

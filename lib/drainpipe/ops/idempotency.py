@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import datetime
 from typing import Any
 
 from ..errors import invalid_request, validation_error
@@ -20,12 +21,15 @@ JSON_CONTENT_TYPE = "application/json"
 
 BEGIN = (
     "SELECT state, status, body, content_type, holder"
-    " FROM drainpipe.begin_idempotent_v1(%s, %s, %s, %s, %s)"
+    " FROM drainpipe.begin_idempotent_v1(%s, %s, %s, %s, %s, %s)"
 )
 
 
-def begin_params(scope: str, key: str, fingerprint: str, ttl: float, lock: float) -> Params:
-    return (scope, key, fingerprint, ttl, lock)
+def begin_params(
+    scope: str, key: str, fingerprint: str, ttl: float, lock: float, now: datetime | None = None
+) -> Params:
+    """``now`` (p_now): the caller's clock, or None for the database's."""
+    return (scope, key, fingerprint, ttl, lock, now)
 
 
 def parse_begin(rows: list[Row]) -> Begin:

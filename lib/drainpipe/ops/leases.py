@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from ._types import Params, Row
 
-ACQUIRE = "SELECT drainpipe.acquire_lease_v1(%s, %s, %s)"
+# ``now`` (p_now): the caller's clock, or None for the database's (clock_timestamp())
+ACQUIRE = "SELECT drainpipe.acquire_lease_v1(%s, %s, %s, %s)"
 
 
-def acquire_params(key: str, seconds: float, scope: str) -> Params:
-    return (key, seconds, scope)
+def acquire_params(key: str, seconds: float, scope: str, now: datetime | None = None) -> Params:
+    return (key, seconds, scope, now)
 
 
 def parse_acquire(rows: list[Row]) -> str | None:
@@ -17,11 +20,13 @@ def parse_acquire(rows: list[Row]) -> str | None:
     return None if holder is None else str(holder)
 
 
-EXTEND = "SELECT drainpipe.extend_lease_v1(%s, %s::uuid, %s, %s)"
+EXTEND = "SELECT drainpipe.extend_lease_v1(%s, %s::uuid, %s, %s, %s)"
 
 
-def extend_params(key: str, holder: str, seconds: float, scope: str) -> Params:
-    return (key, holder, seconds, scope)
+def extend_params(
+    key: str, holder: str, seconds: float, scope: str, now: datetime | None = None
+) -> Params:
+    return (key, holder, seconds, scope, now)
 
 
 def parse_extend(rows: list[Row]) -> bool:
