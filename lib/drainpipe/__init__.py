@@ -37,12 +37,13 @@ _EXPORTS: dict[str, str] = {
     "WebhookInbox": "inbox",
     "WebhookMessage": "inbox",
     "WorkReport": "models",
-    "assert_cron": "cron",
+    "assert_cron": "schedules.cron",
     "dev_drain": "drain",
     "dev_drain_secret": "drain",
     "install": "sqlmodules",
     "lease": "leases",
-    "next_cron_run": "cron",
+    "next_cron_run": "schedules.cron",
+    "verify": "sqlmodules",
     "with_lease": "leases",
 }
 
@@ -78,13 +79,13 @@ __all__ = [
     "lease",
     "next_cron_run",
     "testing",
+    "verify",
     "with_lease",
 ]
 
 if TYPE_CHECKING:
     from . import testing
     from .backends import QueueBackend
-    from .cron import assert_cron, next_cron_run
     from .drain import DevDrain, DrainRoute, dev_drain, dev_drain_secret
     from .errors import DrainpipeError, Retry
     from .idempotency import Begin, Idempotency
@@ -93,7 +94,8 @@ if TYPE_CHECKING:
     from .leases import Lease, LeaseOutcome, lease, with_lease
     from .models import Actor, DeadJob, Job, JobContext, QueueStats, WorkReport
     from .schedules import EnsureResult, ScheduleDef, ScheduleInfo
-    from .sqlmodules import install
+    from .schedules.cron import assert_cron, next_cron_run
+    from .sqlmodules import install, verify
 
 
 def __getattr__(name: str) -> Any:

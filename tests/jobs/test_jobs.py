@@ -52,7 +52,8 @@ async def _count_live(url: str, backend_name: str) -> int:
 async def test_two_workers_racing_never_get_the_same_job(jobs_db_url: str) -> None:
     seed = Jobs(jobs_db_url, QUEUES)
     ids = await seed.enqueue_many("emails", [{"to": f"{i}@x"} for i in range(200)])
-    workers = [Jobs(await connect(jobs_db_url), QUEUES) for _ in range(4)]
+    connections = [await connect(jobs_db_url) for _ in range(4)]
+    workers = [Jobs(connection, QUEUES) for connection in connections]
 
     async def claim_all(worker: Jobs) -> list[int]:
         got: list[int] = []
@@ -64,8 +65,8 @@ async def test_two_workers_racing_never_get_the_same_job(jobs_db_url: str) -> No
     claimed = [job_id for result in results for job_id in result]
     assert len(claimed) == len(set(claimed)) == 200
     assert set(claimed) == set(ids)
-    for worker in workers:
-        await worker.backend.db._conn.close()  # type: ignore[attr-defined]
+    for connection in connections:
+        await connection.close()
     await seed.backend.db.close()  # type: ignore[attr-defined]
 
 

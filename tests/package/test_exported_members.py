@@ -34,7 +34,7 @@ CONTRACT = {
     "QueueBackend",
     "testing",
 }
-EXTENSIONS = {"Actor", "DrainRoute", "Lease", "LeaseOutcome", "WebhookMessage"}
+EXTENSIONS = {"Actor", "DrainRoute", "Lease", "LeaseOutcome", "WebhookMessage", "verify"}
 
 
 def test_all_is_the_contract_plus_documented_extensions() -> None:

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 import drainpipe
 from drainpipe import DrainpipeError, Idempotency, Jobs, WebhookInbox
-from drainpipe.cron import zone
 from drainpipe.db import dump_json
+from drainpipe.schedules.cron import zone
 from drainpipe.validation import MAX_JSON_DEPTH, MAX_PAYLOAD_BYTES
 from tests.conftest import connect
 from tests.inbox.test_inbox import SECRET, count, make_request, rows, signed

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from drainpipe import DrainpipeError
-from drainpipe.cron import CronSpec, assert_cron, next_cron_run, parse_cron
+from drainpipe.schedules.cron import CronSpec, assert_cron, next_cron_run, parse_cron
 
 
 def utc(text: str) -> datetime:

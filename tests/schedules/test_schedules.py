@@ -14,8 +14,8 @@ from pydantic import BaseModel, Field
 
 import drainpipe
 from drainpipe import DrainpipeError
-from drainpipe.cron import next_cron_run
 from drainpipe.schedules import EnsureResult, ScheduleDef, ScheduleInfo, iso_instant, run_key
+from drainpipe.schedules.cron import next_cron_run
 from tests.conftest import connect
 
 
@@ -339,7 +339,7 @@ async def test_trigger_written_schedules_run_on_the_next_drain(
     assert await jobs_on(db).run_schedules() == 0
     [info] = await jobs_on(db).list_schedules()
     assert info.next_run == next_cron_run("0 3 * * *", "Asia/Kolkata", first_after)
-    assert info.next_run.astimezone(drainpipe.cron.zone("Asia/Kolkata")).hour == 3
+    assert info.next_run.astimezone(drainpipe.schedules.cron.zone("Asia/Kolkata")).hour == 3
     # same cron again from the trigger: the computed next run is kept
     await db.execute("UPDATE public.tenants SET tz = 'Asia/Kolkata' WHERE id = 'acme'")
     [again] = await jobs_on(db).list_schedules()

@@ -54,7 +54,7 @@ class MemorySchedules:
         tenant: str | None,
     ) -> None:
         await _round_trip()
-        from ...cron import parse_cron, zone
+        from ...schedules.cron import parse_cron, zone
 
         if not isinstance(name, str) or not 1 <= len(name) <= _MAX_SCHEDULE_NAME:
             raise _invalid_input(f"Invalid schedule name {name}: 1 to 200 characters")

@@ -236,7 +236,7 @@ def next_cron_run(expr: str, time_zone: str = "UTC", after: datetime | None = No
     ``it never matches a date``) or an unknown zone (``Unknown time zone "<name>"``); a naive
     ``after`` is a ``validation`` :class:`~drainpipe.DrainpipeError`.
     """
-    from .validation import aware
+    from ..validation import aware
 
     spec = parse_cron(expr)
     tz = zone(time_zone)

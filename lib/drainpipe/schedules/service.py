@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from .backends.capabilities import (
+from ..backends.capabilities import (
     SupportsListSchedules,
     SupportsSchedule,
     SupportsScheduleRuns,
@@ -25,20 +25,20 @@ from .backends.capabilities import (
     SupportsUnscheduleTenant,
     lacking,
 )
-from .context import coerce_context, wrap_payload
-from .cron import Interval, next_cron_run, parse_cron, zone
-from .errors import DrainpipeError, invalid_request, validation_error
-from .models import DueSchedule, JobContext, ScheduleInfo
-from .validation import (
+from ..context import coerce_context, wrap_payload
+from ..errors import DrainpipeError, invalid_request, validation_error
+from ..models import DueSchedule, JobContext, ScheduleInfo
+from ..validation import (
     MAX_NAME_LENGTH,
     check_text,
     positive_int,
     seconds,
     text_fault,
 )
+from .cron import Interval, next_cron_run, parse_cron, zone
 
 if TYPE_CHECKING:
-    from .backends import QueueBackend
+    from ..backends import QueueBackend
 
 __all__ = ["EnsureResult", "ScheduleDef", "ScheduleInfo", "ScheduleMixin", "run_key"]
 
