@@ -15,7 +15,8 @@ import psycopg
 import pytest
 
 import drainpipe
-from drainpipe.cli import main, migration_names
+from drainpipe.cli import main
+from drainpipe.cli.sql import migration_names
 from drainpipe.sqlmodules import MODULES
 from tests.conftest import drop_database, with_database
 

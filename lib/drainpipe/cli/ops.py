@@ -17,7 +17,7 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from .errors import not_installed
+from ..errors import not_installed
 
 #: Seconds allowed for connecting, and for each statement or lock wait, by default.
 DEFAULT_TIMEOUT = 30.0
@@ -191,7 +191,7 @@ def database_url(args: argparse.Namespace) -> str:
 
 async def run(args: argparse.Namespace) -> str:
     """Run a ``jobs``/``inbox`` command; the text to print."""
-    from .cli import connect
+    from . import connect
 
     url = database_url(args)
     conn = await connect(url, timeout_seconds=args.timeout)
@@ -208,7 +208,7 @@ async def run(args: argparse.Namespace) -> str:
 
 
 def _jobs_for(conn: Any, queues: Sequence[str]) -> Any:
-    from .jobs import Jobs
+    from ..jobs import Jobs
 
     return Jobs(conn, dict.fromkeys(queues, dict[str, Any]))
 
@@ -308,7 +308,7 @@ async def _jobs_retry(conn: Any, args: argparse.Namespace) -> str:
 
 
 async def _inbox_list(conn: Any, args: argparse.Namespace) -> str:
-    from .inbox import WebhookInbox
+    from ..inbox import WebhookInbox
 
     inbox = WebhookInbox(conn, source=args.source)
     entries = await inbox.list(tenant=args.tenant, status=args.status, limit=args.limit)
