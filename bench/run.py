@@ -929,6 +929,21 @@ async def main_async(cfg: Config) -> dict[str, Any]:
                 checks.append(
                     ("cold start of the slowest function file ms (goal < 150)", slowest, 150)
                 )
+            from bench.cold_entries import measure as measure_entries
+
+            entries = measure_entries(cfg.cold_runs)
+            report["cold"]["entries"] = {
+                entry.name: {"import_ms": ms, "error": error} for entry, ms, error in entries
+            }
+            print(
+                "platform entries (import, median ms): "
+                + ", ".join(
+                    f"{entry.name} {ms:.1f}" if ms is not None else f"{entry.name} error: {error}"
+                    for entry, ms, error in entries
+                )
+            )
+            for entry, ms, _ in entries:
+                checks.append((f"cold start of {entry.name} ms (goal < 150)", ms or 1e9, 150))
         if "scale" in cfg.modes:
             scaled = await scale(urls, cfg)
             report["scale"] = scaled
