@@ -40,6 +40,7 @@ from .http import (
     run_asgi,
 )
 from .models import WorkReport
+from .ops import inbox as ops
 from .validation import MAX_NAME_LENGTH, aware, check_text, positive_int, seconds, text_fault
 from .webhooks import (
     Verify,
@@ -59,14 +60,6 @@ STATUSES: Final = ("pending", "processing", "processed", "dead")
 Handler = Callable[["WebhookMessage"], Any]
 
 _THIRTY_DAYS = timedelta(days=30)
-_MESSAGE_COLUMNS = (
-    "id, source, message_id, event_type, payload, headers, attempts, max_attempts,"
-    " received_at, tenant, checkpoint"
-)
-_ENTRY_COLUMNS = (
-    "id, message_id, event_type, status, attempts, max_attempts, last_error, tenant,"
-    " received_at, processed_at"
-)
 
 
 class _Missing:
@@ -253,33 +246,36 @@ class _InboxSource:
     async def claim(self, batch: int, lease: float) -> list[WebhookMessage]:
         inbox = self._inbox
         rows = await self._db.fetch(
-            f"SELECT {_MESSAGE_COLUMNS} FROM drainpipe.claim_webhooks_v1(%s, %s, %s, %s, %s)",
-            (inbox.source, inbox.worker, batch, lease, inbox._instant()),
+            ops.CLAIM, ops.claim_params(inbox.source, inbox.worker, batch, lease, inbox._instant())
         )
         return [inbox._message(row) for row in rows]
 
     async def extend(self, items: Sequence[WebhookMessage], lease: float) -> set[int]:
-        rows = await self._db.fetch(
-            "SELECT drainpipe.extend_webhooks_v1(%s::bigint[], %s::integer[], %s, %s)",
-            ([m.id for m in items], [m.attempts for m in items], self._inbox.worker, lease),
+        params = ops.extend_params(
+            [m.id for m in items], [m.attempts for m in items], self._inbox.worker, lease
         )
-        return {int(row[0]) for row in rows}
+        return ops.parse_extend(await self._db.fetch(ops.EXTEND, params))
 
     async def complete(self, items: Sequence[WebhookMessage]) -> list[WebhookMessage]:
         refused = []
         for message in items:
-            done = await self._db.fetchval(
-                "SELECT drainpipe.complete_webhook_v1(%s, %s, %s)",
-                (message.id, self._inbox.worker, message.attempts),
+            done = ops.parse_flag(
+                await self._db.fetch(
+                    ops.COMPLETE,
+                    ops.complete_params(message.id, self._inbox.worker, message.attempts),
+                )
             )
             if not done:
                 refused.append(message)
         return refused
 
     async def fail(self, item: WebhookMessage, error: str, retry_in: float | None) -> None:
-        await self._db.fetchval(
-            "SELECT drainpipe.fail_webhook_v1(%s, %s, %s, %s, %s, %s)",
-            (item.id, self._inbox.worker, item.attempts, error, retry_in, self._inbox._instant()),
+        inbox = self._inbox
+        await self._db.fetch(
+            ops.FAIL,
+            ops.fail_params(
+                item.id, inbox.worker, item.attempts, error, retry_in, inbox._instant()
+            ),
         )
 
     def start(self, item: WebhookMessage) -> Any:
@@ -480,21 +476,17 @@ class WebhookInbox:
     ) -> Stored:
         if isinstance(message_id, int) and not isinstance(message_id, bool):
             message_id = str(message_id)
-        row = await self._db.fetchrow(
-            "SELECT id, duplicate FROM drainpipe.receive_webhook_v1("
-            "%s, %s, %s, %s::jsonb, %s::jsonb, %s, %s)",
-            (
-                self.source,
-                _text(message_id, "id", required=True),
-                _text(event_type, "type", required=False),
-                payload_text,
-                dump_json(headers, "headers").decode("utf-8"),
-                _tenant(tenant),
-                self.max_attempts,
-            ),
+        params = ops.receive_params(
+            self.source,
+            _text(message_id, "id", required=True),
+            _text(event_type, "type", required=False),
+            payload_text,
+            dump_json(headers, "headers").decode("utf-8"),
+            _tenant(tenant),
+            self.max_attempts,
         )
-        assert row is not None
-        return Stored(id=int(row[0]), duplicate=bool(row[1]))
+        stored_id, duplicate = ops.parse_receive(await self._db.fetch(ops.RECEIVE, params))
+        return Stored(id=stored_id, duplicate=duplicate)
 
     # -- processing ----------------------------------------------------------------------
 
@@ -597,12 +589,10 @@ class WebhookInbox:
         )
 
     async def _checkpoint(self, message: WebhookMessage, fields: dict[str, Any]) -> bool:
-        return bool(
-            await self._db.fetchval(
-                "SELECT drainpipe.checkpoint_webhook_v1(%s, %s, %s, %s::jsonb)",
-                (message.id, self.worker, message.attempts, _json_text(fields, "fields")),
-            )
+        params = ops.checkpoint_params(
+            message.id, self.worker, message.attempts, _json_text(fields, "fields")
         )
+        return ops.parse_flag(await self._db.fetch(ops.CHECKPOINT, params))
 
     # -- the delivery log ----------------------------------------------------------------
 
@@ -621,8 +611,10 @@ class WebhookInbox:
                 [{"message": "Unknown status", "path": ["status"]}],
             )
         rows = await self._db.fetch(
-            f"SELECT {_ENTRY_COLUMNS} FROM drainpipe.list_webhooks_v1(%s, %s, %s, %s)",
-            (tenant_text, self.source, status, min(positive_int(limit, "limit"), 1000)),
+            ops.LIST,
+            ops.list_params(
+                tenant_text, self.source, status, min(positive_int(limit, "limit"), 1000)
+            ),
         )
         return [InboxEntry(*row) for row in rows]
 
@@ -638,19 +630,15 @@ class WebhookInbox:
         ago (seconds or a timedelta) and, with ``include_dead``, dead ones received that long
         ago; only ``tenant``'s when given. Pending and processing messages are never
         deleted. Returns how many were deleted (call again while it returns ``batch``)."""
-        return int(
-            await self._db.fetchval(
-                "SELECT drainpipe.purge_webhooks_v1(%s, %s, %s, %s, %s)",
-                (
-                    seconds(older_than, "older_than"),
-                    bool(include_dead),
-                    positive_int(batch, "batch"),
-                    # '' must not widen a tenant's purge to every tenant
-                    None if tenant is None else _text(tenant, "tenant", required=True),
-                    self.source,
-                ),
-            )
+        params = ops.purge_params(
+            seconds(older_than, "older_than"),
+            bool(include_dead),
+            positive_int(batch, "batch"),
+            # '' must not widen a tenant's purge to every tenant
+            None if tenant is None else _text(tenant, "tenant", required=True),
+            self.source,
         )
+        return ops.parse_purge(await self._db.fetch(ops.PURGE, params))
 
     async def close(self) -> None:
         """Close the connection pool the inbox opened for a DSN (yours stays open)."""

@@ -2,12 +2,12 @@
 its parameters and the function that reads its rows. Nothing here opens a connection.
 
 An executor runs them: ``parse(rows)`` of ``fetch(STATEMENT, params(...))``. Today that is
-the async :class:`drainpipe.db.Database` (in ``backends/sql.py``, ``idempotency.py`` and
-``leases.py``); a synchronous psycopg executor runs the very same operations, so the sync
+the async :class:`drainpipe.db.Database` (in ``backends/sql.py``, ``idempotency.py``,
+``leases.py`` and ``inbox.py``); a synchronous psycopg executor runs the very same operations, so the sync
 twin is another executor rather than a copy of the SQL and the parsing.
 
 Shape, per operation ``x`` of a module (``ops.jobs``, ``ops.schedules``,
-``ops.idempotency``, ``ops.leases``):
+``ops.idempotency``, ``ops.leases``, ``ops.inbox``):
 
 - ``X``: the statement, a precomputed string with ``%s`` placeholders; it calls exactly one
   ``drainpipe.<function>(`` (written out literally, so a rename of the SQL functions is a
@@ -23,15 +23,15 @@ plus two function calls, no allocation of its own.
 
 from __future__ import annotations
 
-from . import idempotency, jobs, leases, schedules
+from . import idempotency, inbox, jobs, leases, schedules
 from ._types import Params, Row
 
-__all__ = ["STATEMENTS", "Params", "Row", "idempotency", "jobs", "leases", "schedules"]
+__all__ = ["STATEMENTS", "Params", "Row", "idempotency", "inbox", "jobs", "leases", "schedules"]
 
 #: Every statement of every operation, by ``<module>.<CONSTANT>`` (for checks and tools).
 STATEMENTS: dict[str, str] = {
     f"{module.__name__.rpartition('.')[2]}.{name}": value
-    for module in (jobs, schedules, idempotency, leases)
+    for module in (jobs, schedules, idempotency, leases, inbox)
     for name, value in vars(module).items()
     if name.isupper() and isinstance(value, str) and value.startswith("SELECT ")
 }
