@@ -49,9 +49,9 @@ from ..http import (
     problem_response,
     run_asgi,
 )
+from ..jobs.worker import Worker
 from ..models import WorkReport
 from ..validation import positive_int, seconds
-from ..worker import Worker
 from .unavailable import DrainUnavailable
 
 if TYPE_CHECKING:

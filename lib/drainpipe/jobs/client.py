@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
-from .backends import (
+from ..backends import (
     QueueBackend,
     SupportsListDead,
     SupportsPurgeArchive,
@@ -17,12 +17,12 @@ from .backends import (
     lacking,
     resolve_backend,
 )
-from .context import coerce_context, wrap_payload
-from .db import dump_json
-from .errors import DrainpipeError, invalid_request, missing_feature, validation_error
-from .models import DeadJob, DedupeMode, FailOutcome, Job, JobContext, QueueStats, WorkReport
-from .schedules import ScheduleMixin
-from .validation import (
+from ..context import coerce_context, wrap_payload
+from ..db import dump_json
+from ..errors import DrainpipeError, invalid_request, missing_feature, validation_error
+from ..models import DeadJob, DedupeMode, FailOutcome, Job, JobContext, QueueStats, WorkReport
+from ..schedules import ScheduleMixin
+from ..validation import (
     INT8_MAX,
     MAX_PAYLOAD_BYTES,
     aware,
@@ -37,18 +37,17 @@ from .validation import (
 )
 
 if TYPE_CHECKING:
-    import asyncio
-
     from pydantic import TypeAdapter
 
-    from .drain import DrainRoute
+    from ..drain import DrainRoute
+    from .queue import Queue
 
 T = TypeVar("T")
 Handler = Callable[[Any, Job[Any]], Awaitable[Any]]
 OnError = Callable[[BaseException, Job[Any] | None], Any]
 
-_SEVEN_DAYS = timedelta(days=7)
-_THIRTY_DAYS = timedelta(days=30)
+SEVEN_DAYS = timedelta(days=7)
+THIRTY_DAYS = timedelta(days=30)
 MAX_DEDUPE_KEY = 255
 
 
@@ -459,8 +458,8 @@ class Jobs(ScheduleMixin):
         self,
         queue: str,
         *,
-        older_than: float | timedelta = _SEVEN_DAYS,
-        dead_older_than: float | timedelta = _THIRTY_DAYS,
+        older_than: float | timedelta = SEVEN_DAYS,
+        dead_older_than: float | timedelta = THIRTY_DAYS,
         batch: int = 10000,
     ) -> int:
         """Delete up to ``batch`` completed jobs older than ``older_than`` and dead letters
@@ -492,6 +491,8 @@ class Jobs(ScheduleMixin):
         self._check_queue(name)
         if schema is not None and schema is not self._schemas[name]:
             raise ValueError(f'Queue "{name}" was declared with another schema')
+        from .queue import Queue
+
         return Queue(self, name)
 
     async def close(self) -> None:
@@ -511,147 +512,6 @@ class Jobs(ScheduleMixin):
 
     def drain_route(self, **options: Any) -> DrainRoute:
         """An ASGI app a cron caller hits: see :class:`drainpipe.drain.DrainRoute`."""
-        from .drain import DrainRoute
+        from ..drain import DrainRoute
 
         return DrainRoute(self, **options)
-
-
-class Queue(Generic[T]):
-    """One queue of a :class:`Jobs`: the same methods without the queue argument."""
-
-    def __init__(self, jobs: Jobs, name: str) -> None:
-        self.jobs = jobs
-        self.name = name
-
-    async def enqueue(
-        self,
-        payload: T,
-        *,
-        delay: float | timedelta | None = None,
-        run_at: datetime | None = None,
-        max_attempts: int = 5,
-        dedupe_key: str | None = None,
-        dedupe: DedupeMode = "always",
-        context: JobContext | Mapping[str, Any] | None = None,
-    ) -> int:
-        return await self.jobs.enqueue(
-            self.name,
-            payload,
-            delay=delay,
-            run_at=run_at,
-            max_attempts=max_attempts,
-            dedupe_key=dedupe_key,
-            dedupe=dedupe,
-            context=context,
-        )
-
-    async def enqueue_many(
-        self,
-        payloads: Sequence[T],
-        *,
-        delay: float | timedelta | None = None,
-        run_at: datetime | None = None,
-        max_attempts: int = 5,
-        context: JobContext | Mapping[str, Any] | None = None,
-    ) -> list[int]:
-        return await self.jobs.enqueue_many(
-            self.name,
-            payloads,
-            delay=delay,
-            run_at=run_at,
-            max_attempts=max_attempts,
-            context=context,
-        )
-
-    async def claim(self, *, batch: int = 1, lease: float = 300) -> list[Job[Any]]:
-        return await self.jobs.claim(self.name, batch=batch, lease=lease)
-
-    async def complete(self, job: Job[Any]) -> bool:
-        return await self.jobs.complete(job)
-
-    async def fail(
-        self, job: Job[Any], error: Any, *, retry_in: float | timedelta | None = None
-    ) -> FailOutcome | None:
-        return await self.jobs.fail(job, error, retry_in=retry_in)
-
-    async def extend(self, job: Job[Any], lease: float | timedelta) -> bool:
-        return await self.jobs.extend(job, lease)
-
-    async def work(
-        self,
-        handler: Callable[[T, Job[T]], Awaitable[Any]],
-        *,
-        concurrency: int = 1,
-        batch: int = 1,
-        lease: float = 300,
-        poll_interval: float = 1.0,
-        max_poll_interval: float = 30.0,
-        stop: asyncio.Event | None = None,
-        on_error: OnError | None = None,
-        all_tenants: bool = False,
-        heartbeat_every: float | None = None,
-    ) -> WorkReport:
-        """:meth:`Jobs.work` on this queue."""
-        return await self.jobs.work(
-            self.name,
-            handler,
-            concurrency=concurrency,
-            batch=batch,
-            lease=lease,
-            poll_interval=poll_interval,
-            max_poll_interval=max_poll_interval,
-            stop=stop,
-            on_error=on_error,
-            all_tenants=all_tenants,
-            heartbeat_every=heartbeat_every,
-        )
-
-    async def drain(
-        self,
-        handler: Callable[[T, Job[T]], Awaitable[Any]],
-        *,
-        concurrency: int = 1,
-        batch: int = 1,
-        lease: float | Callable[[], float] = 300,
-        budget: float | None = None,
-        on_error: OnError | None = None,
-        all_tenants: bool = False,
-        deadline: float | None = None,
-        heartbeat_every: float | None = None,
-    ) -> WorkReport:
-        """:meth:`Jobs.drain` on this queue."""
-        return await self.jobs.drain(
-            self.name,
-            handler,
-            concurrency=concurrency,
-            batch=batch,
-            lease=lease,
-            budget=budget,
-            on_error=on_error,
-            all_tenants=all_tenants,
-            deadline=deadline,
-            heartbeat_every=heartbeat_every,
-        )
-
-    async def stats(self) -> QueueStats:
-        return (await self.jobs.stats([self.name]))[self.name]
-
-    async def list_dead(self, *, limit: int = 100, cursor: int | None = None) -> list[DeadJob]:
-        return await self.jobs.list_dead(self.name, limit=limit, cursor=cursor)
-
-    async def retry_dead(self, *, ids: Sequence[int] | None = None, limit: int = 1000) -> int:
-        return await self.jobs.retry_dead(self.name, ids=ids, limit=limit)
-
-    async def replay(self, job_id: int) -> int | None:
-        return await self.jobs.replay(self.name, job_id)
-
-    async def purge_archive(
-        self,
-        *,
-        older_than: float | timedelta = _SEVEN_DAYS,
-        dead_older_than: float | timedelta = _THIRTY_DAYS,
-        batch: int = 10000,
-    ) -> int:
-        return await self.jobs.purge_archive(
-            self.name, older_than=older_than, dead_older_than=dead_older_than, batch=batch
-        )

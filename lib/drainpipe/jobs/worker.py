@@ -12,14 +12,14 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .backends.capabilities import SupportsCompleteMany, SupportsExtendMany
-from .engine.core import CLAIM_RETRIES, JOB_HEARTBEAT_FLOOR, run_deadline
-from .engine.runner import Runner, call_hook
-from .models import Job, JobContext, WorkReport
-from .validation import positive_int, seconds
+from ..backends.capabilities import SupportsCompleteMany, SupportsExtendMany
+from ..engine.core import CLAIM_RETRIES, JOB_HEARTBEAT_FLOOR, run_deadline
+from ..engine.runner import Runner, call_hook
+from ..models import Job, JobContext, WorkReport
+from ..validation import positive_int, seconds
 
 if TYPE_CHECKING:
-    from .jobs import Handler, Jobs, OnError
+    from .client import Handler, Jobs, OnError
 
 __all__ = ["CLAIM_RETRIES", "JobSource", "Worker", "call_hook"]
 
