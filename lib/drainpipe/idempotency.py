@@ -38,6 +38,7 @@ from .http import (
 )
 from .models import Begin as Begin  # re-exported: drainpipe.Begin lives here for users
 from .ops import idempotency as ops
+from .telemetry import active_telemetry
 from .validation import seconds
 
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
@@ -228,6 +229,12 @@ class Idempotency:
         full and rebuilt). Given our :class:`~drainpipe.http.Request`, answers are ours.
         A handler that raises releases the key and the exception propagates.
         """
+        if (otel := active_telemetry()) is None:
+            return await self._handle(request, handler)
+        with otel.span("drainpipe.idempotency", {"drainpipe.idempotency.header": self.header}):
+            return await self._handle(request, handler)
+
+    async def _handle(self, request: Any, handler: Callable[[], Awaitable[Any]]) -> Any:
         ours = as_request(request)
         native = ours is request
 

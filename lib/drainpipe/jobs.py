@@ -21,6 +21,7 @@ from .context import coerce_context, wrap_payload
 from .errors import DrainpipeError, invalid_request, missing_feature, validation_error
 from .models import DeadJob, DedupeMode, FailOutcome, Job, JobContext, QueueStats, WorkReport
 from .schedules import ScheduleMixin
+from .telemetry import active_telemetry
 from .validation import (
     INT8_MAX,
     aware,
@@ -214,6 +215,20 @@ class Jobs(ScheduleMixin):
                 )
             if getattr(self.backend, "name", "") == "pgmq_public":
                 raise missing_feature("dedupe_key", "pgmq_public")
+        if (otel := active_telemetry()) is not None:
+            backend = self.backend
+            return await otel.enqueue(
+                queue,
+                value,
+                lambda traced: backend.send(
+                    queue,
+                    traced,
+                    delay=wait,
+                    max_attempts=max_attempts,
+                    dedupe_key=dedupe_key,
+                    dedupe=dedupe,
+                ),
+            )
         return await self.backend.send(
             queue,
             value,
