@@ -514,7 +514,7 @@ class WebhookInbox:
         ``deadline`` (an ``asyncio`` loop time) are checked before each claim; claimed
         messages always finish. Transient claim errors are retried 3 times (1, 2, 4 s).
         ``on_error(error, message)`` hears of every failure (default: logged on the
-        ``drainpipe`` logger). A message whose worker died on its last attempt is marked
+        ``drainpipe.inbox`` logger). A message whose worker died on its last attempt is marked
         dead by the next claim. See ``docs/engine.md``.
         """
         runner = self._runner(

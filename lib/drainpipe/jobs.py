@@ -271,6 +271,15 @@ class Jobs(ScheduleMixin):
         positive_int(max_attempts, "max_attempts")
         if not values:
             return []
+        if (otel := active_telemetry()) is not None:
+            return await otel.enqueue_many(
+                queue, values, lambda traced: self._send_many(queue, traced, wait, max_attempts)
+            )
+        return await self._send_many(queue, values, wait, max_attempts)
+
+    async def _send_many(
+        self, queue: str, values: list[Any], wait: float, max_attempts: int
+    ) -> list[int]:
         backend = self.backend
         if not isinstance(backend, SupportsSendMany):
             return [

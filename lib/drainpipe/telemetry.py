@@ -214,6 +214,27 @@ class Telemetry:
         self.enqueued.add(1, {"queue": queue})
         return job_id
 
+    async def enqueue_many(
+        self, queue: str, values: list[Any], send: Callable[[list[Any]], Awaitable[list[int]]]
+    ) -> list[int]:
+        """Store a batch under one ``drainpipe.enqueue`` span; every job carries its context."""
+        from .context import add_trace
+
+        attributes = {
+            "messaging.system": SYSTEM,
+            "messaging.destination.name": queue,
+            "messaging.operation.type": "send",
+            "messaging.operation.name": "enqueue_many",
+            "messaging.batch.message_count": len(values),
+        }
+        with self.span("drainpipe.enqueue", attributes, kind="PRODUCER"):
+            carrier = self.carrier()
+            if carrier is not None:
+                values = [add_trace(value, carrier) for value in values]
+            ids = await send(values)
+        self.enqueued.add(len(ids), {"queue": queue})
+        return ids
+
     def job_parent(self, carrier: Mapping[str, str] | None) -> tuple[Any, Any]:
         """(parent context, links) for a job's run: the enqueuing request's context as the
         parent and a link to the span current now (the claim's drain), when there is one."""

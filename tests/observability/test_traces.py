@@ -213,3 +213,23 @@ async def test_metrics_alone_store_no_trace_context(jobs: drainpipe.Jobs) -> Non
     finally:
         telemetry.configure()
         meters.shutdown()
+
+
+async def test_a_batch_enqueue_gives_every_job_the_context_of_its_one_span(
+    jobs: drainpipe.Jobs, sdk: Sdk
+) -> None:
+    ids = await jobs.enqueue_many("emails", [{"to": f"{n}@x.io"} for n in range(3)])
+    (enqueue,) = sdk.spans("drainpipe.enqueue")
+    assert enqueue.attributes is not None
+    assert enqueue.attributes["messaging.batch.message_count"] == 3
+    claimed = await jobs.claim("emails", batch=3)
+    assert sorted(job.id for job in claimed) == ids
+    parents = {
+        job.context.trace["traceparent"].split("-")[2] for job in claimed if job.context.trace
+    }
+    assert parents == {f"{enqueue.context.span_id:016x}"}
+    assert [job.payload for job in sorted(claimed, key=lambda job: job.id)] == [
+        {"to": f"{n}@x.io"} for n in range(3)
+    ]
+    (enqueued,) = sdk.points("drainpipe.jobs.enqueued")
+    assert enqueued.value == 3
