@@ -277,6 +277,13 @@ class Idempotency:
             if scope["type"] != "http":
                 await app(scope, receive, send)
                 return
+            if (otel := active_telemetry()) is None:
+                await idempotent(scope, receive, send)
+                return
+            with otel.span("drainpipe.idempotency", {"drainpipe.idempotency.header": self.header}):
+                await idempotent(scope, receive, send)
+
+        async def idempotent(scope: Scope, receive: Receive, send: Send) -> None:
             request = Request.from_asgi(scope, receive)
             decision = await self._prepare(request, request, request.body)
             if decision is None:  # the body was not read: the app gets the original stream

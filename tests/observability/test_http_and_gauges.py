@@ -98,6 +98,24 @@ async def test_an_idempotent_request_has_a_span(db_url: str, sdk: Sdk) -> None:
     assert len(sdk.spans("drainpipe.idempotency")) == 2
 
 
+async def test_the_idempotency_middleware_has_a_span(db_url: str, sdk: Sdk) -> None:
+    idem = drainpipe.Idempotency(db_url)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await drainpipe.http.json_response({"ok": True}, 201)(scope, receive, send)
+
+    try:
+        transport = httpx.ASGITransport(app=idem.wrap(app))
+        async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+            answer = await client.post("/orders", json={}, headers={"Idempotency-Key": "k2"})
+            assert answer.status_code == 201
+    finally:
+        await idem.db.close()
+    (span,) = sdk.spans("drainpipe.idempotency")
+    assert span.attributes is not None
+    assert span.attributes["drainpipe.idempotency.header"] == "Idempotency-Key"
+
+
 async def test_queue_gauges_report_depth_and_oldest_age_per_queue(
     jobs: drainpipe.Jobs, sdk: Sdk
 ) -> None:
