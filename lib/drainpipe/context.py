@@ -98,6 +98,21 @@ def wrap_payload(payload: Any, context: JobContext | None) -> Any:
     return {ENVELOPE_KEY: 1, "context": recorded, "payload": payload}
 
 
+def add_trace(stored: Any, trace: Mapping[str, str]) -> Any:
+    """``stored`` (what :func:`wrap_payload` returned) with the trace context of the
+    enqueuing span in the envelope's ``trace`` member, wrapping a bare payload."""
+    if isinstance(stored, dict) and stored.get(ENVELOPE_KEY) == 1 and "payload" in stored:
+        return {**stored, "trace": dict(trace)}
+    return {ENVELOPE_KEY: 1, "context": {}, "trace": dict(trace), "payload": stored}
+
+
+def _trace_of(stored: dict[str, Any]) -> dict[str, str] | None:
+    trace = stored.get("trace")
+    if isinstance(trace, dict) and isinstance(trace.get("traceparent"), str):
+        return {key: value for key, value in trace.items() if isinstance(value, str)}
+    return None
+
+
 def unwrap_payload(stored: Any, *, all_tenants: bool = False) -> tuple[Any, JobContext]:
     """Split a stored value into (payload, context)."""
     if isinstance(stored, dict) and stored.get(ENVELOPE_KEY) == 1 and "payload" in stored:
@@ -115,6 +130,9 @@ def unwrap_payload(stored: Any, *, all_tenants: bool = False) -> tuple[Any, JobC
             if isinstance(raw_tenant, str) and raw_tenant:
                 tenant = raw_tenant
         return stored["payload"], JobContext(
-            actor=actor, tenant=tenant, all_tenants=all_tenants and tenant is None
+            actor=actor,
+            tenant=tenant,
+            all_tenants=all_tenants and tenant is None,
+            trace=_trace_of(stored),
         )
     return stored, JobContext(all_tenants=all_tenants)

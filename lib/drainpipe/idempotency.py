@@ -38,6 +38,7 @@ from .http import (
 )
 from .models import Begin as Begin  # re-exported: drainpipe.Begin lives here for users
 from .ops import idempotency as ops
+from .telemetry import active_telemetry
 from .validation import MAX_NAME_LENGTH, aware, seconds, text_fault
 
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
@@ -244,6 +245,12 @@ class Idempotency:
         full and rebuilt). Given our :class:`~drainpipe.http.Request`, answers are ours.
         A handler that raises releases the key and the exception propagates.
         """
+        if (otel := active_telemetry()) is None:
+            return await self._handle(request, handler)
+        with otel.span("drainpipe.idempotency", {"drainpipe.idempotency.header": self.header}):
+            return await self._handle(request, handler)
+
+    async def _handle(self, request: Any, handler: Callable[[], Awaitable[Any]]) -> Any:
         ours = as_request(request)
         native = ours is request
 
@@ -286,6 +293,13 @@ class Idempotency:
             if scope["type"] != "http":
                 await app(scope, receive, send)
                 return
+            if (otel := active_telemetry()) is None:
+                await idempotent(scope, receive, send)
+                return
+            with otel.span("drainpipe.idempotency", {"drainpipe.idempotency.header": self.header}):
+                await idempotent(scope, receive, send)
+
+        async def idempotent(scope: Scope, receive: Receive, send: Send) -> None:
             request = Request.from_asgi(scope, receive)
             decision = await self._prepare(request, request, request.body)
             if decision is None:  # the body was not read: the app gets the original stream

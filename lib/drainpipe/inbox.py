@@ -25,7 +25,7 @@ from typing import Any, Final, Literal
 
 from .db import as_database, dump_json
 from .engine.core import run_deadline
-from .engine.runner import OnError, Runner
+from .engine.runner import ClaimableSource, OnError, Runner
 from .errors import DrainpipeError, invalid_request, validation_error
 from .http import (
     Receive,
@@ -41,6 +41,8 @@ from .http import (
 )
 from .models import WorkReport
 from .ops import inbox as ops
+from .telemetry import SYSTEM as TELEMETRY_SYSTEM
+from .telemetry import active_telemetry
 from .validation import MAX_NAME_LENGTH, aware, check_text, positive_int, seconds, text_fault
 from .webhooks import (
     Verify,
@@ -53,7 +55,7 @@ from .webhooks import (
     verify_signature,
 )
 
-log = logging.getLogger("drainpipe")
+log = logging.getLogger("drainpipe.inbox")
 
 InboxStatus = Literal["pending", "processing", "processed", "dead"]
 STATUSES: Final = ("pending", "processing", "processed", "dead")
@@ -236,9 +238,12 @@ class _InboxSource:
     leases = True
     heartbeat_floor = 0.0  # section 5: every half lease, however short
     complete_each = True  # no batch completion in SQL: each message is settled when done
+    concept = "inbox"
+    log = log
 
     def __init__(self, inbox: WebhookInbox, handler: Handler) -> None:
         self.async_handler = inspect.iscoroutinefunction(handler)
+        self.name = inbox.source
         self._inbox = inbox
         self._db = inbox._db
         self._handler = handler
@@ -280,6 +285,17 @@ class _InboxSource:
 
     def start(self, item: WebhookMessage) -> Any:
         return self._handler(item)
+
+    def fields(self, item: WebhookMessage | None) -> dict[str, Any]:
+        if item is None:
+            return {"source": self.name, "message_id": None, "attempt": None}
+        return {"source": item.source, "message_id": item.message_id, "attempt": item.attempts}
+
+    def trace_of(self, item: WebhookMessage) -> dict[str, str] | None:
+        """The sender's trace context, when the inbox keeps its ``traceparent`` header."""
+        if "traceparent" in item.headers:
+            return {k: v for k, v in item.headers.items() if k in ("traceparent", "tracestate")}
+        return None
 
     def describe(self, item: WebhookMessage | None) -> str:
         if item is None:
@@ -395,6 +411,20 @@ class WebhookInbox:
         return response if isinstance(request, Request) else response.to_starlette()
 
     async def _respond(self, request: Request) -> Response:
+        if (otel := active_telemetry()) is None:
+            return await self._answer(request)
+        attributes = {
+            "messaging.system": TELEMETRY_SYSTEM,
+            "messaging.destination.name": self.source,
+            "messaging.operation.type": "send",
+            "messaging.operation.name": "receive",
+        }
+        with otel.span("drainpipe.webhook.receive", attributes, kind="PRODUCER") as span:
+            response = await self._answer(request)
+            span.set_attribute("http.response.status_code", response.status)
+        return response
+
+    async def _answer(self, request: Request) -> Response:
         if not self._webhooks and self._verify is None:
             raise TypeError(
                 f'The inbox for "{self.source}" has no `secrets` or `verify`, '
@@ -512,7 +542,7 @@ class WebhookInbox:
         ``deadline`` (an ``asyncio`` loop time) are checked before each claim; claimed
         messages always finish. Transient claim errors are retried 3 times (1, 2, 4 s).
         ``on_error(error, message)`` hears of every failure (default: logged on the
-        ``drainpipe`` logger). A message whose worker died on its last attempt is marked
+        ``drainpipe.inbox`` logger). A message whose worker died on its last attempt is marked
         dead by the next claim. See ``docs/engine.md``.
         """
         runner = self._runner(
@@ -558,8 +588,11 @@ class WebhookInbox:
             else seconds(heartbeat_every, "heartbeat_every", minimum=0.001)
         )
         loop = asyncio.get_running_loop()
+        source: ClaimableSource[Any] = _InboxSource(self, handler)
+        if (otel := active_telemetry()) is not None:  # chosen once per run
+            source = otel.traced(source)
         return Runner(
-            _InboxSource(self, handler),
+            source,
             batch=batch,
             lease=lease_seconds,
             on_error=on_error,

@@ -27,12 +27,15 @@ class JobContext:
     """Who asked for a job and for which tenant, recorded next to its payload.
 
     ``all_tenants`` is set for a job that recorded no tenant when the worker runs with
-    ``all_tenants=True`` (a maintenance job meant for every tenant).
+    ``all_tenants=True`` (a maintenance job meant for every tenant). ``trace`` is the W3C
+    trace context (``traceparent``/``tracestate``) of the span that enqueued the job, stored
+    only while OpenTelemetry records (:mod:`drainpipe.telemetry`); not part of equality.
     """
 
     actor: Actor | None = None
     tenant: str | None = None
     all_tenants: bool = False
+    trace: dict[str, str] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -622,7 +622,7 @@ async def test_an_unreachable_database_is_a_503_network_answered_fast(
         assert body["instance"] == "/api/drain"
         assert "could not reach its database" in body["detail"]
         [record] = [r for r in caplog.records if "cannot work" in r.getMessage()]
-        assert record.name == "drainpipe" and record.levelno == logging.ERROR
+        assert record.name == "drainpipe.drain" and record.levelno == logging.ERROR
         assert "cannot be reached" in record.getMessage()
         [(error, job)] = rec.errors
         assert isinstance(error, drainpipe.DrainpipeError)
@@ -668,7 +668,7 @@ async def test_a_database_without_drainpipe_sql_is_a_503_not_installed(
         assert "drainpipe sql apply" in body["detail"] and "drainpipe sql apply" in body["hint"]
         assert body["title"] == "drainpipe's SQL is not installed"
         [record] = [r for r in caplog.records if "cannot work" in r.getMessage()]
-        assert record.name == "drainpipe" and record.levelno == logging.ERROR
+        assert record.name == "drainpipe.drain" and record.levelno == logging.ERROR
         assert "does not exist" in record.getMessage()
 
 

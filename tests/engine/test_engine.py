@@ -255,7 +255,7 @@ async def test_default_on_error_logs_the_queue_and_the_job_id(
     with caplog.at_level(logging.ERROR, logger="drainpipe"):
         report = await jobs.drain("emails", broken)
     assert report.failed == 1
-    [record] = [r for r in caplog.records if r.name == "drainpipe"]
+    [record] = [r for r in caplog.records if r.name == "drainpipe.jobs"]
     assert record.levelno == logging.ERROR
     assert f"queue emails job {job_id} (attempt 1/5)" in record.getMessage()
     assert "smtp said no" in record.getMessage()
@@ -407,7 +407,7 @@ async def test_inbox_default_on_error_logs_the_source_and_message(
 
     with caplog.at_level(logging.ERROR, logger="drainpipe"):
         assert (await inbox.process(handler)).failed == 1
-    [record] = [r for r in caplog.records if r.name == "drainpipe"]
+    [record] = [r for r in caplog.records if r.name == "drainpipe.inbox"]
     assert "inbox billing message evt_log" in record.getMessage()
     assert "ledger down" in record.getMessage()
 

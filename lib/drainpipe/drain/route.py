@@ -51,13 +51,14 @@ from ..http import (
 )
 from ..jobs.worker import Worker
 from ..models import WorkReport
+from ..telemetry import SYSTEM, active_telemetry
 from ..validation import positive_int, seconds
 from .unavailable import DrainUnavailable
 
 if TYPE_CHECKING:
     from ..jobs import Handler, Jobs, OnError
 
-log = logging.getLogger("drainpipe")
+log = logging.getLogger("drainpipe.drain")
 
 
 ALLOW = "GET, POST"
@@ -204,6 +205,26 @@ class DrainRoute:
         database never answered (kind ``network``) or drainpipe's SQL is missing (code
         ``NOT_INSTALLED``); the route answers it as a 503 Problem with ``"more": false``.
         """
+        if (otel := active_telemetry()) is None:
+            return await self._run(request)
+        attributes = {
+            "messaging.system": SYSTEM,
+            "drainpipe.drain.budget": self.budget,
+            "drainpipe.drain.queues": list(self.handlers),
+        }
+        started = asyncio.get_running_loop().time()
+        try:
+            with otel.span("drainpipe.drain", attributes) as span:
+                result = await self._run(request)
+                span.set_attribute("drainpipe.drain.more", bool(result.get("more")))
+                span.set_attribute("drainpipe.drain.errors", int(result.get("errors") or 0))
+                return result
+        finally:
+            if self.budget > 0:
+                used = (asyncio.get_running_loop().time() - started) / self.budget
+                otel.drain_budget_used.record(used)
+
+    async def _run(self, request: Any) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.budget
 
@@ -333,7 +354,7 @@ class DrainRoute:
             return value
         except Exception as exc:  # a monitor never fails the drain nor counts as an error
             if self.on_error is None:
-                log_error(f"the drain route's monitor ({name})", exc)
+                log_error(f"the drain route's monitor ({name})", exc, logger=log)
             else:
                 await call_hook(self.on_error, exc, None)
             return None
@@ -410,7 +431,7 @@ class _Drain:
         self.errors += 1
         on_error = self.route.on_error
         if on_error is None:
-            log_error("drain route", exc)
+            log_error("drain route", exc, logger=log)
         else:
             await call_hook(on_error, exc, None)
 

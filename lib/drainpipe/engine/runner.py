@@ -27,8 +27,10 @@ runs its items in order, and settles them. The semantics, decided once for every
 * **Budget.** The deadline is checked before each claim; claimed items always finish.
 * **Lazy lanes.** A run ``until_empty`` starts one lane and opens the others only when a
   claim comes back full, so an empty drain costs one round trip.
-* **on_error everywhere.** Without one, errors are logged on the ``drainpipe`` logger with
-  the source and the item (queue and job id, inbox source and message id).
+* **on_error everywhere.** Without one, errors are logged on the source's logger
+  (``drainpipe.jobs``, ``drainpipe.inbox``) with the source and the item in the message and
+  in the record's ``extra`` fields (``queue``/``job_id`` or ``source``/``message_id``, then
+  ``attempt`` and ``code``: docs/observability.md).
 """
 
 from __future__ import annotations
@@ -83,6 +85,8 @@ class ClaimableSource(Protocol[ItemT]):
     heartbeat_floor: float
     complete_each: bool
     async_handler: bool
+    #: where errors without an ``on_error`` are logged (a child of ``drainpipe``)
+    log: logging.Logger
 
     # Plain methods returning awaitables, so an adapter may hand its backend's coroutine
     # straight through (no extra coroutine per claim on the hot path); ``async def`` fits too.
@@ -110,6 +114,10 @@ class ClaimableSource(Protocol[ItemT]):
         """Words for logs and errors: ``queue emails job 12 (attempt 1/5)``."""
         ...
 
+    def fields(self, item: ItemT | None) -> dict[str, Any]:
+        """The ``extra`` fields of a log record about ``item`` (or the source: None)."""
+        ...
+
 
 async def call_hook(hook: Callable[..., Any] | None, *args: Any) -> Any:
     """Call a plain or async hook; its own failure is logged, never raised."""
@@ -135,12 +143,23 @@ def lease_lost(description: str) -> DrainpipeError:
     )
 
 
-def log_error(description: str, error: BaseException) -> None:
-    """What happens to an error when the caller passed no ``on_error``."""
-    if isinstance(error, DrainpipeError) and error.code == LEASE_LOST:
-        log.warning("drainpipe: %s", error)
+def log_error(
+    description: str,
+    error: BaseException,
+    *,
+    logger: logging.Logger = log,
+    fields: dict[str, Any] | None = None,
+) -> None:
+    """What happens to an error when the caller passed no ``on_error``: logged on ``logger``
+    with ``fields`` (queue, job id, attempt ...) and the error's ``code`` as record extras."""
+    code = error.code if isinstance(error, DrainpipeError) else None
+    extra = {**fields, "code": code} if fields else {"code": code}
+    if code == LEASE_LOST:
+        logger.warning("drainpipe: %s", error, extra=extra)
         return
-    log.error("drainpipe: %s failed: %s", description, error_text(error), exc_info=error)
+    logger.error(
+        "drainpipe: %s failed: %s", description, error_text(error), exc_info=error, extra=extra
+    )
 
 
 def as_error(exc: BaseException) -> DrainpipeError:
@@ -402,10 +421,11 @@ class Runner:
                 try:
                     held = await self.source.extend(items, self._lease_seconds())
                 except Exception:  # a missed beat is retried next time; the items keep running
-                    log.warning(
+                    self.source.log.warning(
                         "drainpipe: heartbeat failed for %s",
                         self.source.describe(None),
                         exc_info=True,
+                        extra={**self.source.fields(None), "code": None},
                     )
                 else:
                     if len(held) < len(items):
@@ -449,6 +469,7 @@ class Runner:
 
     async def _report(self, error: BaseException, item: Any) -> None:
         if self.on_error is None:
-            log_error(self.source.describe(item), error)
+            source = self.source
+            log_error(source.describe(item), error, logger=source.log, fields=source.fields(item))
         else:
             await call_hook(self.on_error, error, item)

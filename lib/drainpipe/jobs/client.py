@@ -22,6 +22,7 @@ from ..db import dump_json
 from ..errors import DrainpipeError, invalid_request, missing_feature, validation_error
 from ..models import DeadJob, DedupeMode, FailOutcome, Job, JobContext, QueueStats, WorkReport
 from ..schedules import ScheduleMixin
+from ..telemetry import active_telemetry
 from ..validation import (
     INT8_MAX,
     MAX_PAYLOAD_BYTES,
@@ -260,6 +261,20 @@ class Jobs(ScheduleMixin):
                 )
             if getattr(self.backend, "name", "") == "pgmq_public":
                 raise missing_feature("dedupe_key", "pgmq_public")
+        if (otel := active_telemetry()) is not None:
+            backend = self.backend
+            return await otel.enqueue(
+                queue,
+                value,
+                lambda traced: backend.send(
+                    queue,
+                    traced,
+                    delay=wait,
+                    max_attempts=max_attempts,
+                    dedupe_key=dedupe_key,
+                    dedupe=dedupe,
+                ),
+            )
         return await self.backend.send(
             queue,
             value,
@@ -302,6 +317,15 @@ class Jobs(ScheduleMixin):
         positive_int(max_attempts, "max_attempts")
         if not values:
             return []
+        if (otel := active_telemetry()) is not None:
+            return await otel.enqueue_many(
+                queue, values, lambda traced: self._send_many(queue, traced, wait, max_attempts)
+            )
+        return await self._send_many(queue, values, wait, max_attempts)
+
+    async def _send_many(
+        self, queue: str, values: list[Any], wait: float, max_attempts: int
+    ) -> list[int]:
         backend = self.backend
         if not isinstance(backend, SupportsSendMany):
             return [

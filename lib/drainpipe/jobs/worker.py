@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..backends.capabilities import SupportsCompleteMany, SupportsExtendMany
 from ..engine.core import CLAIM_RETRIES, JOB_HEARTBEAT_FLOOR, run_deadline
-from ..engine.runner import Runner, call_hook
+from ..engine.runner import ClaimableSource, Runner, call_hook
 from ..models import Job, JobContext, WorkReport
+from ..telemetry import active_telemetry
 from ..validation import positive_int, seconds
 
 if TYPE_CHECKING:
@@ -23,16 +25,20 @@ if TYPE_CHECKING:
 
 __all__ = ["CLAIM_RETRIES", "JobSource", "Worker", "call_hook"]
 
+log = logging.getLogger("drainpipe.jobs")
+
 
 class JobSource:
     """One queue as a :class:`~drainpipe.engine.runner.ClaimableSource`."""
 
     heartbeat_floor = JOB_HEARTBEAT_FLOOR
     complete_each = False
+    concept = "jobs"
+    log = log
 
     def __init__(self, jobs: Jobs, queue: str, handler: Handler, *, all_tenants: bool) -> None:
         backend = jobs.backend
-        self.queue = queue
+        self.queue = self.name = queue
         self.leases = bool(getattr(backend, "leases", False))
         # known once, so the per-job path skips inspect.isawaitable for async handlers
         self.async_handler = inspect.iscoroutinefunction(handler)
@@ -77,8 +83,20 @@ class JobSource:
         if self._all_tenants:
             context = item.context
             if context.tenant is None and not context.all_tenants:
-                fields["context"] = JobContext(actor=context.actor, tenant=None, all_tenants=True)
+                fields["context"] = JobContext(
+                    actor=context.actor, tenant=None, all_tenants=True, trace=context.trace
+                )
         return self._handler(payload, item)
+
+    def fields(self, item: Job[Any] | None) -> dict[str, Any]:
+        """The ``extra`` of a log record about ``item`` (stable names: docs/observability.md)."""
+        if item is None:
+            return {"queue": self.queue, "job_id": None, "attempt": None}
+        return {"queue": self.queue, "job_id": item.id, "attempt": item.attempts}
+
+    def trace_of(self, item: Job[Any]) -> dict[str, str] | None:
+        """The trace context stored with the job by the span that enqueued it."""
+        return item.context.trace
 
     def describe(self, item: Job[Any] | None) -> str:
         if item is None:
@@ -112,8 +130,12 @@ class Worker:
     ) -> None:
         poll = seconds(poll_interval, "poll_interval")
         loop = asyncio.get_running_loop()
+        source: ClaimableSource[Any] = JobSource(jobs, queue, handler, all_tenants=all_tenants)
+        # chosen once per run: without a tracer or meter the jobs take the plain path
+        if (otel := active_telemetry()) is not None:
+            source = otel.traced(source)
         self.runner = Runner(
-            JobSource(jobs, queue, handler, all_tenants=all_tenants),
+            source,
             concurrency=max(1, positive_int(concurrency, "concurrency")),
             batch=positive_int(batch, "batch"),
             lease=lease if callable(lease) else seconds(lease, "lease"),
