@@ -103,12 +103,22 @@ def _api_importable() -> bool:
     return True
 
 
-def _providers() -> tuple[Any, Any]:
-    """The configured or global providers; None for one that records nothing."""
-    from opentelemetry import metrics, trace
+_api: tuple[Any, Any, Any] | None = (
+    None  # (trace, metrics, the provider classes that record nothing)
+)
 
+
+def _providers() -> tuple[Any, Any]:
+    """The configured or global providers; None for one that records nothing. Called per
+    enqueue: the API's modules and classes are looked up once, not imported each time."""
+    global _api
+    if _api is None:
+        from opentelemetry import metrics, trace
+
+        _api = (trace, metrics, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+    trace, metrics, silent_tracers = _api
     tracer_provider = _tracer_provider or trace.get_tracer_provider()
-    if isinstance(tracer_provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+    if isinstance(tracer_provider, silent_tracers):
         tracer_provider = None
     meter_provider = _meter_provider or metrics.get_meter_provider()
     # until an SDK sets one, the global meter provider is the API's private proxy
