@@ -1,7 +1,7 @@
 """The webhook inbox: verify a delivery, store it once, answer fast, process it later.
 
 ``receive`` (an ASGI app as ``inbox.app``) checks the size, the Standard Webhooks signature
-(or your ``verify``; both in :mod:`drainpipe.webhooks`) and stores the message under (source,
+(or your ``verify``; both in :mod:`drainpipe.inbox.verify`) and stores the message under (source,
 tenant, message id), so a provider's retries are answered ``200 {"duplicate": true}``
 instead of being handled twice.
 ``process`` claims stored messages in batches and runs your handler on the lease engine
@@ -13,21 +13,18 @@ claimed attempt. The state transitions are SQL functions (``sql/webhook_inbox.sq
 from __future__ import annotations
 
 import asyncio
-import inspect
-import json
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
-from .db import as_database, dump_json
-from .engine.core import run_deadline
-from .engine.runner import ClaimableSource, OnError, Runner
-from .errors import DrainpipeError, invalid_request, validation_error
-from .http import (
+from ..db import as_database, dump_json
+from ..engine.core import run_deadline
+from ..engine.runner import ClaimableSource, OnError, Runner
+from ..errors import DrainpipeError, invalid_request, validation_error
+from ..http import (
     Receive,
     Request,
     Response,
@@ -39,12 +36,24 @@ from .http import (
     problem_response,
     run_asgi,
 )
-from .models import WorkReport
-from .ops import inbox as ops
-from .telemetry import SYSTEM as TELEMETRY_SYSTEM
-from .telemetry import active_telemetry
-from .validation import MAX_NAME_LENGTH, aware, check_text, positive_int, seconds, text_fault
-from .webhooks import (
+from ..models import WorkReport
+from ..ops import inbox as ops
+from ..telemetry import SYSTEM as TELEMETRY_SYSTEM
+from ..telemetry import active_telemetry
+from ..validation import MAX_NAME_LENGTH, aware, check_text, positive_int, seconds, text_fault
+from .messages import (
+    MISSING,
+    InboxEntry,
+    Stored,
+    WebhookMessage,
+    _json_text,
+    _Missing,
+    _tenant,
+    _text,
+    default_type_of,
+)
+from .source import _InboxSource
+from .verify import (
     Verify,
     call_verify,
     delivery_text,
@@ -62,248 +71,6 @@ STATUSES: Final = ("pending", "processing", "processed", "dead")
 Handler = Callable[["WebhookMessage"], Any]
 
 _THIRTY_DAYS = timedelta(days=30)
-
-
-class _Missing:
-    def __repr__(self) -> str:
-        return "MISSING"
-
-
-MISSING: Final = _Missing()
-
-
-@dataclass(frozen=True, slots=True)
-class Stored:
-    """The result of storing a delivery: the inbox row ``id`` and whether it was already there."""
-
-    id: int
-    duplicate: bool
-
-
-@dataclass(frozen=True, slots=True)
-class InboxEntry:
-    """One line of a tenant's delivery log (see :meth:`WebhookInbox.list`)."""
-
-    id: int
-    message_id: str
-    type: str | None
-    status: InboxStatus
-    attempts: int
-    max_attempts: int
-    last_error: str | None
-    tenant: str | None
-    received_at: datetime
-    processed_at: datetime | None
-
-
-class WebhookMessage:
-    """A claimed message as the handler sees it.
-
-    ``attempts`` is 1 on the first run; ``progress`` is what earlier attempts saved with
-    :meth:`checkpoint` (``{}`` at first).
-    """
-
-    __slots__ = (
-        "_save",
-        "attempts",
-        "headers",
-        "id",
-        "max_attempts",
-        "message_id",
-        "payload",
-        "progress",
-        "received_at",
-        "source",
-        "tenant",
-        "type",
-    )
-
-    def __init__(
-        self,
-        *,
-        id: int,
-        source: str,
-        message_id: str,
-        type: str | None,
-        payload: Any,
-        headers: dict[str, str],
-        attempts: int,
-        max_attempts: int,
-        received_at: datetime,
-        tenant: str | None,
-        progress: dict[str, Any],
-        save: Callable[[WebhookMessage, dict[str, Any]], Awaitable[bool]] | None = None,
-    ) -> None:
-        self.id = id
-        self.source = source
-        self.message_id = message_id
-        self.type = type
-        self.payload = payload
-        self.headers = headers
-        self.attempts = attempts
-        self.max_attempts = max_attempts
-        self.received_at = received_at
-        self.tenant = tenant
-        self.progress = progress
-        self._save = save
-
-    async def checkpoint(self, fields: Mapping[str, Any]) -> bool:
-        """Shallow-merge ``fields`` into the stored progress; a later attempt (after a failure
-        or a crash) reads them as ``message.progress``. False once another worker took the
-        message over (nothing is saved then). Field names must be strings and values JSON
-        (``validation`` otherwise, nothing saved); tuples come back as lists, as stored."""
-        if not isinstance(fields, Mapping):
-            raise validation_error(
-                "checkpoint(fields) takes a mapping",
-                [{"message": "Expected a mapping", "path": ["fields"]}],
-            )
-        for name in fields:
-            # json.dumps would store 1 as "1" and None as "null": a later attempt would not
-            # find the field under the name it was saved with
-            if not isinstance(name, str):
-                raise validation_error(
-                    f"checkpoint field names must be strings, not {name!r}",
-                    [{"message": "Expected a string", "path": ["fields", name]}],
-                )
-        # what is stored, so progress now equals what the next attempt reads
-        merged = json.loads(_json_text(dict(fields), "fields"))
-        if self._save is None:
-            self.progress.update(merged)
-            return True
-        saved = await self._save(self, merged)
-        if saved:
-            self.progress.update(merged)
-        return saved
-
-    def __repr__(self) -> str:
-        return (
-            f"WebhookMessage(id={self.id}, source={self.source!r}, message_id={self.message_id!r},"
-            f" type={self.type!r}, attempts={self.attempts}/{self.max_attempts})"
-        )
-
-
-# -- pure pieces ---------------------------------------------------------------------------
-
-
-def default_type_of(payload: Any) -> str | None:
-    """``payload["type"]`` when the payload is an object whose ``type`` is a string."""
-    if isinstance(payload, Mapping):
-        value = payload.get("type")
-        if isinstance(value, str):
-            return value
-    return None
-
-
-def _json_text(value: Any, name: str) -> str:
-    try:
-        return json.dumps(value, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise validation_error(
-            f"{name} must be JSON-serialisable: {exc}",
-            [{"message": "Not JSON-serialisable", "path": [name]}],
-        ) from None
-
-
-def _text(value: Any, name: str, *, required: bool) -> str | None:
-    """A string Postgres can store as text: no NUL, encodable as UTF-8."""
-    if value is None and not required:
-        return None
-    if not isinstance(value, str) or (required and not value):
-        raise validation_error(
-            f"{name} must be a {'non-empty ' if required else ''}string, not {value!r}",
-            [{"message": "Expected a string", "path": [name]}],
-        )
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise validation_error(
-            f"{name} is not valid Unicode text", [{"message": "Invalid text", "path": [name]}]
-        ) from None
-    if "\x00" in value:
-        raise validation_error(
-            f"{name} must not contain NUL characters", [{"message": "NUL", "path": [name]}]
-        )
-    return value
-
-
-def _tenant(value: Any) -> str | None:
-    # '' is no tenant: the uniqueness index treats a null tenant as ''
-    return _text(value or None, "tenant", required=False)
-
-
-class _InboxSource:
-    """One inbox source as a :class:`~drainpipe.engine.runner.ClaimableSource`: the SQL of
-    ``sql/webhook_inbox.sql``, every call fenced by (id, worker, attempt)."""
-
-    leases = True
-    heartbeat_floor = 0.0  # section 5: every half lease, however short
-    complete_each = True  # no batch completion in SQL: each message is settled when done
-    concept = "inbox"
-    log = log
-
-    def __init__(self, inbox: WebhookInbox, handler: Handler) -> None:
-        self.async_handler = inspect.iscoroutinefunction(handler)
-        self.name = inbox.source
-        self._inbox = inbox
-        self._db = inbox._db
-        self._handler = handler
-
-    async def claim(self, batch: int, lease: float) -> list[WebhookMessage]:
-        inbox = self._inbox
-        rows = await self._db.fetch(
-            ops.CLAIM, ops.claim_params(inbox.source, inbox.worker, batch, lease, inbox._instant())
-        )
-        return [inbox._message(row) for row in rows]
-
-    async def extend(self, items: Sequence[WebhookMessage], lease: float) -> set[int]:
-        params = ops.extend_params(
-            [m.id for m in items], [m.attempts for m in items], self._inbox.worker, lease
-        )
-        return ops.parse_extend(await self._db.fetch(ops.EXTEND, params))
-
-    async def complete(self, items: Sequence[WebhookMessage]) -> list[WebhookMessage]:
-        refused = []
-        for message in items:
-            done = ops.parse_flag(
-                await self._db.fetch(
-                    ops.COMPLETE,
-                    ops.complete_params(message.id, self._inbox.worker, message.attempts),
-                )
-            )
-            if not done:
-                refused.append(message)
-        return refused
-
-    async def fail(self, item: WebhookMessage, error: str, retry_in: float | None) -> None:
-        inbox = self._inbox
-        await self._db.fetch(
-            ops.FAIL,
-            ops.fail_params(
-                item.id, inbox.worker, item.attempts, error, retry_in, inbox._instant()
-            ),
-        )
-
-    def start(self, item: WebhookMessage) -> Any:
-        return self._handler(item)
-
-    def fields(self, item: WebhookMessage | None) -> dict[str, Any]:
-        if item is None:
-            return {"source": self.name, "message_id": None, "attempt": None}
-        return {"source": item.source, "message_id": item.message_id, "attempt": item.attempts}
-
-    def trace_of(self, item: WebhookMessage) -> dict[str, str] | None:
-        """The sender's trace context, when the inbox keeps its ``traceparent`` header."""
-        if "traceparent" in item.headers:
-            return {k: v for k, v in item.headers.items() if k in ("traceparent", "tracestate")}
-        return None
-
-    def describe(self, item: WebhookMessage | None) -> str:
-        if item is None:
-            return f"inbox {self._inbox.source}"
-        return (
-            f"inbox {item.source} message {item.message_id} (id {item.id},"
-            f" attempt {item.attempts}/{item.max_attempts})"
-        )
 
 
 # -- the inbox -----------------------------------------------------------------------------

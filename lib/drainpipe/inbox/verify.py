@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from .errors import DrainpipeError, invalid_request
-from .http import Request
-from .validation import text_fault
+from ..errors import DrainpipeError, invalid_request
+from ..http import Request
+from ..validation import text_fault
 
 #: ``verify(headers, body)`` (plain or async) → a mapping with ``id``, ``payload``, ``tenant``?
 Verify = Callable[[Mapping[str, str], bytes], Any]
@@ -192,7 +192,7 @@ def payload_text(payload: Any) -> str:
     """``payload`` as the JSON text stored for a delivery. What jsonb cannot hold exactly is
     the sender's mistake: 400 ``WEBHOOK_INVALID_PAYLOAD``, of kind ``validation`` so that the
     Problem's ``detail`` and ``issues`` name the path."""
-    from .db import dump_json
+    from ..db import dump_json
 
     try:
         return dump_json(payload).decode("utf-8")
