@@ -2,8 +2,8 @@
 its parameters and the function that reads its rows. Nothing here opens a connection.
 
 An executor runs them: ``parse(rows)`` of ``fetch(STATEMENT, params(...))``. Today that is
-the async :class:`drainpipe.db.Database` (in ``backends/sql.py``, ``idempotency.py``,
-``leases.py`` and ``inbox.py``); a synchronous psycopg executor runs the very same operations, so the sync
+the async :class:`drainpipe.db.Database` (in ``backends/sql.py``, ``idempotency/``,
+``leases.py`` and ``inbox/``); a synchronous psycopg executor runs the very same operations, so the sync
 twin is another executor rather than a copy of the SQL and the parsing.
 
 Shape, per operation ``x`` of a module (``ops.jobs``, ``ops.schedules``,

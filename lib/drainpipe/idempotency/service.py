@@ -12,18 +12,16 @@ idempotent by definition and pass through untouched.
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import logging
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from .db import as_database
-from .errors import DrainpipeError, invalid_request, validation_error
-from .http import (
+from ..db import as_database
+from ..errors import DrainpipeError, invalid_request, validation_error
+from ..http import (
     Message,
     ProblemFormatter,
     Receive,
@@ -36,73 +34,36 @@ from .http import (
     is_client_disconnect,
     problem_response,
 )
-from .models import Begin as Begin  # re-exported: drainpipe.Begin lives here for users
-from .ops import idempotency as ops
-from .telemetry import active_telemetry
-from .validation import MAX_NAME_LENGTH, aware, seconds, text_fault
+from ..models import Begin as Begin  # re-exported: drainpipe.Begin lives here for users
+from ..ops import idempotency as ops
+from ..telemetry import active_telemetry
+from ..validation import aware, text_fault
+from .keys import (
+    DEFAULT_MAX_BODY_BYTES,
+    KEY_IN_USE,
+    KEY_MISSING,
+    KEY_REUSED,
+    MAX_SCOPE_LENGTH,
+    REPLAYED_HEADER,
+    RESPONSE_TOO_LARGE,
+    _check_scope,
+    _holder,
+    _positive_seconds,
+    caller_scope,
+    check_key,
+    fingerprint,
+    parse_key,
+)
+from .responses import _read_response, _storable, _stored_status, _to_starlette
 
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 ScopeOption = str | Callable[[Any], str | Awaitable[str]] | None
 
-MAX_KEY_LENGTH = 255
-MAX_SCOPE_LENGTH = MAX_NAME_LENGTH
-DEFAULT_MAX_BODY_BYTES = 1_048_576
-REPLAYED_HEADER = "Idempotency-Replayed"
-KEY_MISSING = "IDEMPOTENCY_KEY_MISSING"
-KEY_INVALID = "IDEMPOTENCY_KEY_INVALID"
-SCOPE_INVALID = "IDEMPOTENCY_SCOPE_INVALID"
-KEY_IN_USE = "IDEMPOTENCY_KEY_IN_USE"
-KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
-RESPONSE_TOO_LARGE = "IDEMPOTENCY_RESPONSE_TOO_LARGE"
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 # The server may offer these; under wrap() the inner app must send its body through us.
 _BYPASSING_EXTENSIONS = ("http.response.pathsend", "http.response.zerocopysend")
 
 logger = logging.getLogger("drainpipe.idempotency")
-
-
-def fingerprint(method: str, path: str, body: bytes) -> str:
-    """sha256 hex of ``"<METHOD> <path>\\n<body>"`` (no query string; body as raw bytes)."""
-    head = f"{method.upper()} {path}\n".encode("utf-8", "surrogateescape")
-    return hashlib.sha256(head + body).hexdigest()
-
-
-def caller_scope(headers: Mapping[str, str]) -> str:
-    """``"caller:" + sha256 hex of the Authorization header``, or ``""`` without one."""
-    credential = headers.get("authorization")
-    if not credential:
-        return ""
-    return "caller:" + hashlib.sha256(_wire_bytes(credential)).hexdigest()
-
-
-def parse_key(raw: str) -> str:
-    """The key a client sent, as text without surrounding spaces/tabs; ``invalid_request``
-    with code ``IDEMPOTENCY_KEY_INVALID`` when it is empty, longer than 255 characters, not
-    UTF-8 or holds control characters."""
-    try:
-        # servers hand header bytes over as latin-1 text; the client meant UTF-8
-        key = raw.encode("latin-1").decode("utf-8")
-    except UnicodeEncodeError:
-        key = raw  # already real text (a Request built by hand)
-    except UnicodeDecodeError:
-        raise _key_invalid("The idempotency key is not valid UTF-8") from None
-    # spaces and tabs around a field value are not part of it (RFC 9110 §5.5): a proxy may
-    # trim them, and " k" and "k" must not be two keys that each run the request
-    return check_key(key.strip(" \t"))
-
-
-def check_key(key: Any) -> str:
-    if not isinstance(key, str):
-        raise _key_invalid(f"The idempotency key must be a string, not {type(key).__name__}")
-    if not key:
-        raise _key_invalid("The idempotency key is empty")
-    if len(key) > MAX_KEY_LENGTH:
-        raise _key_invalid(f"The idempotency key is longer than {MAX_KEY_LENGTH} characters")
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in key):
-        raise _key_invalid("The idempotency key holds control characters")
-    if text_fault(key) is not None:  # a lone surrogate: Postgres text cannot hold it
-        raise _key_invalid("The idempotency key is not valid Unicode (a lone surrogate)")
-    return key
 
 
 class Idempotency:
@@ -525,133 +486,3 @@ class _Claim:
     key: str
     holder: str
     scope: str
-
-
-def _storable(status: int) -> bool:
-    """2xx, 3xx and 4xx responses are stored; after a 1xx/5xx the key is released."""
-    return 200 <= status < 500
-
-
-def _stored_status(start: Message | None) -> bool:
-    return start is None or _storable(int(start.get("status", 200)))
-
-
-def _key_invalid(message: str) -> DrainpipeError:
-    return invalid_request(message, code=KEY_INVALID)
-
-
-def _check_scope(scope: Any) -> str:
-    """A scope Postgres can index: a string of at most 255 characters without NUL or a lone
-    surrogate; else 400 ``IDEMPOTENCY_SCOPE_INVALID`` (a scope function may build it from
-    what a client sent, so over HTTP it is the client's Problem, not a 500)."""
-    if not isinstance(scope, str):
-        raise invalid_request(f"scope must be a string, not {type(scope).__name__}")
-    if len(scope) > MAX_SCOPE_LENGTH:
-        raise invalid_request(
-            f"The idempotency scope is longer than {MAX_SCOPE_LENGTH} characters",
-            code=SCOPE_INVALID,
-        )
-    fault = text_fault(scope)
-    if fault is not None:
-        raise invalid_request(f"The idempotency scope {fault}", code=SCOPE_INVALID)
-    return scope
-
-
-def _holder(holder: Any) -> uuid.UUID | None:
-    """The holder token, or None when it cannot be anybody's (so the call answers False)."""
-    try:
-        return uuid.UUID(str(holder))
-    except ValueError:
-        return None
-
-
-def _positive_seconds(value: Any, name: str) -> float:
-    result = seconds(value, name)
-    if result <= 0:
-        raise validation_error(
-            f"{name} must be more than 0 seconds", [{"message": "Must be > 0", "path": [name]}]
-        )
-    return result
-
-
-def _wire_bytes(text: str) -> bytes:
-    try:
-        return text.encode("latin-1")  # the bytes as sent (servers decode headers as latin-1)
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "surrogateescape")
-
-
-async def _read_response(response: Any) -> tuple[int, bytes, str | None, Any]:
-    """(status, body, content type, the response to send) for ours or a Starlette one.
-
-    A Starlette response without a ready ``body`` (streaming, file) is read in full and
-    rebuilt as a plain response with the same status, headers and background task."""
-    if isinstance(response, Response):
-        return response.status, response.body, response.content_type, response
-    status = int(response.status_code)
-    content_type = response.headers.get("content-type")
-    body = getattr(response, "body", None)
-    if isinstance(body, bytes | bytearray | memoryview):
-        return status, bytes(body), content_type, response
-    if hasattr(response, "body_iterator"):
-        parts = []
-        async for chunk in response.body_iterator:
-            parts.append(chunk.encode(response.charset) if isinstance(chunk, str) else bytes(chunk))
-        data = b"".join(parts)
-    else:
-        data = await _run_for_body(response)
-    from starlette.responses import Response as StarletteResponse
-
-    rebuilt = StarletteResponse(
-        data, status_code=status, background=getattr(response, "background", None)
-    )
-    raw = [(k, v) for k, v in response.raw_headers if k.lower() != b"content-length"]
-    if status >= 200 and status not in (204, 304):
-        raw.append((b"content-length", str(len(data)).encode()))
-    rebuilt.raw_headers = raw
-    return status, data, content_type, rebuilt
-
-
-async def _run_for_body(response: Any) -> bytes:
-    """Run a response that only knows how to send itself (e.g. FileResponse) into a buffer;
-    its background task is kept for the rebuilt response, not run here."""
-    import asyncio
-
-    background = getattr(response, "background", None)
-    response.background = None
-    parts: list[bytes] = []
-    never = asyncio.Event()
-
-    async def receive() -> Message:
-        await never.wait()  # no disconnect: the client is still there
-        return {"type": "http.disconnect"}
-
-    async def send(message: Message) -> None:
-        if message["type"] == "http.response.body":
-            parts.append(bytes(message.get("body", b"")))
-
-    scope = {
-        "type": "http",
-        "method": "GET",
-        "path": "/",
-        "headers": [],
-        "asgi": {"spec_version": "2.4"},
-    }
-    try:
-        await response(scope, receive, send)
-    finally:
-        response.background = background
-    return b"".join(parts)
-
-
-def _to_starlette(response: Response) -> Any:
-    """A Starlette response with exactly our headers: ``Response.to_starlette`` would add a
-    charset to a ``text/*`` content type, and a replay must carry the stored one unchanged."""
-    from starlette.responses import Response as StarletteResponse
-
-    out = StarletteResponse(response.body, status_code=response.status)
-    raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.items()]
-    if response.status >= 200 and response.status not in (204, 304):
-        raw.append((b"content-length", str(len(response.body)).encode()))
-    out.raw_headers = raw
-    return out
