@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from .jobs import Handler, Jobs, OnError
 
+
 log = logging.getLogger("drainpipe.serve")
 
 HEALTH_PATH = "/healthz"
@@ -349,53 +350,27 @@ async def _until_stopped(
 # -- the command line -------------------------------------------------------------------
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be 1 or more")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError("must be a positive number of seconds")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError("a port is 0-65535 (0: any free port)")
-    return value
-
-
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    from .cli.arguments import port, positive_int
+
     parser.add_argument(
         "--functions",
         default="api",
         help="function files served as Vercel serves them (default ./api, as drainpipe dev)",
     )
     parser.add_argument("--host", default="0.0.0.0", help="interface (default 0.0.0.0)")  # noqa: S104
-    parser.add_argument("--port", type=_port, default=8000, help="HTTP port (default 8000)")
+    parser.add_argument("--port", type=port, default=8000, help="HTTP port (default 8000)")
     parser.add_argument(
         "--graceful",
-        type=_positive_int,
+        type=positive_int,
         default=DEFAULT_GRACEFUL,
         help=f"seconds requests in flight may take after SIGTERM (default {DEFAULT_GRACEFUL})",
     )
 
 
 def add_work_arguments(parser: argparse.ArgumentParser) -> None:
+    from .cli.arguments import positive_int, seconds
+
     parser.add_argument(
         "queues", nargs="*", metavar="QUEUE", help="queues to work (default: all the app handles)"
     )
@@ -405,21 +380,21 @@ def add_work_arguments(parser: argparse.ArgumentParser) -> None:
         help="module:attr of a drainpipe.serve.WorkerApp, or of a function returning one"
         " (default $DRAINPIPE_APP)",
     )
-    parser.add_argument("--concurrency", type=_positive_int, default=1, help="lanes per queue")
-    parser.add_argument("--batch", type=_positive_int, default=1, help="jobs per claim")
+    parser.add_argument("--concurrency", type=positive_int, default=1, help="lanes per queue")
+    parser.add_argument("--batch", type=positive_int, default=1, help="jobs per claim")
     parser.add_argument(
-        "--lease", type=_seconds, default=None, help="lease seconds (default: the app's, 300)"
+        "--lease", type=seconds, default=None, help="lease seconds (default: the app's, 300)"
     )
     parser.add_argument(
         "--schedules",
-        type=_seconds,
+        type=seconds,
         default=None,
         metavar="SECONDS",
         help="also enqueue due schedules every SECONDS (default: off; the drain route runs them)",
     )
     parser.add_argument(
         "--grace",
-        type=_seconds,
+        type=seconds,
         default=float(DEFAULT_GRACEFUL),
         help=f"seconds running jobs may take after SIGTERM (default {DEFAULT_GRACEFUL})",
     )

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import math
 import os
 import sys
 from collections.abc import Sequence
@@ -28,29 +27,10 @@ from typing import Any
 
 from ..errors import DrainpipeError
 from ..sqlmodules import MODULES
+from .arguments import port, seconds
 from .ops import DEFAULT_TIMEOUT
 
 # Supabase names migrations <14-digit UTC timestamp>_<name>.sql; others number them 0001_...
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError("must be a positive number of seconds")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError("a port is 0-65535 (0: any free port)")
-    return value
 
 
 def _add_options(parser: argparse.ArgumentParser) -> None:
@@ -140,10 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_contract(verify, "count contract migrations that are not applied as pending")
 
     dev = commands.add_parser("dev", help="run the functions and the drain loop locally")
-    dev.add_argument("--port", type=_port, default=3000, help="HTTP port (default 3000, 0: any)")
+    dev.add_argument("--port", type=port, default=3000, help="HTTP port (default 3000, 0: any)")
     dev.add_argument("--host", default="127.0.0.1", help="interface (default 127.0.0.1)")
     dev.add_argument(
-        "--every", type=_seconds, default=5.0, help="seconds between drain calls (default 5)"
+        "--every", type=seconds, default=5.0, help="seconds between drain calls (default 5)"
     )
     dev.add_argument(
         "--database-url",

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from ..errors import not_installed
+from .arguments import positive_int
 
 #: Seconds allowed for connecting, and for each statement or lock wait, by default.
 DEFAULT_TIMEOUT = 30.0
@@ -30,16 +31,6 @@ _ERROR_WIDTH = 60
 
 class UsageError(Exception):
     """A mistake in the command line found after parsing (exit status 2)."""
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be 1 or more")
-    return value
 
 
 def _job_id(text: str) -> int:
@@ -126,7 +117,7 @@ def add_commands(commands: Any) -> None:
     dead = jobs_commands.add_parser("dead", help="list a queue's dead letters, newest first")
     dead.add_argument("queue", type=_queue, metavar="QUEUE", help="the queue")
     dead.add_argument(
-        "--limit", type=_positive_int, default=100, help="at most this many (default 100, max 1000)"
+        "--limit", type=positive_int, default=100, help="at most this many (default 100, max 1000)"
     )
     dead.add_argument(
         "--before",
@@ -157,7 +148,7 @@ def add_commands(commands: Any) -> None:
     )
     retry.add_argument(
         "--limit",
-        type=_positive_int,
+        type=positive_int,
         default=1000,
         help="at most this many (default 1000)",
     )
@@ -177,7 +168,7 @@ def add_commands(commands: Any) -> None:
         help="this tenant's messages (default: messages stored without a tenant)",
     )
     listing.add_argument(
-        "--limit", type=_positive_int, default=100, help="at most this many (default 100, max 1000)"
+        "--limit", type=positive_int, default=100, help="at most this many (default 100, max 1000)"
     )
     _add_common(listing)
 
