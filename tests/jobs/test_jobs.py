@@ -409,9 +409,11 @@ async def test_transient_claim_errors_are_retried_then_fatal_ones_raise(jobs: Jo
     report = await retried.drain("emails", handle)
     assert done == ["a@x"] and report.succeeded == 1
 
+    # drain (and work with max_outage=None) keep the contract's 3 retries; work by default
+    # rides out an outage for max_outage seconds instead (tests/engine/test_outages.py)
     four = FlakyBackend(jobs.backend, [DrainpipeError("network", "gone") for _ in range(4)])
     with pytest.raises(DrainpipeError) as info:
-        await Jobs(four, QUEUES).work("emails", handle, poll_interval=0.01)
+        await Jobs(four, QUEUES).work("emails", handle, poll_interval=0.01, max_outage=None)
     assert info.value.kind == "network" and four.reads == 4
 
     fatal = FlakyBackend(jobs.backend, [DrainpipeError("forbidden", "no")])

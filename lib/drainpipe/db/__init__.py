@@ -357,7 +357,22 @@ class Database:
             error = self._error(exc)
             if error is None:
                 raise
+            if error.kind == "network":
+                await self._discard_broken()
             raise error from exc
+
+    async def _discard_broken(self) -> None:
+        """After a session the server ended (a restart, a failover, a pooler restart, a
+        terminated backend), test the pool's idle connections and drop the dead ones, so a
+        retry does not draw the next dead connection. Only on this error path: checking
+        every connection at checkout would cost a round trip per statement."""
+        pool = self._pool
+        if pool is None:
+            return
+        try:
+            await asyncio.wait_for(pool.check(), self._connect_timeout)
+        except Exception:  # best effort: the retry (or the pool itself) finds out anyway
+            return
 
     async def _run(self, conn: Any, sql: str, params: Sequence[Any] | None) -> list[Row]:
         cur = conn.cursor()

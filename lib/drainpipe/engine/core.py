@@ -10,6 +10,11 @@ from typing import Final
 
 #: Transient claim errors (``errors.TRANSIENT_KINDS``) retried per lane before the run stops.
 CLAIM_RETRIES: Final = 3
+#: How long ``work`` rides out transient claim errors (a restart, a failover, a pooler
+#: restart) before it gives up, in seconds; ``drain`` and the drain route keep their budget.
+MAX_OUTAGE: Final = 300.0
+#: The longest wait between two claims while riding out an outage.
+OUTAGE_WAIT_CAP: Final = 30.0
 #: Heartbeats of job leases never come more often than this (API.md section 2).
 JOB_HEARTBEAT_FLOOR: Final = 1.0
 
@@ -23,6 +28,21 @@ def claim_retry_wait(retry: int, first_wait: float) -> float:
 def should_retry_claim(transient: bool, retries_done: int, limit: int = CLAIM_RETRIES) -> bool:
     """True when a failed claim is retried: only transient errors, at most ``limit`` times."""
     return transient and retries_done < limit
+
+
+def outage_wait(
+    retry: int, first_wait: float, uniform: float, cap: float = OUTAGE_WAIT_CAP
+) -> float:
+    """The wait before claim retry number ``retry`` (1-based) while riding out an outage:
+    doubling from ``first_wait``, capped at ``cap``, half of it jittered by ``uniform`` (a
+    draw in [0, 1)) so workers that lost the database together do not come back in step."""
+    base = min(cap, first_wait * 2.0 ** (retry - 1))
+    return base / 2 + uniform * base / 2
+
+
+def outage_left(started: float, now: float, max_outage: float) -> float:
+    """Seconds of an outage that began at ``started`` still to ride out (0: give up)."""
+    return max(0.0, started + max_outage - now)
 
 
 def next_idle_wait(wait: float, max_wait: float) -> float:

@@ -39,6 +39,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import random
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -51,6 +52,8 @@ from .core import (
     claim_retry_wait,
     heartbeat_interval,
     next_idle_wait,
+    outage_left,
+    outage_wait,
     should_retry_claim,
 )
 
@@ -208,6 +211,7 @@ class Runner:
         heartbeat_every: float | None = None,
         retry_unreached: bool = True,
         claim_retries: int = CLAIM_RETRIES,
+        max_outage: float | None = None,
     ) -> None:
         if on_error is not None and not callable(on_error):
             raise TypeError("on_error must be callable: on_error(error, item)")
@@ -223,6 +227,9 @@ class Runner:
         self.heartbeat_every = heartbeat_every
         self.retry_unreached = retry_unreached
         self.claim_retries = claim_retries
+        #: ``work``: transient claim errors are retried for this long (seconds) instead of
+        #: ``claim_retries`` times, each retry reported to ``on_error``
+        self.max_outage = max_outage
         self.report = WorkReport()
         #: True once a claim got an answer (even an empty one): the source is reachable
         self.reached = False
@@ -269,6 +276,7 @@ class Runner:
         lane = asyncio.current_task()
         wait = self.poll_interval
         retries = 0
+        outage_started: float | None = None
         while not self._stopping():
             if budget_spent(loop.time(), self.deadline):
                 self.report.budget_exhausted = True
@@ -278,7 +286,19 @@ class Runner:
             except Exception as exc:
                 error = as_error(exc)
                 transient = error.kind in TRANSIENT_KINDS and (self.reached or self.retry_unreached)
-                if should_retry_claim(transient, retries, self.claim_retries):
+                if transient and self.max_outage is not None:
+                    now = loop.time()
+                    outage_started = now if outage_started is None else outage_started
+                    left = outage_left(outage_started, now, self.max_outage)
+                    if left > 0:
+                        retries += 1
+                        await self._report(error, None)
+                        jitter = random.random()  # noqa: S311 - a retry spread, not a secret
+                        await self._sleep(
+                            min(left, outage_wait(retries, self.poll_interval, jitter))
+                        )
+                        continue
+                elif should_retry_claim(transient, retries, self.claim_retries):
                     retries += 1
                     await self._sleep(claim_retry_wait(retries, self.poll_interval))
                     continue
@@ -288,6 +308,7 @@ class Runner:
                 return
             self.reached = True
             retries = 0
+            outage_started = None
             if not claimed:
                 if self._until_empty:
                     return

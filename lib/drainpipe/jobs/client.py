@@ -19,6 +19,7 @@ from ..backends import (
 )
 from ..context import coerce_context, wrap_payload
 from ..db import dump_json
+from ..engine.core import MAX_OUTAGE
 from ..errors import DrainpipeError, invalid_request, missing_feature, validation_error
 from ..models import DeadJob, DedupeMode, FailOutcome, Job, JobContext, QueueStats, WorkReport
 from ..schedules import ScheduleMixin
@@ -377,8 +378,14 @@ class Jobs(ScheduleMixin):
         on_error: OnError | None = None,
         all_tenants: bool = False,
         heartbeat_every: float | None = None,
+        max_outage: float | None = MAX_OUTAGE,
     ) -> WorkReport:
-        """Run ``handler`` on jobs until ``stop`` (an ``asyncio.Event``) is set."""
+        """Run ``handler`` on jobs until ``stop`` (an ``asyncio.Event``) is set.
+
+        Transient claim errors (the database restarting, a failover, a pooler restart) are
+        ridden out for ``max_outage`` seconds (default 300; None: the 3 retries ``drain``
+        makes), waiting with capped, jittered backoff and reporting each to ``on_error``;
+        past it, or on any other claim error, the call raises."""
         from .worker import Worker
 
         self._check_queue(queue)
@@ -395,6 +402,7 @@ class Jobs(ScheduleMixin):
             on_error=on_error,
             all_tenants=all_tenants,
             heartbeat_every=heartbeat_every,
+            max_outage=max_outage,
         ).run(until_empty=False)
 
     async def drain(

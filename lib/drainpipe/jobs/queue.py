@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from ..engine.core import MAX_OUTAGE
 from ..models import DeadJob, DedupeMode, FailOutcome, Job, JobContext, QueueStats, WorkReport
 from .client import SEVEN_DAYS, THIRTY_DAYS, Jobs, OnError
 
@@ -90,6 +91,7 @@ class Queue(Generic[T]):
         on_error: OnError | None = None,
         all_tenants: bool = False,
         heartbeat_every: float | None = None,
+        max_outage: float | None = MAX_OUTAGE,
     ) -> WorkReport:
         """:meth:`Jobs.work` on this queue."""
         return await self.jobs.work(
@@ -104,6 +106,7 @@ class Queue(Generic[T]):
             on_error=on_error,
             all_tenants=all_tenants,
             heartbeat_every=heartbeat_every,
+            max_outage=max_outage,
         )
 
     async def drain(

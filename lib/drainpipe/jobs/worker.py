@@ -127,6 +127,7 @@ class Worker:
         deadline: float | None = None,
         heartbeat_every: float | None = None,
         retry_unreached: bool = True,
+        max_outage: float | None = None,
     ) -> None:
         poll = seconds(poll_interval, "poll_interval")
         loop = asyncio.get_running_loop()
@@ -152,6 +153,7 @@ class Worker:
                 else seconds(heartbeat_every, "heartbeat_every", minimum=0.001)
             ),
             retry_unreached=retry_unreached,
+            max_outage=None if max_outage is None else seconds(max_outage, "max_outage"),
         )
 
     @property
