@@ -19,6 +19,7 @@ import asyncio
 import importlib.util
 import inspect
 import logging
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -75,6 +76,10 @@ def active() -> Telemetry | None:
     """The telemetry to record with, or None when there is nothing to record to."""
     global _installed, _cached
     if not _enabled:
+        return None
+    if "opentelemetry.trace" not in sys.modules and "opentelemetry.metrics" not in sys.modules:
+        # the application never loaded OpenTelemetry, so no provider can be set: nothing to
+        # record, and the first enqueue of a function does not import the API for nothing
         return None
     if _installed is None:
         _installed = importlib.util.find_spec("opentelemetry") is not None and _api_importable()
