@@ -60,6 +60,25 @@ class JobsPlan:
     seed: int = 19
 
 
+def long_plan() -> JobsPlan:
+    """``scripts/chaos``: the issue's sizes. 20,000 jobs, a worker SIGKILLed every 1-2 s
+    for the whole run, three pauses past the lease, every worker session terminated twice,
+    and a 60 s outage of the cluster."""
+    return JobsPlan(
+        jobs=20_000,
+        produce_seconds=100.0,
+        workers=4,
+        lease=2.0,
+        kills=(),
+        kill_every=(1.0, 2.0),
+        pauses=(15.0, 110.0, 130.0),
+        session_kills=(25.0, 120.0),
+        outage_at=35.0,
+        outage_seconds=60.0,
+        timeout=900.0,
+    )
+
+
 class WorkerSlot:
     """One worker process at a time; a killed one is replaced by a new process."""
 
@@ -143,10 +162,11 @@ class JobsChaos:
 
     async def run(self) -> Figures:
         await self.prepare()
-        started = time.monotonic()
         self.logs.mkdir(parents=True, exist_ok=True)
         for slot in self.slots:
             slot.spawn()
+        await self.workers_ready()
+        started = time.monotonic()
         jobs = Jobs(self.dsn, {QUEUE: dict[str, Any]})
         tasks = [
             asyncio.create_task(self.produce(jobs, started)),
@@ -177,6 +197,22 @@ class JobsChaos:
             return await self.count(jobs)
         finally:
             await jobs.close()
+
+    async def workers_ready(self, within: float = 60.0) -> None:
+        """The clock starts once every worker has connected (a loaded machine may take
+        seconds to start a Python process)."""
+        until = time.monotonic() + within
+        while time.monotonic() < until:
+            ready = [
+                slot
+                for slot in self.slots
+                if (self.logs / f"w{slot.number}-{slot.generation}.log").exists()
+                and "R " in (self.logs / f"w{slot.number}-{slot.generation}.log").read_text()
+            ]
+            if len(ready) == len(self.slots):
+                return
+            await asyncio.sleep(0.1)
+        self.figures.problems.append(f"the workers were not connected within {within:.0f} s")
 
     async def at(self, started: float, offset: float) -> None:
         await asyncio.sleep(max(0.0, started + offset - time.monotonic()))
@@ -258,16 +294,21 @@ class JobsChaos:
     async def kill_sessions(self, started: float) -> None:
         for offset in self.plan.session_kills:
             await self.at(started, offset)
-            async with await psycopg.AsyncConnection.connect(
-                self.cluster.dsn(), autocommit=True
-            ) as admin:
-                cur = await admin.execute(
-                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-                    " WHERE datname = %s AND application_name = %s",
-                    (self.dbname, WORKER_APP),
-                )
-                row = await cur.fetchone()
-            self.figures.sessions_terminated += int(row[0]) if row else 0
+            for _ in range(50):  # every worker may be starting again right now: try again
+                async with await psycopg.AsyncConnection.connect(
+                    self.cluster.dsn(), autocommit=True
+                ) as admin:
+                    cur = await admin.execute(
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                        " WHERE datname = %s AND application_name = %s",
+                        (self.dbname, WORKER_APP),
+                    )
+                    row = await cur.fetchone()
+                terminated = int(row[0]) if row else 0
+                self.figures.sessions_terminated += terminated
+                if terminated:
+                    break
+                await asyncio.sleep(0.1)
 
     async def outage(self, started: float) -> None:
         if self.plan.outage_at is None:

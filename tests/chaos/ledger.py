@@ -105,6 +105,8 @@ class Ledger:
             self.lease_lost += 1
         elif tag == "X":
             self.errors += 1
+        elif tag == "R":
+            pass
         elif tag == "F":
             self.gave_up.append(rest)
         # a line cut short by SIGKILL mid-write cannot happen: each is one write(2)

@@ -10,6 +10,7 @@ Lines (space separated):
   (the run's probe writes ``C`` for a refusal and ``P <job id> <attempt> <i>`` for an accepted one),
 * ``L <job id> <attempt>``: ``on_error`` heard ``LEASE_LOST`` (a stale result dropped),
 * ``X <kind> <code>``: any other error ``on_error`` heard (a retried claim, a failed settle),
+* ``R <pid>``: connected, about to work,
 * ``F <kind> <message>``: ``work`` raised: the worker gave up (a chaos run counts these).
 
 ``python -m tests.chaos.worker DSN QUEUE LOG [--concurrency N --batch N --lease S]``;
@@ -74,6 +75,11 @@ async def main(argv: list[str]) -> int:
     log = Log(args.log)
     jobs = Jobs(args.dsn, {args.queue: dict[str, Any]})
     record_completions(jobs, log)
+    try:
+        await jobs.stats([args.queue])  # connected: the run's clock may start
+        log.write(f"R {os.getpid()}")
+    except DrainpipeError:
+        pass  # started while the database is away: work() rides it out
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
 
