@@ -168,16 +168,23 @@ class JobsChaos:
         await self.workers_ready()
         started = time.monotonic()
         jobs = Jobs(self.dsn, {QUEUE: dict[str, Any]})
-        tasks = [
-            asyncio.create_task(self.produce(jobs, started)),
-            asyncio.create_task(self.watch(jobs)),
-            asyncio.create_task(self.probe(started)),
-            asyncio.create_task(self.kill_workers(started)),
+        # the run ends once the queue is empty and every scheduled event has happened
+        scheduled = [
             asyncio.create_task(self.pause_workers(started)),
             asyncio.create_task(self.kill_sessions(started)),
             asyncio.create_task(self.outage(started)),
+        ]
+        if self.plan.kill_every is None:
+            scheduled.append(asyncio.create_task(self.kill_workers(started)))
+        tasks = [
+            *scheduled,
+            asyncio.create_task(self.produce(jobs, started)),
+            asyncio.create_task(self.watch(jobs, scheduled)),
+            asyncio.create_task(self.probe(started)),
             asyncio.create_task(self.keep_workers_alive()),
         ]
+        if self.plan.kill_every is not None:
+            tasks.append(asyncio.create_task(self.kill_workers(started)))
         try:
             await asyncio.wait_for(self.finished.wait(), self.plan.timeout)
         except TimeoutError:
@@ -247,9 +254,11 @@ class JobsChaos:
         await asyncio.gather(*(one_producer() for _ in range(8)))
         self.produced.set()
 
-    async def watch(self, jobs: Jobs) -> None:
-        """Finished once everything was enqueued and nothing is left in the queue."""
+    async def watch(self, jobs: Jobs, scheduled: list[asyncio.Task[None]]) -> None:
+        """Finished once everything was enqueued, every scheduled event has happened and
+        nothing is left in the queue."""
         await self.produced.wait()
+        await asyncio.wait(scheduled)
         while True:
             await asyncio.sleep(0.3)
             try:

@@ -376,3 +376,14 @@ async def test_what_the_fuzz_found_is_refused_as_documented(
         assert isinstance(error, DrainpipeError) and error.kind == expected, repr(error)
     else:
         assert isinstance(error, expected), repr(error)
+
+
+async def test_unschedule_names_its_argument_in_the_issue_path(db_url: str) -> None:
+    # the path held the message's label ("The schedule name") instead of the argument
+    ctx = await _context(db_url)
+    try:
+        error = await call_once(ctx, "unschedule", {"name": "a\ud800"})
+    finally:
+        await ctx.conn.close()
+    assert isinstance(error, DrainpipeError) and error.issues is not None
+    assert error.issues[0]["path"] == ["name"]

@@ -239,7 +239,7 @@ class ScheduleMixin:
                 "A schedule name is a string",
                 [{"message": "Invalid schedule name", "path": ["name"]}],
             )
-        check_text(name, "The schedule name", max_length=MAX_NAME, allow_empty=True)
+        check_text(name, "The schedule name", max_length=MAX_NAME, allow_empty=True, path=["name"])
         backend = self.backend
         if not isinstance(backend, SupportsUnschedule):
             raise lacking(backend, "unschedule")
