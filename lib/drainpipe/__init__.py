@@ -27,6 +27,7 @@ _EXPORTS: dict[str, str] = {
     "Jobs": "jobs",
     "Lease": "leases",
     "LeaseOutcome": "leases",
+    "Principal": "principals",
     "Queue": "jobs",
     "QueueBackend": "backends",
     "QueueStats": "models",
@@ -38,6 +39,7 @@ _EXPORTS: dict[str, str] = {
     "WebhookMessage": "inbox",
     "WorkReport": "models",
     "assert_cron": "schedules.cron",
+    "bearer_tokens": "principals",
     "dev_drain": "drain",
     "dev_drain_secret": "drain",
     "install": "sqlmodules",
@@ -62,6 +64,7 @@ __all__ = [
     "Jobs",
     "Lease",
     "LeaseOutcome",
+    "Principal",
     "Queue",
     "QueueBackend",
     "QueueStats",
@@ -73,6 +76,7 @@ __all__ = [
     "WebhookMessage",
     "WorkReport",
     "assert_cron",
+    "bearer_tokens",
     "dev_drain",
     "dev_drain_secret",
     "install",
@@ -93,6 +97,7 @@ if TYPE_CHECKING:
     from .jobs import Jobs, Queue
     from .leases import Lease, LeaseOutcome, lease, with_lease
     from .models import Actor, DeadJob, Job, JobContext, QueueStats, WorkReport
+    from .principals import Principal, bearer_tokens
     from .schedules import EnsureResult, ScheduleDef, ScheduleInfo
     from .schedules.cron import assert_cron, next_cron_run
     from .sqlmodules import install, verify

@@ -33,6 +33,9 @@ CONTRACT = {
     "install",
     "QueueBackend",
     "testing",
+    # API.md §10-11
+    "Principal",
+    "bearer_tokens",
 }
 EXTENSIONS = {"Actor", "DrainRoute", "Lease", "LeaseOutcome", "WebhookMessage", "verify"}
 
