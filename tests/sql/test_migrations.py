@@ -164,7 +164,7 @@ async def test_concurrent_installs_upgrade_release_0_in_place(empty_db: str, bac
             (module, version, name)
             for module in sorted(MODULES)
             for version, name in (
-                ((1, "release_0"), (2, "v1_functions"), (4, "job_records"))
+                ((1, "release_0"), (2, "v1_functions"), (4, "job_records"), (5, "flat_pgmq_claim"))
                 if module == "jobs"
                 else ((1, "release_0"), (2, "v1_functions"))
             )
