@@ -139,6 +139,11 @@ class JobsChaos:
             WorkerSlot(n, f"{self.dsn}?application_name={WORKER_APP}", logs, plan)
             for n in range(plan.workers)
         ]
+        # the first worker is never killed or paused: it must live through the outage and
+        # the session kills, and work after them
+        self.survivor = self.slots[0]
+        self.victims = self.slots[1:] or self.slots
+        self.survivor_log_at_outage_end: int | None = None
 
     # -- set-up --------------------------------------------------------------------------
 
@@ -281,17 +286,17 @@ class JobsChaos:
         if self.plan.kill_every is not None:
             while True:
                 await asyncio.sleep(self.random.uniform(*self.plan.kill_every))
-                self.random.choice(self.slots).kill()
+                self.random.choice(self.victims).kill()
                 self.figures.worker_kills += 1
         for offset in self.plan.kills:
             await self.at(started, offset)
-            self.random.choice(self.slots).kill()
+            self.random.choice(self.victims).kill()
             self.figures.worker_kills += 1
 
     async def pause_workers(self, started: float) -> None:
         for offset in self.plan.pauses:
             await self.at(started, offset)
-            slot = self.random.choice(self.slots)
+            slot = self.random.choice(self.victims)
             assert slot.process is not None
             slot.process.send_signal(signal.SIGSTOP)
             try:
@@ -331,6 +336,10 @@ class JobsChaos:
             await asyncio.to_thread(self.cluster.start)
         self.figures.outages += 1
         self.figures.outage_seconds += time.monotonic() - down
+        self.survivor_log_at_outage_end = self.survivor_log().stat().st_size
+
+    def survivor_log(self) -> Path:
+        return self.logs / f"w{self.survivor.number}-{self.survivor.generation}.log"
 
     async def probe(self, started: float) -> None:
         """Claim a job with a short lease, let it run out, then try to complete it."""
@@ -368,6 +377,8 @@ class JobsChaos:
             cursor = page[-1].id
         stats = (await jobs.stats([QUEUE]))[QUEUE]
         ledger = Ledger().read(sorted(self.logs.glob("*.log")))
+        if len(self.slots) > 1:
+            self.count_survivor()
         return settle_figures(
             self.figures,
             ledger,
@@ -376,6 +387,18 @@ class JobsChaos:
             poison=self.poison,
             remaining=stats.ready + stats.in_flight + stats.delayed,
         )
+
+    def count_survivor(self) -> None:
+        """Did the one worker never killed live through everything, and work afterwards?"""
+        figures = self.figures
+        figures.survivor_processes = self.survivor.generation
+        if self.survivor_log_at_outage_end is not None:
+            with self.survivor_log().open("rb") as log:
+                log.seek(self.survivor_log_at_outage_end)
+                after = log.read().decode().splitlines()
+            figures.survivor_jobs_after_outage = sum(1 for line in after if line.startswith("E "))
+        if self.survivor.generation != 1:
+            figures.problems.append("the worker never killed exited and was started again")
 
 
 async def run_jobs_chaos(

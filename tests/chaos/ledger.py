@@ -41,6 +41,8 @@ class Figures:
     outages: int = 0
     outage_seconds: float = 0.0
     worker_gave_up: int = 0
+    survivor_processes: int = 0  # processes the never-killed worker took (1: it lived)
+    survivor_jobs_after_outage: int = 0  # jobs it ran to their end after the outage
     seconds: float = 0.0
     problems: list[str] = dataclasses.field(default_factory=list)
 
@@ -61,6 +63,8 @@ class Figures:
             f"  sessions terminated          {self.sessions_terminated}",
             f"  outages                      {self.outages} ({self.outage_seconds:.0f} s down)",
             f"  workers that gave up         {self.worker_gave_up}",
+            f"  the never-killed worker      {'lived' if self.survivor_processes == 1 else 'DIED'};"
+            f" {self.survivor_jobs_after_outage} jobs done after the outage",
             *(f"  PROBLEM: {problem}" for problem in self.problems),
         ]
 

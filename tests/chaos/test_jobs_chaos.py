@@ -33,6 +33,9 @@ async def test_nothing_is_lost_under_chaos(
     assert figures.worker_kills == len(plan.kills) and figures.worker_pauses == 1, report
     assert figures.sessions_terminated >= plan.workers and figures.outages == 1, report
     assert figures.worker_gave_up == 0, report
+    # one worker is never killed: it lived through the session kill and the crash, and
+    # went on working after them
+    assert figures.survivor_processes == 1 and figures.survivor_jobs_after_outage > 0, report
 
 
 def _settle(lines: list[str], enqueued: int = 3, dead: frozenset[int] = frozenset()) -> Figures:
