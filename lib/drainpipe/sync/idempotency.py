@@ -14,6 +14,7 @@ import io
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
+from http import HTTPStatus
 from typing import Any
 
 from ..db.sync import as_sync_database
@@ -29,8 +30,6 @@ __all__ = ["Begin", "Idempotency"]
 logger = logging.getLogger("drainpipe.idempotency")
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
-
-_REASONS = {200: "OK", 201: "Created", 202: "Accepted", 204: "No Content", 400: "Bad Request"}
 
 
 class Idempotency(IdempotencyRules):
@@ -280,8 +279,11 @@ def _run_wsgi(
 
 
 def _send(response: Response, start_response: Callable[..., Any]) -> list[bytes]:
-    reason = _REASONS.get(response.status, "")
+    try:
+        reason = HTTPStatus(response.status).phrase
+    except ValueError:
+        reason = "Unknown"
     headers = [(name, value) for name, value in response.headers.items()]
     headers.append(("Content-Length", str(len(response.body))))
-    start_response(f"{response.status} {reason}".rstrip(), headers)
+    start_response(f"{response.status} {reason}", headers)
     return [response.body]

@@ -10,6 +10,7 @@ input answers the same result or the same error. Given a ``psycopg.Connection`` 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Generic, Literal, TypeVar, overload
@@ -193,6 +194,15 @@ class Jobs(JobRules, SyncScheduleMixin):
         if schema is not None and schema is not self._schemas[name]:
             raise ValueError(f'Queue "{name}" was declared with another schema')
         return Queue(self, name)
+
+    def bound_to(self, db: Any) -> Jobs:
+        """This object on another database handle, sharing its queues, schemas and built
+        validators: ``jobs.bound_to(request_connection).enqueue(...)`` joins that
+        connection's transaction (Django: ``drainpipe.contrib.django.connection()``).
+        Closing the bound object closes nothing of yours."""
+        bound = copy.copy(self)
+        bound.backend = SyncSqlBackend(db)
+        return bound
 
     def close(self) -> None:
         """Close the pool opened for a DSN; a pool or connection you passed stays open."""
