@@ -78,13 +78,14 @@ __all__ = [
     "install",
     "lease",
     "next_cron_run",
+    "sync",
     "testing",
     "verify",
     "with_lease",
 ]
 
 if TYPE_CHECKING:
-    from . import testing
+    from . import sync, testing
     from .backends import QueueBackend
     from .drain import DevDrain, DrainRoute, dev_drain, dev_drain_secret
     from .errors import DrainpipeError, Retry
@@ -99,8 +100,8 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    if name == "testing":
-        return importlib.import_module(".testing", __name__)
+    if name in ("sync", "testing"):
+        return importlib.import_module(f".{name}", __name__)
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'drainpipe' has no attribute {name!r}")

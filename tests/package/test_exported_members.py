@@ -33,6 +33,8 @@ CONTRACT = {
     "install",
     "QueueBackend",
     "testing",
+    # API.md §12
+    "sync",
 }
 EXTENSIONS = {"Actor", "DrainRoute", "Lease", "LeaseOutcome", "WebhookMessage", "verify"}
 
@@ -46,7 +48,7 @@ def test_every_exported_name_resolves() -> None:
     for name in drainpipe.__all__:
         value = getattr(drainpipe, name)
         assert value is not None, name
-        if name != "testing":
+        if name not in ("sync", "testing"):
             assert getattr(value, "__module__", "").startswith("drainpipe"), name
 
 
@@ -56,3 +58,15 @@ def test_install_is_the_function_not_a_module() -> None:
 
     assert callable(drainpipe.install) and drainpipe.install.__name__ == "install"
     assert callable(drainpipe.testing.check_queue_backend)
+
+
+def test_the_sync_twin_exports_what_section_12_names() -> None:
+    from drainpipe import sync
+
+    assert drainpipe.sync is sync
+    for name in ("Jobs", "Queue", "Idempotency", "with_lease", "lease", "Lease", "WebhookInbox"):
+        assert name in sync.__all__, name
+        assert getattr(sync, name).__module__.startswith("drainpipe.sync"), name
+    for method in ("close", "__enter__", "__exit__"):
+        for cls in (sync.Jobs, sync.Idempotency, sync.WebhookInbox):
+            assert callable(getattr(cls, method)), (cls, method)

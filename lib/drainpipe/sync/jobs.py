@@ -231,6 +231,17 @@ class Queue(Generic[T]):
     def claim(self, *, batch: int = 1, lease: float = 300) -> list[Job[Any]]:
         return self.jobs.claim(self.name, batch=batch, lease=lease)
 
+    def complete(self, job: Job[Any]) -> bool:
+        return self.jobs.complete(job)
+
+    def fail(
+        self, job: Job[Any], error: Any, *, retry_in: float | timedelta | None = None
+    ) -> FailOutcome | None:
+        return self.jobs.fail(job, error, retry_in=retry_in)
+
+    def extend(self, job: Job[Any], lease: float | timedelta) -> bool:
+        return self.jobs.extend(job, lease)
+
     def drain(self, handler: Callable[[T, Job[T]], Any], **options: Any) -> WorkReport:
         return self.jobs.drain(self.name, handler, **options)
 
@@ -245,3 +256,6 @@ class Queue(Generic[T]):
 
     def replay(self, job_id: int) -> int | None:
         return self.jobs.replay(self.name, job_id)
+
+    def purge_archive(self, **options: Any) -> int:
+        return self.jobs.purge_archive(self.name, **options)
