@@ -13,6 +13,12 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
+    "Skip": "codes",
+    "Position": "models",
+    "JobRecord": "models",
+    "JobPage": "models",
+    "Discard": "codes",
+    "Attempt": "models",
     "Actor": "models",
     "Begin": "idempotency",
     "DeadJob": "models",
@@ -27,6 +33,7 @@ _EXPORTS: dict[str, str] = {
     "Jobs": "jobs",
     "Lease": "leases",
     "LeaseOutcome": "leases",
+    "Principal": "principals",
     "Queue": "jobs",
     "QueueBackend": "backends",
     "QueueStats": "models",
@@ -38,6 +45,7 @@ _EXPORTS: dict[str, str] = {
     "WebhookMessage": "inbox",
     "WorkReport": "models",
     "assert_cron": "schedules.cron",
+    "bearer_tokens": "principals",
     "dev_drain": "drain",
     "dev_drain_secret": "drain",
     "install": "sqlmodules",
@@ -49,9 +57,11 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "Actor",
+    "Attempt",
     "Begin",
     "DeadJob",
     "DevDrain",
+    "Discard",
     "DrainRoute",
     "DrainpipeError",
     "EnsureResult",
@@ -59,20 +69,27 @@ __all__ = [
     "InboxEntry",
     "Job",
     "JobContext",
+    "JobPage",
+    "JobRecord",
     "Jobs",
     "Lease",
     "LeaseOutcome",
+    "Position",
+    "Principal",
     "Queue",
     "QueueBackend",
     "QueueStats",
     "Retry",
     "ScheduleDef",
     "ScheduleInfo",
+    "Skip",
     "Stored",
     "WebhookInbox",
     "WebhookMessage",
     "WorkReport",
     "assert_cron",
+    "bearer_tokens",
+    "codes",
     "dev_drain",
     "dev_drain_secret",
     "install",
@@ -85,22 +102,35 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from . import sync, testing
+    from . import codes, sync, testing
     from .backends import QueueBackend
+    from .codes import Discard, Skip
     from .drain import DevDrain, DrainRoute, dev_drain, dev_drain_secret
     from .errors import DrainpipeError, Retry
     from .idempotency import Begin, Idempotency
     from .inbox import InboxEntry, Stored, WebhookInbox, WebhookMessage
     from .jobs import Jobs, Queue
     from .leases import Lease, LeaseOutcome, lease, with_lease
-    from .models import Actor, DeadJob, Job, JobContext, QueueStats, WorkReport
+    from .models import (
+        Actor,
+        Attempt,
+        DeadJob,
+        Job,
+        JobContext,
+        JobPage,
+        JobRecord,
+        Position,
+        QueueStats,
+        WorkReport,
+    )
+    from .principals import Principal, bearer_tokens
     from .schedules import EnsureResult, ScheduleDef, ScheduleInfo
     from .schedules.cron import assert_cron, next_cron_run
     from .sqlmodules import install, verify
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("sync", "testing"):
+    if name in ("testing", "codes", "sync"):
         return importlib.import_module(f".{name}", __name__)
     module = _EXPORTS.get(name)
     if module is None:

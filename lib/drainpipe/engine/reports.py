@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ..codes import CANCELLED
 from ..errors import DrainpipeError
 from ..validation import error_text
 
@@ -15,8 +16,15 @@ log = logging.getLogger("drainpipe")
 LEASE_LOST = "LEASE_LOST"
 
 
-def lease_lost(description: str) -> DrainpipeError:
-    """The error ``on_error`` gets for an item whose lease another worker holds now."""
+def lease_lost(description: str, reason: str | None = None) -> DrainpipeError:
+    """The error ``on_error`` gets for an item whose lease another worker holds now (or,
+    with ``reason="CANCELLED"``, whose job an operator cancelled)."""
+    if reason == CANCELLED:
+        return DrainpipeError(
+            "conflict",
+            f"{description} was cancelled while it ran; this worker's result is discarded",
+            code=CANCELLED,
+        )
     return DrainpipeError(
         "conflict",
         f"The lease on {description} was lost (it ran out and the item was claimed again, "
@@ -36,7 +44,7 @@ def log_error(
     with ``fields`` (queue, job id, attempt ...) and the error's ``code`` as record extras."""
     code = error.code if isinstance(error, DrainpipeError) else None
     extra = {**fields, "code": code} if fields else {"code": code}
-    if code == LEASE_LOST:
+    if code in (LEASE_LOST, CANCELLED):
         logger.warning("drainpipe: %s", error, extra=extra)
         return
     logger.error(

@@ -20,11 +20,14 @@ from ..backends import (
     lacking,
     resolve_backend,
 )
+from ..backends.capabilities import SupportsCodedSettle
+from ..codes import code_of
 from ..engine.core import MAX_OUTAGE
 from ..models import DeadJob, DedupeMode, FailOutcome, Job, JobContext, QueueStats, WorkReport
 from ..schedules import ScheduleMixin
 from ..telemetry import active_telemetry
 from ..validation import seconds
+from .records import RecordsMixin
 from .rules import MAX_DEDUPE_KEY, SEVEN_DAYS, THIRTY_DAYS, JobRules
 
 if TYPE_CHECKING:
@@ -38,12 +41,13 @@ Handler = Callable[[Any, Job[Any]], Awaitable[Any]]
 OnError = Callable[[BaseException, Job[Any] | None], Any]
 
 
-class Jobs(JobRules, ScheduleMixin):
+class Jobs(JobRules, RecordsMixin, ScheduleMixin):
     """Typed job queues on a database (DSN, pool, connection), a supabase client or a backend.
 
     ``queues`` maps each queue name to the payload schema (anything
     ``pydantic.TypeAdapter`` accepts). ``now`` is the clock for ``run_at`` and schedules.
     ``scheduler`` says which scheduler the ``jobs`` SQL module was installed with.
+    ``cursor_secret`` signs ``list_jobs`` cursors (default: a random key per process).
     """
 
     def __init__(
@@ -53,8 +57,9 @@ class Jobs(JobRules, ScheduleMixin):
         *,
         now: Callable[[], datetime] | None = None,
         scheduler: Literal["drain", "pg_cron"] = "drain",
+        cursor_secret: str | bytes | None = None,
     ) -> None:
-        super().__init__(queues, now=now, scheduler=scheduler)
+        super().__init__(queues, now=now, scheduler=scheduler, cursor_secret=cursor_secret)
         self.backend: QueueBackend = resolve_backend(db, list(queues))
 
     # -- enqueue -------------------------------------------------------------------------
@@ -162,9 +167,14 @@ class Jobs(JobRules, ScheduleMixin):
         self, job: Job[Any], error: Any, *, retry_in: float | timedelta | None = None
     ) -> FailOutcome | None:
         """Record a failure: ``"queued"`` (retried after ``retry_in`` or the jittered
-        backoff), ``"dead"`` (no attempts left) or ``None`` (the lease was lost)."""
+        backoff), ``"dead"`` (no attempts left) or ``None`` (the lease was lost or the job
+        was cancelled). The attempt records ``error.code`` when it is a valid code, else
+        ``HANDLER_ERROR``."""
         text, wait = self._fail_args(job, error, retry_in)
-        return await self.backend.fail(job, text, wait)
+        backend = self.backend
+        if isinstance(backend, SupportsCodedSettle):
+            return await backend.fail_coded(job, text, wait, code=code_of(error), discard=False)
+        return await backend.fail(job, text, wait)
 
     async def extend(self, job: Job[Any], lease: float | timedelta) -> bool:
         """Move the lease end to now + ``lease`` seconds. False once the lease was lost."""
@@ -271,7 +281,8 @@ class Jobs(JobRules, ScheduleMixin):
     async def retry_dead(
         self, queue: str, *, ids: Sequence[int] | None = None, limit: int = 1000
     ) -> int:
-        """Replay the given dead letters (or the newest ``limit``); returns how many went back."""
+        """Replay the given dead jobs (or the newest ``limit``) not replayed yet, each as a
+        child like ``replay``; returns how many went back."""
         ids = self._retry_dead_args(queue, ids, limit)
         backend = self.backend
         if not isinstance(backend, SupportsRetryDead):
@@ -279,8 +290,9 @@ class Jobs(JobRules, ScheduleMixin):
         return int(await backend.retry_dead(queue, ids=ids, limit=limit))
 
     async def replay(self, queue: str, job_id: int) -> int | None:
-        """Enqueue a dead letter again (same payload, attempts back to 0); its new id, or
-        None when ``job_id`` is not a dead letter of ``queue``."""
+        """Enqueue a dead job again as its child (same payload, dedupe key, tenant and
+        max_attempts; ``parent_id`` = ``job_id``); the dead job stays dead with
+        ``replayed_by``. The child's id, or None unless a dead job not replayed yet."""
         job_id = self._replay_args(queue, job_id)
         backend = self.backend
         if not isinstance(backend, SupportsReplay):

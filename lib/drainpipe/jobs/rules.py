@@ -29,6 +29,7 @@ from ..validation import (
     storable_text,
     surrogate_fault,
 )
+from .cursor import cursor_key
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
@@ -81,6 +82,7 @@ class JobRules:
     ``queues`` maps each queue name to the payload schema (anything
     ``pydantic.TypeAdapter`` accepts). ``now`` is the clock for ``run_at`` and schedules.
     ``scheduler`` says which scheduler the ``jobs`` SQL module was installed with.
+    ``cursor_secret`` signs ``list_jobs`` cursors (default: a random key per process).
     """
 
     def __init__(
@@ -89,6 +91,7 @@ class JobRules:
         *,
         now: Callable[[], datetime] | None = None,
         scheduler: Literal["drain", "pg_cron"] = "drain",
+        cursor_secret: str | bytes | None = None,
     ) -> None:
         if not isinstance(queues, Mapping):
             raise TypeError("queues must be a mapping of queue name to payload schema")
@@ -102,6 +105,7 @@ class JobRules:
         self._serialisers: dict[str, Callable[[Any], Any]] = {}
         self._now = now or _utcnow
         self.scheduler: str = scheduler
+        self._cursor_key = cursor_key(cursor_secret)
 
     # -- helpers -------------------------------------------------------------------------
 
