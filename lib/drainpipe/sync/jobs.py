@@ -15,21 +15,24 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Generic, Literal, TypeVar, overload
 
+from ..codes import code_of
 from ..jobs.rules import SEVEN_DAYS, THIRTY_DAYS, JobRules
 from ..models import DeadJob, DedupeMode, FailOutcome, Job, JobContext, QueueStats, WorkReport
 from ..validation import seconds
 from .backend import SyncSqlBackend
+from .records import SyncRecordsMixin
 from .schedules import SyncScheduleMixin
 from .worker import SyncHandler, SyncOnError, SyncWorker
 
 T = TypeVar("T")
 
 
-class Jobs(JobRules, SyncScheduleMixin):
+class Jobs(JobRules, SyncRecordsMixin, SyncScheduleMixin):
     """Typed job queues on a DSN, a ``psycopg_pool.ConnectionPool`` or a
     ``psycopg.Connection`` (whose open transaction the statements join).
 
-    ``queues``, ``now`` and ``scheduler`` mean what they mean for :class:`drainpipe.Jobs`.
+    ``queues``, ``now``, ``scheduler`` and ``cursor_secret`` mean what they mean for
+    :class:`drainpipe.Jobs`.
     ``close()`` (or ``with Jobs(...) as jobs:``) closes the pool opened for a DSN.
     """
 
@@ -40,8 +43,9 @@ class Jobs(JobRules, SyncScheduleMixin):
         *,
         now: Callable[[], datetime] | None = None,
         scheduler: Literal["drain", "pg_cron"] = "drain",
+        cursor_secret: str | bytes | None = None,
     ) -> None:
-        super().__init__(queues, now=now, scheduler=scheduler)
+        super().__init__(queues, now=now, scheduler=scheduler, cursor_secret=cursor_secret)
         self.backend = SyncSqlBackend(db)
 
     # -- enqueue -------------------------------------------------------------------------
@@ -104,9 +108,10 @@ class Jobs(JobRules, SyncScheduleMixin):
     def fail(
         self, job: Job[Any], error: Any, *, retry_in: float | timedelta | None = None
     ) -> FailOutcome | None:
-        """``"queued"``, ``"dead"`` or ``None`` (the lease was lost)."""
+        """``"queued"``, ``"dead"`` or ``None`` (the lease was lost or the job was
+        cancelled); the attempt records ``error.code`` when valid, else ``HANDLER_ERROR``."""
         text, wait = self._fail_args(job, error, retry_in)
-        return self.backend.fail(job, text, wait)
+        return self.backend.fail_coded(job, text, wait, code=code_of(error), discard=False)
 
     def extend(self, job: Job[Any], lease: float | timedelta) -> bool:
         """Move the lease end to now + ``lease`` seconds. False once the lease was lost."""

@@ -11,7 +11,11 @@ same pure core (:mod:`drainpipe.engine.core`) and reported the same way
 * a lost lease drops the job: no settlement is sent, ``on_error`` gets ``conflict`` /
   ``LEASE_LOST``. A thread cannot be cancelled, so a handler already running on it runs to
   its end and its result is discarded (the async twin cancels its task instead);
-* a raising handler fails the job (``Retry(after)`` with that delay, not reported);
+* a raising handler fails the job, recording its ``code`` (else ``HANDLER_ERROR``);
+  ``Retry(after)`` fails it with that delay, ``Skip(code)`` succeeds it without its work,
+  ``Discard(code)`` makes it dead now: none of the three is reported to ``on_error``;
+* a job an operator cancelled while it ran is dropped like a lost lease, reported with
+  code ``CANCELLED``;
 * transient claim errors are retried 3 times per lane (``poll_interval``, doubling), any
   other claim error stops every lane and ``drain`` raises it;
 * ``budget`` (seconds) is checked before each claim; claimed jobs always finish.
@@ -26,6 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..codes import CANCELLED, Discard, Skip, code_of
 from ..engine.core import (
     JOB_HEARTBEAT_FLOOR,
     budget_spent,
@@ -35,7 +40,7 @@ from ..engine.core import (
     should_retry_claim,
 )
 from ..engine.reports import as_error, lease_lost, log_error
-from ..errors import TRANSIENT_KINDS, Retry
+from ..errors import TRANSIENT_KINDS, DrainpipeError, Retry
 from ..jobs.rules import hand_over
 from ..models import Job, WorkReport
 from ..validation import error_text, positive_int, seconds
@@ -56,6 +61,7 @@ class _Batch:
         self.lock = threading.Lock()
         self.unfinished = {job.id: job for job in claimed}
         self.lost: set[int] = set()
+        self.reasons: dict[int, str] = {}  # why a lost job was lost, when known
         self.done = threading.Event()
 
     def is_lost(self, job: Job[Any]) -> bool:
@@ -169,7 +175,7 @@ class SyncWorker:
         try:
             for job in claimed:
                 if batch.is_lost(job):
-                    self._report(lease_lost(self._describe(job)), job)
+                    self._report(self._lost(batch, job), job)
                     continue
                 if self._run_one(batch, job):
                     succeeded.append(job)
@@ -183,7 +189,7 @@ class SyncWorker:
         kept = []
         for job in succeeded:
             if job.id in batch.lost:  # done, but taken over before it was settled
-                self._report(lease_lost(self._describe(job)), job)
+                self._report(self._lost(batch, job), job)
             else:
                 kept.append(job)
         with self._count:
@@ -205,27 +211,78 @@ class SyncWorker:
         except Retry as retry:
             if self._dropped(batch, job):
                 return False
-            self._failed(job, str(retry), retry.after)
+            self._failed(job, str(retry), retry.after, retry.code)
+            return False
+        except Skip as skip:
+            if self._dropped(batch, job):
+                return False
+            batch.settled(job)
+            try:
+                done = self.backend.skip(job, skip.code)
+            except Exception as exc:  # the job comes back when its lease ends
+                self._report(exc, job)
+                return False
+            if done:
+                with self._count:
+                    self.report.succeeded += 1
+            else:
+                self._report(
+                    lease_lost(self._describe(job), self._why_lost([job]).get(job.id)), job
+                )
+            return False
+        except Discard as discard:
+            if self._dropped(batch, job):
+                return False
+            self._failed(job, error_text(discard), None, discard.code, discard=True)
             return False
         except Exception as exc:
             if self._dropped(batch, job):
                 return False
-            self._failed(job, error_text(exc), None)
+            self._failed(job, error_text(exc), None, code_of(exc))
             self._report(exc, job)
             return False
         return not self._dropped(batch, job)
 
     def _dropped(self, batch: _Batch, job: Job[Any]) -> bool:
         if batch.is_lost(job):
-            self._report(lease_lost(self._describe(job)), job)
+            self._report(self._lost(batch, job), job)
             return True
         return False
 
-    def _failed(self, job: Job[Any], text: str, retry_in: float | None) -> None:
+    def _lost(self, batch: _Batch, job: Job[Any]) -> DrainpipeError:
+        with batch.lock:
+            reason = batch.reasons.get(job.id)
+        return lease_lost(self._describe(job), reason)
+
+    def _why_lost(self, jobs: Sequence[Job[Any]]) -> dict[int, str]:
+        """``CANCELLED`` for the jobs an operator cancelled (read on the rare lost path);
+        empty when the question fails."""
+        reasons = {}
+        try:
+            for job in jobs:
+                record = self.backend.get_record(job.queue, job.id)
+                if record is not None and record.state == "cancelled":
+                    reasons[job.id] = CANCELLED
+        except Exception:
+            return {}
+        return reasons
+
+    def _failed(
+        self,
+        job: Job[Any],
+        text: str,
+        retry_in: float | None,
+        code: str | None = None,
+        *,
+        discard: bool = False,
+    ) -> None:
         with self._count:
             self.report.failed += 1
         try:
-            self.backend.fail(job, text, retry_in)
+            if code is None:
+                self.backend.fail(job, text, retry_in)
+            else:
+                self.backend.fail_coded(job, text, retry_in, code=code, discard=discard)
         except Exception as exc:  # the job comes back when its lease ends
             self._report(exc, job)
 
@@ -246,9 +303,14 @@ class SyncWorker:
                     extra={"queue": self.queue, "job_id": None, "attempt": None, "code": None},
                 )
                 continue
+            gone = [job for job in items if job.id not in held]
+            if not gone:
+                continue
+            reasons = self._why_lost(gone)
             with batch.lock:
-                for job in items:
-                    if job.id not in held and job.id in batch.unfinished:
+                batch.reasons.update(reasons)
+                for job in gone:
+                    if job.id in batch.unfinished:
                         del batch.unfinished[job.id]
                         batch.lost.add(job.id)
 
@@ -264,9 +326,10 @@ class SyncWorker:
             for job in succeeded:  # the handlers ran; the jobs come back after the lease
                 self._report(exc, job)
             return
-        for job, ok in zip(succeeded, done, strict=True):
-            if not ok:
-                self._report(lease_lost(self._describe(job)), job)
+        refused = [job for job, ok in zip(succeeded, done, strict=True) if not ok]
+        reasons = self._why_lost(refused) if refused else {}
+        for job in refused:
+            self._report(lease_lost(self._describe(job), reasons.get(job.id)), job)
 
     # -- reporting ----------------------------------------------------------------------
 
