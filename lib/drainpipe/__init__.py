@@ -95,13 +95,14 @@ __all__ = [
     "install",
     "lease",
     "next_cron_run",
+    "sync",
     "testing",
     "verify",
     "with_lease",
 ]
 
 if TYPE_CHECKING:
-    from . import codes, testing
+    from . import codes, sync, testing
     from .backends import QueueBackend
     from .codes import Discard, Skip
     from .drain import DevDrain, DrainRoute, dev_drain, dev_drain_secret
@@ -129,7 +130,7 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("testing", "codes"):
+    if name in ("testing", "codes", "sync"):
         return importlib.import_module(f".{name}", __name__)
     module = _EXPORTS.get(name)
     if module is None:
