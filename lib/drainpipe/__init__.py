@@ -27,6 +27,7 @@ _EXPORTS: dict[str, str] = {
     "Jobs": "jobs",
     "Lease": "leases",
     "LeaseOutcome": "leases",
+    "PostgrestBackend": "backends.postgrest",
     "Principal": "principals",
     "Queue": "jobs",
     "QueueBackend": "backends",
@@ -64,6 +65,7 @@ __all__ = [
     "Jobs",
     "Lease",
     "LeaseOutcome",
+    "PostgrestBackend",
     "Principal",
     "Queue",
     "QueueBackend",
@@ -90,6 +92,7 @@ __all__ = [
 if TYPE_CHECKING:
     from . import testing
     from .backends import QueueBackend
+    from .backends.postgrest import PostgrestBackend
     from .drain import DevDrain, DrainRoute, dev_drain, dev_drain_secret
     from .errors import DrainpipeError, Retry
     from .idempotency import Begin, Idempotency

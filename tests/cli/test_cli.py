@@ -17,7 +17,7 @@ import pytest
 import drainpipe
 from drainpipe.cli import main
 from drainpipe.cli.sql import migration_names
-from drainpipe.sqlmodules import MODULES
+from drainpipe.sqlmodules import MODULES, migrations
 from tests.conftest import drop_database, with_database
 
 
@@ -118,9 +118,10 @@ def test_sql_apply_installs_every_module_once(empty_db_url: str, capsys: Any) ->
     assert main(["sql", "verify", "--database-url", empty_db_url]) == 1
     pending = capsys.readouterr().out.splitlines()
     assert pending == [
-        f"pending: {module} {migration}"
+        f"pending: {module} {migration.label}"
         for module in MODULES
-        for migration in ("0001_release_0", "0002_v1_functions")
+        for migration in migrations(module)
+        if not migration.contract
     ]
     assert main(["sql", "apply", "--database-url", empty_db_url, "--backend", "table"]) == 0
     lines = capsys.readouterr().out.splitlines()

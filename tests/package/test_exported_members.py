@@ -33,6 +33,7 @@ CONTRACT = {
     "install",
     "QueueBackend",
     "testing",
+    "PostgrestBackend",  # API.md §7 (wave 2)
     # API.md §10-11
     "Principal",
     "bearer_tokens",
