@@ -26,6 +26,26 @@ __all__ = ["RestTransport", "rest_url"]
 _MAX_MESSAGE = 500  # a proxy's HTML error page says little past its start
 
 
+def import_httpx() -> Any:
+    """httpx, imported without its command-line client: httpx's ``__init__`` imports
+    ``httpx._main`` (click, rich, pygments: ~100 ms) whenever those happen to be installed,
+    and a function's first request would pay for a CLI it never runs. ``httpx.main`` is
+    then httpx's own stand-in; ``import httpx._main`` still works afterwards."""
+    import sys
+
+    if "httpx" in sys.modules or "httpx._main" in sys.modules:
+        import httpx
+
+        return httpx
+    sys.modules["httpx._main"] = None  # type: ignore[assignment]  # ImportError: the stand-in
+    try:
+        import httpx
+    finally:
+        if sys.modules.get("httpx._main") is None:
+            del sys.modules["httpx._main"]
+    return httpx
+
+
 def rest_url(url: str) -> str:
     """``https://<ref>.supabase.co`` (or the same with ``/rest/v1``) → the REST root."""
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
@@ -74,8 +94,7 @@ class RestTransport:
         # drainpipe's checked JSON (floats >= 1e16 keep their ".0", NaN is refused) rather
         # than httpx's json.dumps
         body = dump_json(params if isinstance(params, dict) else dict(params), "params")
-        import httpx
-
+        httpx = import_httpx()
         if self._http is None:
             self._http = httpx.AsyncClient(timeout=self.timeout)
         try:
@@ -106,7 +125,7 @@ class RestTransport:
         return answer
 
     def transport_error(self, fn: str, exc: Exception) -> DrainpipeError:
-        import httpx
+        httpx = import_httpx()
 
         if isinstance(exc, httpx.TimeoutException):
             return DrainpipeError("timeout", f"{self.schema}.{fn}: request timed out ({exc!r})")
