@@ -67,6 +67,37 @@ def test_sql_add_writes_numbered_migrations_that_continue(tmp_path: Path, capsys
     assert (out / "0007_drainpipe_jobs_0003_contract_drop_unversioned.sql").is_file()
 
 
+def test_sql_add_rest_api_writes_the_api_schema_that_applies_and_works(
+    tmp_path: Path, empty_db_url: str, capsys: Any
+) -> None:
+    (tmp_path / "20990101120000_init.sql").write_text("select 1;")  # a Supabase folder
+    args = ["sql", "add", "jobs", "rest-api", "--backend", "table", "--out", str(tmp_path)]
+    assert main(args) == 0
+    written = capsys.readouterr()
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names[-1] == "20990101120003_drainpipe_rest_api_0001_api_v1.sql"
+    # the step that follows is said where the user looks: the output and the file
+    assert "rest-api: expose the drainpipe_api schema" in written.err
+    assert "config.toml" in written.err and "Exposed schemas" in written.err
+    api_sql = (tmp_path / names[-1]).read_text()
+    assert 'schemas = ["public", "graphql_public", "drainpipe_api"]' in api_sql
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        for name in names[1:]:
+            conn.execute((tmp_path / name).read_bytes())
+        [(job_id,)] = conn.execute(
+            "SELECT drainpipe_api.enqueue_v1('q', '{\"n\": 1}'::jsonb)"
+        ).fetchall()
+        [(claimed,)] = conn.execute("SELECT drainpipe_api.claim_v1('q', 30, 1)").fetchall()
+        assert claimed[0][0] == job_id and claimed[0][4] == {"n": 1}
+    assert (
+        main(["sql", "verify", "--database-url", empty_db_url, "--modules", "jobs", "rest-api"])
+        == 0
+    )
+    # a second add writes nothing: the folder has every migration
+    assert main(args) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == names
+
+
 def test_sql_add_after_release_0s_single_file_writes_the_rest(tmp_path: Path) -> None:
     """Release 0 wrote one file per module (migration 0001): only the later ones follow."""
     (tmp_path / "0001_drainpipe_jobs.sql").write_text("-- release 0")

@@ -143,6 +143,27 @@ async def test_heartbeat_keeps_a_long_job_from_being_claimed(jobs: Jobs, jobs_db
     await thief.backend.db.close()  # type: ignore[attr-defined]
 
 
+async def test_https_workers_racing_never_share_a_job(
+    jobs: Jobs, backend: PostgrestBackend, jobs_db_url: str
+) -> None:
+    ids = set(await jobs.enqueue_many("emails", [{"n": i} for i in range(60)]))
+
+    async def claim_all(worker: Any) -> list[int]:
+        got: list[int] = []
+        while batch := await worker.read("emails", lease=60, batch=4):
+            got += [job.id for job in batch]
+        return got
+
+    direct = Jobs(jobs_db_url, QUEUES)  # and one over a direct connection
+    async with PostgrestBackend(BASE, SERVICE_KEY) as other:
+        results = await asyncio.gather(
+            claim_all(backend), claim_all(other), claim_all(backend), claim_all(direct.backend)
+        )
+    await direct.backend.db.close()  # type: ignore[attr-defined]
+    claimed = [job_id for result in results for job_id in result]
+    assert len(claimed) == len(set(claimed)) == 60 and set(claimed) == ids
+
+
 # -- dedupe, batches, dead letters, purge ----------------------------------------------
 
 

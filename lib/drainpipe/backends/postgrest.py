@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ..errors import SCHEMA_NOT_EXPOSED, DrainpipeError
 from ..models import DeadJob, DedupeMode, DueSchedule, FailOutcome, Job, QueueStats, ScheduleInfo
 from . import postgrest_rows as rows
-from .postgrest_http import RestTransport
+from .postgrest_http import RestTransport, expose_hint
 
 if TYPE_CHECKING:
     import httpx
@@ -327,9 +327,6 @@ class PostgrestBackend:
 
 def _not_exposed_hint(schema: str) -> str:
     return (
-        f"expose the {schema} schema: Supabase dashboard → Project Settings → Data API →"
-        f' Exposed schemas, or `schemas = ["public", "graphql_public", "{schema}"]` under'
-        " [api] in supabase/config.toml (a PostgREST of your own: db-schemas); create it"
-        " with `drainpipe sql apply --modules rest-api`; or use"
-        " `PostgrestBackend.detect(url, key)` to fall back to pgmq_public"
+        f"{expose_hint(schema)}; create it with `drainpipe sql apply --modules rest-api`;"
+        " or use `PostgrestBackend.detect(url, key)` to fall back to pgmq_public"
     )

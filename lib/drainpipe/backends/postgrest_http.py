@@ -21,7 +21,7 @@ from ..errors import (
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["RestTransport", "rest_url"]
+__all__ = ["RestTransport", "expose_hint", "import_httpx", "rest_url"]
 
 _MAX_MESSAGE = 500  # a proxy's HTML error page says little past its start
 
@@ -44,6 +44,16 @@ def import_httpx() -> Any:
         if sys.modules.get("httpx._main") is None:
             del sys.modules["httpx._main"]
     return httpx
+
+
+def expose_hint(schema: str) -> str:
+    """Where a user tells PostgREST to serve ``schema``."""
+    return (
+        f"expose the {schema} schema: Supabase dashboard → Project Settings → Data API →"
+        f' Exposed schemas (add {schema}), or `schemas = ["public", "graphql_public",'
+        f' "{schema}"]` under [api] in supabase/config.toml (your own PostgREST:'
+        f" db-schemas)"
+    )
 
 
 def rest_url(url: str) -> str:

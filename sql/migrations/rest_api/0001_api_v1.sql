@@ -7,6 +7,12 @@
 -- Data API, never drainpipe's tables. Each runs as its owner (security definer) and is
 -- executable by the service role only, like every drainpipe function.
 --
+-- Then expose the schema to PostgREST: Supabase dashboard → Project Settings → Data API →
+-- Exposed schemas (add drainpipe_api), or in supabase/config.toml
+--     [api]
+--     schemas = ["public", "graphql_public", "drainpipe_api"]
+-- (a PostgREST of your own: db-schemas). Until then PostgREST answers PGRST106.
+--
 -- The bodies name drainpipe functions of the jobs module; they are bound when called, so
 -- this module installs before or after jobs (a call before jobs exists is NOT_INSTALLED).
 SELECT set_config('check_function_bodies', 'off', true);
