@@ -19,6 +19,7 @@ schema, called the way PostgREST calls it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -76,6 +77,8 @@ class PostgrestEmulation:
         self.pool = pool
         self.exposed = tuple(exposed)
         self.requests: list[httpx.Request] = []
+        #: seconds each answer waits first: a network round trip, for the benchmark
+        self.round_trip = 0.0
         self._cache: dict[tuple[str, str], tuple[bool, list[str], list[str], int] | None] = {}
 
     def calls(self, fn: str | None = None) -> list[tuple[str, dict[str, Any]]]:
@@ -88,6 +91,8 @@ class PostgrestEmulation:
 
     async def __call__(self, request: httpx.Request, fn: str) -> httpx.Response:
         self.requests.append(request)
+        if self.round_trip:
+            await asyncio.sleep(self.round_trip)
         headers = request.headers
         key = headers.get("apikey")
         if key not in ROLE_BY_KEY or headers.get("authorization") != f"Bearer {key}":
