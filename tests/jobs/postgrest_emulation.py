@@ -148,9 +148,13 @@ class PostgrestEmulation:
                     diag.message_detail,
                     diag.message_hint,
                 )
-        values = [row[0] for row in rows]
-        body = values if returns_set else (values[0] if values else None)
-        return httpx.Response(200, content=json.dumps(body).encode(), headers=_JSON)
+        # Postgres' own JSON text, as PostgREST sends it (no re-encoding on the way)
+        texts = [row[0] for row in rows]
+        if returns_set:
+            body = "[" + ",".join(texts) + "]"
+        else:
+            body = texts[0] if texts and texts[0] is not None else "null"
+        return httpx.Response(200, content=body.encode(), headers=_JSON)
 
     async def _signature(
         self, conn: psycopg.AsyncConnection[Any], schema: str, fn: str
@@ -167,11 +171,11 @@ class PostgrestEmulation:
             sql.SQL("{} := x.{}").format(sql.Identifier(n), sql.Identifier(n)) for n, _ in given
         )
         if not given:
-            return sql.SQL("SELECT to_jsonb(r) FROM {}.{}() r WHERE %s::text IS NOT NULL").format(
-                sql.Identifier(schema), sql.Identifier(fn)
-            )
+            return sql.SQL(
+                "SELECT to_jsonb(r)::text FROM {}.{}() r WHERE %s::text IS NOT NULL"
+            ).format(sql.Identifier(schema), sql.Identifier(fn))
         return sql.SQL(
-            "SELECT to_jsonb(r) FROM jsonb_to_record(%s::jsonb) AS x({columns}),"
+            "SELECT to_jsonb(r)::text FROM jsonb_to_record(%s::jsonb) AS x({columns}),"
             " LATERAL {schema}.{fn}({call}) r"
         ).format(
             columns=sql.SQL(", ").join(

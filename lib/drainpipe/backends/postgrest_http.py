@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..db import dump_json
+from ..db.json import load_json
 from ..errors import (
     MISSING_OBJECT_POSTGREST_CODES,
     SCHEMA_NOT_EXPOSED,
@@ -115,9 +116,7 @@ class RestTransport:
             raise self.transport_error(fn, exc) from exc
         content = response.content
         try:
-            import orjson
-
-            answer = orjson.loads(content) if content else None
+            answer = load_json(content) if content else None
         except ValueError:
             text = response.text
             if not response.is_success:
