@@ -25,7 +25,17 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import SCHEMA_NOT_EXPOSED, DrainpipeError
-from ..models import DeadJob, DedupeMode, DueSchedule, FailOutcome, Job, QueueStats, ScheduleInfo
+from ..models import (
+    DeadJob,
+    DedupeMode,
+    DueSchedule,
+    FailOutcome,
+    Job,
+    JobRecord,
+    Position,
+    QueueStats,
+    ScheduleInfo,
+)
 from . import postgrest_rows as rows
 from .postgrest_http import RestTransport, expose_hint
 
@@ -233,7 +243,7 @@ class PostgrestBackend:
     # -- stats and dead letters -------------------------------------------------------------
 
     async def stats(self, queues: Sequence[str]) -> dict[str, QueueStats]:
-        return rows.stats(self.schema, await self.rpc("stats_v1", {"queues": list(queues)}))
+        return rows.stats(self.schema, await self.rpc("stats_v2", {"queues": list(queues)}))
 
     async def list_dead(self, queue: str, *, limit: int, before: int | None) -> list[DeadJob]:
         data = await self.rpc(
@@ -249,8 +259,8 @@ class PostgrestBackend:
         return rows.count(self.schema, "retry_dead_v1", data)
 
     async def replay(self, queue: str, job_id: int) -> int | None:
-        data = await self.rpc("replay_v1", {"queue": queue, "id": job_id})
-        return None if data is None else rows.job_id(self.schema, "replay_v1", data)
+        data = await self.rpc("replay_v2", {"queue": queue, "id": job_id})
+        return None if data is None else rows.job_id(self.schema, "replay_v2", data)
 
     async def purge_archive(
         self, queue: str, *, older_than: timedelta, dead_older_than: timedelta, batch: int
@@ -265,6 +275,63 @@ class PostgrestBackend:
             },
         )
         return rows.count(self.schema, "purge_archive_v1", data)
+
+    # -- job records and coded settlements ------------------------------------------------
+
+    async def skip(self, job: Job[Any], code: str) -> bool:
+        data = await self.rpc(
+            "skip_v1", {"queue": job.queue, "id": job.id, "attempt": job.attempts, "code": code}
+        )
+        return rows.flag(self.schema, "skip_v1", data)
+
+    async def fail_coded(
+        self, job: Job[Any], error: str, retry_in: float | None, *, code: str, discard: bool
+    ) -> FailOutcome | None:
+        data = await self.rpc(
+            "fail_coded_v1",
+            {
+                "queue": job.queue,
+                "id": job.id,
+                "attempt": job.attempts,
+                "error": error,
+                "retry_in": None if retry_in is None else float(retry_in),
+                "code": code,
+                "discard": discard,
+            },
+        )
+        return rows.fail_outcome(self.schema, data, "fail_coded_v1")
+
+    async def get_record(self, queue: str, job_id: int) -> JobRecord | None:
+        data = await self.rpc("get_job_v1", {"queue": queue, "id": job_id})
+        return None if data is None else rows.record(self.schema, "get_job_v1", data)
+
+    async def list_records(
+        self,
+        queue: str | None,
+        *,
+        state: str | None,
+        tenant: str | None,
+        limit: int,
+        before: Position | None,
+    ) -> tuple[list[JobRecord], Position | None]:
+        data = await self.rpc(
+            "list_jobs_v1",
+            {
+                "queue": queue,
+                "state": state,
+                "tenant": tenant,
+                "row_limit": limit + 1,  # the extra one says whether a next page exists
+                "before_id": None if before is None else before.id,
+                "before_queue": None if before is None else before.queue,
+            },
+        )
+        return rows.record_page(self.schema, data, limit)
+
+    async def cancel(self, queue: str, job_id: int) -> str | None:
+        data = await self.rpc("cancel_v1", {"queue": queue, "id": job_id})
+        if data is None or data in ("cancelled", "terminal"):
+            return data  # type: ignore[no-any-return]
+        raise rows.malformed(self.schema, "cancel_v1", '"cancelled", "terminal" or null', data)
 
     # -- schedules ------------------------------------------------------------------------
 

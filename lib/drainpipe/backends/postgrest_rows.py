@@ -18,10 +18,13 @@ from ..models import (
     FailOutcome,
     Job,
     JobContext,
+    JobRecord,
+    Position,
     QueueStats,
     ScheduleInfo,
     claimed_job,
 )
+from ..ops.records import parse_record
 
 NO_CONTEXT = JobContext()
 
@@ -82,11 +85,11 @@ def count(schema: str, fn: str, data: Any) -> int:
     return found
 
 
-def fail_outcome(schema: str, data: Any) -> FailOutcome | None:
+def fail_outcome(schema: str, data: Any, fn: str = "fail_v1") -> FailOutcome | None:
     if data is None or data == "queued" or data == "dead":
         outcome: FailOutcome | None = data
         return outcome
-    raise malformed(schema, "fail_v1", '"queued", "dead" or null', data)
+    raise malformed(schema, fn, '"queued", "dead" or null', data)
 
 
 def claimed(schema: str, queue: str, data: Any) -> list[Job[Any]]:
@@ -133,6 +136,8 @@ def stats(schema: str, data: Any) -> dict[str, QueueStats]:
                 oldest_age_seconds=(
                     None if row["oldest_age_seconds"] is None else float(row["oldest_age_seconds"])
                 ),
+                succeeded=int(row.get("succeeded", 0)),
+                cancelled=int(row.get("cancelled", 0)),
             )
             for queue, row in data.items()
         }
@@ -211,3 +216,35 @@ def due_schedules(schema: str, data: Any) -> list[DueSchedule]:
         except (KeyError, TypeError, ValueError) as exc:
             raise malformed(schema, "claim_due_schedules_v1", f"schedules ({exc})", row) from None
     return found
+
+
+_RECORD_FIELDS = (
+    "id", "queue", "state", "attempts", "max_attempts", "deadline", "tenant", "dedupe_key",
+    "enqueued_at", "eligible_at", "started_at", "finished_at", "last_code", "parent_id",
+    "replayed_by", "history",
+)  # fmt: skip
+_RECORD_TIMES = frozenset(("deadline", "enqueued_at", "eligible_at", "started_at", "finished_at"))
+
+
+def record(schema: str, fn: str, data: Any) -> JobRecord:
+    """A ``job_record_v1`` object → JobRecord (read as the SQL backend reads its row)."""
+    if not isinstance(data, dict):
+        raise malformed(schema, fn, "a job record", data)
+    try:
+        row = tuple(
+            _instant(data[name]) if name in _RECORD_TIMES else data[name] for name in _RECORD_FIELDS
+        )
+        return parse_record(row)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise malformed(schema, fn, f"a job record ({exc})", data) from None
+
+
+def record_page(schema: str, data: Any, limit: int) -> tuple[list[JobRecord], Position | None]:
+    """``limit + 1`` records asked for: the page and the position after it (None: last)."""
+    if not isinstance(data, list):
+        raise malformed(schema, "list_jobs_v1", "a list of job records", data)
+    records = [record(schema, "list_jobs_v1", row) for row in data[: limit + 1]]
+    page = records[:limit]
+    if len(records) <= limit or not page:
+        return page, None
+    return page, Position(page[-1].id, page[-1].queue)
