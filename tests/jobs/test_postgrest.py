@@ -313,11 +313,26 @@ async def test_detect_falls_back_to_pgmq_public_once(db_url: str) -> None:
 async def test_a_raised_exception_a_missing_function_and_a_wrong_key(
     backend: PostgrestBackend, jobs_db_url: str, server: PostgrestEmulation
 ) -> None:
-    # P0001 raised inside drainpipe's SQL: PostgREST's 400 with the SQLSTATE as code
+    # drainpipe's SQL refusing a value (22023): PostgREST's 400 with the SQLSTATE as code
     with pytest.raises(DrainpipeError) as caught:
         await backend.rpc("schedule_v1", {"name": "x", "cron": "nope", "queue": "reports"})
-    assert caught.value.message.startswith("drainpipe_api.schedule_v1: ")
-    assert caught.value.kind in ("raised", "validation", "invalid_input")
+    assert (caught.value.kind, caught.value.code) == ("invalid_input", "22023")
+    assert caught.value.message.startswith("drainpipe_api.schedule_v1: Invalid schedule nope")
+
+    # a plain RAISE EXCEPTION (P0001), with its detail and hint, as PostgREST shapes it
+    async with await connect(jobs_db_url) as c:
+        await c.execute(
+            """CREATE FUNCTION drainpipe_api.boom_v1(reason text) RETURNS void
+               LANGUAGE plpgsql AS $$ BEGIN
+                   RAISE EXCEPTION 'boom: %', reason USING DETAIL = 'the detail', HINT = 'a hint';
+               END $$;
+               GRANT EXECUTE ON FUNCTION drainpipe_api.boom_v1(text) TO service_role"""
+        )
+    with pytest.raises(DrainpipeError) as caught:
+        await backend.rpc("boom_v1", {"reason": "why"})
+    assert (caught.value.kind, caught.value.code) == ("raised", "P0001")
+    assert caught.value.message == ("drainpipe_api.boom_v1: boom: why (the detail) (hint: a hint)")
+    assert server.requests[-1].url.path == "/rest/v1/rpc/boom_v1"
 
     with pytest.raises(DrainpipeError) as caught:
         await backend.rpc("no_such_function_v1", {"queue": "emails"})
