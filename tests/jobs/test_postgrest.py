@@ -23,6 +23,7 @@ from tests.conftest import connect
 from tests.jobs.postgrest_emulation import (
     ANON_KEY,
     BASE,
+    EXPOSED,
     SERVICE_KEY,
     PostgrestEmulation,
     postgrest_emulation,
@@ -408,3 +409,35 @@ async def test_api_roles_cannot_call_the_api_directly(jobs_db_url: str) -> None:
             )
         ).fetchall()
     assert rows == []  # every function runs as its owner
+
+
+@pytest.mark.parametrize("exposed", [("public",), EXPOSED])
+async def test_a_drain_route_that_cannot_work_over_postgrest_answers_503(
+    jobs_db_url: str, exposed: tuple[str, ...]
+) -> None:
+    # not exposed, or exposed without the rest-api module: the deployment is not ready, so a
+    # cron caller sees a 503 Problem saying what to do, never a 200 report
+    if exposed == EXPOSED:
+        async with await connect(jobs_db_url) as c:
+            await c.execute("DROP SCHEMA drainpipe_api CASCADE")
+    async with (
+        postgrest_emulation(jobs_db_url, exposed=exposed),
+        PostgrestBackend(BASE, SERVICE_KEY) as backend,
+    ):
+        route = Jobs(backend, QUEUES).drain_route(secret="s3cret", handlers={"emails": _noop})
+        transport = httpx.ASGITransport(app=route)
+        async with httpx.AsyncClient(transport=transport, base_url="http://route") as client:
+            with respx.mock(assert_all_called=False) as local:
+                local.route(host="route").pass_through()
+                response = await client.post("/", headers={"Authorization": "Bearer s3cret"})
+    assert response.status_code == 503, response.text
+    problem = response.json()
+    assert problem["more"] is False
+    if exposed == EXPOSED:
+        assert problem["code"] == "NOT_INSTALLED" and "rest-api" in problem["detail"]
+    else:
+        assert problem["code"] == "SCHEMA_NOT_EXPOSED" and "Exposed schemas" in problem["detail"]
+
+
+async def _noop(payload: Any, job: Any) -> None:
+    return None
