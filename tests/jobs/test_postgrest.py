@@ -441,3 +441,40 @@ async def test_a_drain_route_that_cannot_work_over_postgrest_answers_503(
 
 async def _noop(payload: Any, job: Any) -> None:
     return None
+
+
+async def test_the_https_only_example_drains_over_postgrest(
+    jobs: Jobs, server: PostgrestEmulation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    from tests.conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location(
+        "postgrest_example", ROOT / "examples/postgrest/drain.py"
+    )
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    await jobs.enqueue("emails", {"to": "a@example.com", "subject": "hi"})
+
+    async def call() -> httpx.Response:
+        transport = httpx.ASGITransport(app=example.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://fn") as client:
+            with respx.mock(assert_all_called=False) as local:
+                local.route(host="fn").pass_through()
+                return await client.get("/", headers={"Authorization": "Bearer s3cret"})
+
+    monkeypatch.delenv("SUPABASE_URL", raising=False)
+    unconfigured = await call()
+    assert unconfigured.status_code == 503
+    assert unconfigured.json()["code"] == "NOT_CONFIGURED"
+    assert "SUPABASE_URL" in unconfigured.json()["detail"]
+
+    monkeypatch.setenv("SUPABASE_URL", BASE)
+    monkeypatch.setenv("SUPABASE_SERVICE_ROLE_KEY", SERVICE_KEY)
+    monkeypatch.setenv("CRON_SECRET", "s3cret")
+    response = await call()
+    assert response.status_code == 200, response.text
+    assert response.json()["queues"]["emails"] == {"succeeded": 1, "failed": 0}
+    await example.app.aclose()
