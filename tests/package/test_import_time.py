@@ -111,15 +111,3 @@ def test_the_first_postgrest_request_imports_httpx_without_its_cli() -> None:
     )
     modules = imported_modules(code)
     assert "httpx" in modules and modules.isdisjoint({"click", "rich", "pygments", "psycopg"})
-
-
-def test_the_https_only_example_imports_no_heavy_module() -> None:
-    code = (
-        "import importlib.util\n"
-        "spec = importlib.util.spec_from_file_location('example', 'examples/postgrest/drain.py')\n"
-        "module = importlib.util.module_from_spec(spec)\n"
-        "spec.loader.exec_module(module)\n"
-    )
-    modules = imported_modules(code, cwd=ROOT)
-    assert "drainpipe" in modules
-    assert modules.isdisjoint({*HEAVY, "starlette"}), sorted(modules & {*HEAVY, "starlette"})
