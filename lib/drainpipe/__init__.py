@@ -33,6 +33,7 @@ _EXPORTS: dict[str, str] = {
     "Jobs": "jobs",
     "Lease": "leases",
     "LeaseOutcome": "leases",
+    "PostgrestBackend": "backends.postgrest",
     "Principal": "principals",
     "Queue": "jobs",
     "QueueBackend": "backends",
@@ -75,6 +76,7 @@ __all__ = [
     "Lease",
     "LeaseOutcome",
     "Position",
+    "PostgrestBackend",
     "Principal",
     "Queue",
     "QueueBackend",
@@ -104,6 +106,7 @@ __all__ = [
 if TYPE_CHECKING:
     from . import codes, sync, testing
     from .backends import QueueBackend
+    from .backends.postgrest import PostgrestBackend
     from .codes import Discard, Skip
     from .drain import DevDrain, DrainRoute, dev_drain, dev_drain_secret
     from .errors import DrainpipeError, Retry

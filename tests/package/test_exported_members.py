@@ -39,6 +39,8 @@ CONTRACT = {
     "JobPage",
     "Skip",
     "Discard",
+    # API.md §7 (wave 2)
+    "PostgrestBackend",
     # API.md §10-11
     "Principal",
     "bearer_tokens",

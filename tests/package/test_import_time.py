@@ -113,3 +113,48 @@ print("ok")
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
     )
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+
+
+POSTGREST_COLD = """
+import json, sys, time
+t0 = time.perf_counter()
+import drainpipe
+async def handler(payload, job):
+    return None
+jobs = drainpipe.Jobs(drainpipe.PostgrestBackend("https://x.supabase.test", "k"), {"q": dict})
+route = jobs.drain_route(secret="x", handlers={"q": handler})
+ms = (time.perf_counter() - t0) * 1000
+print(json.dumps({"ms": ms, "modules": sorted({m.split(".")[0] for m in sys.modules})}))
+"""
+
+
+def test_a_function_on_the_postgrest_backend_starts_cold_in_150_ms() -> None:
+    # what a function file does at import over PostgREST: Jobs and its drain route, no
+    # psycopg (there is no connection), and httpx only on the first request
+    import json
+
+    samples = []
+    for _ in range(5):
+        result = subprocess.run(  # noqa: S603 - our own interpreter, fixed code
+            [sys.executable, "-c", POSTGREST_COLD],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        )
+        samples.append(json.loads(result.stdout))
+    loaded = set(samples[0]["modules"])
+    assert loaded.isdisjoint(HEAVY), sorted(loaded & set(HEAVY))
+    # the fastest of five: the machine's other load only ever adds time
+    assert min(s["ms"] for s in samples) < 150, [round(s["ms"]) for s in samples]
+
+
+def test_the_first_postgrest_request_imports_httpx_without_its_cli() -> None:
+    code = (
+        "import sys\n"
+        "from drainpipe.backends.postgrest_http import import_httpx\n"
+        "httpx = import_httpx()\n"
+        "assert callable(httpx.AsyncClient) and 'httpx._main' not in sys.modules\n"
+    )
+    modules = imported_modules(code)
+    assert "httpx" in modules and modules.isdisjoint({"click", "rich", "pygments", "psycopg"})
