@@ -33,6 +33,7 @@ _EXPORTS: dict[str, str] = {
     "Jobs": "jobs",
     "Lease": "leases",
     "LeaseOutcome": "leases",
+    "PostgrestBackend": "backends.postgrest",
     "Principal": "principals",
     "Queue": "jobs",
     "QueueBackend": "backends",
@@ -75,6 +76,7 @@ __all__ = [
     "Lease",
     "LeaseOutcome",
     "Position",
+    "PostgrestBackend",
     "Principal",
     "Queue",
     "QueueBackend",
@@ -95,14 +97,16 @@ __all__ = [
     "install",
     "lease",
     "next_cron_run",
+    "sync",
     "testing",
     "verify",
     "with_lease",
 ]
 
 if TYPE_CHECKING:
-    from . import codes, testing
+    from . import codes, sync, testing
     from .backends import QueueBackend
+    from .backends.postgrest import PostgrestBackend
     from .codes import Discard, Skip
     from .drain import DevDrain, DrainRoute, dev_drain, dev_drain_secret
     from .errors import DrainpipeError, Retry
@@ -129,7 +133,7 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("testing", "codes"):
+    if name in ("testing", "codes", "sync"):
         return importlib.import_module(f".{name}", __name__)
     module = _EXPORTS.get(name)
     if module is None:
