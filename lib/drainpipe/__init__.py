@@ -27,6 +27,7 @@ _EXPORTS: dict[str, str] = {
     "Jobs": "jobs",
     "Lease": "leases",
     "LeaseOutcome": "leases",
+    "ManagementClient": "admin.client",
     "Principal": "principals",
     "Queue": "jobs",
     "QueueBackend": "backends",
@@ -64,6 +65,7 @@ __all__ = [
     "Jobs",
     "Lease",
     "LeaseOutcome",
+    "ManagementClient",
     "Principal",
     "Queue",
     "QueueBackend",
@@ -89,6 +91,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from . import testing
+    from .admin.client import ManagementClient
     from .backends import QueueBackend
     from .drain import DevDrain, DrainRoute, dev_drain, dev_drain_secret
     from .errors import DrainpipeError, Retry

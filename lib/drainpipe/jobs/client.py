@@ -41,6 +41,7 @@ from ..validation import (
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
 
+    from ..admin.api import ManagementApp
     from ..drain import DrainRoute
     from .queue import Queue
 
@@ -547,3 +548,9 @@ class Jobs(ScheduleMixin):
         from ..drain import DrainRoute
 
         return DrainRoute(self, **options)
+
+    def management_app(self, **options: Any) -> ManagementApp:
+        """The Job Inbox's ASGI app (API, admin page): see :class:`drainpipe.admin.api.ManagementApp`."""
+        from ..admin.api import ManagementApp
+
+        return ManagementApp(self, **options)
