@@ -84,6 +84,8 @@ class CursorSigner:
             position = _unb64(body).decode("utf-8")
         except (binascii.Error, ValueError):
             raise cursor_invalid() from None
+        if _b64(tag) != tag_text:  # base64's spare bits: one tag, one spelling
+            raise cursor_invalid()
         if not hmac.compare_digest(tag, self._tag(route, filters, actor, body)):
             raise cursor_invalid()
         return position
