@@ -63,6 +63,7 @@ _PAGE = r"""<!doctype html>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>Job Inbox · {{target}}</title>
+<link rel="icon" href="data:,">
 <style nonce="{{nonce}}">
 :root { color-scheme: light dark; --line: #8884; --muted: #777; --bad: #c0392b; --ok: #1e8449; }
 * { box-sizing: border-box; }
