@@ -309,8 +309,8 @@ button { cursor: pointer; }
     field(list, "started", utc(job.started_at));
     field(list, "finished", utc(job.finished_at));
     field(list, "deadline", utc(job.deadline));
-    field(list, "replay of", job.parent_id);
-    field(list, "replayed by", job.replayed_by);
+    field(list, "replay of", job.parent_id == null ? null : "#" + job.parent_id);
+    field(list, "replayed by", job.replayed_by == null ? null : "#" + job.replayed_by);
     const tbody = $("attempts"); tbody.replaceChildren();
     for (const a of job.history || []) {
       const row = document.createElement("tr");
