@@ -29,7 +29,13 @@ class ServedApp:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         config = uvicorn.Config(
-            app, host="127.0.0.1", port=0, lifespan="off", log_level="warning", ws="none"
+            app,
+            host="127.0.0.1",
+            port=0,
+            lifespan="off",
+            log_level="warning",
+            ws="none",
+            interface="asgi3",
         )
         self.server = uvicorn.Server(config)
         self.task: Future[None] = asyncio.run_coroutine_threadsafe(self.server.serve(), self.loop)

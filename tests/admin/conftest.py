@@ -40,7 +40,8 @@ class Inbox:
     url: str
 
     async def dead_job(self, queue: str = "emails") -> int:
-        """A job that failed its only attempt (its payload and error carry the markers)."""
+        """A job that failed its only attempt (its payload and error carry the markers); call
+        it before other jobs of ``queue`` are enqueued (it claims the oldest)."""
         job_id = await self.jobs.enqueue(queue, {"secret": PAYLOAD_MARKER}, max_attempts=1)
         [job] = await self.jobs.claim(queue, lease=60)
         assert job.id == job_id

@@ -25,7 +25,7 @@ import logging
 import re
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any
 
 from ..errors import DrainpipeError, invalid_request
 from ..http import (
@@ -38,6 +38,7 @@ from ..http import (
     problem_response,
     serve_lifespan,
 )
+from ..models import Position
 from ..ops import management as ops
 from ..principals import Authorize, Principal
 from ..validation import INT8_MAX, MAX_NAME_LENGTH, text_fault
@@ -66,31 +67,11 @@ JOB_NOT_CANCELLABLE = "JOB_NOT_CANCELLABLE"
 JOB_NOT_DEAD = "JOB_NOT_DEAD"
 JOB_ALREADY_REPLAYED = "JOB_ALREADY_REPLAYED"
 MAX_LIMIT = 500
+MAX_TENANT_LENGTH = 200  # as Jobs.list_records takes it
 DEFAULT_LIMIT = 100
 
 _JOB_PATH = re.compile(r"^/jobs/(?P<queue>[^/]+)/(?P<id>[^/]+)(?:/(?P<action>cancel|replay))?$")
 _API_HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
-
-
-class RecordSource(Protocol):
-    """What the app reads jobs through (a :class:`~drainpipe.Jobs`)."""
-
-    @property
-    def queue_names(self) -> list[str]: ...
-
-    async def get(self, queue: str, job_id: int) -> Any: ...
-
-    async def list_records(
-        self,
-        queue: str | None = None,
-        *,
-        state: str | None = None,
-        tenant: str | None = None,
-        limit: int = 100,
-        before: Any = None,
-    ) -> tuple[list[Any], Any]: ...
-
-    async def close(self) -> None: ...
 
 
 def _not_found(message: str, code: str) -> DrainpipeError:
@@ -115,12 +96,12 @@ def parse_limit(raw: str | None) -> int:
     return value
 
 
-def _filter_text(value: str | None, name: str) -> str | None:
+def _filter_text(value: str | None, name: str, longest: int = MAX_NAME_LENGTH) -> str | None:
     if value is None or value == "":
         return None
-    if len(value) > MAX_NAME_LENGTH or text_fault(value) is not None:
+    if len(value) > longest or text_fault(value) is not None:
         raise invalid_request(
-            f"{name} must be at most {MAX_NAME_LENGTH} characters of text", code=FILTER_INVALID
+            f"{name} must be at most {longest} characters of text", code=FILTER_INVALID
         )
     return value
 
@@ -163,7 +144,7 @@ class ManagementApp:
             )
         from ..idempotency import Idempotency
 
-        self.jobs = cast(RecordSource, jobs)
+        self.jobs = jobs
         self.db = db
         self.authorize = authorize
         self.cursors = CursorSigner(cursor_secret, target)
@@ -325,7 +306,7 @@ class ManagementApp:
         state = _filter_text(params.get("state"), "state")
         if state is not None and state not in STATES:
             raise invalid_request(f"state must be one of {', '.join(STATES)}", code=STATE_INVALID)
-        tenant = _filter_text(params.get("tenant"), "tenant")
+        tenant = _filter_text(params.get("tenant"), "tenant", MAX_TENANT_LENGTH)
         filters = {"queue": queue, "state": state, "tenant": tenant}
         before = None
         cursor = params.get("cursor")
@@ -433,17 +414,14 @@ class ManagementApp:
         return self._body({"id": result.new_job_id, "parent_id": job_id}, status=201)
 
 
-def _parse_position(text: str) -> Any:
-    import importlib
-
-    position = importlib.import_module("drainpipe.jobs.records").Position
+def _parse_position(text: str) -> Position:
     try:
-        return position.parse(text)
+        return Position.parse(text)
     except (ValueError, DrainpipeError):
         raise invalid_request("This cursor is not valid here", code="CURSOR_INVALID") from None
 
 
-def _position_text(position: Any) -> str:
+def _position_text(position: Position) -> str:
     return str(position)
 
 
