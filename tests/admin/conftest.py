@@ -38,6 +38,13 @@ class Inbox:
     app: ManagementApp
     http: httpx.AsyncClient
     url: str
+    backend: str = "pgmq"
+
+    def lock_statement(self, queue: str = "emails") -> str:
+        """Locks a dead job's row where replay takes its lock (``%s``: the job id)."""
+        if self.backend == "table":
+            return "SELECT 1 FROM drainpipe.job_messages WHERE id = %s FOR UPDATE"
+        return f"SELECT 1 FROM pgmq.a_{queue} WHERE msg_id = %s FOR UPDATE"
 
     async def dead_job(self, queue: str = "emails") -> int:
         """A job that failed its only attempt (its payload and error carry the markers); call
