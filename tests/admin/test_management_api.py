@@ -183,3 +183,13 @@ async def test_mounted_below_a_prefix_the_routes_and_the_page_follow(inbox: Inbo
         audit = await http.get("/api/jobs/audit", headers=bearer(ADMIN))
         assert audit.status_code == 200 and audit.json()["data"] == []
         problem(await http.get("/api/jobs/nothing", headers=bearer(ADMIN)), 404, "ROUTE_NOT_FOUND")
+
+
+async def test_head_answers_the_headers_of_get_without_a_body(inbox: Inbox) -> None:
+    page = await inbox.http.head("/")
+    assert page.status_code == 200 and page.content == b""
+    assert "content-security-policy" in page.headers
+    audit = await inbox.http.head("/audit", headers=bearer(ADMIN))
+    assert audit.status_code == 200 and audit.content == b""
+    refused = await inbox.http.head("/audit", headers=bearer(VIEWER))
+    assert refused.status_code == 403 and refused.content == b""

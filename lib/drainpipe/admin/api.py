@@ -196,13 +196,16 @@ class ManagementApp:
         path = self.route_path(request.scope)
         instance = request.url.path
         try:
-            return await self._route(request, path)
+            response = await self._route(request, path)
         except DrainpipeError as exc:
-            return self._problem(exc, instance)
+            response = self._problem(exc, instance)
         except Exception:
             # the reason goes to the log; the caller gets no detail (it may name internals)
             logger.exception("Job Inbox: %s %s failed", request.method, instance)
-            return self._problem(DrainpipeError("unexpected", "Unexpected error"), instance)
+            response = self._problem(DrainpipeError("unexpected", "Unexpected error"), instance)
+        if request.method.upper() == "HEAD" and isinstance(response, Response):
+            response.body = b""  # the headers of the GET, no body
+        return response
 
     def _problem(
         self, error: DrainpipeError, instance: str, headers: Mapping[str, str] | None = None
