@@ -28,14 +28,20 @@ def browser() -> Iterator[Any]:
 
 
 class LoseFirstReplayAnswer:
-    """Runs the first replay for real, then answers 503 as if its answer had been lost."""
+    """Runs the first replay for real, then answers 503 as if its answer had been lost;
+    while ``database_down`` is set, the list answers 503 as when Postgres is unreachable."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
         self.lost = 0
         self.keys: list[str] = []
+        self.database_down = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == "/jobs" and self.database_down:
+            error = DrainpipeError("network", "Database unreachable")
+            await problem_response(error, scope["path"])(scope, receive, send)
+            return
         if scope["type"] == "http" and scope["path"].endswith("/replay"):
             headers = dict(scope["headers"])
             self.keys.append(headers.get(b"idempotency-key", b"").decode())
@@ -190,6 +196,20 @@ def test_lists_refreshes_and_pages_without_losing_the_position(page: Page) -> No
 
     Select(page.by_id("state-filter")).select_by_visible_text("succeeded")
     page.visible("empty")
+
+
+def test_an_outage_shows_an_error_and_the_next_refresh_recovers(page: Page) -> None:
+    [job_id] = page.enqueue(1)
+    page.open(VIEWER)
+    page.listed([job_id])
+    lossy: LoseFirstReplayAnswer = page.lossy  # type: ignore[attr-defined]
+    lossy.database_down = True
+    error = page.visible("error")
+    assert error.text == "Could not load jobs: Database unreachable"
+    assert page.job_ids() == [job_id]  # the last good page stays on screen
+    lossy.database_down = False
+    page.wait(lambda d: not page.by_id("error").is_displayed())
+    page.listed([job_id])
 
 
 def test_the_history_dialog_survives_refreshes_and_escape_returns_focus(page: Page) -> None:
