@@ -228,8 +228,9 @@ def test_the_history_dialog_survives_refreshes_and_escape_returns_focus(page: Pa
     seen = int(body.get_attribute("data-refreshes"))
     page.wait(lambda d: int(body.get_attribute("data-refreshes")) >= seen + 2)
     assert dialog.is_displayed()  # two refreshes later the dialog is still open
-    # a viewer sees no write control
+    # a viewer sees no write control, nor the audit log
     assert not page.by_id("write-controls").is_displayed()
+    assert not page.by_id("show-audit").is_displayed()
     assert not page.by_id("cancel-job").is_displayed()
     page.driver.switch_to.active_element.send_keys(Keys.ESCAPE)
     page.wait(lambda d: not dialog.is_displayed())
@@ -252,6 +253,12 @@ def test_an_admin_cancels_through_the_confirmation(page: Page) -> None:
     page.wait(lambda d: "is cancelled" in page.by_id("action-result").text)
     page.wait(lambda d: "cancelled" in page.by_id("job-fields").text)
     assert page.audit() == [("ops@example.com", "cancel", job_id, "ok", None, None, None)]
+    # the audit log, for admins, shows it
+    page.by_id("dialog-close").click()
+    page.visible("show-audit").click()
+    rows = page.visible("audit-rows")
+    page.wait(lambda d: f"emails #{job_id}" in rows.text)
+    assert "ops@example.com" in rows.text and "cancel" in rows.text and "ok" in rows.text
 
 
 def test_an_admin_replays_and_a_lost_answer_is_retried_with_the_same_key(page: Page) -> None:

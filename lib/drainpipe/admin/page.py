@@ -92,8 +92,17 @@ button { cursor: pointer; }
 <header>
   <h1>Job Inbox <span class="muted">· {{target}}</span></h1>
   <span id="whoami" class="muted"></span>
+  <button id="show-audit" type="button" hidden aria-expanded="false">Audit log</button>
   <button id="sign-out" type="button" hidden>Sign out</button>
 </header>
+
+<section id="audit" hidden aria-label="Audit log">
+  <h2>Audit log <span class="muted">(newest first)</span></h2>
+  <p id="audit-empty" class="muted" hidden>No cancel or replay yet.</p>
+  <table id="audit-table"><thead><tr><th>At (UTC)</th><th>Actor</th><th>Action</th><th>Job</th>
+    <th>Outcome</th><th>Code</th><th>New job</th></tr></thead><tbody id="audit-rows"></tbody></table>
+  <button id="audit-more" type="button" hidden>Older entries</button>
+</section>
 
 <section id="sign-in" hidden>
   <form id="token-form" class="notice">
@@ -191,6 +200,7 @@ button { cursor: pointer; }
 
   function signIn(message) {
     show("inbox", false); show("sign-out", false); show("sign-in", true);
+    show("audit", false); show("show-audit", false);
     $("whoami").textContent = message || "";
     $("token-input").value = "";
     $("token-input").focus();
@@ -265,6 +275,8 @@ button { cursor: pointer; }
       const { body } = await call("GET", query());
       show("error", false); show("unauthorized", false);
       view.role = body.meta.role; view.next = body.meta.next_cursor;
+      show("show-audit", view.role === "admin");
+      if (view.role === "admin" && !$("audit").hidden && reason === "refresh") loadAudit(false);
       $("whoami").textContent = body.meta.actor + " (" + body.meta.role + ")";
       renderQueues(body.meta.queues);
       renderJobs(body.data);
@@ -288,6 +300,39 @@ button { cursor: pointer; }
       show("loading", false);
     }
   }
+
+  let auditNext = null;
+  async function loadAudit(more) {
+    try {
+      const params = new URLSearchParams({ limit: "50" });
+      if (more && auditNext) params.set("cursor", auditNext);
+      const { body } = await call("GET", "/audit?" + params.toString());
+      const tbody = $("audit-rows");
+      if (!more) tbody.replaceChildren();
+      for (const entry of body.data) {
+        const row = document.createElement("tr");
+        cell(row, utc(entry.at)); cell(row, entry.actor); cell(row, entry.action);
+        cell(row, entry.queue + " #" + entry.job_id); cell(row, entry.outcome);
+        cell(row, entry.code, "code"); cell(row, entry.new_job_id == null ? "" : "#" + entry.new_job_id);
+        tbody.appendChild(row);
+      }
+      auditNext = body.meta.next_cursor;
+      show("audit-more", !!auditNext);
+      show("audit-empty", tbody.children.length === 0);
+    } catch (error) {
+      if (!(error instanceof Problem) || !notAuthorized(error)) {
+        $("error").textContent = "Could not load the audit log: " + error.message;
+        show("error", true);
+      }
+    }
+  }
+  $("show-audit").addEventListener("click", () => {
+    const open = $("audit").hidden;
+    show("audit", open);
+    $("show-audit").setAttribute("aria-expanded", String(open));
+    if (open) loadAudit(false);
+  });
+  $("audit-more").addEventListener("click", () => loadAudit(true));
 
   function field(list, name, value) {
     const dt = document.createElement("dt"); dt.textContent = name;
@@ -404,7 +449,9 @@ button { cursor: pointer; }
     sessionStorage.setItem(TOKEN, value);
     start();
   });
-  $("sign-out").addEventListener("click", () => { sessionStorage.removeItem(TOKEN); closeDialog(); signIn(); });
+  $("sign-out").addEventListener("click", () => {
+    sessionStorage.removeItem(TOKEN); closeDialog(); show("audit", false); show("show-audit", false); signIn();
+  });
   for (const id of ["queue-filter", "state-filter"]) {
     $(id).addEventListener("change", () => { view.cursors = [""]; view.page = 0; load("filter"); });
   }
