@@ -62,7 +62,9 @@ def test_function_files_import_no_heavy_module() -> None:
     # what Vercel loads on a cold start: api/*.py and the apps they import from functions/.
     # pydantic (the payload validator) and psycopg (the pool) load on the first request,
     # and no web framework at all (it cost 320-386 ms per import before).
-    modules = imported_modules("import api.drain, api.orders, api.billing_webhook", cwd=ROOT)
+    modules = imported_modules(
+        "import api.drain, api.orders, api.billing_webhook, api.jobs", cwd=ROOT
+    )
     assert {"api", "functions", "drainpipe"} <= modules  # the parse works
     heavy = {*HEAVY, "starlette", "standardwebhooks"}
     assert modules.isdisjoint(heavy), sorted(modules & heavy)
