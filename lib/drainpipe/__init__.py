@@ -97,13 +97,14 @@ __all__ = [
     "install",
     "lease",
     "next_cron_run",
+    "sync",
     "testing",
     "verify",
     "with_lease",
 ]
 
 if TYPE_CHECKING:
-    from . import codes, testing
+    from . import codes, sync, testing
     from .backends import QueueBackend
     from .backends.postgrest import PostgrestBackend
     from .codes import Discard, Skip
@@ -132,7 +133,7 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("testing", "codes"):
+    if name in ("testing", "codes", "sync"):
         return importlib.import_module(f".{name}", __name__)
     module = _EXPORTS.get(name)
     if module is None:

@@ -69,6 +69,53 @@ def test_function_files_import_no_heavy_module() -> None:
     assert modules.isdisjoint(heavy), sorted(modules & heavy)
 
 
+def test_import_drainpipe_sync_is_light_and_loads_no_asyncio() -> None:
+    # a Django or Flask worker imports the sync twin at start-up: nothing heavy, no asyncio
+    modules = imported_modules(
+        "import drainpipe.sync\n"
+        "from drainpipe.sync import Idempotency, Jobs, Lease, WebhookInbox, lease, with_lease\n"
+        "from drainpipe.contrib.django import IdempotencyMiddleware\n"
+    )
+    assert "drainpipe" in modules  # the parse works
+    assert modules.isdisjoint({*HEAVY, "asyncio", "starlette", "django"}), sorted(
+        modules & {*HEAVY, "asyncio", "starlette", "django"}
+    )
+
+
+def test_the_sync_path_runs_no_event_loop(db_url: str) -> None:
+    # psycopg imports asyncio itself, so the check is that no event loop is ever made:
+    # every sync call below runs with the event loop's constructor refusing to run
+    code = f"""
+import asyncio, psycopg, psycopg_pool, pydantic
+
+def refuse(*args, **kwargs):
+    raise AssertionError("an event loop was created on the sync path")
+
+asyncio.BaseEventLoop.__init__ = refuse
+from drainpipe import sync
+with sync.Jobs({db_url!r}, {{"q": dict}}) as jobs:
+    jobs.enqueue("q", {{"n": 1}})
+    jobs.enqueue_many("q", [{{"n": 2}}])
+    jobs.schedule("s", "@daily", "q", {{}})
+    jobs.run_schedules()
+    report = jobs.drain("q", lambda payload, job: None, lease=5)
+    assert report.succeeded == 2, report
+    assert jobs.stats()["q"].ready == 0
+with sync.Idempotency({db_url!r}) as idem:
+    begun = idem.begin("k", "fp")
+    assert idem.complete("k", begun.holder, 200, b"ok")
+with sync.lease({db_url!r}, "k") as held:
+    assert held is not None and held.extend()
+with sync.WebhookInbox({db_url!r}, source="s") as inbox:
+    assert not inbox.store(id="1", payload={{}}).duplicate
+print("ok")
+"""
+    result = subprocess.run(  # noqa: S603 - our own interpreter, fixed arguments
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+
+
 COLD_BUILD = """
 import json, sys, time
 t0 = time.perf_counter()

@@ -22,9 +22,10 @@ from ..backends.capabilities import (
 from ..codes import CANCELLED
 from ..engine.core import CLAIM_RETRIES, JOB_HEARTBEAT_FLOOR, run_deadline
 from ..engine.runner import ClaimableSource, Runner, call_hook
-from ..models import Job, JobContext, WorkReport
+from ..models import Job, WorkReport
 from ..telemetry import active_telemetry
 from ..validation import positive_int, seconds
+from .rules import hand_over
 
 if TYPE_CHECKING:
     from .client import Handler, Jobs, OnError
@@ -105,18 +106,7 @@ class JobSource:
         return reasons
 
     def start(self, item: Job[Any]) -> Any:
-        payload = self._validate(item.payload)
-        # The claimed Job has not left the worker yet, so it takes the validated payload in
-        # place: building a second frozen dataclass per job costs a microsecond on this path.
-        fields = item.__dict__
-        fields["payload"] = payload
-        if self._all_tenants:
-            context = item.context
-            if context.tenant is None and not context.all_tenants:
-                fields["context"] = JobContext(
-                    actor=context.actor, tenant=None, all_tenants=True, trace=context.trace
-                )
-        return self._handler(payload, item)
+        return self._handler(hand_over(item, self._validate, self._all_tenants), item)
 
     def fields(self, item: Job[Any] | None) -> dict[str, Any]:
         """The ``extra`` of a log record about ``item`` (stable names: docs/observability.md)."""
