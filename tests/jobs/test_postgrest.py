@@ -408,7 +408,14 @@ async def test_api_roles_cannot_call_the_api_directly(jobs_db_url: str) -> None:
                 " WHERE n.nspname = 'drainpipe_api' AND NOT p.prosecdef"
             )
         ).fetchall()
+        overloaded = await (
+            await c.execute(
+                "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+                " WHERE n.nspname = 'drainpipe_api' GROUP BY p.proname HAVING count(*) > 1"
+            )
+        ).fetchall()
     assert rows == []  # every function runs as its owner
+    assert overloaded == []  # PostgREST picks by argument names: one function per name
 
 
 @pytest.mark.parametrize("exposed", [("public",), EXPOSED])
