@@ -14,6 +14,8 @@ __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
     "Actor": "models",
+    "AgentInboxes": "agents",
+    "Envelope": "agents",
     "Begin": "idempotency",
     "DeadJob": "models",
     "DevDrain": "drain",
@@ -51,12 +53,14 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "Actor",
+    "AgentInboxes",
     "Begin",
     "DeadJob",
     "DevDrain",
     "DrainRoute",
     "DrainpipeError",
     "EnsureResult",
+    "Envelope",
     "Idempotency",
     "InboxEntry",
     "Job",
@@ -89,6 +93,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from . import testing
+    from .agents import AgentInboxes, Envelope
     from .backends import QueueBackend
     from .drain import DevDrain, DrainRoute, dev_drain, dev_drain_secret
     from .errors import DrainpipeError, Retry

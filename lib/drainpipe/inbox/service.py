@@ -89,6 +89,7 @@ class WebhookInbox:
     * ``max_attempts``: tries before a message is dead (each message keeps the limit it
       arrived with); ``max_body_bytes``: larger bodies get 413 before they are read in full.
     * ``worker``: this process's id in the locks (default ``worker-<8 hex>``).
+    * ``app``: the sending application (``"stripe"``), named in agent inbox envelopes.
     """
 
     def __init__(
@@ -106,7 +107,19 @@ class WebhookInbox:
         worker: str | None = None,
         problem: Callable[[dict[str, Any], DrainpipeError], dict[str, Any]] | None = None,
         now: Callable[[], datetime] | None = None,
+        app: str | None = None,
     ) -> None:
+        if app is not None and (
+            not isinstance(app, str)
+            or not app
+            or len(app) > MAX_NAME_LENGTH
+            or text_fault(app) is not None
+        ):
+            raise ValueError(
+                f"app must be a non-empty string of at most {MAX_NAME_LENGTH} characters"
+            )
+        # `app` is the ASGI method of this object: the sender's name is kept as app_name
+        self.app_name = app
         if not isinstance(source, str) or not source or text_fault(source) is not None:
             raise ValueError(f"source must be a non-empty string, not {source!r}")
         if len(source) > MAX_NAME_LENGTH:  # indexed with every message id
@@ -235,7 +248,7 @@ class WebhookInbox:
         kept = {
             name: request.headers[name] for name in self.keep_headers if name in request.headers
         }
-        return await self._store(message_id, text, event_type, tenant, kept)
+        return await self._store(message_id, text, event_type, tenant, kept, verified=True)
 
     # -- storage -------------------------------------------------------------------------
 
@@ -247,10 +260,12 @@ class WebhookInbox:
         type: str | _Missing | None = MISSING,
         tenant: str | _Missing | None = MISSING,
         headers: Mapping[str, str] | None = None,
+        verified: bool = False,
     ) -> Stored:
         """Store an event that was verified elsewhere (e.g. by a provider's SDK).
 
-        ``type``/``tenant`` default to ``type_of(payload)``/``tenant_of(payload)`` when not
+        ``verified=True`` says its signature was checked (agent inbox envelopes show it;
+        false by default). ``type``/``tenant`` default to ``type_of(payload)``/``tenant_of(payload)`` when not
         passed (passing ``None`` stores none). Returns ``Stored(id, duplicate)``; a duplicate
         (same source, tenant and id) keeps the first payload.
         """
@@ -261,7 +276,10 @@ class WebhookInbox:
         for label, value in (("id", id), ("type", event_type), ("tenant", tenant)):
             if isinstance(value, str):
                 check_text(value, label, allow_empty=label != "id")
-        return await self._store(id, dump_json(payload).decode("utf-8"), event_type, tenant, kept)
+        if not isinstance(verified, bool):
+            raise TypeError("verified must be True or False")
+        text = dump_json(payload).decode("utf-8")
+        return await self._store(id, text, event_type, tenant, kept, verified=verified)
 
     async def _store(
         self,
@@ -270,6 +288,8 @@ class WebhookInbox:
         event_type: Any,
         tenant: Any,
         headers: dict[str, Any],
+        *,
+        verified: bool,
     ) -> Stored:
         if isinstance(message_id, int) and not isinstance(message_id, bool):
             message_id = str(message_id)
@@ -281,6 +301,8 @@ class WebhookInbox:
             dump_json(headers, "headers").decode("utf-8"),
             _tenant(tenant),
             self.max_attempts,
+            self.app_name,
+            verified,
         )
         stored_id, duplicate = ops.parse_receive(await self._db.fetch(ops.RECEIVE, params))
         return Stored(id=stored_id, duplicate=duplicate)

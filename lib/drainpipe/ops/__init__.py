@@ -7,7 +7,7 @@ the async :class:`drainpipe.db.Database` (in ``backends/sql.py``, ``idempotency/
 twin is another executor rather than a copy of the SQL and the parsing.
 
 Shape, per operation ``x`` of a module (``ops.jobs``, ``ops.schedules``,
-``ops.idempotency``, ``ops.leases``, ``ops.inbox``):
+``ops.idempotency``, ``ops.leases``, ``ops.inbox``, ``ops.agents``):
 
 - ``X``: the statement, a precomputed string with ``%s`` placeholders; it calls exactly one
   ``drainpipe.<function>(`` (written out literally, so a rename of the SQL functions is a
@@ -23,15 +23,25 @@ plus two function calls, no allocation of its own.
 
 from __future__ import annotations
 
-from . import idempotency, inbox, jobs, leases, schedules
+from . import agents, idempotency, inbox, jobs, leases, schedules
 from ._types import Params, Row
 
-__all__ = ["STATEMENTS", "Params", "Row", "idempotency", "inbox", "jobs", "leases", "schedules"]
+__all__ = [
+    "STATEMENTS",
+    "Params",
+    "Row",
+    "agents",
+    "idempotency",
+    "inbox",
+    "jobs",
+    "leases",
+    "schedules",
+]
 
 #: Every statement of every operation, by ``<module>.<CONSTANT>`` (for checks and tools).
 STATEMENTS: dict[str, str] = {
     f"{module.__name__.rpartition('.')[2]}.{name}": value
-    for module in (jobs, schedules, idempotency, leases, inbox)
+    for module in (jobs, schedules, idempotency, leases, inbox, agents)
     for name, value in vars(module).items()
     if name.isupper() and isinstance(value, str) and value.startswith("SELECT ")
 }
