@@ -161,7 +161,8 @@ class AgentInboxes:
         (id_, name, lease, hold, attempts, order, ack, allowed, priority, view, cap) = rows[0]
         found = InboxSettings(
             id_, name, lease, hold, attempts, order, ack, tuple(allowed),
-            None if priority is None else tuple(priority), view, cap,
+            None if priority is None else tuple(priority),
+            None if view is None else {name: path for name, path in view}, cap,
         )  # fmt: skip
         self._settings[inbox_id] = (found, loop_time)
         return found
@@ -211,7 +212,7 @@ class AgentInboxes:
         cap = whole_number(view_max_bytes, "view_max_bytes", 64, 1048576)
         params = ops.create_inbox_params(
             name, lease, hold, attempts, order, ack, allowed, priority,
-            None if paths is None else dump_json(paths).decode(), cap,
+            None if paths is None else dump_json(list(paths.items())).decode(), cap,
         )  # fmt: skip
         inbox_id = ops.parse_text(await self._db.fetch(ops.CREATE_INBOX, params))
         assert inbox_id is not None

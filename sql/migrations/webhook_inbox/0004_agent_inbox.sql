@@ -31,7 +31,8 @@ CREATE TABLE IF NOT EXISTS drainpipe.agent_inboxes (
     allowed_ack text[] NOT NULL DEFAULT ARRAY['manual', 'pickup']
         CONSTRAINT agent_inbox_allowed_ack CHECK (allowed_ack <@ ARRAY['manual', 'pickup'] AND cardinality(allowed_ack) > 0),
     priority_path text[],
-    -- {"name": ["path", "to"]}: the envelope's view; NULL = the whole body
+    -- [["name", ["path", "to"]], ...]: the envelope's view, in this order (a jsonb object
+    -- would reorder its keys, and the byte cap keeps the first ones); NULL = the whole body
     view_paths jsonb,
     view_max_bytes integer NOT NULL DEFAULT 8192
         CONSTRAINT agent_inbox_view_max_bytes CHECK (view_max_bytes BETWEEN 64 AND 1048576),
