@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("drainpipe.agents")
 
+Handler = Callable[["Request", Principal], Awaitable["Response"]]
+
 UNAUTHORIZED = "UNAUTHORIZED"
 INVALID_BODY = "INVALID_BODY"
 
@@ -90,8 +92,6 @@ def build_app(agents: AgentInboxes, *, authorize: Any, budget: float = 25.0) -> 
         or not RESERVE < budget <= 900
     ):
         raise ValueError(f"budget must be seconds, more than {RESERVE:g} and at most 900")
-
-    Handler = Callable[[Request, Principal], Awaitable[Response]]
 
     def route(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
