@@ -252,9 +252,18 @@ async def test_drainpipe_dev_serves_functions_and_drains(db_url: str) -> None:
         assert re.fullmatch(r"[0-9a-f]{64}", secret)
         hook_secret = next(line.split("=", 1)[1] for line in lines if "WEBHOOK_SECRET=" in line)
         assert re.fullmatch(r"whsec_[A-Za-z0-9+/]{43}=", hook_secret)
+        agent_token = next(line.split("=", 1)[1] for line in lines if "AGENT_TOKEN=" in line)
+        assert re.fullmatch(r"agt_[A-Za-z0-9_-]{32}", agent_token)
         for path in ("/api/drain", "/api/orders", "/api/billing_webhook", "/api/billing-webhook"):
             assert any(f"{url}{path}  (api/" in line for line in lines), path
+        assert any(f"{url}/v1/:path*  (api/agent_inbox.py)" in line for line in lines)
         async with httpx.AsyncClient(base_url=url) as client:
+            # the agent inbox function creates its inbox on its first request and logs its id
+            agent = {"authorization": f"Bearer {agent_token}"}
+            first = await client.get("/v1/agent/inbox/inb_unknown/next", headers=agent)
+            assert first.status_code == 404 and first.json()["code"] == "INBOX_NOT_FOUND"
+            assert _read_until(process, lines, r"agent inbox billing-agent is inb_"), lines
+            inbox_id = re.findall(r"billing-agent is (inb_[0-9a-f]+)", "\n".join(lines))[0]
             # the billing function is configured in dev (it answered 503 without a secret)
             body = '{"type": "invoice.paid"}'
             stamp = datetime.now(UTC)
@@ -266,6 +275,9 @@ async def test_drainpipe_dev_serves_functions_and_drains(db_url: str) -> None:
             }
             stored = await client.post("/api/billing-webhook", content=body, headers=headers)
             assert stored.status_code == 202, stored.text
+            pulled = await client.get(f"/v1/agent/inbox/{inbox_id}/next", headers=agent)
+            [event] = pulled.json()["events"]
+            assert event["type"] == "invoice.paid" and event["verified"] is True
             # what Vercel would 404 is a 404 here too
             assert (await client.get("/api/drain/")).status_code == 404
         assert await _enqueue_and_wait(db_url) == 1, "\n".join(

@@ -34,7 +34,7 @@ def run(conn: psycopg.Connection[Any], statement: str, params: ops.Params) -> li
 
 def test_every_operation_module_contributes_statements() -> None:
     modules = {name.partition(".")[0] for name in ops.STATEMENTS}
-    assert modules == {"jobs", "schedules", "idempotency", "leases", "inbox"}
+    assert modules == {"jobs", "schedules", "idempotency", "leases", "inbox", "agents"}
     called = {_FUNCTION.findall(statement)[0] for statement in ops.STATEMENTS.values()}
     assert called == {
         f"{name}_v1"
@@ -46,10 +46,13 @@ def test_every_operation_module_contributes_statements() -> None:
             *("claim_due_schedules", "advance_schedule"),
             *("begin_idempotent", "complete_idempotent", "release_idempotent"),
             *("purge_idempotency_keys", "acquire_lease", "extend_lease", "release_lease"),
-            *("receive_webhook", "claim_webhooks", "extend_webhooks", "complete_webhook"),
+            *("claim_webhooks", "extend_webhooks", "complete_webhook"),
             *("fail_webhook", "checkpoint_webhook", "list_webhooks", "purge_webhooks"),
+            *("agent_create_inbox", "agent_inbox", "agent_subscribe", "agent_next"),
+            *("agent_claim", "agent_events", "agent_ack", "agent_release", "agent_extend"),
+            *("agent_raw", "agent_stream_acquire", "agent_stream_renew", "agent_stream_release"),
         )
-    }
+    } | {"receive_webhook_v2"}
 
 
 @pytest.mark.parametrize("backend", ["pgmq", "table"])

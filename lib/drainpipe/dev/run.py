@@ -28,7 +28,14 @@ if TYPE_CHECKING:
 
     from ..sqlmodules import Backend
 
-from .console import Console, console_logging, dev_webhook_secret, draining_line, stats_line
+from .console import (
+    Console,
+    console_logging,
+    dev_token,
+    dev_webhook_secret,
+    draining_line,
+    stats_line,
+)
 from .functions import FunctionsApp
 from .server import PortInUse, RunningServer, bind, start_server
 
@@ -134,6 +141,8 @@ async def run_dev(
         env["DATABASE_URL"] = database_url
         secret = dev_drain_secret(env)
         webhook_secret = dev_webhook_secret(env)
+        agent_token = dev_token(env, "AGENT_TOKEN", "agt_")
+        dev_token(env, "AGENT_LEASE_SECRET", "")
         app = FunctionsApp.load(functions)
         server = await start_server(app, host=host, sock=sock)
         await _serve(
@@ -148,7 +157,11 @@ async def run_dev(
                 f"  database   {database_url}{database_note}",
                 f"  modules    {', '.join(modules)} ({'applied' if applied else 'up to date'})",
             ],
-            shown_secrets={"CRON_SECRET": secret, "WEBHOOK_SECRET": webhook_secret},
+            shown_secrets={
+                "CRON_SECRET": secret,
+                "WEBHOOK_SECRET": webhook_secret,
+                "AGENT_TOKEN": agent_token,
+            },
             start_drain=dev_drain,
         )
     finally:
