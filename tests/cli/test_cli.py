@@ -62,9 +62,10 @@ def test_sql_add_writes_numbered_migrations_that_continue(tmp_path: Path, capsys
     assert sorted(p.name for p in out.iterdir())[4:] == [
         "0005_drainpipe_webhook_inbox_0001_release_0.sql",
         "0006_drainpipe_webhook_inbox_0002_v1_functions.sql",
+        "0007_drainpipe_webhook_inbox_0004_agent_inbox.sql",
     ]
     assert main(["sql", "add", "jobs", "--contract", "--out", str(out)]) == 0
-    assert (out / "0007_drainpipe_jobs_0003_contract_drop_unversioned.sql").is_file()
+    assert (out / "0008_drainpipe_jobs_0003_contract_drop_unversioned.sql").is_file()
 
 
 def test_sql_add_after_release_0s_single_file_writes_the_rest(tmp_path: Path) -> None:
@@ -121,6 +122,7 @@ def test_sql_apply_installs_every_module_once(empty_db_url: str, capsys: Any) ->
         f"pending: {module} {migration}"
         for module in MODULES
         for migration in ("0001_release_0", "0002_v1_functions")
+        + (("0004_agent_inbox",) if module == "webhook-inbox" else ())
     ]
     assert main(["sql", "apply", "--database-url", empty_db_url, "--backend", "table"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -201,7 +203,7 @@ def test_every_written_migration_applies_on_an_empty_database_in_order(
     args = ["sql", "add", "jobs", "idempotency", "webhook-inbox", "--backend", backend]
     assert main([*args, "--out", str(tmp_path)]) == 0
     paths = sorted(tmp_path.iterdir())
-    assert len(paths) == 6
+    assert len(paths) == 7
     for _ in range(2):  # a migration run again (a reset branch, a copied file) still applies
         for path in paths:
             _apply_file(empty_db_url, path)
