@@ -397,34 +397,59 @@ BEGIN
 END
 $$;
 
--- Hands out locked, due, unspent events: a new delivery, and a lease minted here (manual)
--- or settled at once (pickup). Returns the ids handed out, in the order given.
+-- Hands out the locked, due events of p_ids in one statement: a new delivery and a lease
+-- minted here (manual) or settled at once (pickup); an event that may not be handed out
+-- again (hold or attempts spent) is marked expired/failed instead. Returns the rows of
+-- the events handed out, in the order of p_ids.
 CREATE OR REPLACE FUNCTION drainpipe.agent_hand_out(
     p_ids bigint[], p_ack text, p_lease_seconds integer, p_now timestamptz
 )
-RETURNS bigint[]
-LANGUAGE plpgsql
+RETURNS SETOF drainpipe.agent_event_v1
+LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_live bigint[] := drainpipe.agent_end_spent(p_ids, p_now);
-    v_until timestamptz := p_now + make_interval(secs => p_lease_seconds);
-BEGIN
-    IF cardinality(v_live) IS NULL OR cardinality(v_live) = 0 THEN
-        RETURN '{}';
-    END IF;
-    UPDATE drainpipe.agent_events e
-       SET delivery = e.delivery + 1,
-           ack_mode = p_ack,
-           state = CASE p_ack WHEN 'pickup' THEN 'delivered' ELSE 'leased' END,
-           last_op = CASE p_ack WHEN 'pickup' THEN 'pickup' ELSE 'handout' END,
-           lease_token = CASE p_ack WHEN 'pickup' THEN NULL ELSE gen_random_uuid() END,
-           lease_until = CASE p_ack WHEN 'pickup' THEN NULL ELSE v_until END,
-           due_at = CASE p_ack WHEN 'pickup' THEN e.due_at ELSE v_until END,
-           settled_at = CASE p_ack WHEN 'pickup' THEN p_now END
-     WHERE e.id = ANY (v_live);
-    RETURN v_live;
-END
+    WITH picked AS (
+        SELECT f.id, f.n FROM unnest(p_ids) WITH ORDINALITY AS f(id, n)
+    ), changed AS (
+        UPDATE drainpipe.agent_events e
+           SET state = CASE
+                   WHEN drainpipe.agent_event_ends(e.hold_until, e.delivery, e.max_attempts, p_now) IS NOT NULL
+                   THEN drainpipe.agent_event_ends(e.hold_until, e.delivery, e.max_attempts, p_now)
+                   WHEN p_ack = 'pickup' THEN 'delivered' ELSE 'leased' END,
+               last_op = CASE drainpipe.agent_event_ends(e.hold_until, e.delivery, e.max_attempts, p_now)
+                   WHEN 'expired' THEN 'hold' WHEN 'failed' THEN 'attempts'
+                   ELSE CASE p_ack WHEN 'pickup' THEN 'pickup' ELSE 'handout' END END,
+               last_error = CASE drainpipe.agent_event_ends(e.hold_until, e.delivery, e.max_attempts, p_now)
+                   WHEN 'expired' THEN 'The event waited past hold_seconds'
+                   WHEN 'failed' THEN coalesce(e.last_error, 'The lease ran out on the last delivery')
+                   ELSE e.last_error END,
+               delivery = CASE WHEN drainpipe.agent_event_ends(e.hold_until, e.delivery, e.max_attempts, p_now) IS NULL
+                   THEN e.delivery + 1 ELSE e.delivery END,
+               ack_mode = CASE WHEN drainpipe.agent_event_ends(e.hold_until, e.delivery, e.max_attempts, p_now) IS NULL
+                   THEN p_ack ELSE e.ack_mode END,
+               lease_token = CASE
+                   WHEN drainpipe.agent_event_ends(e.hold_until, e.delivery, e.max_attempts, p_now) IS NOT NULL THEN e.lease_token
+                   WHEN p_ack = 'manual' THEN gen_random_uuid() END,
+               lease_until = CASE
+                   WHEN drainpipe.agent_event_ends(e.hold_until, e.delivery, e.max_attempts, p_now) IS NULL AND p_ack = 'manual'
+                   THEN p_now + make_interval(secs => p_lease_seconds) END,
+               due_at = CASE
+                   WHEN drainpipe.agent_event_ends(e.hold_until, e.delivery, e.max_attempts, p_now) IS NULL AND p_ack = 'manual'
+                   THEN p_now + make_interval(secs => p_lease_seconds) ELSE e.due_at END,
+               settled_at = CASE
+                   WHEN drainpipe.agent_event_ends(e.hold_until, e.delivery, e.max_attempts, p_now) IS NOT NULL
+                     OR p_ack = 'pickup' THEN p_now END
+          FROM picked
+         WHERE e.id = picked.id
+        RETURNING e.*, picked.n
+    )
+    SELECT 'handed'::text, c.id, c.inbox_id, c.source, w.app, c.event_type, c.received_at,
+           coalesce(w.verified, false), w.payload, c.state, c.delivery, c.ack_mode,
+           c.lease_token, c.lease_until, c.subscription_id
+      FROM changed c
+      LEFT JOIN drainpipe.webhook_inbox w ON w.id = c.message_id
+     WHERE c.last_op IN ('handout', 'pickup')
+     ORDER BY c.n
 $$;
 
 -- next: up to p_max due events of the inbox in p_order, filtered, handed out in one short
@@ -452,6 +477,7 @@ DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
     v_lease integer;
     v_ids bigint[];
+    v_rows drainpipe.agent_event_v1[];
     v_pull drainpipe.agent_pulls;
 BEGIN
     IF p_order NOT IN ('fifo', 'lifo', 'priority') OR p_ack NOT IN ('manual', 'pickup')
@@ -523,21 +549,22 @@ BEGIN
              LIMIT p_max
                FOR UPDATE SKIP LOCKED);
     END IF;
-    v_ids := drainpipe.agent_hand_out(v_ids, p_ack, v_lease, v_now);
+    v_rows := ARRAY(SELECT h FROM drainpipe.agent_hand_out(v_ids, p_ack, v_lease, v_now) AS h);
 
-    IF p_key IS NOT NULL AND cardinality(v_ids) > 0 THEN
+    IF p_key IS NOT NULL AND cardinality(v_rows) > 0 THEN
         -- an empty answer is not kept: a repeat of it pulls afresh
         DELETE FROM drainpipe.agent_pulls p
          WHERE p.inbox_id = p_inbox AND p.created_at < v_now - interval '1 day';
         INSERT INTO drainpipe.agent_pulls (inbox_id, principal, key, ack, event_ids, deliveries, tokens, created_at)
-        SELECT p_inbox, coalesce(p_principal, ''), p_key, p_ack, array_agg(e.id ORDER BY f.n),
-               array_agg(e.delivery ORDER BY f.n),
-               array_agg(coalesce(e.lease_token, '00000000-0000-0000-0000-000000000000'::uuid) ORDER BY f.n),
+        SELECT p_inbox, coalesce(p_principal, ''), p_key, p_ack,
+               array_agg(r.id ORDER BY r.n), array_agg(r.delivery ORDER BY r.n),
+               array_agg(coalesce(r.lease_token, '00000000-0000-0000-0000-000000000000'::uuid) ORDER BY r.n),
                v_now
-          FROM unnest(v_ids) WITH ORDINALITY AS f(id, n)
-          JOIN drainpipe.agent_events e ON e.id = f.id;
+          FROM unnest(v_rows) WITH ORDINALITY AS r(
+               outcome, id, inbox_id, source, app, event_type, received_at, verified, payload,
+               state, delivery, ack, lease_token, lease_until, subscription_id, n);
     END IF;
-    RETURN QUERY SELECT * FROM drainpipe.agent_event_rows(v_ids, 'handed');
+    RETURN QUERY SELECT * FROM unnest(v_rows);
 END
 $$;
 
@@ -554,7 +581,7 @@ DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
     v_lease integer;
     v_free bigint[];
-    v_handed bigint[];
+    v_rows drainpipe.agent_event_v1[];
 BEGIN
     SELECT i.lease_seconds INTO v_lease FROM drainpipe.agent_inboxes i
      WHERE i.id = p_inbox AND 'manual' = ANY (i.allowed_ack);
@@ -567,14 +594,15 @@ BEGIN
            AND x.state IN ('pending', 'leased') AND x.due_at <= v_now
          ORDER BY x.id
            FOR UPDATE SKIP LOCKED);
-    v_handed := drainpipe.agent_hand_out(v_free, 'manual', v_lease, v_now);
-    RETURN QUERY SELECT * FROM drainpipe.agent_event_rows(v_handed, 'handed');
+    v_rows := ARRAY(SELECT h FROM drainpipe.agent_hand_out(v_free, 'manual', v_lease, v_now) AS h);
+    RETURN QUERY SELECT * FROM unnest(v_rows);
     RETURN QUERY
     SELECT 'unavailable'::text, x.id, x.inbox_id, NULL::text, NULL::text, NULL::text,
            NULL::timestamptz, NULL::boolean, NULL::jsonb, NULL::text, NULL::integer,
            NULL::text, NULL::uuid, NULL::timestamptz, NULL::text
       FROM drainpipe.agent_events x
-     WHERE x.id = ANY (p_ids) AND x.inbox_id = p_inbox AND x.id <> ALL (v_handed);
+     WHERE x.id = ANY (p_ids) AND x.inbox_id = p_inbox
+       AND x.id <> ALL (ARRAY(SELECT r.id FROM unnest(v_rows) AS r));
 END
 $$;
 
@@ -648,8 +676,23 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
-    v drainpipe.agent_events := drainpipe.agent_lock_event(p_id, p_inboxes, v_now);
+    v drainpipe.agent_events;
+    v_inbox text;
 BEGIN
+    -- the common case in one statement: the lease is current and the event not spent
+    UPDATE drainpipe.agent_events e
+       SET state = 'acked', last_op = 'ack', outcome = p_outcome, lease_until = NULL,
+           settled_at = v_now
+     WHERE e.id = p_id AND (p_inboxes IS NULL OR e.inbox_id = ANY (p_inboxes))
+       AND e.state = 'leased' AND e.delivery = p_delivery AND e.lease_token = p_token
+       AND (e.due_at > v_now
+            OR drainpipe.agent_event_ends(e.hold_until, e.delivery, e.max_attempts, v_now) IS NULL)
+    RETURNING e.inbox_id INTO v_inbox;
+    IF v_inbox IS NOT NULL THEN
+        RETURN QUERY SELECT true, v_inbox, 'acked'::text, NULL::timestamptz;
+        RETURN;
+    END IF;
+    v := drainpipe.agent_lock_event(p_id, p_inboxes, v_now);
     IF v.id IS NULL THEN
         RETURN;
     END IF;
