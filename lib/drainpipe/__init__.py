@@ -15,7 +15,6 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     "Actor": "models",
     "AgentInboxes": "agents",
-    "Envelope": "agents",
     "Begin": "idempotency",
     "DeadJob": "models",
     "DevDrain": "drain",
@@ -60,7 +59,6 @@ __all__ = [
     "DrainRoute",
     "DrainpipeError",
     "EnsureResult",
-    "Envelope",
     "Idempotency",
     "InboxEntry",
     "Job",
@@ -93,7 +91,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from . import testing
-    from .agents import AgentInboxes, Envelope
+    from .agents import AgentInboxes
     from .backends import QueueBackend
     from .drain import DevDrain, DrainRoute, dev_drain, dev_drain_secret
     from .errors import DrainpipeError, Retry

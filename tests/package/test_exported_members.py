@@ -34,6 +34,7 @@ CONTRACT = {
     "QueueBackend",
     "testing",
     # API.md §10-11
+    "AgentInboxes",
     "Principal",
     "bearer_tokens",
 }
