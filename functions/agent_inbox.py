@@ -9,7 +9,8 @@ socket: Vercel functions do not, so it answers only where this file runs on uvic
 Environment: ``DATABASE_URL``; ``AGENT_TOKEN`` (the bearer token agents send, at least 16
 characters); ``AGENT_LEASE_SECRET`` (signs lease ids and cursors, at least 16 characters, the
 same on every instance); optional ``AGENT_BUDGET`` (seconds a long poll may use, default 25,
-under the function's ``maxDuration`` of 30). The inbox ``billing-agent`` is created on the
+under the function's ``maxDuration`` of 30) and ``AGENT_LISTEN=1`` where a process lives on
+(``drainpipe serve``, ``drainpipe dev``: long polls then wake by NOTIFY; never on Vercel). The inbox ``billing-agent`` is created on the
 first request and subscribed to the billing webhooks; its id is logged then.
 """
 
@@ -64,7 +65,11 @@ def build(env: Mapping[str, str]) -> tuple[ASGIApp, Closer | None]:
     try:
         authorize = bearer_tokens({env["AGENT_TOKEN"]: Principal("agent")})
         database = Database(env["DATABASE_URL"])
-        agents = AgentInboxes(database, lease_secret=env["AGENT_LEASE_SECRET"])
+        agents = AgentInboxes(
+            database,
+            lease_secret=env["AGENT_LEASE_SECRET"],
+            listen=env.get("AGENT_LISTEN") == "1",
+        )
     except ValueError as exc:  # the message names what is wrong, never the secret itself
         raise NotConfigured(f"AGENT_TOKEN / AGENT_LEASE_SECRET: {exc}") from exc
     return _EnsureInbox(agents, agents.app(authorize=authorize, budget=budget)), agents.close

@@ -285,3 +285,19 @@ async def test_a_duplicate_delivery_fans_out_once(setup: Setup) -> None:
     await setup.webhooks.store(id="same", payload={"n": 1})
     setup.clock.advance(1)
     assert len(await setup.agents.inbox(setup.inbox_id).next(max=10)) == 1
+
+
+async def test_the_fan_out_never_fails_a_store_whatever_the_body(setup: Setup) -> None:
+    inbox_id = await setup.agents.create("odd", priority_path="p")
+    await setup.agents.subscribe(inbox_id, "billing", where={"items.0.kind": "a"})
+    odd: list[Any] = ["1e5000", "9" * 400, {"x": 1}, [1], True, None, 1e300, "-7.5", " 3 "]
+    for value in odd:
+        await setup.store({"p": value, "items": [{"kind": "a"}]})
+    await setup.store([1, 2, 3])  # not an object: no path matches, nothing fans out
+    await setup.store("text")
+    events = await setup.agents.inbox(inbox_id).next(order="priority", max=10)
+    assert len(events) == len(odd)
+    # numbers and numeric strings are priorities; anything else (or too long) is 0
+    assert [e.view["p"] for e in events] == [
+        1e300, " 3 ", "1e5000", "9" * 400, {"x": 1}, [1], True, None, "-7.5",
+    ]  # fmt: skip

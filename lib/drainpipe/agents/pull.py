@@ -156,7 +156,6 @@ class AgentInbox:
         principal: str | None,
         key: Any,
         budget: float | None,
-        on_wait: Any = None,
     ) -> list[Envelope]:
         """``next`` with the caller's identity (the key's scope) and the app's budget."""
         count = whole_number(max, "max", 1, MAX_EVENTS)

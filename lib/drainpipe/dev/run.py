@@ -143,6 +143,7 @@ async def run_dev(
         webhook_secret = dev_webhook_secret(env)
         agent_token = dev_token(env, "AGENT_TOKEN", "agt_")
         dev_token(env, "AGENT_LEASE_SECRET", "")
+        env.setdefault("AGENT_LISTEN", "1")  # a long-lived server: long polls wake by NOTIFY
         app = FunctionsApp.load(functions)
         server = await start_server(app, host=host, sock=sock)
         await _serve(
