@@ -13,6 +13,12 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
+    "Skip": "codes",
+    "Position": "models",
+    "JobRecord": "models",
+    "JobPage": "models",
+    "Discard": "codes",
+    "Attempt": "models",
     "Actor": "models",
     "AgentInboxes": "agents",
     "Begin": "idempotency",
@@ -53,9 +59,11 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "Actor",
     "AgentInboxes",
+    "Attempt",
     "Begin",
     "DeadJob",
     "DevDrain",
+    "Discard",
     "DrainRoute",
     "DrainpipeError",
     "EnsureResult",
@@ -63,9 +71,12 @@ __all__ = [
     "InboxEntry",
     "Job",
     "JobContext",
+    "JobPage",
+    "JobRecord",
     "Jobs",
     "Lease",
     "LeaseOutcome",
+    "Position",
     "Principal",
     "Queue",
     "QueueBackend",
@@ -73,12 +84,14 @@ __all__ = [
     "Retry",
     "ScheduleDef",
     "ScheduleInfo",
+    "Skip",
     "Stored",
     "WebhookInbox",
     "WebhookMessage",
     "WorkReport",
     "assert_cron",
     "bearer_tokens",
+    "codes",
     "dev_drain",
     "dev_drain_secret",
     "install",
@@ -90,16 +103,28 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from . import testing
+    from . import codes, testing
     from .agents import AgentInboxes
     from .backends import QueueBackend
+    from .codes import Discard, Skip
     from .drain import DevDrain, DrainRoute, dev_drain, dev_drain_secret
     from .errors import DrainpipeError, Retry
     from .idempotency import Begin, Idempotency
     from .inbox import InboxEntry, Stored, WebhookInbox, WebhookMessage
     from .jobs import Jobs, Queue
     from .leases import Lease, LeaseOutcome, lease, with_lease
-    from .models import Actor, DeadJob, Job, JobContext, QueueStats, WorkReport
+    from .models import (
+        Actor,
+        Attempt,
+        DeadJob,
+        Job,
+        JobContext,
+        JobPage,
+        JobRecord,
+        Position,
+        QueueStats,
+        WorkReport,
+    )
     from .principals import Principal, bearer_tokens
     from .schedules import EnsureResult, ScheduleDef, ScheduleInfo
     from .schedules.cron import assert_cron, next_cron_run
@@ -107,8 +132,8 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    if name == "testing":
-        return importlib.import_module(".testing", __name__)
+    if name in ("testing", "codes"):
+        return importlib.import_module(f".{name}", __name__)
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'drainpipe' has no attribute {name!r}")

@@ -29,6 +29,13 @@ from tests.schedules.test_pg_cron import cleanup, cron_db, cron_url, names  # no
 
 # Called by no client: they stay unversioned (docs/sql.md).
 INTERNAL_FUNCTIONS = {
+    # jobs 0004 (records): helpers the _v1/_v2 functions call, never the client
+    "assert_job_code",
+    "is_job_code",
+    "job_tenant",
+    "job_state_at",
+    "job_records_at",
+    "enqueue_keyed_job",
     "assert_queue_name",
     "is_queue_name",
     "job_retry_delay",
@@ -65,8 +72,9 @@ def test_every_module_has_numbered_migrations_with_known_option_parts() -> None:
         found = migrations(module)
         assert [m.version for m in found] == list(range(1, len(found) + 1))
         assert found[0].name == "release_0" and found[1].name == "v1_functions"
+        # the contract step of release 0's names is 0003; later migrations expand again
+        # (jobs 0004_job_records, webhook-inbox 0004_agent_inbox)
         assert [m.contract for m in found][:3] == [False, False, True]
-        # later migrations expand (the agent inbox's 0004 of webhook-inbox)
         assert not any(m.contract for m in found[3:])
         for migration in found:
             for part in migration.parts:
@@ -165,7 +173,11 @@ async def test_concurrent_installs_upgrade_release_0_in_place(empty_db: str, bac
         expected = [
             (module, version, name)
             for module in sorted(MODULES)
-            for version, name in ((1, "release_0"), (2, "v1_functions"))
+            for version, name in (
+                ((1, "release_0"), (2, "v1_functions"), (4, "job_records"))
+                if module == "jobs"
+                else ((1, "release_0"), (2, "v1_functions"))
+            )
         ]
         assert rows == sorted([*expected, ("webhook-inbox", 4, "agent_inbox")])
     async with drainpipe.Jobs(empty_db, {"q": dict}) as jobs:

@@ -17,6 +17,8 @@ from ..backends import (
     lacking,
     resolve_backend,
 )
+from ..backends.capabilities import SupportsCodedSettle
+from ..codes import code_of
 from ..context import coerce_context, wrap_payload
 from ..db import dump_json
 from ..engine.core import MAX_OUTAGE
@@ -37,6 +39,8 @@ from ..validation import (
     storable_text,
     surrogate_fault,
 )
+from .cursor import cursor_key
+from .records import RecordsMixin
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
@@ -71,12 +75,13 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class Jobs(ScheduleMixin):
+class Jobs(RecordsMixin, ScheduleMixin):
     """Typed job queues on a database (DSN, pool, connection), a supabase client or a backend.
 
     ``queues`` maps each queue name to the payload schema (anything
     ``pydantic.TypeAdapter`` accepts). ``now`` is the clock for ``run_at`` and schedules.
     ``scheduler`` says which scheduler the ``jobs`` SQL module was installed with.
+    ``cursor_secret`` signs ``list_jobs`` cursors (default: a random key per process).
     """
 
     def __init__(
@@ -86,6 +91,7 @@ class Jobs(ScheduleMixin):
         *,
         now: Callable[[], datetime] | None = None,
         scheduler: Literal["drain", "pg_cron"] = "drain",
+        cursor_secret: str | bytes | None = None,
     ) -> None:
         if not isinstance(queues, Mapping):
             raise TypeError("queues must be a mapping of queue name to payload schema")
@@ -99,6 +105,7 @@ class Jobs(ScheduleMixin):
         self._serialisers: dict[str, Callable[[Any], Any]] = {}
         self._now = now or _utcnow
         self.scheduler = scheduler
+        self._cursor_key = cursor_key(cursor_secret)
         self.backend: QueueBackend = resolve_backend(db, list(queues))
 
     # -- helpers -------------------------------------------------------------------------
@@ -352,10 +359,17 @@ class Jobs(ScheduleMixin):
         self, job: Job[Any], error: Any, *, retry_in: float | timedelta | None = None
     ) -> FailOutcome | None:
         """Record a failure: ``"queued"`` (retried after ``retry_in`` or the jittered
-        backoff), ``"dead"`` (no attempts left) or ``None`` (the lease was lost)."""
+        backoff), ``"dead"`` (no attempts left) or ``None`` (the lease was lost or the job
+        was cancelled). The attempt records ``error.code`` when it is a valid code, else
+        ``HANDLER_ERROR``."""
         self._check_job(job)
         wait = None if retry_in is None else seconds(retry_in, "retry_in")
-        return await self.backend.fail(job, error_text(error), wait)
+        backend = self.backend
+        if isinstance(backend, SupportsCodedSettle):
+            return await backend.fail_coded(
+                job, error_text(error), wait, code=code_of(error), discard=False
+            )
+        return await backend.fail(job, error_text(error), wait)
 
     async def extend(self, job: Job[Any], lease: float | timedelta) -> bool:
         """Move the lease end to now + ``lease`` seconds. False once the lease was lost."""
@@ -465,7 +479,8 @@ class Jobs(ScheduleMixin):
     async def retry_dead(
         self, queue: str, *, ids: Sequence[int] | None = None, limit: int = 1000
     ) -> int:
-        """Replay the given dead letters (or the newest ``limit``); returns how many went back."""
+        """Replay the given dead jobs (or the newest ``limit``) not replayed yet, each as a
+        child like ``replay``; returns how many went back."""
         self._check_queue(queue)
         positive_int(limit, "limit")
         if ids is not None:
@@ -476,8 +491,9 @@ class Jobs(ScheduleMixin):
         return int(await backend.retry_dead(queue, ids=ids, limit=limit))
 
     async def replay(self, queue: str, job_id: int) -> int | None:
-        """Enqueue a dead letter again (same payload, attempts back to 0); its new id, or
-        None when ``job_id`` is not a dead letter of ``queue``."""
+        """Enqueue a dead job again as its child (same payload, dedupe key, tenant and
+        max_attempts; ``parent_id`` = ``job_id``); the dead job stays dead with
+        ``replayed_by``. The child's id, or None unless a dead job not replayed yet."""
         self._check_queue(queue)
         positive_int(job_id, "job_id", minimum=0, maximum=INT8_MAX)
         backend = self.backend
