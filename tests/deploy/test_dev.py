@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import os
 import re
 import shutil
@@ -22,6 +23,7 @@ import psutil
 import pytest
 from pydantic import BaseModel
 from standardwebhooks import Webhook
+from websockets.asyncio.client import connect as ws_connect
 
 import drainpipe
 from drainpipe.dev.server import start_server
@@ -278,6 +280,20 @@ async def test_drainpipe_dev_serves_functions_and_drains(db_url: str) -> None:
             pulled = await client.get(f"/v1/agent/inbox/{inbox_id}/next", headers=agent)
             [event] = pulled.json()["events"]
             assert event["type"] == "invoice.paid" and event["verified"] is True
+            # the stream is served too (Vercel would not hold the socket; dev does)
+            stream = url.replace("http://", "ws://") + f"/v1/agent/inbox/{inbox_id}/stream"
+            async with ws_connect(stream, additional_headers=agent) as ws:
+                ack = {"type": "ack", "id": event["id"], "lease_id": event["lease_id"]}
+                await ws.send(json.dumps(ack))
+                async with asyncio.timeout(5):
+                    result = json.loads(await ws.recv())
+            assert result == {
+                "type": "result",
+                "op": "ack",
+                "id": event["id"],
+                "ok": True,
+                "code": None,
+            }
             # what Vercel would 404 is a 404 here too
             assert (await client.get("/api/drain/")).status_code == 404
         assert await _enqueue_and_wait(db_url) == 1, "\n".join(
