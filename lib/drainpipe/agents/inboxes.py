@@ -23,6 +23,7 @@ from ..engine.core import read_lease_id
 from ..errors import DrainpipeError
 from ..ops import agents as ops
 from ..validation import MAX_NAME_LENGTH, aware, text_fault
+from .batch import AckBatcher
 from .checks import (
     ACK_MODES,
     EVENT_NOT_FOUND,
@@ -132,6 +133,7 @@ class AgentInboxes:
         self.now = now
         self._settings: dict[str, tuple[InboxSettings, float]] = {}
         self._wakeups: Wakeups | None = None
+        self._acks = AckBatcher(self._db.fetch)
         if listen:
             if self._db.dsn is None:
                 raise ValueError("listen=True needs a DSN (a session connection of its own)")
@@ -321,8 +323,11 @@ class AgentInboxes:
                 outcome_json = dump_json(outcome, "outcome").decode()
                 if len(outcome_json.encode()) > MAX_OUTCOME_BYTES:
                     raise bad_parameter("outcome", "outcome must be at most 64 KiB of JSON")
-            statement = ops.ACK
-            params = ops.ack_params(number_id, delivery, token, outcome_json, scope, now)
+            found = await self._acks.ack(number_id, delivery, token, outcome_json, scope, now)
+            if found is None:
+                raise DrainpipeError("not_found", f"No event {event_id}", code=EVENT_NOT_FOUND)
+            ok, inbox_id, state, until = found
+            return Settlement(ok, event_id_text(number_id), inbox_id, state, until)
         elif op == "release":
             delay = number(delay_seconds, "delay_seconds", 0, 7 * 86400)
             params = ops.release_params(

@@ -204,3 +204,32 @@ def parse_slot(rows: list[Row]) -> int | None:
 
 def parse_flag(rows: list[Row]) -> bool:
     return bool(rows[0][0]) if rows else False
+
+
+# several acks in one statement (each fenced as ACK is); n: the 1-based position
+ACK_MANY = (
+    f"SELECT f.n, r.{SETTLEMENT_COLUMNS.replace(', ', ', r.')}"
+    " FROM unnest(%s::bigint[], %s::integer[], %s::uuid[], %s::jsonb[]) WITH ORDINALITY"
+    " AS f(id, delivery, token, outcome, n)"
+    " CROSS JOIN LATERAL drainpipe.agent_ack_v1(f.id, f.delivery, f.token, f.outcome,"
+    " %s::text[], %s) AS r ORDER BY f.n"
+)
+
+
+def ack_many_params(
+    event_ids: list[int],
+    deliveries: list[int],
+    tokens: list[Any],
+    outcomes_json: list[str | None],
+    inboxes: list[str] | None,
+    now: datetime | None,
+) -> Params:
+    return (event_ids, deliveries, tokens, outcomes_json, inboxes, now)
+
+
+def parse_ack_many(rows: list[Row]) -> dict[int, tuple[bool, str, str, datetime | None]]:
+    """Position → ``(ok, inbox id, state, lease_until)``; a position without a row names
+    an event that does not exist (within the inboxes)."""
+    return {
+        int(n): (bool(ok), str(inbox), str(state), until) for n, ok, inbox, state, until in rows
+    }
