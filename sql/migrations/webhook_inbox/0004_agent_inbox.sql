@@ -405,9 +405,13 @@ CREATE OR REPLACE FUNCTION drainpipe.agent_hand_out(
     p_ids bigint[], p_ack text, p_lease_seconds integer, p_now timestamptz
 )
 RETURNS SETOF drainpipe.agent_event_v1
-LANGUAGE sql
+-- plpgsql, not sql: its plan is cached per session (a sql function's UPDATE is planned again
+-- at every call, which was most of a hand-out's time)
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
+    RETURN QUERY
     WITH picked AS (
         SELECT f.id, f.n FROM unnest(p_ids) WITH ORDINALITY AS f(id, n)
     ), changed AS (
@@ -449,7 +453,8 @@ AS $$
       FROM changed c
       LEFT JOIN drainpipe.webhook_inbox w ON w.id = c.message_id
      WHERE c.last_op IN ('handout', 'pickup')
-     ORDER BY c.n
+     ORDER BY c.n;
+END
 $$;
 
 -- next: up to p_max due events of the inbox in p_order, filtered, handed out in one short
