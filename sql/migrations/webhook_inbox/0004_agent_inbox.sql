@@ -554,9 +554,13 @@ BEGIN
              LIMIT p_max
                FOR UPDATE SKIP LOCKED);
     END IF;
+    IF p_key IS NULL THEN
+        RETURN QUERY SELECT * FROM drainpipe.agent_hand_out(v_ids, p_ack, v_lease, v_now);
+        RETURN;
+    END IF;
     v_rows := ARRAY(SELECT h FROM drainpipe.agent_hand_out(v_ids, p_ack, v_lease, v_now) AS h);
 
-    IF p_key IS NOT NULL AND cardinality(v_rows) > 0 THEN
+    IF cardinality(v_rows) > 0 THEN
         -- an empty answer is not kept: a repeat of it pulls afresh
         DELETE FROM drainpipe.agent_pulls p
          WHERE p.inbox_id = p_inbox AND p.created_at < v_now - interval '1 day';
