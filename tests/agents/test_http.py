@@ -195,3 +195,36 @@ async def test_an_empty_long_poll_ends_within_the_budget(
     took = time.monotonic() - started
     assert answer.status_code == 200 and answer.json() == {"events": []}
     assert 3.5 <= took < 5.0  # budget 5 minus the 1 s reserve, never the 30 s asked for
+
+
+async def test_orders_pickup_and_the_envelope_over_http(
+    setup: Setup, client: httpx.AsyncClient
+) -> None:
+    inbox_id = await setup.agents.create("http-orders", priority_path="data.severity")
+    await setup.agents.subscribe(inbox_id, "billing")
+    for severity in (1, 9, 5):
+        await setup.store({"data": {"severity": severity}})
+    path = f"/v1/agent/inbox/{inbox_id}"
+    other = as_(OTHER)
+    ids = [e["id"] for e in (await client.get(f"{path}/events", headers=other)).json()["events"]]
+    [newest] = (await client.get(f"{path}/next?order=lifo", headers=other)).json()["events"]
+    assert newest["id"] == ids[2]
+    assert set(newest) == {
+        "id", "lease_id", "delivery", "ack", "source", "type", "received_at", "verified",
+        "view", "truncated", "untrusted",
+    }  # fmt: skip
+    [urgent] = (await client.get(f"{path}/next?order=priority", headers=other)).json()["events"]
+    assert urgent["id"] == ids[1] and urgent["view"] == {"data": {"severity": 9}}
+    [oldest] = (await client.get(f"{path}/next?ack=pickup", headers=other)).json()["events"]
+    assert oldest["id"] == ids[0] and oldest["lease_id"] is None and oldest["ack"] == "pickup"
+    # a lease of another event is foreign: refused, nothing changed
+    foreign = await client.post(
+        f"/v1/events/{newest['id']}/ack", json={"lease_id": urgent["lease_id"]}, headers=other
+    )
+    assert foreign.status_code == 409 and foreign.json()["code"] == "LEASE_LOST"
+    for event in (newest, urgent):
+        ack = await client.post(
+            f"/v1/events/{event['id']}/ack", json={"lease_id": event["lease_id"]}, headers=other
+        )
+        assert ack.status_code == 200
+    assert (await client.get(f"{path}/next", headers=other)).json() == {"events": []}
