@@ -43,7 +43,7 @@ class Env:
         return Jobs(self.url, QUEUES)
 
 
-@pytest.fixture(params=["table", "pgmq"])  # memory: next commit
+@pytest.fixture(params=["table", "pgmq", "memory"])
 async def env(request: pytest.FixtureRequest, fresh_database: Any) -> AsyncIterator[Env]:
     name = str(request.param)
     if name == "memory":
