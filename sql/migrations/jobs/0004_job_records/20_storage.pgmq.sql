@@ -3,7 +3,8 @@
 -- hold lives in drainpipe.job_attempts (attempts that ended other than in success) and in
 -- keys of the message document that the settling statement writes anyway:
 --   failed: the attempt that failed (the job waits out its backoff: retry_wait)
---   last_code: the code of the last failed attempt, or why a finished job ended
+--   last_code: the code of the last failed attempt, or why a dead/cancelled job ended
+--   skipped: the code of a success that skipped its work (Skip)
 --   cancelled / dead: how an archived job ended (neither: it succeeded)
 --   parent_id / replayed_by: replay lineage
 -- started_at is pgmq's last_read_at (pgmq 1.5+; NULL on older pgmq, which lacks the column).
@@ -130,7 +131,9 @@ BEGIN
                 RETURNING m.*
             )
             INSERT INTO pgmq.%3$I (msg_id, read_ct, enqueued_at, vt, message, archived_at%5$s)
-            SELECT d.msg_id, d.read_ct, d.enqueued_at, d.vt, d.message - 'last_code',
+            -- the document as it is (no copy per job): a reader takes a success's code
+            -- from "skipped" only, so an earlier attempt's last_code does not show
+            SELECT d.msg_id, d.read_ct, d.enqueued_at, d.vt, d.message,
                    coalesce(p_now, clock_timestamp())%6$s
               FROM done d
             RETURNING msg_id;
@@ -296,7 +299,7 @@ BEGIN
                       AND message ->> ''failed'' IS DISTINCT FROM read_ct::text FOR UPDATE', 'q_' || p_queue)
       INTO v_held USING p_id, p_attempt;
     IF v_held THEN
-        RETURN drainpipe.pgmq_archive_job(p_queue, p_id, jsonb_build_object('last_code', p_code),
+        RETURN drainpipe.pgmq_archive_job(p_queue, p_id, jsonb_build_object('skipped', p_code),
                                           coalesce(p_now, clock_timestamp()));
     END IF;
     UPDATE drainpipe.job_attempts SET late_outcome = 'succeeded'
@@ -484,7 +487,9 @@ AS $$
                    a.read_ct, coalesce((a.message ->> 'max_attempts')::integer, 5),
                    drainpipe.job_tenant(a.message -> 'payload'),
                    a.message ->> 'dedupe_key', a.enqueued_at, a.vt, %5$s, a.archived_at,
-                   a.message ->> 'last_code', (a.message ->> 'parent_id')::bigint,
+                   CASE WHEN a.message ? 'cancelled' OR a.message ? 'dead' THEN a.message ->> 'last_code'
+                        ELSE a.message ->> 'skipped' END,
+                   (a.message ->> 'parent_id')::bigint,
                    (a.message ->> 'replayed_by')::bigint
               FROM pgmq.%3$I a
              WHERE ($7::bigint IS NULL OR a.msg_id = $7)
