@@ -331,6 +331,21 @@ async def test_a_bad_code_is_the_handlers_bug(env: Env) -> None:
     assert len(errors) == 1 and isinstance(errors[0], ValueError)
 
 
+async def test_a_payload_that_fails_its_schema_in_the_worker_is_payload_invalid(env: Env) -> None:
+    from pydantic import BaseModel
+
+    class Strict(BaseModel):
+        n: int
+
+    job_id = await env.jobs.enqueue("emails", {"n": "not a number"})  # stored as dict[str, Any]
+    worker = Jobs(env.jobs.backend, {"emails": Strict})  # a later release: a stricter schema
+    errors: list[BaseException] = []
+    await worker.drain("emails", lambda payload, job: None, on_error=lambda e, j: errors.append(e))
+    record = await _record(env, job_id)
+    assert (record.state, record.last_code) == ("retry_wait", "PAYLOAD_INVALID")
+    assert [getattr(e, "kind", None) for e in errors] == ["validation"]
+
+
 def test_valid_code() -> None:
     assert valid_code("A") and valid_code("SMTP_5XX") and valid_code("A" * 64)
     for bad in ("", "a", "1A", "A" * 65, "A\n", "A-B", None, 5):

@@ -19,9 +19,10 @@ from ..backends.capabilities import (
     SupportsExtendMany,
     SupportsGetRecord,
 )
-from ..codes import CANCELLED
+from ..codes import CANCELLED, PAYLOAD_INVALID
 from ..engine.core import CLAIM_RETRIES, JOB_HEARTBEAT_FLOOR, run_deadline
 from ..engine.runner import ClaimableSource, Runner, call_hook
+from ..errors import DrainpipeError
 from ..models import Job, JobContext, WorkReport
 from ..telemetry import active_telemetry
 from ..validation import positive_int, seconds
@@ -105,7 +106,12 @@ class JobSource:
         return reasons
 
     def start(self, item: Job[Any]) -> Any:
-        payload = self._validate(item.payload)
+        try:
+            payload = self._validate(item.payload)
+        except DrainpipeError as exc:
+            # the stored payload no longer passes its schema: the attempt says so
+            exc.code = exc.code or PAYLOAD_INVALID
+            raise
         # The claimed Job has not left the worker yet, so it takes the validated payload in
         # place: building a second frozen dataclass per job costs a microsecond on this path.
         fields = item.__dict__
