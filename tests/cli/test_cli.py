@@ -43,8 +43,9 @@ def test_sql_add_writes_numbered_migrations_that_continue(tmp_path: Path, capsys
     assert first == [
         "0001_drainpipe_jobs_0001_release_0.sql",
         "0002_drainpipe_jobs_0002_v1_functions.sql",
-        "0003_drainpipe_idempotency_0001_release_0.sql",
-        "0004_drainpipe_idempotency_0002_v1_functions.sql",
+        "0003_drainpipe_jobs_0004_job_records.sql",
+        "0004_drainpipe_idempotency_0001_release_0.sql",
+        "0005_drainpipe_idempotency_0002_v1_functions.sql",
     ]
     assert capsys.readouterr().out.split() == [str(out / name) for name in first]
     jobs_sql = (out / first[0]).read_text()
@@ -59,12 +60,12 @@ def test_sql_add_writes_numbered_migrations_that_continue(tmp_path: Path, capsys
     assert "CREATE EXTENSION" not in (out / first[2]).read_text()
     # a second run adds only what the folder lacks; contract migrations only when asked
     assert main(["sql", "add", "jobs", "webhook-inbox", "--out", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir())[4:] == [
-        "0005_drainpipe_webhook_inbox_0001_release_0.sql",
-        "0006_drainpipe_webhook_inbox_0002_v1_functions.sql",
+    assert sorted(p.name for p in out.iterdir())[5:] == [
+        "0006_drainpipe_webhook_inbox_0001_release_0.sql",
+        "0007_drainpipe_webhook_inbox_0002_v1_functions.sql",
     ]
     assert main(["sql", "add", "jobs", "--contract", "--out", str(out)]) == 0
-    assert (out / "0007_drainpipe_jobs_0003_contract_drop_unversioned.sql").is_file()
+    assert (out / "0008_drainpipe_jobs_0003_contract_drop_unversioned.sql").is_file()
 
 
 def test_sql_add_after_release_0s_single_file_writes_the_rest(tmp_path: Path) -> None:
@@ -74,6 +75,7 @@ def test_sql_add_after_release_0s_single_file_writes_the_rest(tmp_path: Path) ->
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "0001_drainpipe_jobs.sql",
         "0002_drainpipe_jobs_0002_v1_functions.sql",
+        "0003_drainpipe_jobs_0004_job_records.sql",
     ]
 
 
@@ -92,7 +94,7 @@ def test_sql_add_follows_supabase_timestamps(tmp_path: Path) -> None:
 def test_written_table_migrations_apply_and_work(tmp_path: Path, empty_db_url: str) -> None:
     assert main(["sql", "add", "jobs", "--backend", "table", "--out", str(tmp_path)]) == 0
     paths = sorted(tmp_path.iterdir())
-    assert len(paths) == 2
+    assert len(paths) == 3
     assert "pgmq" not in paths[0].read_text().split("\n", 1)[0]
     with psycopg.connect(empty_db_url, autocommit=True) as conn:
         for path in paths:
@@ -120,7 +122,11 @@ def test_sql_apply_installs_every_module_once(empty_db_url: str, capsys: Any) ->
     assert pending == [
         f"pending: {module} {migration}"
         for module in MODULES
-        for migration in ("0001_release_0", "0002_v1_functions")
+        for migration in (
+            ("0001_release_0", "0002_v1_functions", "0004_job_records")
+            if module == "jobs"
+            else ("0001_release_0", "0002_v1_functions")
+        )
     ]
     assert main(["sql", "apply", "--database-url", empty_db_url, "--backend", "table"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -138,6 +144,7 @@ def test_sql_apply_installs_every_module_once(empty_db_url: str, capsys: Any) ->
     assert capsys.readouterr().out.splitlines() == [
         "changed: jobs 0001_release_0",
         "changed: jobs 0002_v1_functions",
+        "changed: jobs 0004_job_records",
     ]
 
 
@@ -201,7 +208,7 @@ def test_every_written_migration_applies_on_an_empty_database_in_order(
     args = ["sql", "add", "jobs", "idempotency", "webhook-inbox", "--backend", backend]
     assert main([*args, "--out", str(tmp_path)]) == 0
     paths = sorted(tmp_path.iterdir())
-    assert len(paths) == 6
+    assert len(paths) == 7
     for _ in range(2):  # a migration run again (a reset branch, a copied file) still applies
         for path in paths:
             _apply_file(empty_db_url, path)
