@@ -8,10 +8,6 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from ..backends import (
     QueueBackend,
-    SupportsListDead,
-    SupportsPurgeArchive,
-    SupportsReplay,
-    SupportsRetryDead,
     SupportsSendMany,
     SupportsStats,
     lacking,
@@ -23,7 +19,7 @@ from ..context import coerce_context, wrap_payload
 from ..db import dump_json
 from ..engine.core import MAX_OUTAGE
 from ..errors import DrainpipeError, invalid_request, missing_feature, validation_error
-from ..models import DeadJob, DedupeMode, FailOutcome, Job, JobContext, QueueStats, WorkReport
+from ..models import DedupeMode, FailOutcome, Job, JobContext, QueueStats, WorkReport
 from ..schedules import ScheduleMixin
 from ..telemetry import active_telemetry
 from ..validation import (
@@ -52,8 +48,6 @@ T = TypeVar("T")
 Handler = Callable[[Any, Job[Any]], Awaitable[Any]]
 OnError = Callable[[BaseException, Job[Any] | None], Any]
 
-SEVEN_DAYS = timedelta(days=7)
-THIRTY_DAYS = timedelta(days=30)
 MAX_DEDUPE_KEY = 255
 
 
@@ -462,69 +456,6 @@ class Jobs(RecordsMixin, ScheduleMixin):
         if not isinstance(backend, SupportsStats):
             raise lacking(backend, "stats")
         return dict(await backend.stats(names))
-
-    async def list_dead(
-        self, queue: str, *, limit: int = 100, cursor: int | None = None
-    ) -> list[DeadJob]:
-        """Dead letters newest first; pass the last id seen as ``cursor`` for older ones."""
-        self._check_queue(queue)
-        positive_int(limit, "limit", maximum=INT8_MAX)  # clamped to 1000 below
-        if cursor is not None:
-            positive_int(cursor, "cursor", minimum=0, maximum=INT8_MAX)
-        backend = self.backend
-        if not isinstance(backend, SupportsListDead):
-            raise lacking(backend, "list_dead")
-        return list(await backend.list_dead(queue, limit=min(limit, 1000), before=cursor))
-
-    async def retry_dead(
-        self, queue: str, *, ids: Sequence[int] | None = None, limit: int = 1000
-    ) -> int:
-        """Replay the given dead jobs (or the newest ``limit``) not replayed yet, each as a
-        child like ``replay``; returns how many went back."""
-        self._check_queue(queue)
-        positive_int(limit, "limit")
-        if ids is not None:
-            ids = [positive_int(i, "ids", minimum=0, maximum=INT8_MAX) for i in ids]
-        backend = self.backend
-        if not isinstance(backend, SupportsRetryDead):
-            raise lacking(backend, "retry_dead")
-        return int(await backend.retry_dead(queue, ids=ids, limit=limit))
-
-    async def replay(self, queue: str, job_id: int) -> int | None:
-        """Enqueue a dead job again as its child (same payload, dedupe key, tenant and
-        max_attempts; ``parent_id`` = ``job_id``); the dead job stays dead with
-        ``replayed_by``. The child's id, or None unless a dead job not replayed yet."""
-        self._check_queue(queue)
-        positive_int(job_id, "job_id", minimum=0, maximum=INT8_MAX)
-        backend = self.backend
-        if not isinstance(backend, SupportsReplay):
-            raise lacking(backend, "replay")
-        result = await backend.replay(queue, job_id)
-        return None if result is None else int(result)
-
-    async def purge_archive(
-        self,
-        queue: str,
-        *,
-        older_than: float | timedelta = SEVEN_DAYS,
-        dead_older_than: float | timedelta = THIRTY_DAYS,
-        batch: int = 10000,
-    ) -> int:
-        """Delete up to ``batch`` completed jobs older than ``older_than`` and dead letters
-        older than ``dead_older_than``; live jobs are never touched."""
-        self._check_queue(queue)
-        positive_int(batch, "batch")
-        backend = self.backend
-        if not isinstance(backend, SupportsPurgeArchive):
-            raise lacking(backend, "purge_archive")
-        return int(
-            await backend.purge_archive(
-                queue,
-                older_than=timedelta(seconds=seconds(older_than, "older_than")),
-                dead_older_than=timedelta(seconds=seconds(dead_older_than, "dead_older_than")),
-                batch=batch,
-            )
-        )
 
     # -- typed handles and the drain route -----------------------------------------------
 

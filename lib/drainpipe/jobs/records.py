@@ -1,4 +1,5 @@
-"""Job records on :class:`~drainpipe.jobs.Jobs`: get, list (signed cursors), cancel.
+"""Job records on :class:`~drainpipe.jobs.Jobs`: get, list (signed cursors), cancel, and
+the dead-job calls (list_dead, retry_dead, replay with lineage, purge_archive).
 
 Mixed into ``Jobs`` (as the schedules are) to keep ``client.py`` about enqueueing and
 working. Every call validates its input and answers with the contract's errors.
@@ -6,22 +7,30 @@ working. Every call validates its input and answers with the contract's errors.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..backends.capabilities import (
     SupportsCancel,
     SupportsGetRecord,
+    SupportsListDead,
     SupportsListRecords,
+    SupportsPurgeArchive,
+    SupportsReplay,
+    SupportsRetryDead,
     lacking,
 )
 from ..errors import DrainpipeError, invalid_request
-from ..models import JOB_STATES, JobPage, JobRecord, Position
-from ..validation import INT8_MAX, check_queue_name, positive_int
+from ..models import JOB_STATES, DeadJob, JobPage, JobRecord, Position
+from ..validation import INT8_MAX, check_queue_name, positive_int, seconds
 from .cursor import read_cursor, sign_cursor
 
 if TYPE_CHECKING:
     from ..backends import QueueBackend
 
+SEVEN_DAYS = timedelta(days=7)
+THIRTY_DAYS = timedelta(days=30)
 MAX_LIST_LIMIT = 500
 LIMIT_TOO_LARGE = "LIMIT_TOO_LARGE"
 LIMIT_INVALID = "LIMIT_INVALID"
@@ -57,7 +66,8 @@ def check_tenant(tenant: Any) -> str | None:
 
 
 class RecordsMixin:
-    """``get``, ``list_jobs``, ``list_records`` and ``cancel`` of :class:`Jobs`."""
+    """``get``, ``list_jobs``, ``list_records``, ``cancel`` and the dead-job calls of
+    :class:`Jobs`."""
 
     backend: QueueBackend
     _cursor_key: bytes
@@ -155,3 +165,68 @@ class RecordsMixin:
                 "not_found", f'No job {job_id} in queue "{queue}"', code="JOB_NOT_FOUND"
             )
         return result == "cancelled"
+
+    # -- dead jobs and the archive (replay makes a child: lineage) ---------------------
+
+    async def list_dead(
+        self, queue: str, *, limit: int = 100, cursor: int | None = None
+    ) -> list[DeadJob]:
+        """Dead letters newest first; pass the last id seen as ``cursor`` for older ones."""
+        self._check_queue(queue)
+        positive_int(limit, "limit", maximum=INT8_MAX)  # clamped to 1000 below
+        if cursor is not None:
+            positive_int(cursor, "cursor", minimum=0, maximum=INT8_MAX)
+        backend = self.backend
+        if not isinstance(backend, SupportsListDead):
+            raise lacking(backend, "list_dead")
+        return list(await backend.list_dead(queue, limit=min(limit, 1000), before=cursor))
+
+    async def retry_dead(
+        self, queue: str, *, ids: Sequence[int] | None = None, limit: int = 1000
+    ) -> int:
+        """Replay the given dead jobs (or the newest ``limit``) not replayed yet, each as a
+        child like ``replay``; returns how many went back."""
+        self._check_queue(queue)
+        positive_int(limit, "limit")
+        if ids is not None:
+            ids = [positive_int(i, "ids", minimum=0, maximum=INT8_MAX) for i in ids]
+        backend = self.backend
+        if not isinstance(backend, SupportsRetryDead):
+            raise lacking(backend, "retry_dead")
+        return int(await backend.retry_dead(queue, ids=ids, limit=limit))
+
+    async def replay(self, queue: str, job_id: int) -> int | None:
+        """Enqueue a dead job again as its child (same payload, dedupe key, tenant and
+        max_attempts; ``parent_id`` = ``job_id``); the dead job stays dead with
+        ``replayed_by``. The child's id, or None unless a dead job not replayed yet."""
+        self._check_queue(queue)
+        positive_int(job_id, "job_id", minimum=0, maximum=INT8_MAX)
+        backend = self.backend
+        if not isinstance(backend, SupportsReplay):
+            raise lacking(backend, "replay")
+        result = await backend.replay(queue, job_id)
+        return None if result is None else int(result)
+
+    async def purge_archive(
+        self,
+        queue: str,
+        *,
+        older_than: float | timedelta = SEVEN_DAYS,
+        dead_older_than: float | timedelta = THIRTY_DAYS,
+        batch: int = 10000,
+    ) -> int:
+        """Delete up to ``batch`` completed jobs older than ``older_than`` and dead letters
+        older than ``dead_older_than``; live jobs are never touched."""
+        self._check_queue(queue)
+        positive_int(batch, "batch")
+        backend = self.backend
+        if not isinstance(backend, SupportsPurgeArchive):
+            raise lacking(backend, "purge_archive")
+        return int(
+            await backend.purge_archive(
+                queue,
+                older_than=timedelta(seconds=seconds(older_than, "older_than")),
+                dead_older_than=timedelta(seconds=seconds(dead_older_than, "dead_older_than")),
+                batch=batch,
+            )
+        )
