@@ -534,3 +534,33 @@ async def test_purge_removes_finished_records(env: Env) -> None:
     assert await jobs.purge_archive("emails", older_than=0) == 1
     assert await jobs.get("emails", job_id) is None
     assert (await _record(env, live)).state == "queued"
+
+
+async def test_the_sql_functions_take_the_time_as_p_now(env: Env) -> None:
+    if env.url is None:
+        pytest.skip("the SQL functions")
+    job_id = await env.jobs.enqueue("emails", {"to": "a"})
+    [job] = await env.jobs.claim("emails", lease=60)
+    async with await connect(env.url) as conn:
+        later = "clock_timestamp() + interval '2 minutes'"
+        row = await (
+            await conn.execute(
+                f"SELECT state, last_code, history FROM drainpipe.get_job_v1('emails', %s, {later})",
+                (job_id,),
+            )
+        ).fetchone()
+        assert row is not None and row[:2] == ("retry_wait", "LEASE_EXPIRED")
+        assert [a["outcome"] for a in row[2]] == ["expired"]
+        cancelled = await (
+            await conn.execute(f"SELECT drainpipe.cancel_job_v1('emails', %s, {later})", (job_id,))
+        ).fetchone()
+        assert cancelled == ("cancelled",)
+        unknown = await (
+            await conn.execute("SELECT drainpipe.cancel_job_v1('emails', 424242)")
+        ).fetchone()
+        assert unknown == (None,)
+    record = await _record(env, job_id)
+    assert record.state == "cancelled"
+    # the lease had run out (at p_now) before the cancel: that attempt expired
+    assert _outcomes(record) == [("expired", "LEASE_EXPIRED")]
+    assert await env.jobs.complete(job) is False
