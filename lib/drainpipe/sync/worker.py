@@ -6,7 +6,7 @@ same pure core (:mod:`drainpipe.engine.core`) and reported the same way
 
 * each lane claims ``batch`` jobs, runs them in order and completes the successes in one
   fenced round trip; ``concurrency`` lanes are threads (the first one is the caller's);
-* while a batch runs, a heartbeat thread extends every unsettled job of the batch every
+* while a batch runs, the lane's heartbeat thread extends every unsettled job of the batch every
   ``max(1, lease/2)`` seconds (or ``heartbeat_every``) in one round trip;
 * a lost lease drops the job: no settlement is sent, ``on_error`` gets ``conflict`` /
   ``LEASE_LOST``. A thread cannot be cancelled, so a handler already running on it runs to
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -141,6 +142,20 @@ class SyncWorker:
         return self.report
 
     def _lane(self) -> None:
+        # one heartbeat thread per lane, handed each batch in turn: starting a thread per
+        # batch cost 15% of a fast drain
+        beats: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
+        beat = threading.Thread(
+            target=self._heartbeats, args=(beats,), name="drainpipe-heartbeat", daemon=True
+        )
+        beat.start()
+        try:
+            self._claim_loop(beats)
+        finally:
+            beats.put(None)
+            beat.join()
+
+    def _claim_loop(self, beats: queue.SimpleQueue[_Batch | None]) -> None:
         retries = 0
         while not self._halt.is_set():
             if budget_spent(time.monotonic(), self.deadline):
@@ -161,16 +176,15 @@ class SyncWorker:
             retries = 0
             if not claimed:
                 return
-            self._run_batch(claimed)
+            self._run_batch(claimed, beats)
 
     # -- one batch ----------------------------------------------------------------------
 
-    def _run_batch(self, claimed: Sequence[Job[Any]]) -> None:
+    def _run_batch(
+        self, claimed: Sequence[Job[Any]], beats: queue.SimpleQueue[_Batch | None]
+    ) -> None:
         batch = _Batch(claimed)
-        beat = threading.Thread(
-            target=self._heartbeat, args=(batch,), name="drainpipe-heartbeat", daemon=True
-        )
-        beat.start()
+        beats.put(batch)
         succeeded: list[Job[Any]] = []
         try:
             for job in claimed:
@@ -183,9 +197,9 @@ class SyncWorker:
                     batch.settled(job)
         finally:
             with batch.lock:
-                batch.unfinished.clear()  # nothing left to extend while the batch settles
+                # nothing left to extend: no beat marks a job of this batch lost from here
+                batch.unfinished.clear()
             batch.done.set()
-            beat.join()
         kept = []
         for job in succeeded:
             if job.id in batch.lost:  # done, but taken over before it was settled
@@ -285,6 +299,10 @@ class SyncWorker:
                 self.backend.fail_coded(job, text, retry_in, code=code, discard=discard)
         except Exception as exc:  # the job comes back when its lease ends
             self._report(exc, job)
+
+    def _heartbeats(self, beats: queue.SimpleQueue[_Batch | None]) -> None:
+        while (batch := beats.get()) is not None:
+            self._heartbeat(batch)
 
     def _heartbeat(self, batch: _Batch) -> None:
         """Extend every unsettled job of the batch every ``self.every`` seconds."""
