@@ -5,7 +5,8 @@ same pure core (:mod:`drainpipe.engine.core`) and reported the same way
 (:mod:`drainpipe.engine.reports`):
 
 * each lane claims ``batch`` jobs, runs them in order and completes the successes in one
-  fenced round trip; ``concurrency`` lanes are threads (the first one is the caller's);
+  fenced round trip; ``concurrency`` lanes are threads (the first one is the caller's),
+  the others opened once a claim comes back full (an empty drain is one round trip);
 * while a batch runs, the lane's heartbeat thread extends every unsettled job of the batch every
   ``max(1, lease/2)`` seconds (or ``heartbeat_every``) in one round trip;
 * a lost lease drops the job: no settlement is sent, ``on_error`` gets ``conflict`` /
@@ -123,23 +124,35 @@ class SyncWorker:
         self._count = threading.Lock()
         self._halt = threading.Event()
         self._fatal: BaseException | None = None
+        self._spread = self.concurrency == 1
+        self._others: list[threading.Thread] = []
 
     def run(self) -> WorkReport:
-        """Claim and run jobs until none is ready or the budget is spent."""
-        others = [
-            threading.Thread(target=self._lane, name=f"drainpipe-{self.queue}-{n}", daemon=True)
-            for n in range(1, self.concurrency)
-        ]
-        for thread in others:
-            thread.start()
+        """Claim and run jobs until none is ready or the budget is spent. The other lanes
+        open once a claim comes back full, so an empty drain costs one round trip."""
         try:
             self._lane()
         finally:
+            with self._count:
+                self._spread = True  # no lane opens from here on
+                others = list(self._others)
             for thread in others:
                 thread.join()
         if self._fatal is not None:
             raise self._fatal
         return self.report
+
+    def _open_other_lanes(self) -> None:
+        with self._count:
+            if self._spread:
+                return
+            self._spread = True
+            for n in range(1, self.concurrency):
+                thread = threading.Thread(
+                    target=self._lane, name=f"drainpipe-{self.queue}-{n}", daemon=True
+                )
+                thread.start()
+                self._others.append(thread)
 
     def _lane(self) -> None:
         # one heartbeat thread per lane, handed each batch in turn: starting a thread per
@@ -176,6 +189,8 @@ class SyncWorker:
             retries = 0
             if not claimed:
                 return
+            if len(claimed) >= self.batch and not self._spread:
+                self._open_other_lanes()
             self._run_batch(claimed, beats)
 
     # -- one batch ----------------------------------------------------------------------
