@@ -33,6 +33,8 @@ _EXPORTS: dict[str, str] = {
     "Jobs": "jobs",
     "Lease": "leases",
     "LeaseOutcome": "leases",
+    "ManagementClient": "admin.client",
+    "PostgrestBackend": "backends.postgrest",
     "Principal": "principals",
     "Queue": "jobs",
     "QueueBackend": "backends",
@@ -74,7 +76,9 @@ __all__ = [
     "Jobs",
     "Lease",
     "LeaseOutcome",
+    "ManagementClient",
     "Position",
+    "PostgrestBackend",
     "Principal",
     "Queue",
     "QueueBackend",
@@ -103,7 +107,9 @@ __all__ = [
 
 if TYPE_CHECKING:
     from . import codes, sync, testing
+    from .admin.client import ManagementClient
     from .backends import QueueBackend
+    from .backends.postgrest import PostgrestBackend
     from .codes import Discard, Skip
     from .drain import DevDrain, DrainRoute, dev_drain, dev_drain_secret
     from .errors import DrainpipeError, Retry

@@ -39,7 +39,10 @@ CONTRACT = {
     "JobPage",
     "Skip",
     "Discard",
+    # API.md §7 (wave 2)
+    "PostgrestBackend",
     # API.md §10-11
+    "ManagementClient",
     "Principal",
     "bearer_tokens",
     # API.md §12

@@ -201,6 +201,10 @@ class Runner:
     ) -> None:
         if on_error is not None and not callable(on_error):
             raise TypeError("on_error must be callable: on_error(error, item)")
+        if stop is not None and not (
+            callable(getattr(stop, "is_set", None)) and callable(getattr(stop, "wait", None))
+        ):
+            raise TypeError(f"stop must be an asyncio.Event (or None), not {type(stop).__name__}")
         self.source = source
         self.concurrency = max(1, concurrency)
         self.batch = batch

@@ -19,7 +19,7 @@ from ..http import ProblemFormatter, Response, problem_response
 from ..models import Begin
 from ..ops import idempotency as ops
 from ..ops._types import Params
-from ..validation import aware, text_fault
+from ..validation import aware, positive_int, text_fault
 from .keys import (
     DEFAULT_MAX_BODY_BYTES,
     KEY_IN_USE,
@@ -141,8 +141,7 @@ class IdempotencyRules:
         return ops.release_params(_check_scope(scope), key, token)
 
     def _purge_params(self, batch: Any) -> Params:
-        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
-            raise validation_error("batch must be an integer >= 1")
+        positive_int(batch, "batch")  # an integer: a bigger int reached SQL as numeric
         return ops.purge_params(batch)
 
     # -- decisions around a request ------------------------------------------------------

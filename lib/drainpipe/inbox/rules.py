@@ -133,6 +133,11 @@ class InboxRules:
         event_type = self._type_of(payload) if isinstance(type, _Missing) else type
         if isinstance(tenant, _Missing):
             tenant = self._tenant_of(payload) if self._tenant_of is not None else None
+        if headers is not None and not isinstance(headers, Mapping):
+            raise validation_error(
+                "headers must be a mapping of header names to values",
+                [{"message": "Expected a mapping", "path": ["headers"]}],
+            )
         kept = {str(k).lower(): v for k, v in (headers or {}).items()}
         for label, value in (("id", id), ("type", event_type), ("tenant", tenant)):
             if isinstance(value, str):

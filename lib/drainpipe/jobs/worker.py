@@ -124,6 +124,12 @@ class JobSource:
         return f"queue {self.queue} job {item.id} (attempt {item.attempts}/{item.max_attempts})"
 
 
+def checked_lease(lease: Callable[[], float]) -> Callable[[], float]:
+    """A lease callable whose every answer is checked: a wrong one is a ``validation``
+    error of the claim (which ends the run), not a failure deep inside the SQL call."""
+    return lambda: seconds(lease(), "lease")
+
+
 class Worker:
     """``work``/``drain`` options checked once, then a :class:`Runner` over a
     :class:`JobSource`. ``retry_unreached=False`` (the drain route) reports a database that
@@ -159,7 +165,7 @@ class Worker:
             source,
             concurrency=max(1, positive_int(concurrency, "concurrency")),
             batch=positive_int(batch, "batch"),
-            lease=lease if callable(lease) else seconds(lease, "lease"),
+            lease=checked_lease(lease) if callable(lease) else seconds(lease, "lease"),
             poll_interval=poll,
             max_poll_interval=max(poll, seconds(max_poll_interval, "max_poll_interval")),
             stop=stop,

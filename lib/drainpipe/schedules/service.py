@@ -207,7 +207,7 @@ class ScheduleRules:
                 "A schedule name is a string",
                 [{"message": "Invalid schedule name", "path": ["name"]}],
             )
-        check_text(name, "The schedule name", max_length=MAX_NAME, allow_empty=True)
+        check_text(name, "The schedule name", max_length=MAX_NAME, allow_empty=True, path=["name"])
         return name
 
     def _list_schedules_args(self, prefix: Any, tenant: Any) -> None:
