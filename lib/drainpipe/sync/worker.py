@@ -75,6 +75,34 @@ class _Batch:
             self.unfinished.pop(job.id, None)
 
 
+class _Beats:
+    """A lane's heartbeat thread, handed each batch in turn (starting a thread per batch
+    cost 15% of a fast drain); started with the lane's first batch, so an empty drain
+    starts none."""
+
+    def __init__(self, beat: Callable[[_Batch], None]) -> None:
+        self._beat = beat
+        self._batches: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def put(self, batch: _Batch) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name="drainpipe-heartbeat", daemon=True
+            )
+            self._thread.start()
+        self._batches.put(batch)
+
+    def _run(self) -> None:
+        while (batch := self._batches.get()) is not None:
+            self._beat(batch)
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._batches.put(None)
+            self._thread.join()
+
+
 class SyncWorker:
     """One ``drain`` call: options checked once, then lanes until the queue is empty."""
 
@@ -114,7 +142,9 @@ class SyncWorker:
         self.all_tenants = all_tenants
         self.every = heartbeat_interval(
             self.lease,
-            None if heartbeat_every is None else seconds(heartbeat_every, "heartbeat_every"),
+            None
+            if heartbeat_every is None
+            else seconds(heartbeat_every, "heartbeat_every", minimum=0.001),
             JOB_HEARTBEAT_FLOOR if heartbeat_every is None else 0.0,
         )
         self.deadline = run_deadline(
@@ -155,20 +185,13 @@ class SyncWorker:
                 self._others.append(thread)
 
     def _lane(self) -> None:
-        # one heartbeat thread per lane, handed each batch in turn: starting a thread per
-        # batch cost 15% of a fast drain
-        beats: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
-        beat = threading.Thread(
-            target=self._heartbeats, args=(beats,), name="drainpipe-heartbeat", daemon=True
-        )
-        beat.start()
+        beats = _Beats(self._heartbeat)
         try:
             self._claim_loop(beats)
         finally:
-            beats.put(None)
-            beat.join()
+            beats.stop()
 
-    def _claim_loop(self, beats: queue.SimpleQueue[_Batch | None]) -> None:
+    def _claim_loop(self, beats: _Beats) -> None:
         retries = 0
         while not self._halt.is_set():
             if budget_spent(time.monotonic(), self.deadline):
@@ -195,9 +218,7 @@ class SyncWorker:
 
     # -- one batch ----------------------------------------------------------------------
 
-    def _run_batch(
-        self, claimed: Sequence[Job[Any]], beats: queue.SimpleQueue[_Batch | None]
-    ) -> None:
+    def _run_batch(self, claimed: Sequence[Job[Any]], beats: _Beats) -> None:
         batch = _Batch(claimed)
         beats.put(batch)
         succeeded: list[Job[Any]] = []
@@ -314,10 +335,6 @@ class SyncWorker:
                 self.backend.fail_coded(job, text, retry_in, code=code, discard=discard)
         except Exception as exc:  # the job comes back when its lease ends
             self._report(exc, job)
-
-    def _heartbeats(self, beats: queue.SimpleQueue[_Batch | None]) -> None:
-        while (batch := beats.get()) is not None:
-            self._heartbeat(batch)
 
     def _heartbeat(self, batch: _Batch) -> None:
         """Extend every unsettled job of the batch every ``self.every`` seconds."""
