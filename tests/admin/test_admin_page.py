@@ -196,6 +196,16 @@ def test_lists_refreshes_and_pages_without_losing_the_position(page: Page) -> No
 
     Select(page.by_id("state-filter")).select_by_visible_text("succeeded")
     page.visible("empty")
+    assert page.driver.current_url.endswith("#state=succeeded")
+    # a link carries its filters: opened again, the page shows the same list
+    page.driver.get(page.served.url + "/#queue=emails&state=queued")
+    page.driver.refresh()
+    page.listed((sorted(more, reverse=True) + newest_first)[:50])
+    page.wait(lambda d: page.by_id("queue-filter").get_attribute("value") == "emails")
+    assert page.by_id("state-filter").get_attribute("value") == "queued"
+    page.by_id("tenant-filter").send_keys("nobody\n")
+    page.visible("empty")
+    assert "tenant=nobody" in page.driver.current_url
 
 
 def test_an_outage_shows_an_error_and_the_next_refresh_recovers(page: Page) -> None:

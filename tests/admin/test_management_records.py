@@ -27,8 +27,8 @@ from tests.admin.conftest import (
 )
 from tests.admin.test_management_api import problem
 
-# the storage backends whose records are in (pgmq joins when its records land in main)
-BACKENDS = ["table"]
+# every storage backend keeps records
+BACKENDS = ["table", "pgmq"]
 
 
 @pytest.fixture(params=BACKENDS)

@@ -29,6 +29,9 @@ WEBHOOK_KEY = b"drainpipe-chaos-webhook-key-01"
 WEBHOOK_SECRET = "whsec_" + base64.b64encode(WEBHOOK_KEY).decode()
 # a few keys only, so the fuzz replays, races and conflicts on the same key
 IDEMPOTENCY_KEYS = [f"order-{n}" for n in range(6)]
+# the Job Inbox's callers (functions/jobs_admin.py reads them from MANAGEMENT_TOKENS)
+ADMIN_TOKEN = "chaos-admin-token-0123456789"
+VIEWER_TOKEN = "chaos-viewer-token-0123456789"
 
 
 @dataclasses.dataclass
@@ -126,7 +129,28 @@ def webhook_request(rng: random.Random, env: Mapping[str, str]) -> Draft:
     )
 
 
-FUNCTION_REQUESTS = [order_request, drain_request, webhook_request]
+def jobs_admin_request(rng: random.Random, env: Mapping[str, str]) -> Draft:
+    """The Job Inbox: reads by either role, writes mostly by the admin, ids near the few
+    jobs the drain and the fuzz's other requests leave behind."""
+    token = rng.choice([ADMIN_TOKEN] * 3 + [VIEWER_TOKEN])
+    headers = [("authorization", f"Bearer {token}")]
+    job = f"/api/jobs/jobs/{rng.choice(['emails', 'emails', 'nope'])}/{rng.randrange(6)}"
+    choice = rng.randrange(6)
+    if choice == 0:
+        return Draft("GET", "/api/jobs", [])
+    if choice == 1:
+        query = rng.choice(["", "limit=2", "state=dead", "queue=emails&limit=500", "limit=501"])
+        return Draft("GET", "/api/jobs/jobs", headers, query=query)
+    if choice == 2:
+        return Draft("GET", job, headers)
+    if choice == 3:
+        return Draft("POST", job + "/cancel", headers)
+    if choice == 4:
+        return Draft("POST", job + "/replay", [*headers, ("idempotency-key", idempotency_key(rng))])
+    return Draft("GET", "/api/jobs/audit", headers, query=rng.choice(["", "limit=1"]))
+
+
+FUNCTION_REQUESTS = [order_request, drain_request, webhook_request, jobs_admin_request]
 
 
 def serve_app(env: Mapping[str, str]) -> ASGIApp:
@@ -159,6 +183,7 @@ ENTRIES: list[HttpEntry] = [
         function_app("billing_webhook.py"),
         webhook_request,
     ),
+    HttpEntry("jobs-admin", "/api/jobs", function_app("jobs_admin.py"), jobs_admin_request),
     HttpEntry("serve", "/", serve_app, serve_request),
 ]
 
@@ -169,6 +194,8 @@ def entry_env(database_url: str) -> dict[str, str]:
         "CRON_SECRET": CRON_SECRET,
         "WEBHOOK_SECRET": WEBHOOK_SECRET,
         "DRAIN_BUDGET": "5",
+        "MANAGEMENT_TOKENS": f"{ADMIN_TOKEN}=chaos@example.com:admin,"
+        f"{VIEWER_TOKEN}=viewer@example.com:viewer",
     }
 
 

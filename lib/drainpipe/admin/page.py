@@ -120,6 +120,8 @@ button { cursor: pointer; }
       <option value="">all</option><option>queued</option><option>leased</option>
       <option>retry_wait</option><option>succeeded</option><option>dead</option>
       <option>cancelled</option></select></label>
+    <label>Tenant <input id="tenant-filter" type="search" size="14" maxlength="200"
+      autocomplete="off" placeholder="any"></label>
     <span id="status" class="muted" role="status" aria-live="polite"></span>
   </div>
   <div id="loading" class="notice" hidden>Loading…</div>
@@ -166,7 +168,9 @@ button { cursor: pointer; }
   const refreshMs = Math.max(1, Number(document.body.dataset.refresh) || 15) * 1000;
   const TOKEN = "drainpipe.jobInbox.token";
   const LIVE = new Set(["queued", "leased", "retry_wait"]);
-  const view = { cursors: [""], page: 0, next: null, role: null, loading: false, refreshes: 0 };
+  const view = {
+    cursors: [""], page: 0, next: null, role: null, loading: false, refreshes: 0, wantedQueue: null,
+  };
   let opener = null, openJob = null, pending = null;
 
   const token = () => sessionStorage.getItem(TOKEN);
@@ -223,8 +227,10 @@ button { cursor: pointer; }
   function query() {
     const params = new URLSearchParams({ limit: "50" });
     const queue = $("queue-filter").value, state = $("state-filter").value;
+    const tenant = $("tenant-filter").value.trim();
     if (queue) params.set("queue", queue);
     if (state) params.set("state", state);
+    if (tenant) params.set("tenant", tenant);
     const cursor = view.cursors[view.page];
     if (cursor) params.set("cursor", cursor);
     return "/jobs?" + params.toString();
@@ -236,6 +242,28 @@ button { cursor: pointer; }
     for (const name of queues || []) {
       if (!known.has(name)) { const o = document.createElement("option"); o.textContent = name; select.appendChild(o); }
     }
+    if (view.wantedQueue && select.value !== view.wantedQueue) {
+      select.value = view.wantedQueue;  // from the link; the options arrive with the first page
+      view.wantedQueue = null;
+      if (select.value) { view.cursors = [""]; view.page = 0; load("filter"); }
+    }
+  }
+
+  // the filters live in the URL's fragment, so a link shows the same list to a colleague
+  function filtersToHash() {
+    const params = new URLSearchParams();
+    for (const [name, id] of [["queue", "queue-filter"], ["state", "state-filter"], ["tenant", "tenant-filter"]]) {
+      const value = $(id).value.trim();
+      if (value) params.set(name, value);
+    }
+    history.replaceState(null, "", params.toString() ? "#" + params.toString() : location.pathname + location.search);
+  }
+  function filtersFromHash() {
+    const params = new URLSearchParams(location.hash.slice(1));
+    const state = params.get("state") || "";
+    if ([...$("state-filter").options].some((o) => o.value === state)) $("state-filter").value = state;
+    $("tenant-filter").value = params.get("tenant") || "";
+    view.wantedQueue = params.get("queue");
   }
 
   function renderJobs(items) {
@@ -452,8 +480,10 @@ button { cursor: pointer; }
   $("sign-out").addEventListener("click", () => {
     sessionStorage.removeItem(TOKEN); closeDialog(); show("audit", false); show("show-audit", false); signIn();
   });
-  for (const id of ["queue-filter", "state-filter"]) {
-    $(id).addEventListener("change", () => { view.cursors = [""]; view.page = 0; load("filter"); });
+  for (const id of ["queue-filter", "state-filter", "tenant-filter"]) {
+    $(id).addEventListener("change", () => {
+      view.cursors = [""]; view.page = 0; filtersToHash(); load("filter");
+    });
   }
   $("next").addEventListener("click", () => {
     if (!view.next) return;
@@ -474,6 +504,7 @@ button { cursor: pointer; }
       timer = setInterval(() => { if (token() && !view.loading) load("refresh"); }, refreshMs);
     }
   }
+  filtersFromHash();
   if (token()) start(); else signIn();
 })();
 </script>
