@@ -21,7 +21,7 @@ import psycopg
 from drainpipe import install
 
 from .cluster import ThrowawayCluster
-from .http_entries import ENTRIES, entry_env
+from .http_entries import ENTRIES, by_name, entry_env
 from .http_fuzz import FuzzFigures, fuzz_entry
 from .jobs_run import ROLES, JobsPlan, long_plan, run_jobs_chaos
 from .ledger import Figures
@@ -67,6 +67,9 @@ async def main(argv: list[str]) -> int:
     args = _arguments(argv)
     # the pool's reconnect warnings during the outage are expected, not news
     logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
+    logging.getLogger("uvicorn.error").setLevel(
+        logging.ERROR
+    )  # "Invalid HTTP request" is the point
     plan = JobsPlan() if args.short else long_plan()
     plan.seed = args.seed
     if args.jobs:
@@ -95,6 +98,16 @@ async def main(argv: list[str]) -> int:
                     continue
                 started = time.monotonic()
                 fuzz = await fuzz_entry(entry, env, requests=requests, seed=args.seed)
+                fuzz_figures.append(fuzz)
+                print(f"fuzz {fuzz.line()} in {time.monotonic() - started:.0f} s", flush=True)
+                for example in fuzz.examples:
+                    print(f"  5xx: {example[:400]}")
+            if not args.entries or "serve" in args.entries:
+                # the same kind of requests as raw HTTP bytes through a real uvicorn
+                started = time.monotonic()
+                fuzz = await fuzz_entry(
+                    by_name("serve"), env, requests=requests, seed=args.seed, over_http=True
+                )
                 fuzz_figures.append(fuzz)
                 print(f"fuzz {fuzz.line()} in {time.monotonic() - started:.0f} s", flush=True)
                 for example in fuzz.examples:

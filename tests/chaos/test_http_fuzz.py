@@ -65,3 +65,15 @@ async def test_orders_answers_deeply_nested_json_with_a_400_problem(
     finally:
         await app.aclose()  # type: ignore[attr-defined]
     assert answer.error is None and answer.status in (400, 422)
+
+
+@pytest.mark.slow
+async def test_no_request_through_a_real_uvicorn_gets_a_5xx(db_url: str) -> None:
+    # the same requests as raw HTTP/1.1 bytes: what uvicorn's parser lets through reaches
+    # every function behind drainpipe serve's health check
+    figures = await fuzz_entry(
+        by_name("serve"), entry_env(db_url), requests=150, seed=SEED, over_http=True
+    )
+    assert figures.requests == 150
+    assert figures.failures == 0, "\n".join([figures.line(), *figures.examples])
+    assert sum(n for status, n in figures.statuses.items() if status < 300) > 15
