@@ -33,6 +33,7 @@ _EXPORTS: dict[str, str] = {
     "Jobs": "jobs",
     "Lease": "leases",
     "LeaseOutcome": "leases",
+    "ManagementClient": "admin.client",
     "PostgrestBackend": "backends.postgrest",
     "Principal": "principals",
     "Queue": "jobs",
@@ -75,6 +76,7 @@ __all__ = [
     "Jobs",
     "Lease",
     "LeaseOutcome",
+    "ManagementClient",
     "Position",
     "PostgrestBackend",
     "Principal",
@@ -105,6 +107,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from . import codes, sync, testing
+    from .admin.client import ManagementClient
     from .backends import QueueBackend
     from .backends.postgrest import PostgrestBackend
     from .codes import Discard, Skip

@@ -354,11 +354,17 @@ async def test_a_raised_exception_a_missing_function_and_a_wrong_key(
 
 
 async def test_the_module_missing_is_not_installed(jobs_db_url: str) -> None:
-    async with await connect(jobs_db_url) as c:
-        await c.execute("DROP SCHEMA drainpipe_api CASCADE")
     async with postgrest_emulation(jobs_db_url), PostgrestBackend(BASE, SERVICE_KEY) as backend:
+        async with await connect(jobs_db_url) as c:
+            await c.execute("DELETE FROM drainpipe.modules WHERE name = 'jobs'")
+        with pytest.raises(DrainpipeError) as no_jobs:
+            await backend.check()  # the API is there, the jobs module it wraps is not
+        async with await connect(jobs_db_url) as c:
+            await c.execute("DROP SCHEMA drainpipe_api CASCADE")
         with pytest.raises(DrainpipeError) as caught:
             await backend.check()
+    assert (no_jobs.value.kind, no_jobs.value.code) == ("unexpected", "NOT_INSTALLED")
+    assert "the jobs module is not installed" in no_jobs.value.message
     assert (caught.value.kind, caught.value.code) == ("unexpected", "NOT_INSTALLED")
     assert "drainpipe sql apply --modules rest-api" in caught.value.message
 
@@ -408,7 +414,14 @@ async def test_api_roles_cannot_call_the_api_directly(jobs_db_url: str) -> None:
                 " WHERE n.nspname = 'drainpipe_api' AND NOT p.prosecdef"
             )
         ).fetchall()
+        overloaded = await (
+            await c.execute(
+                "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+                " WHERE n.nspname = 'drainpipe_api' GROUP BY p.proname HAVING count(*) > 1"
+            )
+        ).fetchall()
     assert rows == []  # every function runs as its owner
+    assert overloaded == []  # PostgREST picks by argument names: one function per name
 
 
 @pytest.mark.parametrize("exposed", [("public",), EXPOSED])

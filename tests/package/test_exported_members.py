@@ -42,6 +42,7 @@ CONTRACT = {
     # API.md §7 (wave 2)
     "PostgrestBackend",
     # API.md §10-11
+    "ManagementClient",
     "Principal",
     "bearer_tokens",
     # API.md §12

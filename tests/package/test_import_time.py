@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import ROOT
 
@@ -62,7 +63,9 @@ def test_function_files_import_no_heavy_module() -> None:
     # what Vercel loads on a cold start: api/*.py and the apps they import from functions/.
     # pydantic (the payload validator) and psycopg (the pool) load on the first request,
     # and no web framework at all (it cost 320-386 ms per import before).
-    modules = imported_modules("import api.drain, api.orders, api.billing_webhook", cwd=ROOT)
+    modules = imported_modules(
+        "import api.drain, api.orders, api.billing_webhook, api.jobs", cwd=ROOT
+    )
     assert {"api", "functions", "drainpipe"} <= modules  # the parse works
     heavy = {*HEAVY, "starlette", "standardwebhooks"}
     assert modules.isdisjoint(heavy), sorted(modules & heavy)
@@ -115,38 +118,50 @@ print("ok")
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
 
 
-POSTGREST_COLD = """
+COLD_BUILD = """
 import json, sys, time
 t0 = time.perf_counter()
 import drainpipe
 async def handler(payload, job):
     return None
-jobs = drainpipe.Jobs(drainpipe.PostgrestBackend("https://x.supabase.test", "k"), {"q": dict})
-route = jobs.drain_route(secret="x", handlers={"q": handler})
+jobs = drainpipe.Jobs({db}, {{"q": dict}})
+route = jobs.drain_route(secret="x", handlers={{"q": handler}})
 ms = (time.perf_counter() - t0) * 1000
-print(json.dumps({"ms": ms, "modules": sorted({m.split(".")[0] for m in sys.modules})}))
+print(json.dumps({{"ms": ms, "modules_full": sorted(sys.modules)}}))
 """
+POSTGREST_DB = 'drainpipe.PostgrestBackend("https://x.supabase.test", "k")'
+SQL_DB = '"postgresql://postgres@127.0.0.1:1/none"'
 
 
-def test_a_function_on_the_postgrest_backend_starts_cold_in_150_ms() -> None:
-    # what a function file does at import over PostgREST: Jobs and its drain route, no
-    # psycopg (there is no connection), and httpx only on the first request
+def _cold_build(db: str) -> dict[str, Any]:
     import json
 
-    samples = []
-    for _ in range(5):
-        result = subprocess.run(  # noqa: S603 - our own interpreter, fixed code
-            [sys.executable, "-c", POSTGREST_COLD],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=30,
-        )
-        samples.append(json.loads(result.stdout))
-    loaded = set(samples[0]["modules"])
-    assert loaded.isdisjoint(HEAVY), sorted(loaded & set(HEAVY))
-    # the fastest of five: the machine's other load only ever adds time
-    assert min(s["ms"] for s in samples) < 150, [round(s["ms"]) for s in samples]
+    result = subprocess.run(  # noqa: S603 - our own interpreter, fixed code
+        [sys.executable, "-c", COLD_BUILD.format(db=db)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    return dict(json.loads(result.stdout))
+
+
+def test_a_function_on_the_postgrest_backend_starts_cold_like_one_on_sql() -> None:
+    # what a function file does at import over PostgREST: Jobs and its drain route, no
+    # psycopg (there is no connection), and httpx only on the first request. The import
+    # time itself is measured by bench.cold_entries (examples/postgrest/drain.py, < 150 ms)
+    # and bench.run's cold mode; on a shared test machine timing only adds noise, so this
+    # test compares what is imported: the SQL path's modules, with the PostgREST backend's
+    # three small ones in place of backends.sql, and nothing else
+    rest = set(_cold_build(POSTGREST_DB)["modules_full"])
+    sql = set(_cold_build(SQL_DB)["modules_full"])
+    assert {m.split(".")[0] for m in rest}.isdisjoint(HEAVY)
+    assert rest - sql == {
+        "drainpipe.backends.postgrest",
+        "drainpipe.backends.postgrest_http",
+        "drainpipe.backends.postgrest_rows",
+    }
+    assert sql - rest == {"drainpipe.backends.sql"}
 
 
 def test_the_first_postgrest_request_imports_httpx_without_its_cli() -> None:

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..errors import SCHEMA_NOT_EXPOSED, DrainpipeError
+from ..errors import SCHEMA_NOT_EXPOSED, DrainpipeError, not_installed
 from ..models import (
     DeadJob,
     DedupeMode,
@@ -125,6 +125,8 @@ class PostgrestBackend:
         info = await self.rpc("api_info_v1", {})
         if not isinstance(info, dict) or info.get("api") != 1:
             raise rows.malformed(self.schema, "api_info_v1", "an API description", info)
+        if info.get("jobs") is None:  # the API without the jobs module it wraps
+            raise not_installed(f"{self.schema}.api_info_v1: the jobs module is not installed")
         return info
 
     async def aclose(self) -> None:

@@ -14,6 +14,7 @@ from ..db import dump_json
 from ..db.json import load_json
 from ..errors import (
     MISSING_OBJECT_POSTGREST_CODES,
+    MISSING_OBJECT_STATES,
     SCHEMA_NOT_EXPOSED,
     DrainpipeError,
     postgrest_error,
@@ -157,7 +158,9 @@ class RestTransport:
             code = None
             message = str(body) if body not in (None, "") else f"HTTP {status}"
         text = f"{self.schema}.{fn}: {_clip(message)}"
-        if code in MISSING_OBJECT_POSTGREST_CODES and self.schema in message:
+        missing = code in MISSING_OBJECT_POSTGREST_CODES or code in MISSING_OBJECT_STATES
+        names_api = f"{self.schema}." in message or f'"{self.schema}"' in message
+        if missing and names_api:
             text += " (the rest-api module creates it: `drainpipe sql apply --modules rest-api`)"
         error = postgrest_error(status, code, text)
         if error.code == SCHEMA_NOT_EXPOSED:

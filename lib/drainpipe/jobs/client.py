@@ -31,6 +31,7 @@ from .records import RecordsMixin
 from .rules import MAX_DEDUPE_KEY, SEVEN_DAYS, THIRTY_DAYS, JobRules
 
 if TYPE_CHECKING:
+    from ..admin.api import ManagementApp
     from ..drain import DrainRoute
     from .queue import Queue
 
@@ -357,3 +358,9 @@ class Jobs(JobRules, RecordsMixin, ScheduleMixin):
         from ..drain import DrainRoute
 
         return DrainRoute(self, **options)
+
+    def management_app(self, **options: Any) -> ManagementApp:
+        """The Job Inbox's ASGI app (API, admin page): see :class:`drainpipe.admin.api.ManagementApp`."""
+        from ..admin.api import ManagementApp
+
+        return ManagementApp(self, **options)

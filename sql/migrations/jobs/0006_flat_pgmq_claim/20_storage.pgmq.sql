@@ -3,8 +3,6 @@
 -- ahead of the ready ones no longer cost a claim 29 ms (0.8 ms without them). Only the
 -- picking statement of the generated per-queue claim changes; signatures, results and every
 -- other statement are 0002's. Existing queues get the new functions below.
--- (Numbered 0005 in this branch, the next free number on main when it was written; the
--- integration plan gives it 0007, after 0005_policies and 0006_management.)
 
 CREATE OR REPLACE FUNCTION drainpipe.define_job_queue_functions_v1(p_queue text)
 RETURNS void
