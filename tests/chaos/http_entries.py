@@ -3,8 +3,9 @@
 An entry is an ASGI app built the way it is deployed, and a maker of plausible requests
 for it (the fuzz mutates these, tests/chaos/http_fuzz.py). A new HTTP app joins the fuzz
 with one more :class:`HttpEntry` here: a name, its path, ``build(env)`` returning the app
-(``env`` holds ``DATABASE_URL`` and the secrets below) and ``request(rng, env)`` returning a
-:class:`Draft` that a well-behaved client could send (the fuzz then breaks it).
+(``env`` holds ``DATABASE_URL`` and the secrets below), ``request(rng, env)`` returning a
+:class:`Draft` that a well-behaved client could send (the fuzz then breaks it), and the
+jobs backend its database needs (default pgmq).
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ class HttpEntry:
     path: str
     build: Callable[[Mapping[str, str]], ASGIApp]
     request: Callable[[random.Random, Mapping[str, str]], Draft]
+    #: the jobs backend of its database (the Job Inbox reads job records, which only the
+    #: table backend has until the pgmq records functions land)
+    backend: str = "pgmq"
 
 
 def function_app(module_file: str) -> Callable[[Mapping[str, str]], ASGIApp]:
@@ -126,7 +130,33 @@ def webhook_request(rng: random.Random, env: Mapping[str, str]) -> Draft:
     )
 
 
-FUNCTION_REQUESTS = [order_request, drain_request, webhook_request]
+ADMIN_TOKEN = "chaos-admin-token-0001"
+VIEWER_TOKEN = "chaos-viewer-token-001"
+MANAGEMENT_TOKENS = f"{ADMIN_TOKEN}=ops@example.com:admin,{VIEWER_TOKEN}=oncall@example.com:viewer"
+
+
+def jobs_admin_request(rng: random.Random, env: Mapping[str, str]) -> Draft:
+    """The Job Inbox (``functions/jobs_admin.py``): lists, a record, cancel, replay, audit."""
+    token = rng.choice([ADMIN_TOKEN, ADMIN_TOKEN, VIEWER_TOKEN])
+    headers = [("authorization", f"Bearer {token}")]
+    job = f"emails/{rng.choice([1, 2, 3, rng.randrange(1, 10**6)])}"
+    choice = rng.randrange(7)
+    if choice == 0:
+        return Draft("GET", "/api/jobs", [])  # the admin page
+    if choice == 1:
+        query = rng.choice(["", "limit=5", "queue=emails&state=dead", "limit=500&state=queued"])
+        return Draft("GET", "/api/jobs/jobs", headers, query=query)
+    if choice == 2:
+        return Draft("GET", f"/api/jobs/jobs/{job}", headers)
+    if choice == 3:
+        return Draft("POST", f"/api/jobs/jobs/{job}/cancel", headers)
+    if choice == 4:
+        key = ("idempotency-key", idempotency_key(rng))
+        return Draft("POST", f"/api/jobs/jobs/{job}/replay", [*headers, key])
+    return Draft("GET", "/api/jobs/audit", headers, query=rng.choice(["", "limit=3"]))
+
+
+FUNCTION_REQUESTS = [order_request, drain_request, webhook_request, jobs_admin_request]
 
 
 def serve_app(env: Mapping[str, str]) -> ASGIApp:
@@ -145,7 +175,16 @@ def serve_request(rng: random.Random, env: Mapping[str, str]) -> Draft:
     draft = rng.choice(FUNCTION_REQUESTS)(rng, env)
     if rng.random() < 0.2:  # paths Vercel would 404, and the rewrite's source
         draft.path = rng.choice(
-            ["/api/drain/", "/api/_app", "/api/billing_webhook", "/", "/api", "/api/orders.py"]
+            [
+                "/api/drain/",
+                "/api/_app",
+                "/api/billing_webhook",
+                "/",
+                "/api",
+                "/api/orders.py",
+                "/api/jobs/",
+                "/api/jobs/../orders",
+            ]
         )
     return draft
 
@@ -159,7 +198,10 @@ ENTRIES: list[HttpEntry] = [
         function_app("billing_webhook.py"),
         webhook_request,
     ),
-    HttpEntry("serve", "/", serve_app, serve_request),
+    HttpEntry(
+        "jobs-admin", "/api/jobs", function_app("jobs_admin.py"), jobs_admin_request, "table"
+    ),
+    HttpEntry("serve", "/", serve_app, serve_request, "table"),
 ]
 
 
@@ -169,6 +211,7 @@ def entry_env(database_url: str) -> dict[str, str]:
         "CRON_SECRET": CRON_SECRET,
         "WEBHOOK_SECRET": WEBHOOK_SECRET,
         "DRAIN_BUDGET": "5",
+        "MANAGEMENT_TOKENS": MANAGEMENT_TOKENS,
     }
 
 

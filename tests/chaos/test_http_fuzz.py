@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
@@ -20,8 +21,9 @@ SEED = 19
 
 @pytest.mark.slow
 @pytest.mark.parametrize("entry", ENTRIES, ids=[entry.name for entry in ENTRIES])
-async def test_no_fuzzed_request_gets_a_5xx(db_url: str, entry: HttpEntry) -> None:
-    figures = await fuzz_entry(entry, entry_env(db_url), requests=REQUESTS, seed=SEED)
+async def test_no_fuzzed_request_gets_a_5xx(fresh_database: Any, entry: HttpEntry) -> None:
+    url = fresh_database(entry.backend)
+    figures = await fuzz_entry(entry, entry_env(url), requests=REQUESTS, seed=SEED)
     assert figures.requests == REQUESTS
     assert figures.failures == 0, "\n".join([figures.line(), *figures.examples])
     # the fuzz got past the front door, not only refusals
@@ -68,12 +70,12 @@ async def test_orders_answers_deeply_nested_json_with_a_400_problem(
 
 
 @pytest.mark.slow
-async def test_no_request_through_a_real_uvicorn_gets_a_5xx(db_url: str) -> None:
+async def test_no_request_through_a_real_uvicorn_gets_a_5xx(fresh_database: Any) -> None:
     # the same requests as raw HTTP/1.1 bytes: what uvicorn's parser lets through reaches
     # every function behind drainpipe serve's health check
-    figures = await fuzz_entry(
-        by_name("serve"), entry_env(db_url), requests=150, seed=SEED, over_http=True
-    )
+    serve = by_name("serve")
+    url = fresh_database(serve.backend)
+    figures = await fuzz_entry(serve, entry_env(url), requests=150, seed=SEED, over_http=True)
     assert figures.requests == 150
     assert figures.failures == 0, "\n".join([figures.line(), *figures.examples])
     assert sum(n for status, n in figures.statuses.items() if status < 300) > 15
