@@ -43,8 +43,9 @@ def test_sql_add_writes_numbered_migrations_that_continue(tmp_path: Path, capsys
     assert first == [
         "0001_drainpipe_jobs_0001_release_0.sql",
         "0002_drainpipe_jobs_0002_v1_functions.sql",
-        "0003_drainpipe_idempotency_0001_release_0.sql",
-        "0004_drainpipe_idempotency_0002_v1_functions.sql",
+        "0003_drainpipe_jobs_0004_job_records.sql",
+        "0004_drainpipe_idempotency_0001_release_0.sql",
+        "0005_drainpipe_idempotency_0002_v1_functions.sql",
     ]
     assert capsys.readouterr().out.split() == [str(out / name) for name in first]
     jobs_sql = (out / first[0]).read_text()
@@ -56,15 +57,16 @@ def test_sql_add_writes_numbered_migrations_that_continue(tmp_path: Path, capsys
     assert "drainpipe.claim_jobs_v1" in v1_sql and "CREATE EXTENSION" not in v1_sql
     # each file records itself, so verify and install() know it was applied
     assert "INSERT INTO drainpipe.schema_migrations" in v1_sql
-    assert "CREATE EXTENSION" not in (out / first[2]).read_text()
+    assert "CREATE EXTENSION" not in (out / first[3]).read_text()
     # a second run adds only what the folder lacks; contract migrations only when asked
     assert main(["sql", "add", "jobs", "webhook-inbox", "--out", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir())[4:] == [
-        "0005_drainpipe_webhook_inbox_0001_release_0.sql",
-        "0006_drainpipe_webhook_inbox_0002_v1_functions.sql",
+    assert sorted(p.name for p in out.iterdir())[5:] == [
+        "0006_drainpipe_webhook_inbox_0001_release_0.sql",
+        "0007_drainpipe_webhook_inbox_0002_v1_functions.sql",
+        "0008_drainpipe_webhook_inbox_0004_agent_inbox.sql",
     ]
     assert main(["sql", "add", "jobs", "--contract", "--out", str(out)]) == 0
-    assert (out / "0007_drainpipe_jobs_0003_contract_drop_unversioned.sql").is_file()
+    assert (out / "0009_drainpipe_jobs_0003_contract_drop_unversioned.sql").is_file()
 
 
 def test_sql_add_rest_api_writes_the_api_schema_that_applies_and_works(
@@ -105,6 +107,7 @@ def test_sql_add_after_release_0s_single_file_writes_the_rest(tmp_path: Path) ->
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "0001_drainpipe_jobs.sql",
         "0002_drainpipe_jobs_0002_v1_functions.sql",
+        "0003_drainpipe_jobs_0004_job_records.sql",
     ]
 
 
@@ -123,7 +126,7 @@ def test_sql_add_follows_supabase_timestamps(tmp_path: Path) -> None:
 def test_written_table_migrations_apply_and_work(tmp_path: Path, empty_db_url: str) -> None:
     assert main(["sql", "add", "jobs", "--backend", "table", "--out", str(tmp_path)]) == 0
     paths = sorted(tmp_path.iterdir())
-    assert len(paths) == 2
+    assert len(paths) == 3  # release 0, v1, job records
     assert "pgmq" not in paths[0].read_text().split("\n", 1)[0]
     with psycopg.connect(empty_db_url, autocommit=True) as conn:
         for path in paths:
@@ -170,6 +173,7 @@ def test_sql_apply_installs_every_module_once(empty_db_url: str, capsys: Any) ->
     assert capsys.readouterr().out.splitlines() == [
         "changed: jobs 0001_release_0",
         "changed: jobs 0002_v1_functions",
+        "changed: jobs 0004_job_records",
     ]
 
 
@@ -233,7 +237,7 @@ def test_every_written_migration_applies_on_an_empty_database_in_order(
     args = ["sql", "add", "jobs", "idempotency", "webhook-inbox", "--backend", backend]
     assert main([*args, "--out", str(tmp_path)]) == 0
     paths = sorted(tmp_path.iterdir())
-    assert len(paths) == 6
+    assert len(paths) == 8
     for _ in range(2):  # a migration run again (a reset branch, a copied file) still applies
         for path in paths:
             _apply_file(empty_db_url, path)

@@ -43,6 +43,7 @@ CONTRACT = {
     "PostgrestBackend",
     # API.md §10-11
     "ManagementClient",
+    "AgentInboxes",
     "Principal",
     "bearer_tokens",
     # API.md §12
