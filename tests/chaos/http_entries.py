@@ -54,6 +54,8 @@ class HttpEntry:
     #: the jobs backend of its database (the Job Inbox reads job records, which only the
     #: table backend has until the pgmq records functions land)
     backend: str = "pgmq"
+    #: reads each 2xx answer's body (ids, lease ids), so later requests can use real ones
+    learn: Callable[[bytes], None] | None = None
 
 
 def function_app(module_file: str) -> Callable[[Mapping[str, str]], ASGIApp]:
@@ -189,6 +191,17 @@ def serve_request(rng: random.Random, env: Mapping[str, str]) -> Draft:
     return draft
 
 
+from .http_agents import (  # noqa: E402 - they build Drafts of this module
+    AGENT_LEASE_SECRET,
+    AGENT_TOKEN,
+    agent_build,
+    agent_learn,
+    agent_request,
+    executor_build,
+    executor_learn,
+    executor_request,
+)
+
 ENTRIES: list[HttpEntry] = [
     HttpEntry("orders", "/api/orders", function_app("orders.py"), order_request),
     HttpEntry("drain", "/api/drain", function_app("drain.py"), drain_request),
@@ -201,6 +214,8 @@ ENTRIES: list[HttpEntry] = [
     HttpEntry(
         "jobs-admin", "/api/jobs", function_app("jobs_admin.py"), jobs_admin_request, "table"
     ),
+    HttpEntry("agent-inbox", "/v1", agent_build, agent_request, learn=agent_learn),
+    HttpEntry("executor", "/", executor_build, executor_request, learn=executor_learn),
     HttpEntry("serve", "/", serve_app, serve_request, "table"),
 ]
 
@@ -212,6 +227,9 @@ def entry_env(database_url: str) -> dict[str, str]:
         "WEBHOOK_SECRET": WEBHOOK_SECRET,
         "DRAIN_BUDGET": "5",
         "MANAGEMENT_TOKENS": MANAGEMENT_TOKENS,
+        "AGENT_TOKEN": AGENT_TOKEN,
+        "AGENT_LEASE_SECRET": AGENT_LEASE_SECRET,
+        "AGENT_BUDGET": "2",
     }
 
 

@@ -124,6 +124,7 @@ def fuzzed(entry: HttpEntry, rng: random.Random, env: Mapping[str, str]) -> Draf
 class Answer:
     status: int | None  # None: the app answered nothing
     error: BaseException | None = None
+    body: bytes = b""  # what it answered (up to 1 MiB), for entries that learn ids from it
 
 
 async def send_to(app: ASGIApp, draft: Draft, rng: random.Random) -> Answer:
@@ -167,18 +168,22 @@ async def send_to(app: ASGIApp, draft: Draft, rng: random.Random) -> Answer:
         return {"type": "http.request", "body": chunks[sent - 1], "more_body": sent < len(chunks)}
 
     started: list[int] = []
+    answered = bytearray()
 
     async def send(message: dict[str, Any]) -> None:
         if message["type"] == "http.response.start":
             started.append(int(message["status"]))
-        elif message["type"] == "http.response.body" and not message.get("more_body"):
-            responded.set()
+        elif message["type"] == "http.response.body":
+            if len(answered) < 1_048_576:
+                answered.extend(message.get("body", b""))
+            if not message.get("more_body"):
+                responded.set()
 
     try:
         await asyncio.wait_for(app(scope, receive, send), timeout=30)
     except Exception as exc:
         return Answer(started[0] if started else None, exc)
-    return Answer(started[0] if started else None)
+    return Answer(started[0] if started else None, body=bytes(answered))
 
 
 # what the HTTP client sets itself: the true length of the body, one request per connection
@@ -256,6 +261,8 @@ async def fuzz_entry(
                 *(send(draft, s) for draft, s in zip(drafts, seeds, strict=True))
             )
             for draft, answer in zip(drafts, answers, strict=True):
+                if entry.learn is not None and answer.status is not None and answer.status < 300:
+                    entry.learn(answer.body)
                 figures.requests += 1
                 if answer.status is not None:
                     figures.statuses[answer.status] += 1

@@ -79,3 +79,48 @@ async def test_no_request_through_a_real_uvicorn_gets_a_5xx(fresh_database: Any)
     assert figures.requests == 150
     assert figures.failures == 0, "\n".join([figures.line(), *figures.examples])
     assert sum(n for status, n in figures.statuses.items() if status < 300) > 15
+
+
+async def _post_raw(
+    app: Any, path: str, headers: list[tuple[str, str]], chunks: list[bytes]
+) -> int:
+    """POST ``chunks`` as the body; a client that hangs up after the last one when the
+    last chunk says more is coming (``b"..."``)."""
+    messages = [
+        {"type": "http.request", "body": chunk, "more_body": chunk == b"..."} for chunk in chunks
+    ]
+    statuses: list[int] = []
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            statuses.append(int(message["status"]))
+
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+        "scheme": "https", "path": path, "raw_path": path.encode(), "query_string": b"",
+        "root_path": "", "client": ("127.0.0.1", 1), "server": ("chaos", 443),
+        "headers": [(k.encode(), v.encode()) for k, v in headers],
+    }  # fmt: skip
+    await app(scope, receive, send)
+    return statuses[0]
+
+
+@pytest.mark.parametrize("name", ["agent-inbox", "executor"])
+async def test_the_pull_apps_answer_deep_json_and_a_hung_up_client_with_a_400(
+    fresh_database: Any, name: str
+) -> None:
+    # what the fuzz found when these apps joined: a RecursionError and Starlette's
+    # ClientDisconnect came out of the app (a 500) instead of a Problem
+    entry = by_name(name)
+    app = entry.build(entry_env(fresh_database(entry.backend)))
+    request = entry.request(random.Random(SEED), {})
+    path = "/claim" if name == "executor" else "/v1/events/evt_1/ack"  # both read a body first
+    headers = [h for h in request.headers if h[0] == "authorization"]
+    try:
+        assert await _post_raw(app, path, headers, [b"[" * 5000 + b"]" * 5000]) == 400
+        assert await _post_raw(app, path, headers, [b'{"queues": ', b"..."]) == 400
+    finally:
+        await app.aclose()  # type: ignore[attr-defined]
