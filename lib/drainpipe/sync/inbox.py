@@ -12,7 +12,6 @@ drain route; this twin is for the request path.
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -169,8 +168,3 @@ class WebhookInbox(InboxRules):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def decode(body: bytes) -> Any:
-    """A receive answer's JSON body as a value (for tests and views that inspect it)."""
-    return json.loads(body)
