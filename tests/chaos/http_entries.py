@@ -51,8 +51,7 @@ class HttpEntry:
     path: str
     build: Callable[[Mapping[str, str]], ASGIApp]
     request: Callable[[random.Random, Mapping[str, str]], Draft]
-    #: the jobs backend of its database (the Job Inbox reads job records, which only the
-    #: table backend has until the pgmq records functions land)
+    #: the jobs backend of its database
     backend: str = "pgmq"
     #: reads each 2xx answer's body (ids, lease ids), so later requests can use real ones
     learn: Callable[[bytes], None] | None = None
@@ -211,12 +210,10 @@ ENTRIES: list[HttpEntry] = [
         function_app("billing_webhook.py"),
         webhook_request,
     ),
-    HttpEntry(
-        "jobs-admin", "/api/jobs", function_app("jobs_admin.py"), jobs_admin_request, "table"
-    ),
+    HttpEntry("jobs-admin", "/api/jobs", function_app("jobs_admin.py"), jobs_admin_request),
     HttpEntry("agent-inbox", "/v1", agent_build, agent_request, learn=agent_learn),
     HttpEntry("executor", "/", executor_build, executor_request, learn=executor_learn),
-    HttpEntry("serve", "/", serve_app, serve_request, "table"),
+    HttpEntry("serve", "/", serve_app, serve_request, "table"),  # every function, on table
 ]
 
 
