@@ -21,7 +21,7 @@ import psycopg
 from drainpipe import install
 
 from .cluster import ThrowawayCluster
-from .http_entries import ENTRIES, entry_env
+from .http_entries import ENTRIES, by_name, entry_env
 from .http_fuzz import FuzzFigures, fuzz_entry
 from .jobs_run import ROLES, JobsPlan, long_plan, run_jobs_chaos
 from .ledger import Figures
@@ -40,16 +40,16 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-async def _fuzz_database(cluster: ThrowawayCluster) -> str:
+async def _fuzz_database(cluster: ThrowawayCluster, backend: str) -> str:
     async with await psycopg.AsyncConnection.connect(cluster.dsn(), autocommit=True) as admin:
         for role in ROLES:
             with contextlib.suppress(psycopg.errors.DuplicateObject):
                 await admin.execute(f"CREATE ROLE {role} NOLOGIN")
-        await admin.execute("DROP DATABASE IF EXISTS chaos_http WITH (FORCE)")
-        await admin.execute("CREATE DATABASE chaos_http")
-    url = cluster.dsn("chaos_http")
+        await admin.execute(f"DROP DATABASE IF EXISTS chaos_http_{backend} WITH (FORCE)")
+        await admin.execute(f"CREATE DATABASE chaos_http_{backend}")
+    url = cluster.dsn(f"chaos_http_{backend}")
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        await install(conn, ["jobs", "idempotency", "webhook-inbox"])
+        await install(conn, ["jobs", "idempotency", "webhook-inbox"], backend=backend)  # type: ignore[arg-type]
     return url
 
 
@@ -67,6 +67,10 @@ async def main(argv: list[str]) -> int:
     args = _arguments(argv)
     # the pool's reconnect warnings during the outage are expected, not news
     logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
+    # uvicorn refusing what its parser cannot read is the point of the fuzz, not news
+    logging.getLogger("uvicorn.error").addFilter(
+        lambda record: "Invalid HTTP request" not in record.getMessage()
+    )
     plan = JobsPlan() if args.short else long_plan()
     plan.seed = args.seed
     if args.jobs:
@@ -89,12 +93,24 @@ async def main(argv: list[str]) -> int:
                 job_figures.append(figures)
                 print("\n".join(figures.lines()), flush=True)
         if not args.no_http:
-            env = entry_env(await _fuzz_database(cluster))
+            envs = {b: entry_env(await _fuzz_database(cluster, b)) for b in ("pgmq", "table")}
             for entry in ENTRIES:
                 if args.entries and entry.name not in args.entries:
                     continue
                 started = time.monotonic()
+                env = envs[entry.backend]
                 fuzz = await fuzz_entry(entry, env, requests=requests, seed=args.seed)
+                fuzz_figures.append(fuzz)
+                print(f"fuzz {fuzz.line()} in {time.monotonic() - started:.0f} s", flush=True)
+                for example in fuzz.examples:
+                    print(f"  5xx: {example[:400]}")
+            if not args.entries or "serve" in args.entries:
+                # the same kind of requests as raw HTTP bytes through a real uvicorn
+                started = time.monotonic()
+                serve = by_name("serve")
+                fuzz = await fuzz_entry(
+                    serve, envs[serve.backend], requests=requests, seed=args.seed, over_http=True
+                )
                 fuzz_figures.append(fuzz)
                 print(f"fuzz {fuzz.line()} in {time.monotonic() - started:.0f} s", flush=True)
                 for example in fuzz.examples:

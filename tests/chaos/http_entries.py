@@ -3,8 +3,9 @@
 An entry is an ASGI app built the way it is deployed, and a maker of plausible requests
 for it (the fuzz mutates these, tests/chaos/http_fuzz.py). A new HTTP app joins the fuzz
 with one more :class:`HttpEntry` here: a name, its path, ``build(env)`` returning the app
-(``env`` holds ``DATABASE_URL`` and the secrets below) and ``request(rng, env)`` returning a
-:class:`Draft` that a well-behaved client could send (the fuzz then breaks it).
+(``env`` holds ``DATABASE_URL`` and the secrets below), ``request(rng, env)`` returning a
+:class:`Draft` that a well-behaved client could send (the fuzz then breaks it), and the
+jobs backend its database needs (default pgmq).
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ class HttpEntry:
     path: str
     build: Callable[[Mapping[str, str]], ASGIApp]
     request: Callable[[random.Random, Mapping[str, str]], Draft]
+    #: the jobs backend of its database
+    backend: str = "pgmq"
+    #: reads each 2xx answer's body (ids, lease ids), so later requests can use real ones
+    learn: Callable[[bytes], None] | None = None
 
 
 def function_app(module_file: str) -> Callable[[Mapping[str, str]], ASGIApp]:
@@ -129,25 +134,28 @@ def webhook_request(rng: random.Random, env: Mapping[str, str]) -> Draft:
     )
 
 
+MANAGEMENT_TOKENS = f"{ADMIN_TOKEN}=ops@example.com:admin,{VIEWER_TOKEN}=oncall@example.com:viewer"
+
+
 def jobs_admin_request(rng: random.Random, env: Mapping[str, str]) -> Draft:
-    """The Job Inbox: reads by either role, writes mostly by the admin, ids near the few
-    jobs the drain and the fuzz's other requests leave behind."""
-    token = rng.choice([ADMIN_TOKEN] * 3 + [VIEWER_TOKEN])
+    """The Job Inbox (``functions/jobs_admin.py``): lists, a record, cancel, replay, audit."""
+    token = rng.choice([ADMIN_TOKEN, ADMIN_TOKEN, VIEWER_TOKEN])
     headers = [("authorization", f"Bearer {token}")]
-    job = f"/api/jobs/jobs/{rng.choice(['emails', 'emails', 'nope'])}/{rng.randrange(6)}"
-    choice = rng.randrange(6)
+    job = f"emails/{rng.choice([1, 2, 3, rng.randrange(1, 10**6)])}"
+    choice = rng.randrange(7)
     if choice == 0:
-        return Draft("GET", "/api/jobs", [])
+        return Draft("GET", "/api/jobs", [])  # the admin page
     if choice == 1:
-        query = rng.choice(["", "limit=2", "state=dead", "queue=emails&limit=500", "limit=501"])
+        query = rng.choice(["", "limit=5", "queue=emails&state=dead", "limit=500&state=queued"])
         return Draft("GET", "/api/jobs/jobs", headers, query=query)
     if choice == 2:
-        return Draft("GET", job, headers)
+        return Draft("GET", f"/api/jobs/jobs/{job}", headers)
     if choice == 3:
-        return Draft("POST", job + "/cancel", headers)
+        return Draft("POST", f"/api/jobs/jobs/{job}/cancel", headers)
     if choice == 4:
-        return Draft("POST", job + "/replay", [*headers, ("idempotency-key", idempotency_key(rng))])
-    return Draft("GET", "/api/jobs/audit", headers, query=rng.choice(["", "limit=1"]))
+        key = ("idempotency-key", idempotency_key(rng))
+        return Draft("POST", f"/api/jobs/jobs/{job}/replay", [*headers, key])
+    return Draft("GET", "/api/jobs/audit", headers, query=rng.choice(["", "limit=3"]))
 
 
 FUNCTION_REQUESTS = [order_request, drain_request, webhook_request, jobs_admin_request]
@@ -169,10 +177,30 @@ def serve_request(rng: random.Random, env: Mapping[str, str]) -> Draft:
     draft = rng.choice(FUNCTION_REQUESTS)(rng, env)
     if rng.random() < 0.2:  # paths Vercel would 404, and the rewrite's source
         draft.path = rng.choice(
-            ["/api/drain/", "/api/_app", "/api/billing_webhook", "/", "/api", "/api/orders.py"]
+            [
+                "/api/drain/",
+                "/api/_app",
+                "/api/billing_webhook",
+                "/",
+                "/api",
+                "/api/orders.py",
+                "/api/jobs/",
+                "/api/jobs/../orders",
+            ]
         )
     return draft
 
+
+from .http_agents import (  # noqa: E402 - they build Drafts of this module
+    AGENT_LEASE_SECRET,
+    AGENT_TOKEN,
+    agent_build,
+    agent_learn,
+    agent_request,
+    executor_build,
+    executor_learn,
+    executor_request,
+)
 
 ENTRIES: list[HttpEntry] = [
     HttpEntry("orders", "/api/orders", function_app("orders.py"), order_request),
@@ -184,7 +212,9 @@ ENTRIES: list[HttpEntry] = [
         webhook_request,
     ),
     HttpEntry("jobs-admin", "/api/jobs", function_app("jobs_admin.py"), jobs_admin_request),
-    HttpEntry("serve", "/", serve_app, serve_request),
+    HttpEntry("agent-inbox", "/v1", agent_build, agent_request, learn=agent_learn),
+    HttpEntry("executor", "/", executor_build, executor_request, learn=executor_learn),
+    HttpEntry("serve", "/", serve_app, serve_request, "table"),  # every function, on table
 ]
 
 
@@ -194,8 +224,10 @@ def entry_env(database_url: str) -> dict[str, str]:
         "CRON_SECRET": CRON_SECRET,
         "WEBHOOK_SECRET": WEBHOOK_SECRET,
         "DRAIN_BUDGET": "5",
-        "MANAGEMENT_TOKENS": f"{ADMIN_TOKEN}=chaos@example.com:admin,"
-        f"{VIEWER_TOKEN}=viewer@example.com:viewer",
+        "MANAGEMENT_TOKENS": MANAGEMENT_TOKENS,
+        "AGENT_TOKEN": AGENT_TOKEN,
+        "AGENT_LEASE_SECRET": AGENT_LEASE_SECRET,
+        "AGENT_BUDGET": "2",
     }
 
 

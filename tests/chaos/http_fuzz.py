@@ -11,13 +11,16 @@ NUL, any method token, any path.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import random
 from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import quote
 
+from drainpipe.dev.server import start_server
 from drainpipe.serverless import ASGIApp
 
 from .http_entries import Draft, HttpEntry, signed_headers
@@ -121,6 +124,7 @@ def fuzzed(entry: HttpEntry, rng: random.Random, env: Mapping[str, str]) -> Draf
 class Answer:
     status: int | None  # None: the app answered nothing
     error: BaseException | None = None
+    body: bytes = b""  # what it answered (up to 1 MiB), for entries that learn ids from it
 
 
 async def send_to(app: ASGIApp, draft: Draft, rng: random.Random) -> Answer:
@@ -164,18 +168,53 @@ async def send_to(app: ASGIApp, draft: Draft, rng: random.Random) -> Answer:
         return {"type": "http.request", "body": chunks[sent - 1], "more_body": sent < len(chunks)}
 
     started: list[int] = []
+    answered = bytearray()
 
     async def send(message: dict[str, Any]) -> None:
         if message["type"] == "http.response.start":
             started.append(int(message["status"]))
-        elif message["type"] == "http.response.body" and not message.get("more_body"):
-            responded.set()
+        elif message["type"] == "http.response.body":
+            if len(answered) < 1_048_576:
+                answered.extend(message.get("body", b""))
+            if not message.get("more_body"):
+                responded.set()
 
     try:
         await asyncio.wait_for(app(scope, receive, send), timeout=30)
     except Exception as exc:
         return Answer(started[0] if started else None, exc)
-    return Answer(started[0] if started else None)
+    return Answer(started[0] if started else None, body=bytes(answered))
+
+
+# what the HTTP client sets itself: the true length of the body, one request per connection
+CLIENT_HEADERS = ("content-length", "transfer-encoding", "host", "connection")
+
+
+async def send_over_http(port: int, draft: Draft) -> Answer:
+    """The draft as raw HTTP/1.1 bytes to a real server (uvicorn): what its parser refuses
+    it answers itself (400), the rest reaches the app as uvicorn hands it over."""
+    target = quote(draft.path, safe="/%?&=:;,+") + (
+        f"?{quote(draft.query, safe='=&%')}" if draft.query else ""
+    )
+    lines = [f"{draft.method} {target} HTTP/1.1", "Host: chaos", "Connection: close"]
+    lines.append(f"Content-Length: {len(draft.body)}")
+    lines += [f"{name}: {value}" for name, value in draft.headers if name not in CLIENT_HEADERS]
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(head + draft.body)
+        await writer.drain()
+        status_line = await asyncio.wait_for(reader.readline(), timeout=30)
+    except (ConnectionError, TimeoutError) as exc:
+        return Answer(None, exc)
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+    parts = status_line.split()
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/"):
+        return Answer(None, ValueError(f"no status line: {status_line!r}"))
+    return Answer(int(parts[1]))
 
 
 @dataclasses.dataclass
@@ -199,23 +238,31 @@ async def fuzz_entry(
     requests: int,
     seed: int,
     parallel: int = 4,
+    over_http: bool = False,
     progress: Callable[[FuzzFigures], None] | None = None,
 ) -> FuzzFigures:
-    """Send ``requests`` fuzzed requests, ``parallel`` at a time (same keys race)."""
+    """Send ``requests`` fuzzed requests, ``parallel`` at a time (same keys race); to the
+    app in process, or (``over_http``) through a real uvicorn serving it."""
     rng = random.Random(f"{seed}:{entry.name}")
     app = entry.build(env)
-    figures = FuzzFigures(entry.name)
+    figures = FuzzFigures(entry.name + (" over HTTP" if over_http else ""))
+    server = await start_server(app) if over_http else None
+
+    async def send(draft: Draft, chunk_seed: float) -> Answer:
+        if server is not None:
+            return await send_over_http(server.port, draft)
+        return await send_to(app, draft, random.Random(chunk_seed))
+
     try:
         for start in range(0, requests, parallel):
             drafts = [fuzzed(entry, rng, env) for _ in range(min(parallel, requests - start))]
             seeds = [rng.random() for _ in drafts]
             answers = await asyncio.gather(
-                *(
-                    send_to(app, draft, random.Random(s))
-                    for draft, s in zip(drafts, seeds, strict=True)
-                )
+                *(send(draft, s) for draft, s in zip(drafts, seeds, strict=True))
             )
             for draft, answer in zip(drafts, answers, strict=True):
+                if entry.learn is not None and answer.status is not None and answer.status < 300:
+                    entry.learn(answer.body)
                 figures.requests += 1
                 if answer.status is not None:
                     figures.statuses[answer.status] += 1
@@ -226,9 +273,14 @@ async def fuzz_entry(
             if progress is not None:
                 progress(figures)
     finally:
-        close = getattr(app, "aclose", None) or getattr(getattr(app, "app", None), "aclose", None)
-        if close is not None:
-            await close()
+        if server is not None:
+            await server.stop()  # its lifespan shutdown closes the app
+        else:
+            close = getattr(app, "aclose", None) or getattr(
+                getattr(app, "app", None), "aclose", None
+            )
+            if close is not None:
+                await close()
     return figures
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
@@ -20,8 +21,9 @@ SEED = 19
 
 @pytest.mark.slow
 @pytest.mark.parametrize("entry", ENTRIES, ids=[entry.name for entry in ENTRIES])
-async def test_no_fuzzed_request_gets_a_5xx(db_url: str, entry: HttpEntry) -> None:
-    figures = await fuzz_entry(entry, entry_env(db_url), requests=REQUESTS, seed=SEED)
+async def test_no_fuzzed_request_gets_a_5xx(fresh_database: Any, entry: HttpEntry) -> None:
+    url = fresh_database(entry.backend)
+    figures = await fuzz_entry(entry, entry_env(url), requests=REQUESTS, seed=SEED)
     assert figures.requests == REQUESTS
     assert figures.failures == 0, "\n".join([figures.line(), *figures.examples])
     # the fuzz got past the front door, not only refusals
@@ -65,3 +67,60 @@ async def test_orders_answers_deeply_nested_json_with_a_400_problem(
     finally:
         await app.aclose()  # type: ignore[attr-defined]
     assert answer.error is None and answer.status in (400, 422)
+
+
+@pytest.mark.slow
+async def test_no_request_through_a_real_uvicorn_gets_a_5xx(fresh_database: Any) -> None:
+    # the same requests as raw HTTP/1.1 bytes: what uvicorn's parser lets through reaches
+    # every function behind drainpipe serve's health check
+    serve = by_name("serve")
+    url = fresh_database(serve.backend)
+    figures = await fuzz_entry(serve, entry_env(url), requests=150, seed=SEED, over_http=True)
+    assert figures.requests == 150
+    assert figures.failures == 0, "\n".join([figures.line(), *figures.examples])
+    assert sum(n for status, n in figures.statuses.items() if status < 300) > 15
+
+
+async def _post_raw(
+    app: Any, path: str, headers: list[tuple[str, str]], chunks: list[bytes]
+) -> int:
+    """POST ``chunks`` as the body; a client that hangs up after the last one when the
+    last chunk says more is coming (``b"..."``)."""
+    messages = [
+        {"type": "http.request", "body": chunk, "more_body": chunk == b"..."} for chunk in chunks
+    ]
+    statuses: list[int] = []
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            statuses.append(int(message["status"]))
+
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+        "scheme": "https", "path": path, "raw_path": path.encode(), "query_string": b"",
+        "root_path": "", "client": ("127.0.0.1", 1), "server": ("chaos", 443),
+        "headers": [(k.encode(), v.encode()) for k, v in headers],
+    }  # fmt: skip
+    await app(scope, receive, send)
+    return statuses[0]
+
+
+@pytest.mark.parametrize("name", ["agent-inbox", "executor"])
+async def test_the_pull_apps_answer_deep_json_and_a_hung_up_client_with_a_400(
+    fresh_database: Any, name: str
+) -> None:
+    # what the fuzz found when these apps joined: a RecursionError and Starlette's
+    # ClientDisconnect came out of the app (a 500) instead of a Problem
+    entry = by_name(name)
+    app = entry.build(entry_env(fresh_database(entry.backend)))
+    request = entry.request(random.Random(SEED), {})
+    path = "/claim" if name == "executor" else "/v1/events/evt_1/ack"  # both read a body first
+    headers = [h for h in request.headers if h[0] == "authorization"]
+    try:
+        assert await _post_raw(app, path, headers, [b"[" * 5000 + b"]" * 5000]) == 400
+        assert await _post_raw(app, path, headers, [b'{"queues": ', b"..."]) == 400
+    finally:
+        await app.aclose()  # type: ignore[attr-defined]

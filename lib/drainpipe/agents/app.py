@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DrainpipeError
-from ..http import problem_response
+from ..http import body_incomplete, is_client_disconnect, problem_response
 from ..principals import Principal
 from .checks import INBOX_FORBIDDEN, bad_parameter
 from .pull import RESERVE
@@ -58,12 +58,17 @@ def check_inbox(principal: Principal, inbox_id: str) -> None:
 
 
 async def _json_body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
+    try:
+        raw = await request.body()
+    except Exception as exc:  # the client hung up mid-body: a 400, not an exception out
+        if is_client_disconnect(exc):
+            raise body_incomplete() from exc
+        raise
     if len(raw) > 131072:
         raise bad_parameter("body", "The body must be at most 128 KiB of JSON")
     try:
         body = json.loads(raw or b"{}")
-    except ValueError:
+    except (ValueError, RecursionError):  # also JSON nested past Python's recursion limit
         raise DrainpipeError("invalid_request", "The body is not JSON", code=INVALID_BODY) from None
     if not isinstance(body, dict):
         raise DrainpipeError("invalid_request", "The body must be a JSON object", code=INVALID_BODY)

@@ -29,7 +29,7 @@ from ..agents.checks import bad_parameter, error_text, number, whole_number
 from ..codes import valid_code
 from ..engine.core import long_poll_wait, mint_lease_id, poll_backoff, read_lease_id
 from ..errors import DrainpipeError
-from ..http import problem_response
+from ..http import body_incomplete, is_client_disconnect, problem_response
 from ..models import JobContext, claimed_job
 
 if TYPE_CHECKING:
@@ -225,10 +225,15 @@ class Executor:
 
 
 async def _body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
+    try:
+        raw = await request.body()
+    except Exception as exc:  # the client hung up mid-body: a 400, not an exception out
+        if is_client_disconnect(exc):
+            raise body_incomplete() from exc
+        raise
     try:
         body = json.loads(raw or b"{}")
-    except ValueError:
+    except (ValueError, RecursionError):  # also JSON nested past Python's recursion limit
         raise DrainpipeError(
             "invalid_request", "The body is not JSON", code="INVALID_BODY"
         ) from None
