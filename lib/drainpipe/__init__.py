@@ -25,10 +25,12 @@ _EXPORTS: dict[str, str] = {
     "Job": "models",
     "JobContext": "models",
     "Jobs": "jobs",
+    "Keyring": "keyring",
     "Lease": "leases",
     "LeaseOutcome": "leases",
     "Queue": "jobs",
     "QueueBackend": "backends",
+    "QueuePolicy": "jobs",
     "QueueStats": "models",
     "Retry": "errors",
     "ScheduleDef": "schedules",
@@ -60,10 +62,12 @@ __all__ = [
     "Job",
     "JobContext",
     "Jobs",
+    "Keyring",
     "Lease",
     "LeaseOutcome",
     "Queue",
     "QueueBackend",
+    "QueuePolicy",
     "QueueStats",
     "Retry",
     "ScheduleDef",
@@ -90,7 +94,8 @@ if TYPE_CHECKING:
     from .errors import DrainpipeError, Retry
     from .idempotency import Begin, Idempotency
     from .inbox import InboxEntry, Stored, WebhookInbox, WebhookMessage
-    from .jobs import Jobs, Queue
+    from .jobs import Jobs, Queue, QueuePolicy
+    from .keyring import Keyring
     from .leases import Lease, LeaseOutcome, lease, with_lease
     from .models import Actor, DeadJob, Job, JobContext, QueueStats, WorkReport
     from .schedules import EnsureResult, ScheduleDef, ScheduleInfo

@@ -33,6 +33,9 @@ CONTRACT = {
     "install",
     "QueueBackend",
     "testing",
+    # API.md §9
+    "QueuePolicy",
+    "Keyring",
 }
 EXTENSIONS = {"Actor", "DrainRoute", "Lease", "LeaseOutcome", "WebhookMessage", "verify"}
 

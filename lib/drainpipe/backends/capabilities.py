@@ -32,12 +32,15 @@ if TYPE_CHECKING:
 __all__ = [
     "SupportsAdvanceSchedule",
     "SupportsBatches",
+    "SupportsBury",
     "SupportsCompleteMany",
     "SupportsDeadLetters",
     "SupportsDueSchedules",
     "SupportsExtendMany",
     "SupportsListDead",
     "SupportsListSchedules",
+    "SupportsPayloadRewrite",
+    "SupportsPolicies",
     "SupportsPurgeArchive",
     "SupportsReplay",
     "SupportsRetryDead",
@@ -127,6 +130,39 @@ class SupportsDeadLetters(
     SupportsReplay, SupportsListDead, SupportsRetryDead, SupportsPurgeArchive, Protocol
 ):
     """Every dead-letter and archive operation."""
+
+
+# -- queue policies and encrypted payloads -----------------------------------------------
+
+
+@runtime_checkable
+class SupportsBury(Protocol):
+    async def bury(self, job: Job[Any], error: str, code: str) -> bool:
+        """End a held job dead now, with ``code`` (no retry); False when the lease was lost."""
+        ...
+
+
+@runtime_checkable
+class SupportsPayloadRewrite(Protocol):
+    async def live_payloads(self, queue: str, *, after: int, limit: int) -> list[tuple[int, Any]]:
+        """Live jobs' stored values (context envelope included) in id order after ``after``."""
+        ...
+
+    async def rewrite_payload(self, queue: str, job_id: int, old: Any, new: Any) -> bool:
+        """Replace a live job's stored value if it is still ``old``."""
+        ...
+
+
+@runtime_checkable
+class SupportsPolicies(Protocol):
+    async def ensure_policy(self, queue: str, row: Sequence[Any]) -> None:
+        """Store a queue's policy where the database's own checks read it."""
+        ...
+
+    async def apply_retention(self, *, min_interval: float | None) -> int | None:
+        """Delete terminal records past their queue's retention; None when skipped because
+        it ran less than ``min_interval`` seconds ago."""
+        ...
 
 
 # -- schedules ----------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from ..db import Database, as_database
 from ..models import DeadJob, DedupeMode, DueSchedule, FailOutcome, Job, QueueStats, ScheduleInfo
 from ..ops import jobs as ops
+from ..ops import policies as policy_ops
 from ..ops import schedules as schedule_ops
 from ..ops.jobs import int_array, parse_claimed, parse_dead
 
@@ -105,6 +106,33 @@ class SqlQueueBackend:
             ops.purge_archive_params(queue, older_than, dead_older_than, batch),
         )
         return ops.parse_purge_archive(rows)
+
+    # -- queue policies and payload rewrites (docs/policies.md) -----------------------------
+
+    async def bury(self, job: Job[Any], error: str, code: str) -> bool:
+        rows = await self.db.fetch(
+            policy_ops.BURY, policy_ops.bury_params(job.queue, job.id, job.attempts, error, code)
+        )
+        return policy_ops.parse_flag(rows)
+
+    async def live_payloads(self, queue: str, *, after: int, limit: int) -> list[tuple[int, Any]]:
+        rows = await self.db.fetch(
+            policy_ops.LIVE_PAYLOADS, policy_ops.live_payloads_params(queue, after, limit)
+        )
+        return policy_ops.parse_live_payloads(rows)
+
+    async def rewrite_payload(self, queue: str, job_id: int, old: Any, new: Any) -> bool:
+        rows = await self.db.fetch(
+            policy_ops.REWRITE_PAYLOAD, policy_ops.rewrite_payload_params(queue, job_id, old, new)
+        )
+        return policy_ops.parse_flag(rows)
+
+    async def ensure_policy(self, queue: str, row: Sequence[Any]) -> None:
+        await self.db.fetch(policy_ops.ENSURE_POLICY, policy_ops.ensure_policy_params(row))
+
+    async def apply_retention(self, *, min_interval: float | None) -> int | None:
+        rows = await self.db.fetch(policy_ops.APPLY_RETENTION, (min_interval,))
+        return policy_ops.parse_retention(rows)
 
     # -- schedules (drain scheduler; pg_cron answers through the same functions) ----------
 

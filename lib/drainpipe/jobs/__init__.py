@@ -4,6 +4,7 @@
 :mod:`.worker` the jobs source of the lease engine behind ``work`` and ``drain``."""
 
 from .client import Handler, Jobs, OnError
+from .policy import QueuePolicy
 from .queue import Queue
 
-__all__ = ["Handler", "Jobs", "OnError", "Queue"]
+__all__ = ["Handler", "Jobs", "OnError", "Queue", "QueuePolicy"]

@@ -8,20 +8,16 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from ..backends import (
     QueueBackend,
-    SupportsListDead,
-    SupportsPurgeArchive,
-    SupportsReplay,
-    SupportsRetryDead,
     SupportsSendMany,
     SupportsStats,
     lacking,
     resolve_backend,
 )
-from ..context import coerce_context, wrap_payload
+from ..context import coerce_context
 from ..db import dump_json
 from ..engine.core import MAX_OUTAGE
 from ..errors import DrainpipeError, invalid_request, missing_feature, validation_error
-from ..models import DeadJob, DedupeMode, FailOutcome, Job, JobContext, QueueStats, WorkReport
+from ..models import DedupeMode, FailOutcome, Job, JobContext, QueueStats, WorkReport
 from ..schedules import ScheduleMixin
 from ..telemetry import active_telemetry
 from ..validation import (
@@ -37,19 +33,23 @@ from ..validation import (
     storable_text,
     surrogate_fault,
 )
+from .dead_letters import SEVEN_DAYS, THIRTY_DAYS, DeadLetterMixin
+from .guard import PolicyMixin
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
 
     from ..drain import DrainRoute
+    from ..keyring import Keyring
+    from .policy import QueuePolicy
     from .queue import Queue
 
 T = TypeVar("T")
 Handler = Callable[[Any, Job[Any]], Awaitable[Any]]
 OnError = Callable[[BaseException, Job[Any] | None], Any]
 
-SEVEN_DAYS = timedelta(days=7)
-THIRTY_DAYS = timedelta(days=30)
+__all__ = ["SEVEN_DAYS", "THIRTY_DAYS", "Handler", "Jobs", "OnError"]
+
 MAX_DEDUPE_KEY = 255
 
 
@@ -71,12 +71,15 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class Jobs(ScheduleMixin):
+class Jobs(PolicyMixin, DeadLetterMixin, ScheduleMixin):
     """Typed job queues on a database (DSN, pool, connection), a supabase client or a backend.
 
     ``queues`` maps each queue name to the payload schema (anything
     ``pydantic.TypeAdapter`` accepts). ``now`` is the clock for ``run_at`` and schedules.
     ``scheduler`` says which scheduler the ``jobs`` SQL module was installed with.
+    ``policies`` maps queues to :class:`~drainpipe.QueuePolicy` (checked before sending;
+    ``ensure_policies()`` makes the database enforce them too); ``keyring`` opens and seals
+    the payloads of encrypted queues (docs/policies.md).
     """
 
     def __init__(
@@ -86,6 +89,8 @@ class Jobs(ScheduleMixin):
         *,
         now: Callable[[], datetime] | None = None,
         scheduler: Literal["drain", "pg_cron"] = "drain",
+        policies: Mapping[str, QueuePolicy] | None = None,
+        keyring: Keyring | None = None,
     ) -> None:
         if not isinstance(queues, Mapping):
             raise TypeError("queues must be a mapping of queue name to payload schema")
@@ -99,6 +104,7 @@ class Jobs(ScheduleMixin):
         self._serialisers: dict[str, Callable[[Any], Any]] = {}
         self._now = now or _utcnow
         self.scheduler = scheduler
+        self._init_policies(policies, keyring, list(queues))
         self.backend: QueueBackend = resolve_backend(db, list(queues))
 
     # -- helpers -------------------------------------------------------------------------
@@ -184,6 +190,8 @@ class Jobs(ScheduleMixin):
         # None, a silent change; kept, the stored-JSON check refuses them naming the path.
         from pydantic_core import SchemaSerializer, core_schema
 
+        policy = self._policies.get(queue)
+        max_bytes = MAX_PAYLOAD_BYTES if policy is None else policy.max_payload_bytes
         to_python = SchemaSerializer(
             self._adapter(queue).core_schema, core_schema.CoreConfig(ser_json_inf_nan="constants")
         ).to_python
@@ -202,7 +210,7 @@ class Jobs(ScheduleMixin):
             # serialised once here for every backend: what jsonb cannot hold exactly (NaN, a
             # lone surrogate, NUL, a depth past 254) and a payload over 1 MiB are refused
             # before anything is sent; the size check is a len() of these bytes
-            data = dump_json(stored, max_bytes=MAX_PAYLOAD_BYTES)
+            data = dump_json(stored, max_bytes=max_bytes)
             # pydantic writes a dict key holding a lone surrogate as U+FFFD characters: a
             # payload whose JSON holds one is checked again, from its Python form
             if _REPLACEMENT in data:  # (a substring search: cheap)
@@ -229,7 +237,7 @@ class Jobs(ScheduleMixin):
         *,
         delay: float | timedelta | None = None,
         run_at: datetime | None = None,
-        max_attempts: int = 5,
+        max_attempts: int | None = None,
         dedupe_key: str | None = None,
         dedupe: DedupeMode = "always",
         context: JobContext | Mapping[str, Any] | None = None,
@@ -238,11 +246,14 @@ class Jobs(ScheduleMixin):
 
         ``delay`` (seconds) wins over ``run_at`` (aware datetime). ``dedupe="always"``
         coalesces onto any live job with the key; ``"waiting"`` only onto a never-claimed one.
+        ``max_attempts``: 5, or the queue policy's (a larger value is capped at it).
         """
         self._check_queue(queue)
-        value = wrap_payload(self.serialise(queue, payload), coerce_context(context))
+        recorded = coerce_context(context)
+        value = self._store(queue, self.serialise(queue, payload), recorded)
         wait = self._delay(delay, run_at)
-        positive_int(max_attempts, "max_attempts")
+        self._check_delay(queue, wait)
+        max_attempts = positive_int(self._max_attempts(queue, max_attempts), "max_attempts")
         if dedupe not in ("always", "waiting"):
             raise validation_error(
                 f'dedupe must be "always" or "waiting", not {dedupe!r}',
@@ -262,6 +273,7 @@ class Jobs(ScheduleMixin):
                 )
             if getattr(self.backend, "name", "") == "pgmq_public":
                 raise missing_feature("dedupe_key", "pgmq_public")
+            dedupe_key = self._stored_dedupe_key(queue, dedupe_key)
         if (otel := active_telemetry()) is not None:
             backend = self.backend
             return await otel.enqueue(
@@ -292,12 +304,13 @@ class Jobs(ScheduleMixin):
         *,
         delay: float | timedelta | None = None,
         run_at: datetime | None = None,
-        max_attempts: int = 5,
+        max_attempts: int | None = None,
         context: JobContext | Mapping[str, Any] | None = None,
     ) -> list[int]:
         """Validate every payload first, then store them all in one round trip; ids in order.
 
-        Nothing is stored when any payload fails validation. No dedupe keys here.
+        Nothing is stored when any payload fails validation (or a policy refuses the
+        batch: all or nothing). No dedupe keys here.
         """
         self._check_queue(queue)
         if isinstance(payloads, str | bytes) or not isinstance(payloads, Sequence):
@@ -309,13 +322,14 @@ class Jobs(ScheduleMixin):
         values = []
         for index, payload in enumerate(payloads):
             try:
-                values.append(wrap_payload(self.serialise(queue, payload), recorded))
+                values.append(self._store(queue, self.serialise(queue, payload), recorded))
             except DrainpipeError as exc:
                 for issue in exc.issues or []:
                     issue["path"] = [index, *issue.get("path", [])]
                 raise
         wait = self._delay(delay, run_at)
-        positive_int(max_attempts, "max_attempts")
+        self._check_delay(queue, wait)
+        max_attempts = positive_int(self._max_attempts(queue, max_attempts), "max_attempts")
         if not values:
             return []
         if (otel := active_telemetry()) is not None:
@@ -337,11 +351,18 @@ class Jobs(ScheduleMixin):
 
     # -- claim / complete / fail / extend ------------------------------------------------
 
-    async def claim(self, queue: str, *, batch: int = 1, lease: float = 300) -> list[Job[Any]]:
-        """Lease up to ``batch`` ready jobs for ``lease`` seconds. Payloads are not validated."""
+    async def claim(
+        self, queue: str, *, batch: int = 1, lease: float | None = None
+    ) -> list[Job[Any]]:
+        """Lease up to ``batch`` ready jobs for ``lease`` seconds (300, or the queue policy's
+        ``lease``; over its ``max_lease`` → ``LEASE_TOO_LONG``). Payloads are not validated;
+        sealed ones are decrypted, and one that does not decrypt ends dead
+        (``PAYLOAD_UNREADABLE``) instead of being returned."""
         self._check_queue(queue)
         positive_int(batch, "batch")
-        return await self.backend.read(queue, lease=seconds(lease, "lease"), batch=batch)
+        wanted = self._claim_lease(queue, None if lease is None else seconds(lease, "lease"))
+        jobs = await self.backend.read(queue, lease=wanted, batch=batch)
+        return jobs if self.keyring is None else await self._open_claimed(jobs)
 
     async def complete(self, job: Job[Any]) -> bool:
         """Archive a finished job. False: the lease was lost (claimed again), nothing changed."""
@@ -360,7 +381,8 @@ class Jobs(ScheduleMixin):
     async def extend(self, job: Job[Any], lease: float | timedelta) -> bool:
         """Move the lease end to now + ``lease`` seconds. False once the lease was lost."""
         self._check_job(job)
-        return await self.backend.extend(job, seconds(lease, "lease"))
+        wanted = self._claim_lease(job.queue, seconds(lease, "lease"))
+        return await self.backend.extend(job, wanted)
 
     # -- workers -------------------------------------------------------------------------
 
@@ -371,7 +393,7 @@ class Jobs(ScheduleMixin):
         *,
         concurrency: int = 1,
         batch: int = 1,
-        lease: float = 300,
+        lease: float | None = None,
         poll_interval: float = 1.0,
         max_poll_interval: float = 30.0,
         stop: Any = None,
@@ -395,7 +417,7 @@ class Jobs(ScheduleMixin):
             handler,
             concurrency=concurrency,
             batch=batch,
-            lease=lease,
+            lease=self._worker_lease(queue, None if lease is None else seconds(lease, "lease")),
             poll_interval=poll_interval,
             max_poll_interval=max_poll_interval,
             stop=stop,
@@ -412,7 +434,7 @@ class Jobs(ScheduleMixin):
         *,
         concurrency: int = 1,
         batch: int = 1,
-        lease: float | Callable[[], float] = 300,
+        lease: float | Callable[[], float] | None = None,
         budget: float | None = None,
         on_error: OnError | None = None,
         all_tenants: bool = False,
@@ -421,10 +443,13 @@ class Jobs(ScheduleMixin):
     ) -> WorkReport:
         """Run ``handler`` until the queue has no ready job or ``budget`` seconds are spent
         (checked before each claim; claimed jobs always finish). ``deadline`` is an
-        ``asyncio`` loop time that wins over ``budget`` when given."""
+        ``asyncio`` loop time that wins over ``budget`` when given. ``lease``: 300, or the
+        queue policy's ``lease``, capped at its ``max_lease`` (heartbeats keep it held)."""
         from .worker import Worker
 
         self._check_queue(queue)
+        if not callable(lease):
+            lease = self._worker_lease(queue, None if lease is None else seconds(lease, "lease"))
         return await Worker(
             self,
             queue,
@@ -448,67 +473,6 @@ class Jobs(ScheduleMixin):
         if not isinstance(backend, SupportsStats):
             raise lacking(backend, "stats")
         return dict(await backend.stats(names))
-
-    async def list_dead(
-        self, queue: str, *, limit: int = 100, cursor: int | None = None
-    ) -> list[DeadJob]:
-        """Dead letters newest first; pass the last id seen as ``cursor`` for older ones."""
-        self._check_queue(queue)
-        positive_int(limit, "limit", maximum=INT8_MAX)  # clamped to 1000 below
-        if cursor is not None:
-            positive_int(cursor, "cursor", minimum=0, maximum=INT8_MAX)
-        backend = self.backend
-        if not isinstance(backend, SupportsListDead):
-            raise lacking(backend, "list_dead")
-        return list(await backend.list_dead(queue, limit=min(limit, 1000), before=cursor))
-
-    async def retry_dead(
-        self, queue: str, *, ids: Sequence[int] | None = None, limit: int = 1000
-    ) -> int:
-        """Replay the given dead letters (or the newest ``limit``); returns how many went back."""
-        self._check_queue(queue)
-        positive_int(limit, "limit")
-        if ids is not None:
-            ids = [positive_int(i, "ids", minimum=0, maximum=INT8_MAX) for i in ids]
-        backend = self.backend
-        if not isinstance(backend, SupportsRetryDead):
-            raise lacking(backend, "retry_dead")
-        return int(await backend.retry_dead(queue, ids=ids, limit=limit))
-
-    async def replay(self, queue: str, job_id: int) -> int | None:
-        """Enqueue a dead letter again (same payload, attempts back to 0); its new id, or
-        None when ``job_id`` is not a dead letter of ``queue``."""
-        self._check_queue(queue)
-        positive_int(job_id, "job_id", minimum=0, maximum=INT8_MAX)
-        backend = self.backend
-        if not isinstance(backend, SupportsReplay):
-            raise lacking(backend, "replay")
-        result = await backend.replay(queue, job_id)
-        return None if result is None else int(result)
-
-    async def purge_archive(
-        self,
-        queue: str,
-        *,
-        older_than: float | timedelta = SEVEN_DAYS,
-        dead_older_than: float | timedelta = THIRTY_DAYS,
-        batch: int = 10000,
-    ) -> int:
-        """Delete up to ``batch`` completed jobs older than ``older_than`` and dead letters
-        older than ``dead_older_than``; live jobs are never touched."""
-        self._check_queue(queue)
-        positive_int(batch, "batch")
-        backend = self.backend
-        if not isinstance(backend, SupportsPurgeArchive):
-            raise lacking(backend, "purge_archive")
-        return int(
-            await backend.purge_archive(
-                queue,
-                older_than=timedelta(seconds=seconds(older_than, "older_than")),
-                dead_older_than=timedelta(seconds=seconds(dead_older_than, "dead_older_than")),
-                batch=batch,
-            )
-        )
 
     # -- typed handles and the drain route -----------------------------------------------
 

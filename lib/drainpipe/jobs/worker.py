@@ -16,9 +16,13 @@ from typing import TYPE_CHECKING, Any
 from ..backends.capabilities import SupportsCompleteMany, SupportsExtendMany
 from ..engine.core import CLAIM_RETRIES, JOB_HEARTBEAT_FLOOR, run_deadline
 from ..engine.runner import ClaimableSource, Runner, call_hook
+from ..keyring import UnreadableCiphertext
 from ..models import Job, JobContext, WorkReport
 from ..telemetry import active_telemetry
 from ..validation import positive_int, seconds
+from .guard import bury
+from .policy import PAYLOAD_UNREADABLE
+from .sealing import is_sealed, open_stored, unreadable
 
 if TYPE_CHECKING:
     from .client import Handler, Jobs, OnError
@@ -52,6 +56,9 @@ class JobSource:
         )
         self._validate = jobs.validator(queue)
         self._all_tenants = all_tenants
+        self._keyring = jobs.keyring
+        # ids whose payload did not decrypt in start(): their failure buries them
+        self._unreadable: set[int] = set()
 
     def claim(self, batch: int, lease: float) -> Awaitable[list[Job[Any]]]:
         return self._backend.read(self.queue, lease=lease, batch=batch)
@@ -72,13 +79,33 @@ class JobSource:
         return [job for job, ok in zip(items, done, strict=True) if not ok]
 
     def fail(self, item: Job[Any], error: str, retry_in: float | None) -> Awaitable[Any]:
+        if self._unreadable and item.id in self._unreadable:
+            self._unreadable.discard(item.id)
+            return bury(self._backend, item, error, PAYLOAD_UNREADABLE)
         return self._backend.fail(item, error, retry_in)
 
+    def _open(self, item: Job[Any], fields: dict[str, Any]) -> None:
+        """Decrypt a sealed payload in place; an unreadable one fails the job, which then
+        ends dead (``PAYLOAD_UNREADABLE``) instead of being retried."""
+        assert self._keyring is not None
+        try:
+            payload, context = open_stored(self._keyring, self.queue, item.payload)
+        except UnreadableCiphertext as exc:
+            self._unreadable.add(item.id)
+            raise unreadable(item.id, self.queue, str(exc)) from None
+        trace = item.context.trace
+        if trace is not None:
+            context = JobContext(actor=context.actor, tenant=context.tenant, trace=trace)
+        fields["payload"] = payload
+        fields["context"] = context
+
     def start(self, item: Job[Any]) -> Any:
-        payload = self._validate(item.payload)
         # The claimed Job has not left the worker yet, so it takes the validated payload in
         # place: building a second frozen dataclass per job costs a microsecond on this path.
         fields = item.__dict__
+        if self._keyring is not None and is_sealed(item.payload):
+            self._open(item, fields)
+        payload = self._validate(item.payload)
         fields["payload"] = payload
         if self._all_tenants:
             context = item.context

@@ -374,6 +374,32 @@ class MemoryBackend(MemorySchedules):
 
     # -- dead letters, stats, archive ------------------------------------------------------
 
+    async def bury(self, job: Job[Any], error: str, code: str) -> bool:
+        """End a held job dead now (its code is kept in the error text here)."""
+        await _round_trip()
+        held = self._held(job)
+        if held is None:
+            return False
+        self._bury(held[0], held[1], f"{code}: {error}", self.now())
+        return True
+
+    async def live_payloads(self, queue: str, *, after: int, limit: int) -> list[tuple[int, Any]]:
+        await _round_trip()
+        state = self._queues.get(queue)
+        if state is None:
+            return []
+        ids = sorted(job_id for job_id in state.live if job_id > after)[: max(1, limit)]
+        return [(job_id, json.loads(state.live[job_id].payload)) for job_id in ids]
+
+    async def rewrite_payload(self, queue: str, job_id: int, old: Any, new: Any) -> bool:
+        await _round_trip()
+        state = self._queues.get(queue)
+        job = None if state is None else state.live.get(job_id)
+        if job is None or json.loads(job.payload) != old:
+            return False
+        job.payload = _to_json(new)
+        return True
+
     async def replay(self, queue: str, job_id: int) -> int | None:
         await _round_trip()
         return self._replay(queue, job_id, self.now())

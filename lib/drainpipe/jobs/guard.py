@@ -1,0 +1,189 @@
+"""What :class:`~drainpipe.jobs.Jobs` does for queue policies and encrypted payloads
+(API.md section 9; docs/policies.md): the client-side checks, sealing on enqueue, opening
+on claim, ``ensure_policies``, ``reencrypt`` and ``apply_retention``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..backends import SupportsBury, SupportsPayloadRewrite, SupportsPolicies, lacking
+from ..context import wrap_payload
+from ..errors import invalid_request
+from ..keyring import Keyring, UnreadableCiphertext
+from ..models import FailOutcome, Job, JobContext
+from .policy import PAYLOAD_UNREADABLE, QueuePolicy, check_policies
+from .sealing import is_sealed, open_job, reseal, seal, unreadable
+
+if TYPE_CHECKING:
+    from ..backends import QueueBackend
+
+log = logging.getLogger("drainpipe.jobs")
+
+#: The lease of a queue without a policy when none is given (section 2).
+DEFAULT_LEASE = 300.0
+#: The drain route applies retention at most this often (seconds).
+RETENTION_EVERY = 3600.0
+
+
+async def bury(backend: QueueBackend, job: Job[Any], error: str, code: str) -> FailOutcome | None:
+    """End a held job dead now with ``code``. A backend without dead letters
+    (``pgmq_public``) archives it, its only terminal state."""
+    if isinstance(backend, SupportsBury):
+        return "dead" if await backend.bury(job, error, code) else None
+    return "dead" if await backend.complete(job) else None
+
+
+class PolicyMixin:
+    """Policies and the keyring of a :class:`~drainpipe.jobs.Jobs`."""
+
+    backend: QueueBackend
+    keyring: Keyring | None
+    _policies: dict[str, QueuePolicy]
+
+    def _init_policies(self, policies: Any, keyring: Any, queues: Sequence[str]) -> None:
+        self._policies = check_policies(policies, queues)
+        if keyring is not None and not isinstance(keyring, Keyring):
+            raise TypeError("keyring must be a drainpipe.Keyring (Keyring.from_env())")
+        self.keyring = keyring
+        self._sealed_queues = frozenset(q for q, p in self._policies.items() if p.encrypt)
+        if self._sealed_queues and keyring is None:
+            raise ValueError(
+                f"queue {sorted(self._sealed_queues)[0]} is encrypted: pass"
+                " keyring=drainpipe.Keyring.from_env()"
+            )
+
+    @property
+    def policies(self) -> Mapping[str, QueuePolicy]:
+        return dict(self._policies)
+
+    def policy(self, queue: str) -> QueuePolicy | None:
+        return self._policies.get(queue)
+
+    # -- the client's checks ---------------------------------------------------------------
+
+    def _claim_lease(self, queue: str, lease: float | None) -> float:
+        """A claim's or extend's lease: the policy's default when None, refused over
+        ``max_lease`` (``invalid_request``, code ``LEASE_TOO_LONG``)."""
+        policy = self._policies.get(queue)
+        if policy is None:
+            return DEFAULT_LEASE if lease is None else lease
+        return policy.lease if lease is None else policy.check_lease(lease)
+
+    def _worker_lease(self, queue: str, lease: float | None) -> float:
+        """``work``/``drain``: the policy's default, capped at ``max_lease`` (heartbeats keep
+        a longer handler's job leased)."""
+        policy = self._policies.get(queue)
+        if policy is None:
+            return DEFAULT_LEASE if lease is None else lease
+        return policy.lease if lease is None else min(lease, policy.max_lease)
+
+    def _max_attempts(self, queue: str, max_attempts: int | None) -> int:
+        policy = self._policies.get(queue)
+        if policy is None:
+            return 5 if max_attempts is None else max_attempts
+        return (
+            policy.max_attempts if max_attempts is None else min(max_attempts, policy.max_attempts)
+        )
+
+    def _check_delay(self, queue: str, delay: float) -> None:
+        policy = self._policies.get(queue)
+        if policy is not None:
+            policy.check_delay(delay)
+
+    def _store(self, queue: str, payload: Any, context: JobContext | None) -> Any:
+        """The stored value: the context envelope, sealed on an encrypted queue."""
+        stored = wrap_payload(payload, context)
+        if queue in self._sealed_queues:
+            assert self.keyring is not None
+            return seal(self.keyring, queue, stored, context)
+        return stored
+
+    def _stored_dedupe_key(self, queue: str, key: str | None) -> str | None:
+        """On an encrypted queue a dedupe key is stored as a keyed hash (docs/policies.md)."""
+        if key is None or queue not in self._sealed_queues:
+            return key
+        assert self.keyring is not None
+        return self.keyring.dedupe_hash(queue, key)
+
+    # -- reading sealed jobs -----------------------------------------------------------------
+
+    async def _open_claimed(self, jobs: list[Job[Any]]) -> list[Job[Any]]:
+        """Claimed jobs with sealed payloads opened; one that does not open ends dead with
+        ``PAYLOAD_UNREADABLE`` (logged by id, never its bytes) and is left out."""
+        keyring = self.keyring
+        if keyring is None or not any(is_sealed(job.payload) for job in jobs):
+            return jobs
+        opened: list[Job[Any]] = []
+        for job in jobs:
+            try:
+                opened.append(open_job(keyring, job))
+            except UnreadableCiphertext as exc:
+                error = unreadable(job.id, job.queue, str(exc))
+                log.error("drainpipe: %s", error, extra={"queue": job.queue, "job_id": job.id})
+                await bury(self.backend, job, str(error), PAYLOAD_UNREADABLE)
+        return opened
+
+    # -- operations --------------------------------------------------------------------------
+
+    async def ensure_policies(self) -> int:
+        """Store every declared policy where the database's checks read it, so every
+        writer obeys them; how many were stored. Idempotent (run it at each deploy)."""
+        backend = self.backend
+        if not self._policies:
+            return 0
+        if not isinstance(backend, SupportsPolicies):
+            raise lacking(backend, "ensure_policies")
+        for queue, policy in self._policies.items():
+            await backend.ensure_policy(queue, policy.as_row(queue))
+        return len(self._policies)
+
+    async def apply_retention(self) -> int:
+        """Delete terminal records (and with them their dedupe keys) older than their
+        queue's ``retention``; live jobs are never touched. Returns how many were deleted."""
+        backend = self.backend
+        if not isinstance(backend, SupportsPolicies):
+            raise lacking(backend, "apply_retention")
+        return int(await backend.apply_retention(min_interval=None) or 0)
+
+    async def apply_retention_if_due(self, every: float = RETENTION_EVERY) -> int | None:
+        """:meth:`apply_retention` unless it ran less than ``every`` seconds ago in this
+        database (None then); two callers at once run it once."""
+        backend = self.backend
+        if not self._policies or not isinstance(backend, SupportsPolicies):
+            return None
+        return await backend.apply_retention(min_interval=every)
+
+    async def reencrypt(self, queue: str, *, batch: int = 500) -> int:
+        """Seal again under the keyring's first key every live job of ``queue`` that is not
+        (older keys, or stored in clear); returns how many were rewritten. A job that does
+        not open is left for its claim to end dead with ``PAYLOAD_UNREADABLE``."""
+        if queue not in self._sealed_queues:
+            raise invalid_request(f'Queue "{queue}" is not encrypted (QueuePolicy(encrypt=True))')
+        backend = self.backend
+        if not isinstance(backend, SupportsPayloadRewrite):
+            raise lacking(backend, "reencrypt")
+        assert self.keyring is not None
+        rewritten = 0
+        after = 0
+        while True:
+            page = await backend.live_payloads(queue, after=after, limit=batch)
+            if not page:
+                return rewritten
+            for job_id, stored in page:
+                after = max(after, job_id)
+                try:
+                    fresh = reseal(self.keyring, queue, stored)
+                except UnreadableCiphertext:
+                    log.warning(
+                        "drainpipe: queue %s job %s does not decrypt; left as is",
+                        queue,
+                        job_id,
+                        extra={"queue": queue, "job_id": job_id},
+                    )
+                    continue
+                if fresh is not None and await backend.rewrite_payload(
+                    queue, job_id, stored, fresh
+                ):
+                    rewritten += 1

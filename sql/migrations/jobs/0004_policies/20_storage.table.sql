@@ -1,0 +1,152 @@
+-- Queue policies on the table backend: statement triggers on drainpipe.job_messages,
+-- attached when the first policy is stored (a database without policies pays nothing).
+
+CREATE OR REPLACE FUNCTION drainpipe.job_messages_policy_insert()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        SELECT a.queue, count(*) AS added, max(octet_length(a.payload::text)) AS largest,
+               max(a.visible_at) AS latest
+          FROM added a
+         WHERE a.queue IN (SELECT p.queue FROM drainpipe.queue_policies p)
+         GROUP BY a.queue
+    LOOP
+        PERFORM drainpipe.check_policy_insert(r.queue, r.added, r.largest, r.latest);
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_messages_policy_delete()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    UPDATE drainpipe.queue_pending c SET live = greatest(c.live - g.n, 0)
+      FROM (SELECT r.queue, count(*) AS n FROM removed r GROUP BY r.queue) g
+     WHERE c.queue = g.queue;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION drainpipe.attach_queue_policy_v1(p_queue text)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- no writer between the count and the triggers: the counter starts exact
+    LOCK TABLE drainpipe.job_messages IN SHARE ROW EXCLUSIVE MODE;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'job_messages_policy_insert'
+                      AND tgrelid = 'drainpipe.job_messages'::regclass) THEN
+        CREATE TRIGGER job_messages_policy_insert AFTER INSERT ON drainpipe.job_messages
+            REFERENCING NEW TABLE AS added
+            FOR EACH STATEMENT EXECUTE FUNCTION drainpipe.job_messages_policy_insert();
+        CREATE TRIGGER job_messages_policy_delete AFTER DELETE ON drainpipe.job_messages
+            REFERENCING OLD TABLE AS removed
+            FOR EACH STATEMENT EXECUTE FUNCTION drainpipe.job_messages_policy_delete();
+    END IF;
+    INSERT INTO drainpipe.queue_pending (queue, live)
+    SELECT p_queue, count(*) FROM drainpipe.job_messages WHERE queue = p_queue
+    ON CONFLICT (queue) DO UPDATE SET live = excluded.live;
+END
+$$;
+
+-- A held job ends dead now, with a code (PAYLOAD_UNREADABLE, DEADLINE_PASSED): no retry.
+CREATE OR REPLACE FUNCTION drainpipe.bury_job_v1(
+    p_queue text, p_id bigint, p_attempt integer, p_error text, p_code text,
+    p_now timestamptz DEFAULT NULL
+)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_job drainpipe.job_messages;
+BEGIN
+    DELETE FROM drainpipe.job_messages
+     WHERE id = p_id AND queue = p_queue AND attempts = p_attempt
+    RETURNING * INTO v_job;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    INSERT INTO drainpipe.job_dead_letters (id, queue, message, attempts, enqueued_at, died_at)
+    VALUES (v_job.id, v_job.queue,
+            drainpipe.dead_job_message(v_job.payload, v_job.max_attempts, v_job.dedupe_key,
+                                       left(coalesce(p_error, 'null'), 4000))
+              || jsonb_build_object('code', p_code),
+            v_job.attempts, v_job.enqueued_at, coalesce(p_now, clock_timestamp()));
+    RETURN true;
+END
+$$;
+
+-- Live jobs' stored payloads in id order after p_after (reencrypt pages through them).
+CREATE OR REPLACE FUNCTION drainpipe.live_job_payloads_v1(p_queue text, p_after bigint, p_limit integer)
+RETURNS TABLE (id bigint, payload jsonb)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT m.id, m.payload FROM drainpipe.job_messages m
+     WHERE m.queue = p_queue AND m.id > coalesce(p_after, 0)
+     ORDER BY m.id LIMIT least(greatest(coalesce(p_limit, 100), 1), 1000)
+$$;
+
+-- Compare and set: a payload changed since it was read is left alone (false).
+CREATE OR REPLACE FUNCTION drainpipe.rewrite_job_payload_v1(
+    p_queue text, p_id bigint, p_old jsonb, p_new jsonb
+)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    UPDATE drainpipe.job_messages SET payload = p_new
+     WHERE id = p_id AND queue = p_queue AND payload = p_old;
+    RETURN FOUND;
+END
+$$;
+
+-- Terminal records past their queue's retention: dead letters (completed jobs are not
+-- kept on this backend). Live jobs are never touched. At most p_batch per queue a call.
+CREATE OR REPLACE FUNCTION drainpipe.apply_job_retention_v1(
+    p_min_interval double precision DEFAULT NULL, p_batch integer DEFAULT 10000,
+    p_now timestamptz DEFAULT NULL
+)
+RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_policy drainpipe.queue_policies;
+    v_total integer := 0;
+    v_count integer;
+BEGIN
+    IF p_min_interval IS NOT NULL THEN
+        UPDATE drainpipe.job_retention_runs SET last_run = v_now
+         WHERE id = 1 AND (last_run IS NULL OR last_run <= v_now - make_interval(secs => p_min_interval));
+        IF NOT FOUND THEN
+            RETURN NULL;  -- ran less than p_min_interval ago (or another caller runs it now)
+        END IF;
+    END IF;
+    FOR v_policy IN SELECT * FROM drainpipe.queue_policies ORDER BY queue LOOP
+        WITH gone AS (
+            DELETE FROM drainpipe.job_dead_letters d
+             WHERE d.id = ANY (ARRAY(
+                   SELECT x.id FROM drainpipe.job_dead_letters x
+                    WHERE x.queue = v_policy.queue
+                      AND x.died_at < v_now - make_interval(secs => v_policy.retention)
+                    ORDER BY x.id LIMIT greatest(coalesce(p_batch, 10000), 1)))
+            RETURNING 1)
+        SELECT count(*) INTO v_count FROM gone;
+        v_total := v_total + v_count;
+    END LOOP;
+    RETURN v_total;
+END
+$$;
