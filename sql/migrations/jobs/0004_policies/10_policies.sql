@@ -37,17 +37,32 @@ CREATE TABLE IF NOT EXISTS drainpipe.job_retention_runs (
 ALTER TABLE drainpipe.job_retention_runs ENABLE ROW LEVEL SECURITY;
 INSERT INTO drainpipe.job_retention_runs (id, last_run) VALUES (1, NULL) ON CONFLICT (id) DO NOTHING;
 
--- The size the database measures: the stored value's text form. It is larger than the
--- compact JSON the client measures, and a sealed payload is base64 (4/3) plus its
--- envelope, so the database allows that much more; the client's check is the exact one.
+-- The size the database measures: a clear payload's text form (without the context
+-- envelope), or a sealed payload's ciphertext. jsonb's text form spaces what compact JSON
+-- does not (at most 1.5 times as long, for an array of digits), and a ciphertext is base64
+-- (4/3) of the payload with its actor and tenant, so the database allows that much more:
+-- it catches writers that ignore the limit, while the client's check is the exact one.
 CREATE OR REPLACE FUNCTION drainpipe.policy_payload_limit(p_policy drainpipe.queue_policies)
 RETURNS bigint
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT CASE WHEN p_policy.encrypt
-                THEN (p_policy.max_payload_bytes * 1.5)::bigint + 2048
-                ELSE (p_policy.max_payload_bytes * 1.25)::bigint + 1024 END
+                THEN ((p_policy.max_payload_bytes + 1024) * 4 / 3)::bigint + 64
+                ELSE (p_policy.max_payload_bytes * 3 / 2)::bigint END
+$$;
+
+-- What policy_payload_limit is compared with, for one stored value.
+CREATE OR REPLACE FUNCTION drainpipe.policy_payload_size(p_stored jsonb)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE
+        WHEN jsonb_typeof(p_stored) <> 'object' OR NOT p_stored ? '$dp' THEN octet_length(p_stored::text)
+        WHEN p_stored ? 'sealed' THEN octet_length(p_stored ->> 'sealed')
+        WHEN p_stored ? 'payload' THEN octet_length((p_stored -> 'payload')::text)
+        ELSE octet_length(p_stored::text) END
 $$;
 
 -- Checks one statement's new jobs of one queue against its policy and counts them.

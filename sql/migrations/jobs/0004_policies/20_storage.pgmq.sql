@@ -10,7 +10,7 @@ AS $$
 DECLARE
     r record;
 BEGIN
-    SELECT count(*) AS added, max(octet_length((a.message -> 'payload')::text)) AS largest,
+    SELECT count(*) AS added, max(drainpipe.policy_payload_size(a.message -> 'payload')) AS largest,
            max(a.vt) AS latest
       INTO r FROM added a;
     IF r.added > 0 THEN

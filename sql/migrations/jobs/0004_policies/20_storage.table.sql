@@ -10,7 +10,7 @@ DECLARE
     r record;
 BEGIN
     FOR r IN
-        SELECT a.queue, count(*) AS added, max(octet_length(a.payload::text)) AS largest,
+        SELECT a.queue, count(*) AS added, max(drainpipe.policy_payload_size(a.payload)) AS largest,
                max(a.visible_at) AS latest
           FROM added a
          WHERE a.queue IN (SELECT p.queue FROM drainpipe.queue_policies p)
