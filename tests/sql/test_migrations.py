@@ -46,9 +46,8 @@ INTERNAL_FUNCTIONS = {
     "policy_payload_size",
     "check_policy_insert",
     "job_messages_policy_insert",
-    "job_messages_policy_delete",
     "pgmq_queue_policy_insert",
-    "pgmq_queue_policy_delete",
+    "count_live_jobs",
 }
 
 

@@ -19,9 +19,12 @@ CREATE TABLE IF NOT EXISTS drainpipe.queue_policies (
 );
 ALTER TABLE drainpipe.queue_policies ENABLE ROW LEVEL SECURITY;
 
--- Live jobs per policy queue, kept by the storage triggers, so the pending cap costs one
--- row update per statement instead of a count of the queue. The row lock it takes makes
--- concurrent enqueuers wait for each other: the cap is never overshot.
+-- An upper bound of the live jobs of each policy queue: raised by every insert, never
+-- lowered by a completion (so claims and completions pay nothing), and set to the exact
+-- count, probed through at most max_pending + 1 rows, only when it would pass the cap
+-- (once per max_pending enqueues in steady state; at each refusal when the queue is full).
+-- The row lock the raise takes makes concurrent enqueuers wait for each other, and the
+-- recount runs under it: the cap is never overshot.
 CREATE TABLE IF NOT EXISTS drainpipe.queue_pending (
     queue text PRIMARY KEY,
     live bigint NOT NULL DEFAULT 0
@@ -72,6 +75,8 @@ CREATE OR REPLACE FUNCTION drainpipe.check_policy_insert(
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = on
+SET jit = off
 AS $$
 DECLARE
     v_policy drainpipe.queue_policies;
@@ -93,8 +98,13 @@ BEGIN
     UPDATE drainpipe.queue_pending SET live = live + p_added WHERE queue = p_queue
     RETURNING live INTO v_live;
     IF v_live > v_policy.max_pending THEN
-        RAISE EXCEPTION 'queue "%" already holds its max_pending of % live jobs',
-            p_queue, v_policy.max_pending USING ERRCODE = 'DPQ02';
+        -- our own new rows included (this transaction sees them)
+        v_live := drainpipe.count_live_jobs(p_queue, v_policy.max_pending + 1);
+        UPDATE drainpipe.queue_pending SET live = v_live WHERE queue = p_queue;
+        IF v_live > v_policy.max_pending THEN
+            RAISE EXCEPTION 'queue "%" already holds its max_pending of % live jobs',
+                p_queue, v_policy.max_pending USING ERRCODE = 'DPQ02';
+        END IF;
     END IF;
 END
 $$;

@@ -1,4 +1,4 @@
--- Queue policies on pgmq: statement triggers on each policy queue's pgmq.q_<queue>, so
+-- Queue policies on pgmq: a statement trigger on each policy queue's pgmq.q_<queue> inserts, so
 -- queues without a policy pay nothing and pgmq's own functions (pgmq.send, pgmq_public)
 -- obey the policy too.
 
@@ -6,6 +6,8 @@ CREATE OR REPLACE FUNCTION drainpipe.pgmq_queue_policy_insert()
 RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = on
+SET jit = off
 AS $$
 DECLARE
     r record;
@@ -20,20 +22,18 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION drainpipe.pgmq_queue_policy_delete()
-RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER
+-- The live jobs of a queue, counting at most p_limit (a bounded probe).
+CREATE OR REPLACE FUNCTION drainpipe.count_live_jobs(p_queue text, p_limit bigint)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_removed bigint;
+    v_count bigint;
 BEGIN
-    SELECT count(*) INTO v_removed FROM removed;
-    IF v_removed > 0 THEN
-        UPDATE drainpipe.queue_pending SET live = greatest(live - v_removed, 0)
-         WHERE queue = substr(TG_TABLE_NAME, 3);
-    END IF;
-    RETURN NULL;
+    EXECUTE format('SELECT count(*) FROM (SELECT 1 FROM pgmq.%I LIMIT $1) x', 'q_' || p_queue)
+      INTO v_count USING p_limit;
+    RETURN v_count;
 END
 $$;
 
@@ -41,6 +41,8 @@ CREATE OR REPLACE FUNCTION drainpipe.attach_queue_policy_v1(p_queue text)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = on
+SET jit = off
 AS $$
 DECLARE
     v_table regclass;
@@ -53,9 +55,6 @@ BEGIN
         EXECUTE format('CREATE TRIGGER drainpipe_policy_insert AFTER INSERT ON %s
                           REFERENCING NEW TABLE AS added FOR EACH STATEMENT
                           EXECUTE FUNCTION drainpipe.pgmq_queue_policy_insert()', v_table);
-        EXECUTE format('CREATE TRIGGER drainpipe_policy_delete AFTER DELETE ON %s
-                          REFERENCING OLD TABLE AS removed FOR EACH STATEMENT
-                          EXECUTE FUNCTION drainpipe.pgmq_queue_policy_delete()', v_table);
     END IF;
     EXECUTE format('INSERT INTO drainpipe.queue_pending (queue, live) SELECT $1, count(*) FROM %s
                     ON CONFLICT (queue) DO UPDATE SET live = excluded.live', v_table) USING p_queue;

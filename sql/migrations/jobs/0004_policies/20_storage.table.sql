@@ -1,10 +1,12 @@
--- Queue policies on the table backend: statement triggers on drainpipe.job_messages,
+-- Queue policies on the table backend: a statement trigger on drainpipe.job_messages' inserts,
 -- attached when the first policy is stored (a database without policies pays nothing).
 
 CREATE OR REPLACE FUNCTION drainpipe.job_messages_policy_insert()
 RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = on
+SET jit = off
 AS $$
 DECLARE
     r record;
@@ -22,23 +24,21 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION drainpipe.job_messages_policy_delete()
-RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER
+-- The live jobs of a queue, counting at most p_limit (a bounded index probe).
+CREATE OR REPLACE FUNCTION drainpipe.count_live_jobs(p_queue text, p_limit bigint)
+RETURNS bigint
+LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-BEGIN
-    UPDATE drainpipe.queue_pending c SET live = greatest(c.live - g.n, 0)
-      FROM (SELECT r.queue, count(*) AS n FROM removed r GROUP BY r.queue) g
-     WHERE c.queue = g.queue;
-    RETURN NULL;
-END
+    SELECT count(*) FROM (SELECT 1 FROM drainpipe.job_messages m WHERE m.queue = p_queue LIMIT p_limit) x
 $$;
 
 CREATE OR REPLACE FUNCTION drainpipe.attach_queue_policy_v1(p_queue text)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = on
+SET jit = off
 AS $$
 BEGIN
     -- no writer between the count and the triggers: the counter starts exact
@@ -48,9 +48,6 @@ BEGIN
         CREATE TRIGGER job_messages_policy_insert AFTER INSERT ON drainpipe.job_messages
             REFERENCING NEW TABLE AS added
             FOR EACH STATEMENT EXECUTE FUNCTION drainpipe.job_messages_policy_insert();
-        CREATE TRIGGER job_messages_policy_delete AFTER DELETE ON drainpipe.job_messages
-            REFERENCING OLD TABLE AS removed
-            FOR EACH STATEMENT EXECUTE FUNCTION drainpipe.job_messages_policy_delete();
     END IF;
     INSERT INTO drainpipe.queue_pending (queue, live)
     SELECT p_queue, count(*) FROM drainpipe.job_messages WHERE queue = p_queue
