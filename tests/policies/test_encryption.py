@@ -295,3 +295,28 @@ async def test_keys_and_plaintext_never_reach_the_logs(caplog: pytest.LogCapture
 
 async def _never(payload: Any, job: Any) -> None:
     raise AssertionError("an unreadable job never reaches its handler")
+
+
+async def test_schedules_of_an_encrypted_queue_are_sealed_too(db_url: str) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    earlier = Jobs(
+        db_url,
+        QUEUES,
+        policies=SEALED,
+        keyring=Keyring.parse(K1),
+        now=lambda: datetime.now(UTC) - timedelta(minutes=2),
+    )
+    await earlier.schedule("digest", "* * * * *", "emails", Email(to="sched-" + MARKER))
+    await earlier.close()
+    jobs = sealed_jobs(db_url)
+    assert await jobs.run_schedules() == 1
+    assert await text_columns_holding(db_url, MARKER) == []
+    got: list[str] = []
+
+    async def handler(payload: Email, job: Job[Email]) -> None:
+        got.append(payload.to)
+
+    await jobs.drain("emails", handler)
+    assert got == ["sched-" + MARKER]
+    await jobs.close()

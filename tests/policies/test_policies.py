@@ -298,3 +298,23 @@ async def test_retention_deletes_terminal_records_only(jobs_db_url: str, backend
     assert await jobs.apply_retention_if_due(3600) is not None
     assert await jobs.apply_retention_if_due(3600) is None
     await jobs.close()
+
+
+async def test_pgmq_public_writers_are_refused_with_the_same_codes(db_url: str) -> None:
+    from drainpipe.backends.pgmq_public import PgmqPublicBackend
+    from tests.jobs.test_pgmq_public import BASE, SERVICE_KEY, postgrest
+
+    async with postgrest(db_url, ("inbox",)) as _:
+        declared = guarded(db_url, QueuePolicy(max_payload_bytes=200, max_pending=2))
+        await declared.ensure_policies()
+        async with PgmqPublicBackend.from_url(BASE, SERVICE_KEY) as backend:
+            over_https = Jobs(backend, QUEUES)  # no policy declared on this side
+            with pytest.raises(DrainpipeError) as too_large:
+                await over_https.enqueue("inbox", {"text": "x" * 600})
+            assert_refused(too_large, "validation", "PAYLOAD_TOO_LARGE")
+            await over_https.enqueue_many("inbox", [{"n": 1}, {"n": 2}])
+            with pytest.raises(DrainpipeError) as full:
+                await over_https.enqueue("inbox", {"n": 3})
+            assert_refused(full, "rate_limited", "QUEUE_FULL")
+        assert await live_count(db_url, "pgmq") == 2
+        await declared.close()
