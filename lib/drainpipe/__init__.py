@@ -13,6 +13,12 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
+    "Skip": "codes",
+    "Position": "models",
+    "JobRecord": "models",
+    "JobPage": "models",
+    "Discard": "codes",
+    "Attempt": "models",
     "Actor": "models",
     "Begin": "idempotency",
     "DeadJob": "models",
@@ -28,6 +34,7 @@ _EXPORTS: dict[str, str] = {
     "Keyring": "keyring",
     "Lease": "leases",
     "LeaseOutcome": "leases",
+    "Principal": "principals",
     "Queue": "jobs",
     "QueueBackend": "backends",
     "QueuePolicy": "jobs",
@@ -40,6 +47,7 @@ _EXPORTS: dict[str, str] = {
     "WebhookMessage": "inbox",
     "WorkReport": "models",
     "assert_cron": "schedules.cron",
+    "bearer_tokens": "principals",
     "dev_drain": "drain",
     "dev_drain_secret": "drain",
     "install": "sqlmodules",
@@ -51,9 +59,11 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "Actor",
+    "Attempt",
     "Begin",
     "DeadJob",
     "DevDrain",
+    "Discard",
     "DrainRoute",
     "DrainpipeError",
     "EnsureResult",
@@ -61,10 +71,14 @@ __all__ = [
     "InboxEntry",
     "Job",
     "JobContext",
+    "JobPage",
+    "JobRecord",
     "Jobs",
     "Keyring",
     "Lease",
     "LeaseOutcome",
+    "Position",
+    "Principal",
     "Queue",
     "QueueBackend",
     "QueuePolicy",
@@ -72,11 +86,14 @@ __all__ = [
     "Retry",
     "ScheduleDef",
     "ScheduleInfo",
+    "Skip",
     "Stored",
     "WebhookInbox",
     "WebhookMessage",
     "WorkReport",
     "assert_cron",
+    "bearer_tokens",
+    "codes",
     "dev_drain",
     "dev_drain_secret",
     "install",
@@ -88,8 +105,9 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from . import testing
+    from . import codes, testing
     from .backends import QueueBackend
+    from .codes import Discard, Skip
     from .drain import DevDrain, DrainRoute, dev_drain, dev_drain_secret
     from .errors import DrainpipeError, Retry
     from .idempotency import Begin, Idempotency
@@ -97,15 +115,27 @@ if TYPE_CHECKING:
     from .jobs import Jobs, Queue, QueuePolicy
     from .keyring import Keyring
     from .leases import Lease, LeaseOutcome, lease, with_lease
-    from .models import Actor, DeadJob, Job, JobContext, QueueStats, WorkReport
+    from .models import (
+        Actor,
+        Attempt,
+        DeadJob,
+        Job,
+        JobContext,
+        JobPage,
+        JobRecord,
+        Position,
+        QueueStats,
+        WorkReport,
+    )
+    from .principals import Principal, bearer_tokens
     from .schedules import EnsureResult, ScheduleDef, ScheduleInfo
     from .schedules.cron import assert_cron, next_cron_run
     from .sqlmodules import install, verify
 
 
 def __getattr__(name: str) -> Any:
-    if name == "testing":
-        return importlib.import_module(".testing", __name__)
+    if name in ("testing", "codes"):
+        return importlib.import_module(f".{name}", __name__)
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'drainpipe' has no attribute {name!r}")

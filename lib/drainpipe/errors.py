@@ -125,13 +125,27 @@ def missing_feature(feature: str, backend: str) -> DrainpipeError:
 
 
 class Retry(Exception):
-    """Raise from a job handler to fail the job and run it again after ``after`` seconds."""
+    """Raise from a job handler to fail the job and run it again after ``after`` seconds.
 
-    def __init__(self, after: float = 0, message: str | None = None) -> None:
+    ``code`` is the safe code the attempt records (``RETRY`` without one); an invalid code
+    is the handler's bug: ``ValueError`` here, recorded as ``HANDLER_ERROR``."""
+
+    def __init__(
+        self, after: float | None = 0, message: str | None = None, *, code: str | None = None
+    ) -> None:
+        after = 0 if after is None else after
         if after < 0:
             raise ValueError("Retry(after=...) must be >= 0 seconds")
+        if code is not None:
+            from .codes import valid_code
+
+            if not valid_code(code):
+                raise ValueError(
+                    f"Retry(code) needs a code matching ^[A-Z][A-Z0-9_]{{0,63}}$, not {code!r}"
+                )
         super().__init__(message or f"Retry requested in {after:g} s")
         self.after = after
+        self.code = code or "RETRY"
 
 
 # -- the one translation of database errors ---------------------------------------------

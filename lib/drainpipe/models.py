@@ -9,6 +9,12 @@ from typing import Any, Generic, Literal, TypeVar
 T = TypeVar("T")
 
 FailOutcome = Literal["queued", "dead"]
+JobState = Literal["queued", "leased", "retry_wait", "succeeded", "dead", "cancelled"]
+AttemptOutcome = Literal[
+    "running", "succeeded", "skipped", "failed", "expired", "cancelled", "discarded"
+]
+JOB_STATES: tuple[str, ...] = ("queued", "leased", "retry_wait", "succeeded", "dead", "cancelled")
+TERMINAL_STATES: frozenset[str] = frozenset({"succeeded", "dead", "cancelled"})
 DedupeMode = Literal["always", "waiting"]
 BeginState = Literal["started", "replay", "running", "mismatch"]
 ActorKind = Literal["user", "service", "anon"]
@@ -112,14 +118,18 @@ class DeadJob:
 @dataclass(frozen=True, slots=True)
 class QueueStats:
     """``ready``: claimable now; ``in_flight``: held by a worker or waiting out a retry
-    backoff; ``delayed``: never claimed, not yet visible; ``dead``: stored dead letters;
-    ``oldest_age_seconds``: age of the oldest live job (None when there is none)."""
+    backoff; ``delayed``: never claimed, not yet visible; ``dead``: dead jobs not replayed
+    yet; ``oldest_age_seconds``: age of the oldest live job (None when there is none);
+    ``succeeded``/``cancelled``: finished records kept."""
 
     ready: int
     in_flight: int
     delayed: int
     dead: int
     oldest_age_seconds: float | None
+    #: finished jobs still kept as records (until ``purge_archive``)
+    succeeded: int = 0
+    cancelled: int = 0
 
 
 @dataclass(slots=True)
@@ -186,3 +196,75 @@ class Begin:
     body: Any = None
     holder: str | None = None
     content_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One attempt of a job: when it started and ended, how (``outcome``) and why (``code``).
+    ``late_outcome`` is what a holder reported after its attempt was cancelled
+    (``"succeeded"`` or ``"failed"``): the work may have run."""
+
+    number: int
+    started_at: datetime | None
+    ended_at: datetime | None
+    outcome: AttemptOutcome
+    code: str | None
+    late_outcome: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A job as an operator sees it: metadata only, never the payload, error text or lease
+    tokens. ``state`` is what holds at read time; ``history`` is filled by ``get`` (a
+    listing leaves it empty)."""
+
+    id: int
+    queue: str
+    state: JobState
+    attempts: int
+    max_attempts: int
+    attempts_left: int
+    deadline: datetime | None
+    tenant: str | None
+    dedupe_key: str | None
+    enqueued_at: datetime
+    eligible_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    last_code: str | None
+    parent_id: int | None
+    replayed_by: int | None
+    history: tuple[Attempt, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """One page of ``list_jobs``: newest first; ``next_cursor`` (opaque, signed) gives the
+    next page, None on the last one."""
+
+    items: list[JobRecord]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where a record listing stopped: the last record's id and queue (the order is id
+    descending, then queue descending, so it is total across queues whose ids overlap).
+    ``str()`` is a short text, :meth:`parse` reads it back (ValueError when malformed)."""
+
+    id: int
+    queue: str
+
+    def __str__(self) -> str:
+        return f"{self.id}.{self.queue}"
+
+    @classmethod
+    def parse(cls, text: str) -> Position:
+        import re
+
+        if not isinstance(text, str):
+            raise ValueError("a position is a string")
+        match = re.fullmatch(r"(0|[1-9][0-9]{0,18})\.([a-z_][a-z0-9_]{0,46})", text)
+        if match is None or int(match[1]) > 9223372036854775807:
+            raise ValueError(f"not a position: {text[:80]!r}")
+        return cls(int(match[1]), match[2])

@@ -278,6 +278,10 @@ class TracedSource:
         self.async_handler = True  # start() always returns a coroutine
         self.log = inner.log
         self.name: str = inner.name
+        # optional source calls (skips, why a lease was lost) pass straight through
+        for optional in ("skip", "why_lost"):
+            if hasattr(inner, optional):
+                setattr(self, optional, getattr(inner, optional))
         jobs = inner.concept == "jobs"
         self.concept: str = inner.concept
         self._prefix = "drainpipe" if jobs else "drainpipe.webhook"
@@ -327,7 +331,14 @@ class TracedSource:
         self._processed.add(len(items) - len(refused), self._labels)
         return refused
 
-    async def fail(self, item: Any, error: str, retry_in: float | None) -> Any:
+    async def fail(
+        self,
+        item: Any,
+        error: str,
+        retry_in: float | None,
+        code: str | None = None,
+        discard: bool = False,
+    ) -> Any:
         attributes = {
             **self._base,
             "messaging.operation.type": "settle",
@@ -335,7 +346,7 @@ class TracedSource:
             "messaging.message.id": str(item.id),
         }
         with self.otel.span(f"{self._prefix}.fail", attributes, kind="CLIENT") as span:
-            outcome = await self.inner.fail(item, error, retry_in)
+            outcome = await self.inner.fail(item, error, retry_in, code, discard)
             if isinstance(outcome, str):
                 span.set_attribute("drainpipe.fail.outcome", outcome)
         self._failed.add(1, self._labels)

@@ -191,7 +191,9 @@ async def test_tampered_ciphertext_and_unknown_key_end_dead_payload_unreadable(
     async with await connect(jobs_db_url) as conn:
         if backend_name == "table":
             codes = await (
-                await conn.execute("SELECT message ->> 'code' FROM drainpipe.job_dead_letters")
+                await conn.execute(
+                    "SELECT last_code FROM drainpipe.job_messages WHERE state = 'dead'"
+                )
             ).fetchall()
         else:
             codes = await (

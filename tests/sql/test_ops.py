@@ -34,14 +34,15 @@ def run(conn: psycopg.Connection[Any], statement: str, params: ops.Params) -> li
 
 def test_every_operation_module_contributes_statements() -> None:
     modules = {name.partition(".")[0] for name in ops.STATEMENTS}
-    assert modules == {"jobs", "schedules", "idempotency", "leases", "inbox"}
+    assert modules == {"jobs", "records", "schedules", "idempotency", "leases", "inbox"}
     called = {_FUNCTION.findall(statement)[0] for statement in ops.STATEMENTS.values()}
     assert called == {
         f"{name}_v1"
         for name in (
             *("enqueue_job", "enqueue_jobs", "claim_jobs", "complete_job", "complete_jobs"),
-            *("fail_job", "extend_job_lease", "extend_job_leases", "job_queue_stats"),
-            *("list_dead_jobs", "retry_dead_jobs", "replay_dead_job", "purge_job_archive"),
+            *("fail_job", "extend_job_lease", "extend_job_leases"),
+            *("list_dead_jobs", "retry_dead_jobs", "purge_job_archive"),
+            *("get_job", "list_jobs", "cancel_job", "skip_job"),
             *("schedule_job", "unschedule_job", "list_schedules", "unschedule_tenant"),
             *("claim_due_schedules", "advance_schedule"),
             *("begin_idempotent", "complete_idempotent", "release_idempotent"),
@@ -49,7 +50,7 @@ def test_every_operation_module_contributes_statements() -> None:
             *("receive_webhook", "claim_webhooks", "extend_webhooks", "complete_webhook"),
             *("fail_webhook", "checkpoint_webhook", "list_webhooks", "purge_webhooks"),
         )
-    }
+    } | {"job_queue_stats_v2", "replay_dead_job_v2", "fail_job_v2"}
 
 
 @pytest.mark.parametrize("backend", ["pgmq", "table"])

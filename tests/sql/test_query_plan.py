@@ -26,13 +26,15 @@ QUEUE = "bench"
 # The statements claim_jobs runs, parameters inlined (sql/jobs_table.sql).
 TABLE_PICK = """
     SELECT j.id FROM drainpipe.job_messages j
-     WHERE j.queue = {queue} AND j.visible_at <= {now} AND j.attempts < j.max_attempts
+     WHERE j.queue = {queue} AND j.finished_at IS NULL AND j.visible_at <= {now}
+       AND j.attempts < j.max_attempts
      ORDER BY j.visible_at, j.id
      LIMIT greatest({batch}, 1)
        FOR UPDATE SKIP LOCKED"""
 TABLE_SWEEP = """
     SELECT x.id FROM drainpipe.job_messages x
-     WHERE x.queue = {queue} AND x.attempts >= x.max_attempts AND x.visible_at <= {now}
+     WHERE x.queue = {queue} AND x.finished_at IS NULL AND x.attempts >= x.max_attempts
+       AND x.visible_at <= {now}
        FOR UPDATE SKIP LOCKED"""
 # The picking CTE of the pgmq claim (sql/jobs_pgmq.sql), for queue "bench".
 PGMQ_PICK = """
@@ -188,9 +190,9 @@ def fill(
 def test_table_picking_uses_the_ready_index(fill: Callable[[str], psycopg.Connection[Any]]) -> None:
     conn = fill("table")
     custom = TABLE_PICK.format(queue=f"'{QUEUE}'", now="now()", batch=100)
-    assert_on_index(explain(conn, custom), "job_messages", {"job_messages_ready_idx"})
+    assert_on_index(explain(conn, custom), "job_messages", {"job_messages_live_idx"})
     sweep = TABLE_SWEEP.format(queue=f"'{QUEUE}'", now="now()")
-    assert_on_index(explain(conn, sweep), "job_messages", {"job_messages_exhausted_idx"})
+    assert_on_index(explain(conn, sweep), "job_messages", {"job_messages_exhausted_live_idx"})
 
     # plpgsql passes p_queue, v_now and p_batch as parameters: the generic plan must hold too
     conn.execute("SET plan_cache_mode = force_generic_plan")
@@ -200,9 +202,9 @@ def test_table_picking_uses_the_ready_index(fill: Callable[[str], psycopg.Connec
     )
     conn.execute("PREPARE sweep(text, timestamptz) AS " + TABLE_SWEEP.format(queue="$1", now="$2"))
     generic = explain(conn, f"EXECUTE pick('{QUEUE}', now(), 100)")
-    assert_on_index(generic, "job_messages", {"job_messages_ready_idx"})
+    assert_on_index(generic, "job_messages", {"job_messages_live_idx"})
     generic_sweep = explain(conn, f"EXECUTE sweep('{QUEUE}', now())")
-    assert_on_index(generic_sweep, "job_messages", {"job_messages_exhausted_idx"})
+    assert_on_index(generic_sweep, "job_messages", {"job_messages_exhausted_live_idx"})
 
     conn.execute("RESET plan_cache_mode")
     # the function claims from the head of the backlog
@@ -224,7 +226,7 @@ def test_pgmq_picking_uses_an_index(fill: Callable[[str], psycopg.Connection[Any
     assert [r[0] for r in rows] == list(range(1, 101))
 
 
-TABLE_INDEXES = ("job_messages", {"job_messages_ready_idx"})
+TABLE_INDEXES = ("job_messages", {"job_messages_live_idx"})
 PGMQ_INDEXES = (f"q_{QUEUE}", {f"q_{QUEUE}_pkey", f"q_{QUEUE}_vt_idx"})
 
 

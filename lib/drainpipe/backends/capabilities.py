@@ -27,21 +27,35 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from ..errors import DrainpipeError, missing_feature
 
 if TYPE_CHECKING:
-    from ..models import DeadJob, DueSchedule, Job, QueueStats, ScheduleInfo
+    from ..models import (
+        DeadJob,
+        DueSchedule,
+        FailOutcome,
+        Job,
+        JobRecord,
+        Position,
+        QueueStats,
+        ScheduleInfo,
+    )
 
 __all__ = [
     "SupportsAdvanceSchedule",
     "SupportsBatches",
     "SupportsBury",
+    "SupportsCancel",
+    "SupportsCodedSettle",
     "SupportsCompleteMany",
     "SupportsDeadLetters",
     "SupportsDueSchedules",
     "SupportsExtendMany",
+    "SupportsGetRecord",
     "SupportsListDead",
+    "SupportsListRecords",
     "SupportsListSchedules",
     "SupportsPayloadRewrite",
     "SupportsPolicies",
     "SupportsPurgeArchive",
+    "SupportsRecords",
     "SupportsReplay",
     "SupportsRetryDead",
     "SupportsSchedule",
@@ -132,13 +146,67 @@ class SupportsDeadLetters(
     """Every dead-letter and archive operation."""
 
 
+# -- job records ----------------------------------------------------------------------------
+
+
+@runtime_checkable
+class SupportsGetRecord(Protocol):
+    async def get_record(self, queue: str, job_id: int) -> JobRecord | None:
+        """The job's record with its history; None when unknown or purged."""
+        ...
+
+
+@runtime_checkable
+class SupportsListRecords(Protocol):
+    async def list_records(
+        self,
+        queue: str | None,
+        *,
+        state: str | None,
+        tenant: str | None,
+        limit: int,
+        before: Position | None,
+    ) -> tuple[list[JobRecord], Position | None]:
+        """Records newest first (history empty), after ``before``; the position after the
+        last one, None when no more follow."""
+        ...
+
+
+@runtime_checkable
+class SupportsCancel(Protocol):
+    async def cancel(self, queue: str, job_id: int) -> str | None:
+        """``"cancelled"``, ``"terminal"`` (finished already), None when unknown."""
+        ...
+
+
+@runtime_checkable
+class SupportsRecords(SupportsGetRecord, SupportsListRecords, SupportsCancel, Protocol):
+    """Every record operation."""
+
+
+@runtime_checkable
+class SupportsCodedSettle(Protocol):
+    """Settlements that record a safe code: ``Skip``, ``Discard``, coded failures."""
+
+    async def skip(self, job: Job[Any], code: str) -> bool:
+        """Succeed the job without its work (outcome ``skipped``); False: not held."""
+        ...
+
+    async def fail_coded(
+        self, job: Job[Any], error: str, retry_in: float | None, *, code: str, discard: bool
+    ) -> FailOutcome | None:
+        """``fail`` recording ``code``; ``discard``: dead now, whatever attempts are left."""
+        ...
+
+
 # -- queue policies and encrypted payloads -----------------------------------------------
 
 
 @runtime_checkable
 class SupportsBury(Protocol):
     async def bury(self, job: Job[Any], error: str, code: str) -> bool:
-        """End a held job dead now, with ``code`` (no retry); False when the lease was lost."""
+        """End a held job dead now, with ``code`` (no retry); False when the lease was lost.
+        (Backends with :class:`SupportsCodedSettle` are asked for ``fail_coded`` instead.)"""
         ...
 
 

@@ -13,9 +13,20 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from ..db import Database, as_database
-from ..models import DeadJob, DedupeMode, DueSchedule, FailOutcome, Job, QueueStats, ScheduleInfo
+from ..models import (
+    DeadJob,
+    DedupeMode,
+    DueSchedule,
+    FailOutcome,
+    Job,
+    JobRecord,
+    Position,
+    QueueStats,
+    ScheduleInfo,
+)
 from ..ops import jobs as ops
 from ..ops import policies as policy_ops
+from ..ops import records as record_ops
 from ..ops import schedules as schedule_ops
 from ..ops.jobs import int_array, parse_claimed, parse_dead
 
@@ -86,6 +97,38 @@ class SqlQueueBackend:
 
     async def replay(self, queue: str, job_id: int) -> int | None:
         return ops.parse_replay(await self.db.fetch(ops.REPLAY, ops.replay_params(queue, job_id)))
+
+    # -- records and coded settlements -----------------------------------------------------
+
+    async def skip(self, job: Job[Any], code: str) -> bool:
+        rows = await self.db.fetch(record_ops.SKIP, record_ops.skip_params(job, code))
+        return record_ops.parse_skip(rows)
+
+    async def fail_coded(
+        self, job: Job[Any], error: str, retry_in: float | None, *, code: str, discard: bool
+    ) -> FailOutcome | None:
+        params = record_ops.fail_coded_params(job, error, retry_in, code, discard)
+        return record_ops.parse_fail_coded(await self.db.fetch(record_ops.FAIL_CODED, params))
+
+    async def get_record(self, queue: str, job_id: int) -> JobRecord | None:
+        rows = await self.db.fetch(record_ops.GET, record_ops.get_params(queue, job_id))
+        return record_ops.parse_get(rows)
+
+    async def list_records(
+        self,
+        queue: str | None,
+        *,
+        state: str | None,
+        tenant: str | None,
+        limit: int,
+        before: Position | None,
+    ) -> tuple[list[JobRecord], Position | None]:
+        params = record_ops.list_params(queue, state, tenant, limit, before)
+        return record_ops.parse_list(await self.db.fetch(record_ops.LIST, params), limit)
+
+    async def cancel(self, queue: str, job_id: int) -> str | None:
+        rows = await self.db.fetch(record_ops.CANCEL, record_ops.cancel_params(queue, job_id))
+        return record_ops.parse_cancel(rows)
 
     async def stats(self, queues: Sequence[str]) -> dict[str, QueueStats]:
         return ops.parse_stats(await self.db.fetch(ops.STATS, ops.stats_params(queues)))

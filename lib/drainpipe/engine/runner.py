@@ -19,9 +19,13 @@ runs its items in order, and settles them. The semantics, decided once for every
   or a 4th, stops every lane and the run raises it. A run started with
   ``retry_unreached=False`` (the drain route) does not retry before its first claim got an
   answer: a database that cannot be reached is reported at once, not after the waits.
-* **Failures.** A handler that raises fails its item (the error text is stored) and
+* **Failures.** A handler that raises fails its item (the error text is stored, with the
+  exception's ``code`` when it is a valid code, else ``HANDLER_ERROR``) and
   ``on_error(error, item)`` hears of it after the failure was recorded; ``Retry(after)``
-  fails it with that delay and is not an error. A complete or fail that raises goes to
+  fails it with that delay (code ``RETRY`` or its own) and is not an error.
+  ``Skip(code)`` settles it as succeeded without its work (sources without ``skip``:
+  a plain success); ``Discard(code)`` fails it for good; neither is an error. An item whose
+  job was cancelled is lost like a taken-over lease, reported with code ``CANCELLED``. A complete or fail that raises goes to
   ``on_error``; the item comes back when its lease ends. A heartbeat that raises is logged
   and retried at the next beat: the items keep running.
 * **Budget.** The deadline is checked before each claim; claimed items always finish.
@@ -43,6 +47,7 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
+from ..codes import CANCELLED, Discard, Skip, code_of
 from ..errors import TRANSIENT_KINDS, DrainpipeError, Retry
 from ..models import WorkReport
 from ..validation import error_text
@@ -105,8 +110,16 @@ class ClaimableSource(Protocol[ItemT]):
         """Settle ``items`` as done; the items whose settlement was refused (lease lost)."""
         ...
 
-    def fail(self, item: ItemT, error: str, retry_in: float | None) -> Awaitable[Any]:
-        """Settle ``item`` as failed: retried after ``retry_in`` s (None: the backoff)."""
+    def fail(
+        self,
+        item: ItemT,
+        error: str,
+        retry_in: float | None,
+        code: str | None = None,
+        discard: bool = False,
+    ) -> Awaitable[Any]:
+        """Settle ``item`` as failed: retried after ``retry_in`` s (None: the backoff),
+        recording ``code``; ``discard``: no more attempts."""
         ...
 
     def start(self, item: ItemT) -> Any:
@@ -136,8 +149,15 @@ async def call_hook(hook: Callable[..., Any] | None, *args: Any) -> Any:
         return None
 
 
-def lease_lost(description: str) -> DrainpipeError:
-    """The error ``on_error`` gets for an item whose lease another worker holds now."""
+def lease_lost(description: str, reason: str | None = None) -> DrainpipeError:
+    """The error ``on_error`` gets for an item whose lease another worker holds now (or,
+    with ``reason="CANCELLED"``, whose job an operator cancelled)."""
+    if reason == CANCELLED:
+        return DrainpipeError(
+            "conflict",
+            f"{description} was cancelled while it ran; this worker's result is discarded",
+            code=CANCELLED,
+        )
     return DrainpipeError(
         "conflict",
         f"The lease on {description} was lost (it ran out and the item was claimed again, "
@@ -157,7 +177,7 @@ def log_error(
     with ``fields`` (queue, job id, attempt ...) and the error's ``code`` as record extras."""
     code = error.code if isinstance(error, DrainpipeError) else None
     extra = {**fields, "code": code} if fields else {"code": code}
-    if code == LEASE_LOST:
+    if code in (LEASE_LOST, CANCELLED):
         logger.warning("drainpipe: %s", error, extra=extra)
         return
     logger.error(
@@ -177,12 +197,13 @@ def as_error(exc: BaseException) -> DrainpipeError:
 class _Batch:
     """The state one heartbeat shares with the lane running its batch."""
 
-    __slots__ = ("beats", "cancelled", "lane", "lost", "running", "unfinished")
+    __slots__ = ("beats", "cancelled", "lane", "lost", "reasons", "running", "unfinished")
 
     def __init__(self, unfinished: dict[int, Any], lane: asyncio.Task[Any] | None) -> None:
         self.unfinished = unfinished  # claimed, not settled: what the heartbeat extends
         self.lane = lane
         self.lost: set[int] | None = None  # made on the first lost lease only
+        self.reasons: dict[int, str] = {}  # why a lost item was lost, when the source knows
         self.running: int | None = None  # the id whose handler the lane awaits right now
         self.cancelled: int | None = None  # the id whose handler we cancelled
         self.beats: list[asyncio.Task[None]] = []
@@ -350,7 +371,7 @@ class Runner:
         try:
             for item in claimed:
                 if batch.lost is not None and item.id in batch.lost:
-                    await self._report(lease_lost(source.describe(item)), item)
+                    await self._report(self._lost(batch, item), item)
                     continue
                 if await self._run_one(batch, item):
                     if source.complete_each:
@@ -365,7 +386,7 @@ class Runner:
                 kept = [item for item in succeeded if item.id not in lost]
                 for item in succeeded:
                     if item.id in lost:
-                        await self._report(lease_lost(source.describe(item)), item)
+                        await self._report(self._lost(batch, item), item)
                 succeeded = kept
             self.report.succeeded += len(succeeded)
             batch.unfinished.clear()  # nothing left to extend while the batch settles
@@ -395,21 +416,46 @@ class Runner:
                 raise  # the run itself is being cancelled
             if batch.lane.uncancel() > 0:
                 raise  # cancelled from outside as well: that one wins
-            await self._report(lease_lost(source.describe(item)), item)
+            await self._report(self._lost(batch, item), item)
             return False
         except Retry as retry:
             batch.running = None
             if not await self._still_held(batch, item):
                 return False
             self.report.failed += 1
-            await self._record_failure(item, str(retry), retry.after)
+            await self._record_failure(item, str(retry), retry.after, retry.code)
+            return False
+        except Skip as skip:
+            batch.running = None
+            if not await self._still_held(batch, item):
+                return False
+            skip_item = getattr(source, "skip", None)
+            if skip_item is None:
+                return True  # a source without skips: a plain success
+            batch.unfinished.pop(item.id, None)
+            try:
+                done = await skip_item(item, skip.code)
+            except Exception as exc:  # the item comes back when its lease ends
+                await self._report(exc, item)
+                return False
+            if done:
+                self.report.succeeded += 1
+            else:
+                await self._report(await self._refused(item), item)
+            return False
+        except Discard as discard:
+            batch.running = None
+            if not await self._still_held(batch, item):
+                return False
+            self.report.failed += 1
+            await self._record_failure(item, error_text(discard), None, discard.code, True)
             return False
         except Exception as exc:
             batch.running = None
             if not await self._still_held(batch, item):
                 return False
             self.report.failed += 1
-            await self._record_failure(item, error_text(exc), None)
+            await self._record_failure(item, error_text(exc), None, code_of(exc))
             await self._report(exc, item)
             return False
         batch.running = None
@@ -425,9 +471,28 @@ class Runner:
             # the handler swallowed our cancellation (or raised something else instead)
             batch.lane.uncancel()
         if item.id in batch.lost:
-            await self._report(lease_lost(self.source.describe(item)), item)
+            await self._report(self._lost(batch, item), item)
             return False
         return True
+
+    def _lost(self, batch: _Batch, item: Any) -> DrainpipeError:
+        return lease_lost(self.source.describe(item), batch.reasons.get(item.id))
+
+    async def _refused(self, item: Any) -> DrainpipeError:
+        """The error for a settlement the source refused: cancelled, or a lost lease."""
+        reasons = await self._reasons([item])
+        return lease_lost(self.source.describe(item), reasons.get(item.id))
+
+    async def _reasons(self, items: list[Any]) -> dict[int, str]:
+        """Why ``items`` are no longer held, when the source can say (one round trip on
+        this rare path); empty when it cannot or the question fails."""
+        why_lost = getattr(self.source, "why_lost", None)
+        if why_lost is None:
+            return {}
+        try:
+            return dict(await why_lost(items))
+        except Exception:
+            return {}
 
     # -- heartbeats ---------------------------------------------------------------------
 
@@ -450,7 +515,9 @@ class Runner:
                     )
                 else:
                     if len(held) < len(items):
-                        self._mark_lost(batch, [item for item in items if item.id not in held])
+                        gone = [item for item in items if item.id not in held]
+                        batch.reasons.update(await self._reasons(gone))
+                        self._mark_lost(batch, gone)
             await asyncio.sleep(every)
 
     def _mark_lost(self, batch: _Batch, items: list[Any]) -> None:
@@ -479,12 +546,23 @@ class Runner:
             for item in succeeded:
                 await self._report(exc, item)
             return
-        for item in refused:
-            await self._report(lease_lost(self.source.describe(item)), item)
+        if refused:
+            reasons = await self._reasons(list(refused))
+            for item in refused:
+                await self._report(
+                    lease_lost(self.source.describe(item), reasons.get(item.id)), item
+                )
 
-    async def _record_failure(self, item: Any, text: str, retry_in: float | None) -> None:
+    async def _record_failure(
+        self,
+        item: Any,
+        text: str,
+        retry_in: float | None,
+        code: str | None = None,
+        discard: bool = False,
+    ) -> None:
         try:
-            await self.source.fail(item, text, retry_in)
+            await self.source.fail(item, text, retry_in, code, discard)
         except Exception as exc:  # the item comes back when its lease ends
             await self._report(exc, item)
 

@@ -66,7 +66,15 @@ class _InboxSource:
                 refused.append(message)
         return refused
 
-    async def fail(self, item: WebhookMessage, error: str, retry_in: float | None) -> None:
+    async def fail(
+        self,
+        item: WebhookMessage,
+        error: str,
+        retry_in: float | None,
+        code: str | None = None,
+        discard: bool = False,
+    ) -> None:
+        """(Webhook messages keep no codes: ``code`` and ``discard`` are not recorded.)"""
         inbox = self._inbox
         await self._db.fetch(
             ops.FAIL,

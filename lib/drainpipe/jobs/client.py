@@ -13,6 +13,8 @@ from ..backends import (
     lacking,
     resolve_backend,
 )
+from ..backends.capabilities import SupportsCodedSettle
+from ..codes import code_of
 from ..context import coerce_context
 from ..db import dump_json
 from ..engine.core import MAX_OUTAGE
@@ -33,8 +35,10 @@ from ..validation import (
     storable_text,
     surrogate_fault,
 )
+from .cursor import cursor_key
 from .dead_letters import SEVEN_DAYS, THIRTY_DAYS, DeadLetterMixin
 from .guard import PolicyMixin
+from .records import RecordsMixin
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
@@ -71,7 +75,7 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class Jobs(PolicyMixin, DeadLetterMixin, ScheduleMixin):
+class Jobs(PolicyMixin, DeadLetterMixin, RecordsMixin, ScheduleMixin):
     """Typed job queues on a database (DSN, pool, connection), a supabase client or a backend.
 
     ``queues`` maps each queue name to the payload schema (anything
@@ -80,6 +84,7 @@ class Jobs(PolicyMixin, DeadLetterMixin, ScheduleMixin):
     ``policies`` maps queues to :class:`~drainpipe.QueuePolicy` (checked before sending;
     ``ensure_policies()`` makes the database enforce them too); ``keyring`` opens and seals
     the payloads of encrypted queues (docs/policies.md).
+    ``cursor_secret`` signs ``list_jobs`` cursors (default: a random key per process).
     """
 
     def __init__(
@@ -91,6 +96,7 @@ class Jobs(PolicyMixin, DeadLetterMixin, ScheduleMixin):
         scheduler: Literal["drain", "pg_cron"] = "drain",
         policies: Mapping[str, QueuePolicy] | None = None,
         keyring: Keyring | None = None,
+        cursor_secret: str | bytes | None = None,
     ) -> None:
         if not isinstance(queues, Mapping):
             raise TypeError("queues must be a mapping of queue name to payload schema")
@@ -105,6 +111,7 @@ class Jobs(PolicyMixin, DeadLetterMixin, ScheduleMixin):
         self._now = now or _utcnow
         self.scheduler = scheduler
         self._init_policies(policies, keyring, list(queues))
+        self._cursor_key = cursor_key(cursor_secret)
         self.backend: QueueBackend = resolve_backend(db, list(queues))
 
     # -- helpers -------------------------------------------------------------------------
@@ -373,10 +380,17 @@ class Jobs(PolicyMixin, DeadLetterMixin, ScheduleMixin):
         self, job: Job[Any], error: Any, *, retry_in: float | timedelta | None = None
     ) -> FailOutcome | None:
         """Record a failure: ``"queued"`` (retried after ``retry_in`` or the jittered
-        backoff), ``"dead"`` (no attempts left) or ``None`` (the lease was lost)."""
+        backoff), ``"dead"`` (no attempts left) or ``None`` (the lease was lost or the job
+        was cancelled). The attempt records ``error.code`` when it is a valid code, else
+        ``HANDLER_ERROR``."""
         self._check_job(job)
         wait = None if retry_in is None else seconds(retry_in, "retry_in")
-        return await self.backend.fail(job, error_text(error), wait)
+        backend = self.backend
+        if isinstance(backend, SupportsCodedSettle):
+            return await backend.fail_coded(
+                job, error_text(error), wait, code=code_of(error), discard=False
+            )
+        return await backend.fail(job, error_text(error), wait)
 
     async def extend(self, job: Job[Any], lease: float | timedelta) -> bool:
         """Move the lease end to now + ``lease`` seconds. False once the lease was lost."""

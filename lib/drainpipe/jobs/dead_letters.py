@@ -70,7 +70,8 @@ class DeadLetterMixin:
     async def retry_dead(
         self, queue: str, *, ids: Sequence[int] | None = None, limit: int = 1000
     ) -> int:
-        """Replay the given dead letters (or the newest ``limit``); returns how many went back."""
+        """Replay the given dead jobs (or the newest ``limit``) not replayed yet, each as a
+        child like ``replay``; returns how many went back."""
         self._check_queue(queue)
         positive_int(limit, "limit")
         if ids is not None:
@@ -81,8 +82,9 @@ class DeadLetterMixin:
         return int(await backend.retry_dead(queue, ids=ids, limit=limit))
 
     async def replay(self, queue: str, job_id: int) -> int | None:
-        """Enqueue a dead letter again (same payload, attempts back to 0); its new id, or
-        None when ``job_id`` is not a dead letter of ``queue``."""
+        """Enqueue a dead job again as its child (same payload, dedupe key, tenant and
+        max_attempts; ``parent_id`` = ``job_id``); the dead job stays dead with
+        ``replayed_by``. The child's id, or None unless a dead job not replayed yet."""
         self._check_queue(queue)
         positive_int(job_id, "job_id", minimum=0, maximum=INT8_MAX)
         backend = self.backend

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..backends import SupportsBury, SupportsPayloadRewrite, SupportsPolicies, lacking
+from ..backends.capabilities import SupportsCodedSettle
 from ..context import wrap_payload
 from ..errors import invalid_request
 from ..keyring import Keyring, UnreadableCiphertext
@@ -28,10 +29,13 @@ RETENTION_EVERY = 3600.0
 
 
 async def bury(backend: QueueBackend, job: Job[Any], error: str, code: str) -> FailOutcome | None:
-    """End a held job dead now with ``code``. A backend without dead letters
+    """End a held job dead now with ``code``: the backend's own ``bury`` (the SQL backend's
+    ``bury_job_v1``), else a discarding coded failure; a backend without dead letters
     (``pgmq_public``) archives it, its only terminal state."""
     if isinstance(backend, SupportsBury):
         return "dead" if await backend.bury(job, error, code) else None
+    if isinstance(backend, SupportsCodedSettle):
+        return await backend.fail_coded(job, error, None, code=code, discard=True)
     return "dead" if await backend.complete(job) else None
 
 

@@ -8,7 +8,17 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..engine.core import MAX_OUTAGE
-from ..models import DeadJob, DedupeMode, FailOutcome, Job, JobContext, QueueStats, WorkReport
+from ..models import (
+    DeadJob,
+    DedupeMode,
+    FailOutcome,
+    Job,
+    JobContext,
+    JobPage,
+    JobRecord,
+    QueueStats,
+    WorkReport,
+)
 from .client import SEVEN_DAYS, THIRTY_DAYS, Jobs, OnError
 
 if TYPE_CHECKING:
@@ -147,6 +157,24 @@ class Queue(Generic[T]):
 
     async def replay(self, job_id: int) -> int | None:
         return await self.jobs.replay(self.name, job_id)
+
+    async def get(self, job_id: int) -> JobRecord | None:
+        return await self.jobs.get(self.name, job_id)
+
+    async def list_jobs(
+        self,
+        *,
+        state: str | None = None,
+        tenant: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> JobPage:
+        return await self.jobs.list_jobs(
+            self.name, state=state, tenant=tenant, limit=limit, cursor=cursor
+        )
+
+    async def cancel(self, job_id: int) -> bool:
+        return await self.jobs.cancel(self.name, job_id)
 
     async def purge_archive(
         self,

@@ -13,7 +13,13 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..backends.capabilities import SupportsCompleteMany, SupportsExtendMany
+from ..backends.capabilities import (
+    SupportsCodedSettle,
+    SupportsCompleteMany,
+    SupportsExtendMany,
+    SupportsGetRecord,
+)
+from ..codes import CANCELLED
 from ..engine.core import CLAIM_RETRIES, JOB_HEARTBEAT_FLOOR, run_deadline
 from ..engine.runner import ClaimableSource, Runner, call_hook
 from ..keyring import UnreadableCiphertext
@@ -59,6 +65,10 @@ class JobSource:
         self._keyring = jobs.keyring
         # ids whose payload did not decrypt in start(): their failure buries them
         self._unreadable: set[int] = set()
+        self._coded = backend if isinstance(backend, SupportsCodedSettle) else None
+        if self._coded is not None:
+            self.skip = self._coded.skip
+        self._records = backend if isinstance(backend, SupportsGetRecord) else None
 
     def claim(self, batch: int, lease: float) -> Awaitable[list[Job[Any]]]:
         return self._backend.read(self.queue, lease=lease, batch=batch)
@@ -78,12 +88,6 @@ class JobSource:
             return ()
         return [job for job, ok in zip(items, done, strict=True) if not ok]
 
-    def fail(self, item: Job[Any], error: str, retry_in: float | None) -> Awaitable[Any]:
-        if self._unreadable and item.id in self._unreadable:
-            self._unreadable.discard(item.id)
-            return bury(self._backend, item, error, PAYLOAD_UNREADABLE)
-        return self._backend.fail(item, error, retry_in)
-
     def _open(self, item: Job[Any], fields: dict[str, Any]) -> None:
         """Decrypt a sealed payload in place; an unreadable one fails the job, which then
         ends dead (``PAYLOAD_UNREADABLE``) instead of being retried."""
@@ -98,6 +102,33 @@ class JobSource:
             context = JobContext(actor=context.actor, tenant=context.tenant, trace=trace)
         fields["payload"] = payload
         fields["context"] = context
+
+    def fail(
+        self,
+        item: Job[Any],
+        error: str,
+        retry_in: float | None,
+        code: str | None = None,
+        discard: bool = False,
+    ) -> Awaitable[Any]:
+        if self._unreadable and item.id in self._unreadable:
+            # its payload did not decrypt in start(): dead now, no retry
+            self._unreadable.discard(item.id)
+            return bury(self._backend, item, error, PAYLOAD_UNREADABLE)
+        if self._coded is not None and code is not None:
+            return self._coded.fail_coded(item, error, retry_in, code=code, discard=discard)
+        return self._backend.fail(item, error, retry_in)
+
+    async def why_lost(self, items: Sequence[Job[Any]]) -> dict[int, str]:
+        """``CANCELLED`` for the jobs an operator cancelled (read on the rare lost path)."""
+        if self._records is None:
+            return {}
+        reasons = {}
+        for job in items:
+            record = await self._records.get_record(job.queue, job.id)
+            if record is not None and record.state == "cancelled":
+                reasons[job.id] = CANCELLED
+        return reasons
 
     def start(self, item: Job[Any]) -> Any:
         # The claimed Job has not left the worker yet, so it takes the validated payload in

@@ -6,7 +6,7 @@ the async :class:`drainpipe.db.Database` (in ``backends/sql.py``, ``idempotency/
 ``leases.py`` and ``inbox/``); a synchronous psycopg executor runs the very same operations, so the sync
 twin is another executor rather than a copy of the SQL and the parsing.
 
-Shape, per operation ``x`` of a module (``ops.jobs``, ``ops.schedules``,
+Shape, per operation ``x`` of a module (``ops.jobs``, ``ops.records``, ``ops.schedules``,
 ``ops.idempotency``, ``ops.leases``, ``ops.inbox``):
 
 - ``X``: the statement, a precomputed string with ``%s`` placeholders; it calls exactly one
@@ -23,15 +23,25 @@ plus two function calls, no allocation of its own.
 
 from __future__ import annotations
 
-from . import idempotency, inbox, jobs, leases, schedules
+from . import idempotency, inbox, jobs, leases, records, schedules
 from ._types import Params, Row
 
-__all__ = ["STATEMENTS", "Params", "Row", "idempotency", "inbox", "jobs", "leases", "schedules"]
+__all__ = [
+    "STATEMENTS",
+    "Params",
+    "Row",
+    "idempotency",
+    "inbox",
+    "jobs",
+    "leases",
+    "records",
+    "schedules",
+]
 
 #: Every statement of every operation, by ``<module>.<CONSTANT>`` (for checks and tools).
 STATEMENTS: dict[str, str] = {
     f"{module.__name__.rpartition('.')[2]}.{name}": value
-    for module in (jobs, schedules, idempotency, leases, inbox)
+    for module in (jobs, records, schedules, idempotency, leases, inbox)
     for name, value in vars(module).items()
     if name.isupper() and isinstance(value, str) and value.startswith("SELECT ")
 }

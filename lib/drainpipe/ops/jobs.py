@@ -191,7 +191,7 @@ def parse_extend_many(rows: list[Row]) -> set[int]:
 
 # -- stats, dead letters, replay, purge ---------------------------------------------------
 
-STATS = "SELECT * FROM drainpipe.job_queue_stats_v1(%s)"
+STATS = "SELECT * FROM drainpipe.job_queue_stats_v2(%s)"
 
 
 def stats_params(queues: Sequence[str]) -> Params:
@@ -199,14 +199,17 @@ def stats_params(queues: Sequence[str]) -> Params:
 
 
 def parse_stats(rows: list[Row]) -> dict[str, QueueStats]:
-    """Rows ``(queue, ready, in_flight, delayed, dead, oldest_age_seconds)`` by queue."""
+    """Rows ``(queue, ready, in_flight, delayed, dead, succeeded, cancelled,
+    oldest_age_seconds)`` by queue."""
     return {
         row[0]: QueueStats(
             ready=int(row[1]),
             in_flight=int(row[2]),
             delayed=int(row[3]),
             dead=int(row[4]),
-            oldest_age_seconds=None if row[5] is None else float(row[5]),
+            oldest_age_seconds=None if row[7] is None else float(row[7]),
+            succeeded=int(row[5]),
+            cancelled=int(row[6]),
         )
         for row in rows
     }
@@ -252,7 +255,7 @@ def retry_dead_params(queue: str, ids: Sequence[int] | None, limit: int) -> Para
 parse_retry_dead = _count
 """How many dead letters went back."""
 
-REPLAY = "SELECT drainpipe.replay_dead_job_v1(%s, %s)"
+REPLAY = "SELECT drainpipe.replay_dead_job_v2(%s, %s)"
 
 
 def replay_params(queue: str, job_id: int) -> Params:
@@ -260,7 +263,7 @@ def replay_params(queue: str, job_id: int) -> Params:
 
 
 def parse_replay(rows: list[Row]) -> int | None:
-    """The new job's id, or None when the id is no dead letter of the queue."""
+    """The child's id, or None unless the id is a dead job of the queue not replayed yet."""
     value = rows[0][0] if rows else None
     return None if value is None else int(value)
 

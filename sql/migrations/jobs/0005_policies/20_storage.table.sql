@@ -30,7 +30,9 @@ RETURNS bigint
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT count(*) FROM (SELECT 1 FROM drainpipe.job_messages m WHERE m.queue = p_queue LIMIT p_limit) x
+    SELECT count(*) FROM (
+        SELECT 1 FROM drainpipe.job_messages m
+         WHERE m.queue = p_queue AND m.finished_at IS NULL LIMIT p_limit) x
 $$;
 
 CREATE OR REPLACE FUNCTION drainpipe.attach_queue_policy_v1(p_queue text)
@@ -50,37 +52,22 @@ BEGIN
             FOR EACH STATEMENT EXECUTE FUNCTION drainpipe.job_messages_policy_insert();
     END IF;
     INSERT INTO drainpipe.queue_pending (queue, live)
-    SELECT p_queue, count(*) FROM drainpipe.job_messages WHERE queue = p_queue
+    SELECT p_queue, count(*) FROM drainpipe.job_messages WHERE queue = p_queue AND finished_at IS NULL
     ON CONFLICT (queue) DO UPDATE SET live = excluded.live;
 END
 $$;
 
--- A held job ends dead now, with a code (PAYLOAD_UNREADABLE, DEADLINE_PASSED): no retry.
+-- A held job ends dead now, with a code (PAYLOAD_UNREADABLE): the records' discarding
+-- failure (jobs 0004), named for what the client asks.
 CREATE OR REPLACE FUNCTION drainpipe.bury_job_v1(
     p_queue text, p_id bigint, p_attempt integer, p_error text, p_code text,
     p_now timestamptz DEFAULT NULL
 )
 RETURNS boolean
-LANGUAGE plpgsql SECURITY DEFINER
+LANGUAGE sql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_job drainpipe.job_messages;
-BEGIN
-    DELETE FROM drainpipe.job_messages
-     WHERE id = p_id AND queue = p_queue AND attempts = p_attempt
-    RETURNING * INTO v_job;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    INSERT INTO drainpipe.job_dead_letters (id, queue, message, attempts, enqueued_at, died_at)
-    VALUES (v_job.id, v_job.queue,
-            drainpipe.dead_job_message(v_job.payload, v_job.max_attempts, v_job.dedupe_key,
-                                       left(coalesce(p_error, 'null'), 4000))
-              || jsonb_build_object('code', p_code),
-            v_job.attempts, v_job.enqueued_at, coalesce(p_now, clock_timestamp()));
-    RETURN true;
-END
+    SELECT coalesce(drainpipe.fail_job_v2(p_queue, p_id, p_attempt, p_error, NULL, p_code, true, p_now) = 'dead', false)
 $$;
 
 -- Live jobs' stored payloads in id order after p_after (reencrypt pages through them).
@@ -90,7 +77,7 @@ LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT m.id, m.payload FROM drainpipe.job_messages m
-     WHERE m.queue = p_queue AND m.id > coalesce(p_after, 0)
+     WHERE m.queue = p_queue AND m.id > coalesce(p_after, 0) AND m.finished_at IS NULL
      ORDER BY m.id LIMIT least(greatest(coalesce(p_limit, 100), 1), 1000)
 $$;
 
@@ -104,13 +91,14 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     UPDATE drainpipe.job_messages SET payload = p_new
-     WHERE id = p_id AND queue = p_queue AND payload = p_old;
+     WHERE id = p_id AND queue = p_queue AND payload = p_old AND finished_at IS NULL;
     RETURN FOUND;
 END
 $$;
 
--- Terminal records past their queue's retention: dead letters (completed jobs are not
--- kept on this backend). Live jobs are never touched. At most p_batch per queue a call.
+-- Terminal records past their queue's retention (succeeded, dead and cancelled rows, with
+-- their attempt rows and dedupe keys); live jobs are never touched. At most p_batch per
+-- queue a call.
 CREATE OR REPLACE FUNCTION drainpipe.apply_job_retention_v1(
     p_min_interval double precision DEFAULT NULL, p_batch integer DEFAULT 10000,
     p_now timestamptz DEFAULT NULL
@@ -134,13 +122,17 @@ BEGIN
     END IF;
     FOR v_policy IN SELECT * FROM drainpipe.queue_policies ORDER BY queue LOOP
         WITH gone AS (
-            DELETE FROM drainpipe.job_dead_letters d
+            DELETE FROM drainpipe.job_messages d
              WHERE d.id = ANY (ARRAY(
-                   SELECT x.id FROM drainpipe.job_dead_letters x
-                    WHERE x.queue = v_policy.queue
-                      AND x.died_at < v_now - make_interval(secs => v_policy.retention)
-                    ORDER BY x.id LIMIT greatest(coalesce(p_batch, 10000), 1)))
-            RETURNING 1)
+                   SELECT x.id FROM drainpipe.job_messages x
+                    WHERE x.queue = v_policy.queue AND x.finished_at IS NOT NULL
+                      AND x.finished_at < v_now - make_interval(secs => v_policy.retention)
+                    ORDER BY x.finished_at LIMIT greatest(coalesce(p_batch, 10000), 1)))
+            RETURNING d.queue, d.id
+        ), attempts_gone AS (
+            DELETE FROM drainpipe.job_attempts a USING gone g
+             WHERE a.queue = g.queue AND a.job_id = g.id
+        )
         SELECT count(*) INTO v_count FROM gone;
         v_total := v_total + v_count;
     END LOOP;

@@ -2,7 +2,6 @@
 -- writer obeys them (Python, SQL, a trigger calling enqueue_job_v1, PostgREST).
 -- Refusals raise SQLSTATE DPQ01 payload too large, DPQ02 queue full, DPQ03 lease too
 -- long, DPQ04 scheduled too far ahead; clients map them to the contract's kinds and codes.
--- (To be numbered 0005 once jobs/0004_job_records is in: migrations have no gaps.)
 
 CREATE TABLE IF NOT EXISTS drainpipe.queue_policies (
     queue text PRIMARY KEY,

@@ -122,7 +122,8 @@ BEGIN
 END
 $$;
 
--- Archived jobs (completed and dead) past their queue's retention; live jobs never.
+-- Archived jobs (completed and dead) past their queue's retention, with their attempt
+-- rows; live jobs never.
 CREATE OR REPLACE FUNCTION drainpipe.apply_job_retention_v1(
     p_min_interval double precision DEFAULT NULL, p_batch integer DEFAULT 10000,
     p_now timestamptz DEFAULT NULL
@@ -149,10 +150,13 @@ BEGIN
         EXECUTE format(
             'WITH gone AS (DELETE FROM pgmq.%1$I d WHERE d.msg_id = ANY (ARRAY(
                  SELECT x.msg_id FROM pgmq.%1$I x WHERE x.archived_at < $1
-                  ORDER BY x.msg_id LIMIT $2)) RETURNING 1)
+                  ORDER BY x.msg_id LIMIT $2)) RETURNING d.msg_id),
+                  attempts_gone AS (DELETE FROM drainpipe.job_attempts a USING gone g
+                                     WHERE a.queue = $3 AND a.job_id = g.msg_id)
              SELECT count(*)::integer FROM gone', 'a_' || v_policy.queue)
           INTO v_count
-          USING v_now - make_interval(secs => v_policy.retention), greatest(coalesce(p_batch, 10000), 1);
+          USING v_now - make_interval(secs => v_policy.retention), greatest(coalesce(p_batch, 10000), 1),
+                v_policy.queue;
         v_total := v_total + v_count;
     END LOOP;
     RETURN v_total;

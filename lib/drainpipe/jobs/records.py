@@ -1,0 +1,157 @@
+"""Job records on :class:`~drainpipe.jobs.Jobs`: get, list (signed cursors), cancel.
+
+Mixed into ``Jobs`` (as the schedules are) to keep ``client.py`` about enqueueing and
+working. Every call validates its input and answers with the contract's errors.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..backends.capabilities import (
+    SupportsCancel,
+    SupportsGetRecord,
+    SupportsListRecords,
+    lacking,
+)
+from ..errors import DrainpipeError, invalid_request
+from ..models import JOB_STATES, JobPage, JobRecord, Position
+from ..validation import INT8_MAX, check_queue_name, positive_int
+from .cursor import read_cursor, sign_cursor
+
+if TYPE_CHECKING:
+    from ..backends import QueueBackend
+
+MAX_LIST_LIMIT = 500
+LIMIT_TOO_LARGE = "LIMIT_TOO_LARGE"
+LIMIT_INVALID = "LIMIT_INVALID"
+
+
+def check_limit(limit: Any) -> int:
+    """``limit`` in 1..500, else ``invalid_request`` (``LIMIT_INVALID``/``LIMIT_TOO_LARGE``)."""
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise invalid_request("limit must be an integer from 1 to 500", code=LIMIT_INVALID)
+    if limit < 1:
+        raise invalid_request(f"limit must be at least 1, not {limit}", code=LIMIT_INVALID)
+    if limit > MAX_LIST_LIMIT:
+        raise invalid_request(
+            f"limit must be at most {MAX_LIST_LIMIT}, not {limit}", code=LIMIT_TOO_LARGE
+        )
+    return limit
+
+
+def check_state(state: Any) -> str | None:
+    if state is None:
+        return None
+    if state not in JOB_STATES:
+        raise invalid_request(f"state must be one of {', '.join(JOB_STATES)}, not {state!r}")
+    return str(state)
+
+
+def check_tenant(tenant: Any) -> str | None:
+    if tenant is None:
+        return None
+    if not isinstance(tenant, str) or not tenant or len(tenant) > 200 or "\x00" in tenant:
+        raise invalid_request("tenant must be a non-empty string of at most 200 characters")
+    return tenant
+
+
+class RecordsMixin:
+    """``get``, ``list_jobs``, ``list_records`` and ``cancel`` of :class:`Jobs`."""
+
+    backend: QueueBackend
+    _cursor_key: bytes
+
+    def _check_queue(self, queue: str) -> str:  # provided by Jobs
+        raise NotImplementedError
+
+    def _check_list_queue(self, queue: Any) -> str | None:
+        if queue is None:
+            return None
+        if not isinstance(queue, str):
+            raise invalid_request("queue must be a string")
+        return self._check_queue(queue)
+
+    async def get(self, queue: str, job_id: int) -> JobRecord | None:
+        """The job's record with its attempt history; None when unknown or purged."""
+        self._check_queue(queue)
+        positive_int(job_id, "job_id", minimum=0, maximum=INT8_MAX)
+        backend = self.backend
+        if not isinstance(backend, SupportsGetRecord):
+            raise lacking(backend, "get")
+        return await backend.get_record(queue, job_id)
+
+    async def list_records(
+        self,
+        queue: str | None = None,
+        *,
+        state: str | None = None,
+        tenant: str | None = None,
+        limit: int = 100,
+        before: Position | None = None,
+    ) -> tuple[list[JobRecord], Position | None]:
+        """A raw keyset page, newest first (history empty): the records after ``before``
+        and the position to pass for the next page (None on the last). ``list_jobs`` wraps
+        it in signed cursors; an app with its own cursors (the management API) uses this."""
+        name = self._check_list_queue(queue)
+        wanted = check_state(state)
+        who = check_tenant(tenant)
+        size = check_limit(limit)
+        if before is not None:
+            if not isinstance(before, Position):
+                raise invalid_request("before must be a Position (from list_records)")
+            check_queue_name(before.queue)
+            positive_int(before.id, "before.id", minimum=0, maximum=INT8_MAX)
+        backend = self.backend
+        if not isinstance(backend, SupportsListRecords):
+            raise lacking(backend, "list_jobs")
+        records, after = await backend.list_records(
+            name, state=wanted, tenant=who, limit=size, before=before
+        )
+        return list(records), after
+
+    async def list_jobs(
+        self,
+        queue: str | None = None,
+        *,
+        state: str | None = None,
+        tenant: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> JobPage:
+        """Records newest first (``history`` empty; ``get`` fills it), ``limit`` 1..500.
+        ``next_cursor`` is opaque and signed (see ``Jobs(cursor_secret=)``); it is valid
+        for the same filters only (``invalid_request``, ``CURSOR_INVALID`` otherwise)."""
+        name = self._check_list_queue(queue)
+        wanted = check_state(state)
+        who = check_tenant(tenant)
+        check_limit(limit)
+        before = None
+        if cursor is not None:
+            before = read_cursor(self._cursor_key, cursor, queue=name, state=wanted, tenant=who)
+        records, after = await self.list_records(
+            name, state=wanted, tenant=who, limit=limit, before=before
+        )
+        next_cursor = (
+            None
+            if after is None
+            else sign_cursor(self._cursor_key, after, queue=name, state=wanted, tenant=who)
+        )
+        return JobPage(items=records, next_cursor=next_cursor)
+
+    async def cancel(self, queue: str, job_id: int) -> bool:
+        """Cancel a live job: True when it is now cancelled (a queued or retry_wait job never
+        runs again; a leased one is fenced at once, its worker stops it at the next
+        heartbeat), False when it had finished already; an unknown job is ``not_found``.
+        A cancel cannot undo what a running handler already did."""
+        self._check_queue(queue)
+        positive_int(job_id, "job_id", minimum=0, maximum=INT8_MAX)
+        backend = self.backend
+        if not isinstance(backend, SupportsCancel):
+            raise lacking(backend, "cancel")
+        result = await backend.cancel(queue, job_id)
+        if result is None:
+            raise DrainpipeError(
+                "not_found", f'No job {job_id} in queue "{queue}"', code="JOB_NOT_FOUND"
+            )
+        return result == "cancelled"

@@ -1,0 +1,184 @@
+"""Job records: get, list, cancel, replay, and the coded settlements (skip, fail with a code).
+
+The record statements select metadata only (the SQL functions never return the payload or
+the error text), so nothing here can leak either. See :mod:`drainpipe.ops` for the shape.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from ..models import TERMINAL_STATES, Attempt, FailOutcome, Job, JobRecord, Position
+from ._types import Params, Row
+
+CancelResult = Literal["cancelled", "terminal"]
+
+# -- get and list -------------------------------------------------------------------------
+
+GET = "SELECT * FROM drainpipe.get_job_v1(%s, %s)"
+
+
+def get_params(queue: str, job_id: int) -> Params:
+    return (queue, job_id)
+
+
+def _time(value: Any) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(str(value))
+
+
+def parse_history(value: Any) -> tuple[Attempt, ...]:
+    """The ``history`` jsonb array of ``job_history_v1`` → attempts, oldest first."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(
+        Attempt(
+            number=int(item["number"]),
+            started_at=_time(item.get("started_at")),
+            ended_at=_time(item.get("ended_at")),
+            outcome=item["outcome"],
+            code=item.get("code"),
+            late_outcome=item.get("late_outcome"),
+        )
+        for item in value
+        if isinstance(item, dict)
+    )
+
+
+def parse_record(row: Row) -> JobRecord:
+    """A ``job_record_v1`` row → JobRecord."""
+    (
+        job_id,
+        queue,
+        state,
+        attempts,
+        max_attempts,
+        deadline,
+        tenant,
+        dedupe_key,
+        enqueued_at,
+        eligible_at,
+        started_at,
+        finished_at,
+        last_code,
+        parent_id,
+        replayed_by,
+        history,
+    ) = row
+    attempts, max_attempts = int(attempts), int(max_attempts)
+    return JobRecord(
+        id=int(job_id),
+        queue=queue,
+        state=state,
+        attempts=attempts,
+        max_attempts=max_attempts,
+        attempts_left=0 if state in TERMINAL_STATES else max(max_attempts - attempts, 0),
+        deadline=deadline,
+        tenant=tenant,
+        dedupe_key=dedupe_key,
+        enqueued_at=enqueued_at,
+        eligible_at=eligible_at,
+        started_at=started_at,
+        finished_at=finished_at,
+        last_code=last_code,
+        parent_id=None if parent_id is None else int(parent_id),
+        replayed_by=None if replayed_by is None else int(replayed_by),
+        history=parse_history(history),
+    )
+
+
+def parse_get(rows: list[Row]) -> JobRecord | None:
+    return parse_record(rows[0]) if rows else None
+
+
+LIST = "SELECT * FROM drainpipe.list_jobs_v1(%s, %s, %s, %s, %s, %s)"
+
+
+def list_params(
+    queue: str | None, state: str | None, tenant: str | None, limit: int, before: Position | None
+) -> Params:
+    """``limit + 1`` rows are asked for: the extra one says whether a next page exists."""
+    return (
+        queue,
+        state,
+        tenant,
+        limit + 1,
+        None if before is None else before.id,
+        None if before is None else before.queue,
+    )
+
+
+def parse_list(rows: list[Row], limit: int) -> tuple[list[JobRecord], Position | None]:
+    """The page (newest first) and the position after its last record, None on the last."""
+    records = [parse_record(row) for row in rows[:limit]]
+    if len(rows) <= limit or not records:
+        return records, None
+    last = records[-1]
+    return records, Position(last.id, last.queue)
+
+
+# -- cancel and replay --------------------------------------------------------------------
+
+CANCEL = "SELECT drainpipe.cancel_job_v1(%s, %s)"
+
+
+def cancel_params(queue: str, job_id: int) -> Params:
+    return (queue, job_id)
+
+
+def parse_cancel(rows: list[Row]) -> CancelResult | None:
+    """``"cancelled"``, ``"terminal"`` (finished already) or None (no such job)."""
+    value: CancelResult | None = rows[0][0] if rows else None
+    return value
+
+
+REPLAY = "SELECT drainpipe.replay_dead_job_v2(%s, %s)"
+
+
+def replay_params(queue: str, job_id: int) -> Params:
+    return (queue, job_id)
+
+
+def parse_replay(rows: list[Row]) -> int | None:
+    """The child's id, or None unless the job was dead and not replayed yet."""
+    value = rows[0][0] if rows else None
+    return None if value is None else int(value)
+
+
+# -- coded settlements --------------------------------------------------------------------
+
+SKIP = "SELECT drainpipe.skip_job_v1(%s, %s, %s, %s)"
+
+
+def skip_params(job: Job[Any], code: str) -> Params:
+    return (job.queue, job.id, job.attempts, code)
+
+
+def parse_skip(rows: list[Row]) -> bool:
+    """True: the job succeeded (skipped); False: the lease was lost or cancelled."""
+    return bool(rows[0][0]) if rows else False
+
+
+FAIL_CODED = "SELECT drainpipe.fail_job_v2(%s, %s, %s, %s, %s, %s, %s)"
+
+
+def fail_coded_params(
+    job: Job[Any], error: str, retry_in: float | None, code: str, discard: bool
+) -> Params:
+    return (
+        job.queue,
+        job.id,
+        job.attempts,
+        error,
+        None if retry_in is None else float(retry_in),
+        code,
+        discard,
+    )
+
+
+def parse_fail_coded(rows: list[Row]) -> FailOutcome | None:
+    """``"queued"``, ``"dead"``, or None when the lease was lost (or the job cancelled)."""
+    outcome: FailOutcome | None = rows[0][0] if rows else None
+    return outcome
