@@ -321,3 +321,63 @@ async def test_pgmq_public_writers_are_refused_with_the_same_codes(db_url: str) 
             assert_refused(full, "rate_limited", "QUEUE_FULL")
         assert await live_count(db_url, "pgmq") == 2
         await declared.close()
+
+
+# -- attempt budgets with a window ----------------------------------------------------------
+
+
+@pytest.fixture
+def table_url(fresh_database: Any) -> str:
+    return str(fresh_database("table"))
+
+
+async def test_window_ends_the_job_dead_when_the_retry_would_start_after_it(
+    table_url: str,
+) -> None:
+    jobs = guarded(table_url, QueuePolicy(max_attempts=10, attempt_window=30))
+    await jobs.enqueue("inbox", {"a": 1})
+    (job,) = await jobs.claim("inbox")
+    started = await jobs.get("inbox", job.id)
+    assert started is not None and started.started_at is not None
+    assert started.deadline == started.started_at + timedelta(seconds=30)
+    assert await jobs.fail(job, "soon again", retry_in=0) == "queued"  # within the window
+    (again,) = await jobs.claim("inbox")
+    # a backoff ending after the 30 s window: dead now, nothing scheduled
+    assert await jobs.fail(again, "later", retry_in=60) == "dead"
+    record = await jobs.get("inbox", job.id)
+    assert record is not None
+    assert (record.state, record.last_code) == ("dead", "DEADLINE_PASSED")
+    assert await jobs.claim("inbox") == []
+    await jobs.close()
+
+
+async def test_the_worker_obeys_the_window_and_max_attempts_comes_first(table_url: str) -> None:
+    jobs = guarded(table_url, QueuePolicy(max_attempts=2, attempt_window=3600))
+    await jobs.enqueue("inbox", {"a": 1})
+
+    async def failing(payload: Any, job: Job[Any]) -> None:
+        raise drainpipe_retry(0)
+
+    await jobs.drain("inbox", failing)
+    await jobs.drain("inbox", failing)
+    (dead,) = await jobs.list_dead("inbox")
+    record = await jobs.get("inbox", dead.id)
+    assert record is not None and record.last_code == "MAX_ATTEMPTS"
+    windowed = guarded(table_url, QueuePolicy(max_attempts=10, attempt_window=5))
+    await windowed.enqueue("inbox", {"b": 1})
+
+    async def slow_retry(payload: Any, job: Job[Any]) -> None:
+        raise drainpipe_retry(30)  # asks for a retry after the 5 s window
+
+    report = await windowed.drain("inbox", slow_retry)
+    assert report.failed == 1
+    codes = {r.last_code for r in (await windowed.list_jobs("inbox", state="dead")).items}
+    assert "DEADLINE_PASSED" in codes
+    await jobs.close()
+    await windowed.close()
+
+
+def drainpipe_retry(after: float) -> Exception:
+    from drainpipe import Retry
+
+    return Retry(after=after)

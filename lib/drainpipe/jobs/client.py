@@ -37,8 +37,7 @@ from ..validation import (
 )
 from .cursor import cursor_key
 from .dead_letters import SEVEN_DAYS, THIRTY_DAYS, DeadLetterMixin
-from .guard import PolicyMixin
-from .records import RecordsMixin
+from .guard import PolicyMixin, fail_within_window
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
@@ -75,7 +74,7 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class Jobs(PolicyMixin, DeadLetterMixin, RecordsMixin, ScheduleMixin):
+class Jobs(PolicyMixin, DeadLetterMixin, ScheduleMixin):
     """Typed job queues on a database (DSN, pool, connection), a supabase client or a backend.
 
     ``queues`` maps each queue name to the payload schema (anything
@@ -386,6 +385,12 @@ class Jobs(PolicyMixin, DeadLetterMixin, RecordsMixin, ScheduleMixin):
         self._check_job(job)
         wait = None if retry_in is None else seconds(retry_in, "retry_in")
         backend = self.backend
+        if job.queue in self._windowed:
+            ended, wait, outcome = await fail_within_window(
+                backend, self._policies[job.queue], job, error_text(error), wait
+            )
+            if ended:
+                return outcome
         if isinstance(backend, SupportsCodedSettle):
             return await backend.fail_coded(
                 job, error_text(error), wait, code=code_of(error), discard=False

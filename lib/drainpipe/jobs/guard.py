@@ -4,17 +4,22 @@ on claim, ``ensure_policies``, ``reencrypt`` and ``apply_retention``."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
+import random
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..backends import SupportsBury, SupportsPayloadRewrite, SupportsPolicies, lacking
-from ..backends.capabilities import SupportsCodedSettle
+from ..backends.capabilities import SupportsCodedSettle, SupportsGetRecord
 from ..context import wrap_payload
 from ..errors import invalid_request
 from ..keyring import Keyring, UnreadableCiphertext
-from ..models import FailOutcome, Job, JobContext
-from .policy import PAYLOAD_UNREADABLE, QueuePolicy, check_policies
+from ..models import FailOutcome, Job, JobContext, JobRecord
+from .policy import DEADLINE_PASSED, PAYLOAD_UNREADABLE, QueuePolicy, check_policies
+from .records import RecordsMixin
 from .sealing import is_sealed, open_job, reseal, seal, unreadable
 
 if TYPE_CHECKING:
@@ -39,7 +44,49 @@ async def bury(backend: QueueBackend, job: Job[Any], error: str, code: str) -> F
     return "dead" if await backend.complete(job) else None
 
 
-class PolicyMixin:
+def retry_delay(attempt: int) -> float:
+    """The SQL's jittered backoff (``drainpipe.job_retry_delay``): whole seconds uniform in
+    [1, min(3600, 10 * 2^(attempt-1))]. Computed here for a windowed queue, so the client
+    knows when the retry would start before it is scheduled."""
+    cap = min(3600, 10 * 2 ** min(max(attempt, 1) - 1, 20))
+    return float(1 + math.floor(random.random() * cap))  # noqa: S311 - jitter, not a secret
+
+
+async def first_attempt_start(backend: QueueBackend, job: Job[Any]) -> datetime | None:
+    """When the job's first attempt started, from its record (None without records)."""
+    if not isinstance(backend, SupportsGetRecord):
+        return None
+    record = await backend.get_record(job.queue, job.id)
+    if record is None:
+        return None
+    starts = [a.started_at for a in record.history if a.number == 1 and a.started_at]
+    return starts[0] if starts else record.started_at
+
+
+async def fail_within_window(
+    backend: QueueBackend,
+    policy: QueuePolicy | None,
+    job: Job[Any],
+    error: str,
+    retry_in: float | None,
+) -> tuple[bool, float | None, FailOutcome | None]:
+    """A failure on a queue with an ``attempt_window``: ``(True, None, outcome)`` when the
+    job ended dead with ``DEADLINE_PASSED`` because its retry could only start after the
+    window (counted from the first attempt's start); else ``(False, retry_in, None)`` with
+    the delay to retry after (chosen here when it was None, so the check holds)."""
+    window = None if policy is None else policy.attempt_window
+    if window is None or job.attempts >= job.max_attempts:
+        return False, retry_in, None  # no window, or MAX_ATTEMPTS ends it anyway
+    delay = retry_delay(job.attempts) if retry_in is None else retry_in
+    first = await first_attempt_start(backend, job)
+    if first is None:
+        return False, delay, None
+    if datetime.now(UTC) + timedelta(seconds=delay) > first + timedelta(seconds=window):
+        return True, None, await bury(backend, job, error, DEADLINE_PASSED)
+    return False, delay, None
+
+
+class PolicyMixin(RecordsMixin):
     """Policies and the keyring of a :class:`~drainpipe.jobs.Jobs`."""
 
     backend: QueueBackend
@@ -52,6 +99,9 @@ class PolicyMixin:
             raise TypeError("keyring must be a drainpipe.Keyring (Keyring.from_env())")
         self.keyring = keyring
         self._sealed_queues = frozenset(q for q, p in self._policies.items() if p.encrypt)
+        self._windowed = frozenset(
+            q for q, p in self._policies.items() if p.attempt_window is not None
+        )
         if self._sealed_queues and keyring is None:
             raise ValueError(
                 f"queue {sorted(self._sealed_queues)[0]} is encrypted: pass"
@@ -64,6 +114,21 @@ class PolicyMixin:
 
     def policy(self, queue: str) -> QueuePolicy | None:
         return self._policies.get(queue)
+
+    async def get(self, queue: str, job_id: int) -> JobRecord | None:
+        """The job's record; on a queue with an ``attempt_window`` its ``deadline`` is the
+        first attempt's start plus the window (None before the first attempt)."""
+        record = await super().get(queue, job_id)
+        policy = self._policies.get(queue)
+        if record is None or policy is None or policy.attempt_window is None:
+            return record
+        starts = [a.started_at for a in record.history if a.number == 1 and a.started_at]
+        first = starts[0] if starts else (record.started_at if record.attempts == 1 else None)
+        if first is None:
+            return record
+        return dataclasses.replace(
+            record, deadline=first + timedelta(seconds=policy.attempt_window)
+        )
 
     # -- the client's checks ---------------------------------------------------------------
 

@@ -23,10 +23,10 @@ from ..codes import CANCELLED
 from ..engine.core import CLAIM_RETRIES, JOB_HEARTBEAT_FLOOR, run_deadline
 from ..engine.runner import ClaimableSource, Runner, call_hook
 from ..keyring import UnreadableCiphertext
-from ..models import Job, JobContext, WorkReport
+from ..models import FailOutcome, Job, JobContext, WorkReport
 from ..telemetry import active_telemetry
 from ..validation import positive_int, seconds
-from .guard import bury
+from .guard import bury, fail_within_window
 from .policy import PAYLOAD_UNREADABLE
 from .sealing import is_sealed, open_stored, unreadable
 
@@ -63,6 +63,8 @@ class JobSource:
         self._validate = jobs.validator(queue)
         self._all_tenants = all_tenants
         self._keyring = jobs.keyring
+        self._policy = jobs.policy(queue)
+        self._window = None if self._policy is None else self._policy.attempt_window
         # ids whose payload did not decrypt in start(): their failure buries them
         self._unreadable: set[int] = set()
         self._coded = backend if isinstance(backend, SupportsCodedSettle) else None
@@ -115,6 +117,24 @@ class JobSource:
             # its payload did not decrypt in start(): dead now, no retry
             self._unreadable.discard(item.id)
             return bury(self._backend, item, error, PAYLOAD_UNREADABLE)
+        if self._window is not None and not discard:
+            return self._fail_windowed(item, error, retry_in, code)
+        return self._settle_failure(item, error, retry_in, code, discard)
+
+    async def _fail_windowed(
+        self, item: Job[Any], error: str, retry_in: float | None, code: str | None
+    ) -> FailOutcome | None:
+        ended, wait, outcome = await fail_within_window(
+            self._backend, self._policy, item, error, retry_in
+        )
+        if ended:
+            return outcome
+        settled: FailOutcome | None = await self._settle_failure(item, error, wait, code, False)
+        return settled
+
+    def _settle_failure(
+        self, item: Job[Any], error: str, retry_in: float | None, code: str | None, discard: bool
+    ) -> Awaitable[Any]:
         if self._coded is not None and code is not None:
             return self._coded.fail_coded(item, error, retry_in, code=code, discard=discard)
         return self._backend.fail(item, error, retry_in)
