@@ -14,10 +14,8 @@ from ..backends import (
     SupportsRetryDead,
     lacking,
 )
-from ..keyring import UnreadableCiphertext
 from ..models import DeadJob
 from ..validation import INT8_MAX, positive_int, seconds
-from .sealing import is_sealed, open_stored
 
 if TYPE_CHECKING:
     from ..backends import QueueBackend
@@ -35,7 +33,12 @@ class DeadLetterMixin:
         raise NotImplementedError
 
     def _opened(self, dead: DeadJob) -> DeadJob:
-        if self.keyring is None or not is_sealed(dead.payload):
+        if self.keyring is None:
+            return dead
+        from ..keyring import UnreadableCiphertext
+        from .sealing import is_sealed, open_stored
+
+        if not is_sealed(dead.payload):
             return dead
         try:
             payload, context = open_stored(self.keyring, dead.queue, dead.payload)

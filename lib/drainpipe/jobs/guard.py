@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import random
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -16,14 +15,16 @@ from ..backends import SupportsBury, SupportsPayloadRewrite, SupportsPolicies, l
 from ..backends.capabilities import SupportsCodedSettle, SupportsGetRecord
 from ..context import wrap_payload
 from ..errors import invalid_request
-from ..keyring import Keyring, UnreadableCiphertext
 from ..models import FailOutcome, Job, JobContext, JobRecord
 from .policy import DEADLINE_PASSED, PAYLOAD_UNREADABLE, QueuePolicy, check_policies
 from .records import RecordsMixin
-from .sealing import is_sealed, open_job, reseal, seal, unreadable
 
 if TYPE_CHECKING:
     from ..backends import QueueBackend
+    from ..keyring import Keyring
+
+# The keyring and sealing modules (hmac, secrets, cryptography) are imported only by a
+# Jobs that has a keyring: a function without encrypted queues does not pay for them.
 
 log = logging.getLogger("drainpipe.jobs")
 
@@ -48,6 +49,8 @@ def retry_delay(attempt: int) -> float:
     """The SQL's jittered backoff (``drainpipe.job_retry_delay``): whole seconds uniform in
     [1, min(3600, 10 * 2^(attempt-1))]. Computed here for a windowed queue, so the client
     knows when the retry would start before it is scheduled."""
+    import random
+
     cap = min(3600, 10 * 2 ** min(max(attempt, 1) - 1, 20))
     return float(1 + math.floor(random.random() * cap))  # noqa: S311 - jitter, not a secret
 
@@ -86,6 +89,12 @@ async def fail_within_window(
     return False, delay, None
 
 
+def _is_keyring(value: Any) -> bool:
+    from ..keyring import Keyring
+
+    return isinstance(value, Keyring)
+
+
 class PolicyMixin(RecordsMixin):
     """Policies and the keyring of a :class:`~drainpipe.jobs.Jobs`."""
 
@@ -95,7 +104,7 @@ class PolicyMixin(RecordsMixin):
 
     def _init_policies(self, policies: Any, keyring: Any, queues: Sequence[str]) -> None:
         self._policies = check_policies(policies, queues)
-        if keyring is not None and not isinstance(keyring, Keyring):
+        if keyring is not None and not _is_keyring(keyring):
             raise TypeError("keyring must be a drainpipe.Keyring (Keyring.from_env())")
         self.keyring = keyring
         self._sealed_queues = frozenset(q for q, p in self._policies.items() if p.encrypt)
@@ -165,6 +174,8 @@ class PolicyMixin(RecordsMixin):
         """The stored value: the context envelope, sealed on an encrypted queue."""
         stored = wrap_payload(payload, context)
         if queue in self._sealed_queues:
+            from .sealing import seal
+
             assert self.keyring is not None
             return seal(self.keyring, queue, stored, context)
         return stored
@@ -182,7 +193,12 @@ class PolicyMixin(RecordsMixin):
         """Claimed jobs with sealed payloads opened; one that does not open ends dead with
         ``PAYLOAD_UNREADABLE`` (logged by id, never its bytes) and is left out."""
         keyring = self.keyring
-        if keyring is None or not any(is_sealed(job.payload) for job in jobs):
+        if keyring is None:
+            return jobs
+        from ..keyring import UnreadableCiphertext
+        from .sealing import is_sealed, open_job, unreadable
+
+        if not any(is_sealed(job.payload) for job in jobs):
             return jobs
         opened: list[Job[Any]] = []
         for job in jobs:
@@ -234,6 +250,9 @@ class PolicyMixin(RecordsMixin):
         if not isinstance(backend, SupportsPayloadRewrite):
             raise lacking(backend, "reencrypt")
         assert self.keyring is not None
+        from ..keyring import UnreadableCiphertext
+        from .sealing import reseal
+
         rewritten = 0
         after = 0
         while True:

@@ -22,13 +22,11 @@ from ..backends.capabilities import (
 from ..codes import CANCELLED
 from ..engine.core import CLAIM_RETRIES, JOB_HEARTBEAT_FLOOR, run_deadline
 from ..engine.runner import ClaimableSource, Runner, call_hook
-from ..keyring import UnreadableCiphertext
 from ..models import FailOutcome, Job, JobContext, WorkReport
 from ..telemetry import active_telemetry
 from ..validation import positive_int, seconds
 from .guard import bury, fail_within_window
 from .policy import PAYLOAD_UNREADABLE
-from .sealing import is_sealed, open_stored, unreadable
 
 if TYPE_CHECKING:
     from .client import Handler, Jobs, OnError
@@ -36,6 +34,11 @@ if TYPE_CHECKING:
 __all__ = ["CLAIM_RETRIES", "JobSource", "Worker", "call_hook"]
 
 log = logging.getLogger("drainpipe.jobs")
+
+
+def _is_sealed(value: Any) -> bool:
+    # sealing.is_sealed, inlined: the sealing module is imported only for sealed jobs
+    return isinstance(value, dict) and value.get("$dp") == 1 and "sealed" in value
 
 
 class JobSource:
@@ -94,6 +97,9 @@ class JobSource:
         """Decrypt a sealed payload in place; an unreadable one fails the job, which then
         ends dead (``PAYLOAD_UNREADABLE``) instead of being retried."""
         assert self._keyring is not None
+        from ..keyring import UnreadableCiphertext
+        from .sealing import open_stored, unreadable
+
         try:
             payload, context = open_stored(self._keyring, self.queue, item.payload)
         except UnreadableCiphertext as exc:
@@ -154,7 +160,7 @@ class JobSource:
         # The claimed Job has not left the worker yet, so it takes the validated payload in
         # place: building a second frozen dataclass per job costs a microsecond on this path.
         fields = item.__dict__
-        if self._keyring is not None and is_sealed(item.payload):
+        if self._keyring is not None and _is_sealed(item.payload):
             self._open(item, fields)
         payload = self._validate(item.payload)
         fields["payload"] = payload
