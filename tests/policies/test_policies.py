@@ -381,3 +381,11 @@ def drainpipe_retry(after: float) -> Exception:
     from drainpipe import Retry
 
     return Retry(after=after)
+
+
+async def test_on_pgmq_without_records_a_windowed_failure_still_retries(db_url: str) -> None:
+    jobs = guarded(db_url, QueuePolicy(max_attempts=10, attempt_window=30))
+    await jobs.enqueue("inbox", {"a": 1})
+    (job,) = await jobs.claim("inbox")
+    assert await jobs.fail(job, "later", retry_in=60) == "queued"  # see docs/policies.md
+    await jobs.close()

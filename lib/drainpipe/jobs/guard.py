@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..backends import SupportsBury, SupportsPayloadRewrite, SupportsPolicies, lacking
 from ..backends.capabilities import SupportsCodedSettle, SupportsGetRecord
 from ..context import wrap_payload
-from ..errors import invalid_request
+from ..errors import NOT_INSTALLED, DrainpipeError, invalid_request
 from ..models import FailOutcome, Job, JobContext, JobRecord
 from .policy import DEADLINE_PASSED, PAYLOAD_UNREADABLE, QueuePolicy, check_policies
 from .records import RecordsMixin
@@ -59,7 +59,12 @@ async def first_attempt_start(backend: QueueBackend, job: Job[Any]) -> datetime 
     """When the job's first attempt started, from its record (None without records)."""
     if not isinstance(backend, SupportsGetRecord):
         return None
-    record = await backend.get_record(job.queue, job.id)
+    try:
+        record = await backend.get_record(job.queue, job.id)
+    except DrainpipeError as exc:
+        if exc.code == NOT_INSTALLED:  # storage without records yet (pgmq, issue 14)
+            return None
+        raise
     if record is None:
         return None
     starts = [a.started_at for a in record.history if a.number == 1 and a.started_at]
