@@ -389,3 +389,29 @@ async def test_on_pgmq_without_records_a_windowed_failure_still_retries(db_url: 
     (job,) = await jobs.claim("inbox")
     assert await jobs.fail(job, "later", retry_in=60) == "queued"  # see docs/policies.md
     await jobs.close()
+
+
+async def test_memory_backend_enforces_the_pending_cap_and_retention() -> None:
+    backend = MemoryBackend()
+    jobs = guarded(backend, QueuePolicy(max_pending=3, retention=60))
+    assert await jobs.ensure_policies() == 1
+    undeclared = Jobs(backend, QUEUES)
+    await undeclared.enqueue_many("inbox", [{"n": 1}, {"n": 2}])
+    with pytest.raises(DrainpipeError) as full_batch:
+        await undeclared.enqueue_many("inbox", [{"n": 3}, {"n": 4}])
+    assert_refused(full_batch, "rate_limited", "QUEUE_FULL")
+    first = await undeclared.enqueue("inbox", {"n": 3}, dedupe_key="k")
+    assert await undeclared.enqueue("inbox", {"n": 3}, dedupe_key="k") == first  # not counted
+    with pytest.raises(DrainpipeError) as full:
+        await undeclared.enqueue("inbox", {"n": 4})
+    assert_refused(full, "rate_limited", "QUEUE_FULL")
+    for one in await jobs.claim("inbox", batch=3):
+        assert await jobs.complete(one)
+    await undeclared.enqueue("inbox", {"n": 5}, max_attempts=1)
+    (dying,) = await jobs.claim("inbox")
+    assert await jobs.fail(dying, "boom") == "dead"
+    assert await jobs.apply_retention() == 0
+    backend.advance_time(120)
+    assert await jobs.apply_retention() == 1
+    assert await jobs.apply_retention_if_due(3600) is not None
+    assert await jobs.apply_retention_if_due(3600) is None

@@ -29,8 +29,10 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from ...context import unwrap_payload
+from ...errors import DrainpipeError
 from ...models import DeadJob, DedupeMode, FailOutcome, Job, QueueStats, claimed_job
 from .clock import Clock, _real_now, _round_trip, retry_delay
+from .policies import MemoryPolicies
 from .schedules import MemorySchedules, _Schedule
 from .values import (
     _check_max_attempts,
@@ -81,7 +83,7 @@ class _Queue:
     dead: dict[int, _Dead] = field(default_factory=dict)
 
 
-class MemoryBackend(MemorySchedules):
+class MemoryBackend(MemoryPolicies, MemorySchedules):
     """Jobs and schedules in this process's memory, with the SQL backends' semantics.
 
     ``now`` is the clock (default: real UTC time; a :class:`Clock` lets a test move time).
@@ -107,6 +109,7 @@ class MemoryBackend(MemorySchedules):
         self._queues: dict[str, _Queue] = {}
         self._schedules: dict[str, _Schedule] = {}
         self._next_id = 0
+        self._init_policies()
 
     def now(self) -> datetime:
         """This backend's current instant: its clock, plus what :meth:`advance_time` added
@@ -193,6 +196,7 @@ class MemoryBackend(MemorySchedules):
         dedupe_key: str | None,
         dedupe_running: bool,
         now: datetime,
+        counted: bool = False,
     ) -> int:
         state = self._queue(queue)
         if dedupe_key is not None:
@@ -202,6 +206,8 @@ class MemoryBackend(MemorySchedules):
                 gone = held.attempts >= held.max_attempts and held.visible_at <= now
                 if (dedupe_running or held.attempts == 0) and not gone:
                     return held.id
+        if not counted:  # (a dedupe hit above stores nothing and is not counted)
+            self._check_pending(queue, 1)
         self._next_id += 1
         job = _Live(
             id=self._next_id,
@@ -249,6 +255,7 @@ class MemoryBackend(MemorySchedules):
         _check_queue(queue)
         _check_max_attempts(max_attempts)
         stored = [_to_json(payload) for payload in payloads]
+        self._check_pending(queue, len(stored))
         now = self.now()
         return [
             self._insert(
@@ -259,6 +266,7 @@ class MemoryBackend(MemorySchedules):
                 dedupe_key=None,
                 dedupe_running=True,
                 now=now,
+                counted=True,
             )
             for one in stored
         ]
@@ -410,15 +418,20 @@ class MemoryBackend(MemorySchedules):
         if dead is None:
             return None
         # through the dedupe rules, like the SQL: a live job with the key takes the replay
-        return self._insert(
-            queue,
-            dead.payload,
-            delay=0,
-            max_attempts=dead.max_attempts,
-            dedupe_key=dead.dedupe_key,
-            dedupe_running=True,
-            now=now,
-        )
+        try:
+            return self._insert(
+                queue,
+                dead.payload,
+                delay=0,
+                max_attempts=dead.max_attempts,
+                dedupe_key=dead.dedupe_key,
+                dedupe_running=True,
+                now=now,
+            )
+        except DrainpipeError:  # a full policy queue: the dead letter stays, as in SQL
+            assert state is not None
+            state.dead[job_id] = dead
+            raise
 
     async def retry_dead(self, queue: str, *, ids: Sequence[int] | None, limit: int) -> int:
         await _round_trip()
