@@ -415,3 +415,28 @@ async def test_memory_backend_enforces_the_pending_cap_and_retention() -> None:
     assert await jobs.apply_retention() == 1
     assert await jobs.apply_retention_if_due(3600) is not None
     assert await jobs.apply_retention_if_due(3600) is None
+
+
+async def test_sql_refuses_leases_over_max_lease_from_undeclared_writers(
+    jobs_db_url: str, backend_name: str
+) -> None:
+    declared = guarded(jobs_db_url)  # lease 5, max_lease 10
+    await declared.ensure_policies()
+    undeclared = Jobs(jobs_db_url, QUEUES)
+    await undeclared.enqueue("inbox", {"a": 1})
+    with pytest.raises(DrainpipeError) as too_long:
+        await undeclared.claim("inbox")  # the section 2 default: 300 s
+    assert_refused(too_long, "invalid_request", "LEASE_TOO_LONG")
+    (job,) = await undeclared.claim("inbox", lease=8)  # nothing was claimed before
+    assert job.attempts == 1
+    if backend_name == "table":  # pgmq cannot tell a heartbeat from a backoff in SQL
+        with pytest.raises(DrainpipeError) as extend_too_long:
+            await undeclared.extend(job, 60)
+        assert_refused(extend_too_long, "invalid_request", "LEASE_TOO_LONG")
+    assert await undeclared.extend(job, 9)
+    # a failure's backoff is not a lease: a retry far past max_lease is scheduled
+    assert await undeclared.fail(job, "later", retry_in=600) == "queued"
+    await undeclared.enqueue_many("free", [{"n": 1}])
+    assert len(await undeclared.claim("free")) == 1  # other queues keep their leases
+    await declared.close()
+    await undeclared.close()

@@ -55,6 +55,8 @@ INTERNAL_FUNCTIONS = {
     "job_messages_policy_insert",
     "pgmq_queue_policy_insert",
     "count_live_jobs",
+    "job_messages_policy_lease",
+    "pgmq_queue_policy_lease",
 }
 
 

@@ -22,6 +22,29 @@ BEGIN
 END
 $$;
 
+-- A claim of a policy queue whose lease would end past max_lease (a second of slack):
+-- refused (DPQ03). Only claims (read_ct grows): pgmq's vt alone cannot tell a heartbeat
+-- from a retry's backoff.
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_queue_policy_lease()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = on
+SET jit = off
+AS $$
+DECLARE
+    v_max double precision;
+BEGIN
+    SELECT p.max_lease INTO v_max FROM drainpipe.queue_policies p
+     WHERE p.queue = substr(TG_TABLE_NAME, 3);
+    IF v_max IS NOT NULL AND NEW.vt > clock_timestamp() + make_interval(secs => v_max + 1) THEN
+        RAISE EXCEPTION 'a lease ending at % is longer than queue "%"''s max_lease of % s',
+            NEW.vt, substr(TG_TABLE_NAME, 3), v_max USING ERRCODE = 'DPQ03';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
 -- The live jobs of a queue, counting at most p_limit (a bounded probe).
 CREATE OR REPLACE FUNCTION drainpipe.count_live_jobs(p_queue text, p_limit bigint)
 RETURNS bigint
@@ -55,6 +78,11 @@ BEGIN
         EXECUTE format('CREATE TRIGGER drainpipe_policy_insert AFTER INSERT ON %s
                           REFERENCING NEW TABLE AS added FOR EACH STATEMENT
                           EXECUTE FUNCTION drainpipe.pgmq_queue_policy_insert()', v_table);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'drainpipe_policy_lease' AND tgrelid = v_table) THEN
+        EXECUTE format('CREATE TRIGGER drainpipe_policy_lease BEFORE UPDATE OF vt ON %s
+                          FOR EACH ROW WHEN (NEW.read_ct > OLD.read_ct)
+                          EXECUTE FUNCTION drainpipe.pgmq_queue_policy_lease()', v_table);
     END IF;
     EXECUTE format('INSERT INTO drainpipe.queue_pending (queue, live) SELECT $1, count(*) FROM %s
                     ON CONFLICT (queue) DO UPDATE SET live = excluded.live', v_table) USING p_queue;

@@ -24,6 +24,35 @@ BEGIN
 END
 $$;
 
+-- A claim or heartbeat of a policy queue whose lease would end past max_lease (a second
+-- of slack): refused (DPQ03). A claim's lease is exact (visible_at - started_at, both its
+-- p_now); a heartbeat's is measured from the server clock.
+CREATE OR REPLACE FUNCTION drainpipe.job_messages_policy_lease()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = on
+SET jit = off
+AS $$
+DECLARE
+    v_max double precision;
+    v_from timestamptz;
+BEGIN
+    SELECT p.max_lease INTO v_max FROM drainpipe.queue_policies p WHERE p.queue = NEW.queue;
+    IF v_max IS NULL THEN
+        RETURN NEW;
+    END IF;
+    v_from := CASE WHEN NEW.attempts > OLD.attempts THEN NEW.started_at
+                   ELSE greatest(clock_timestamp(), NEW.started_at) END;
+    IF NEW.visible_at > v_from + make_interval(secs => v_max + 1) THEN
+        RAISE EXCEPTION 'a lease of % s is longer than queue "%"''s max_lease of % s',
+            round(extract(epoch FROM NEW.visible_at - v_from)::numeric, 3), NEW.queue, v_max
+            USING ERRCODE = 'DPQ03';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
 -- The live jobs of a queue, counting at most p_limit (a bounded index probe).
 CREATE OR REPLACE FUNCTION drainpipe.count_live_jobs(p_queue text, p_limit bigint)
 RETURNS bigint
@@ -50,6 +79,13 @@ BEGIN
         CREATE TRIGGER job_messages_policy_insert AFTER INSERT ON drainpipe.job_messages
             REFERENCING NEW TABLE AS added
             FOR EACH STATEMENT EXECUTE FUNCTION drainpipe.job_messages_policy_insert();
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'job_messages_policy_lease'
+                      AND tgrelid = 'drainpipe.job_messages'::regclass) THEN
+        -- claims and heartbeats only (a failure moves to retry_wait: its backoff is no lease)
+        CREATE TRIGGER job_messages_policy_lease BEFORE UPDATE OF visible_at ON drainpipe.job_messages
+            FOR EACH ROW WHEN (NEW.state = 'leased' AND NEW.visible_at > OLD.visible_at)
+            EXECUTE FUNCTION drainpipe.job_messages_policy_lease();
     END IF;
     INSERT INTO drainpipe.queue_pending (queue, live)
     SELECT p_queue, count(*) FROM drainpipe.job_messages WHERE queue = p_queue AND finished_at IS NULL
