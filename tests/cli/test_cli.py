@@ -17,7 +17,7 @@ import pytest
 import drainpipe
 from drainpipe.cli import main
 from drainpipe.cli.sql import migration_names
-from drainpipe.sqlmodules import MODULES
+from drainpipe.sqlmodules import MODULES, migrations
 from tests.conftest import drop_database, with_database
 
 
@@ -36,16 +36,30 @@ def _modules_in(url: str) -> dict[str, Any]:
         return dict(conn.execute("SELECT name, options FROM drainpipe.modules").fetchall())
 
 
+def expansions(module: str) -> list[str]:
+    """``NNNN_name`` of the module's migrations that are not contract steps, in order (jobs
+    gains expansions after its 0003 contract step: 0004 records, 0005 policies)."""
+    return [f"{m.version:04d}_{m.name}" for m in migrations(module) if not m.contract]
+
+
+def written(modules: list[str], start: int = 1) -> list[str]:
+    """The file names ``drainpipe sql add`` writes for ``modules``, numbered from ``start``."""
+    labels = [(m.replace("-", "_"), label) for m in modules for label in expansions(m)]
+    return [
+        f"{start + n:04d}_drainpipe_{module}_{label}.sql"
+        for n, (module, label) in enumerate(labels)
+    ]
+
+
 def test_sql_add_writes_numbered_migrations_that_continue(tmp_path: Path, capsys: Any) -> None:
     out = tmp_path / "migrations"
     assert main(["sql", "add", "jobs", "idempotency", "--out", str(out)]) == 0
     first = sorted(p.name for p in out.iterdir())
-    assert first == [
+    assert first[:2] == [
         "0001_drainpipe_jobs_0001_release_0.sql",
         "0002_drainpipe_jobs_0002_v1_functions.sql",
-        "0003_drainpipe_idempotency_0001_release_0.sql",
-        "0004_drainpipe_idempotency_0002_v1_functions.sql",
     ]
+    assert first == written(["jobs", "idempotency"])
     assert capsys.readouterr().out.split() == [str(out / name) for name in first]
     jobs_sql = (out / first[0]).read_text()
     # pgmq first: the extension where the server has it, else its SQL-only distribution
@@ -56,24 +70,25 @@ def test_sql_add_writes_numbered_migrations_that_continue(tmp_path: Path, capsys
     assert "drainpipe.claim_jobs_v1" in v1_sql and "CREATE EXTENSION" not in v1_sql
     # each file records itself, so verify and install() know it was applied
     assert "INSERT INTO drainpipe.schema_migrations" in v1_sql
-    assert "CREATE EXTENSION" not in (out / first[2]).read_text()
+    assert "CREATE EXTENSION" not in (out / first[-2]).read_text()
     # a second run adds only what the folder lacks; contract migrations only when asked
     assert main(["sql", "add", "jobs", "webhook-inbox", "--out", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir())[4:] == [
-        "0005_drainpipe_webhook_inbox_0001_release_0.sql",
-        "0006_drainpipe_webhook_inbox_0002_v1_functions.sql",
-    ]
+    assert sorted(p.name for p in out.iterdir())[len(first) :] == written(
+        ["webhook-inbox"], len(first) + 1
+    )
     assert main(["sql", "add", "jobs", "--contract", "--out", str(out)]) == 0
-    assert (out / "0007_drainpipe_jobs_0003_contract_drop_unversioned.sql").is_file()
+    after = len(first) + len(expansions("webhook-inbox")) + 1
+    assert (out / f"{after:04d}_drainpipe_jobs_0003_contract_drop_unversioned.sql").is_file()
 
 
 def test_sql_add_after_release_0s_single_file_writes_the_rest(tmp_path: Path) -> None:
     """Release 0 wrote one file per module (migration 0001): only the later ones follow."""
     (tmp_path / "0001_drainpipe_jobs.sql").write_text("-- release 0")
     assert main(["sql", "add", "jobs", "--out", str(tmp_path)]) == 0
+    later = [label for label in expansions("jobs") if not label.startswith("0001_")]
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "0001_drainpipe_jobs.sql",
-        "0002_drainpipe_jobs_0002_v1_functions.sql",
+        *(f"{n:04d}_drainpipe_jobs_{label}.sql" for n, label in enumerate(later, start=2)),
     ]
 
 
@@ -92,7 +107,7 @@ def test_sql_add_follows_supabase_timestamps(tmp_path: Path) -> None:
 def test_written_table_migrations_apply_and_work(tmp_path: Path, empty_db_url: str) -> None:
     assert main(["sql", "add", "jobs", "--backend", "table", "--out", str(tmp_path)]) == 0
     paths = sorted(tmp_path.iterdir())
-    assert len(paths) == 2
+    assert len(paths) == len(expansions("jobs"))
     assert "pgmq" not in paths[0].read_text().split("\n", 1)[0]
     with psycopg.connect(empty_db_url, autocommit=True) as conn:
         for path in paths:
@@ -118,9 +133,7 @@ def test_sql_apply_installs_every_module_once(empty_db_url: str, capsys: Any) ->
     assert main(["sql", "verify", "--database-url", empty_db_url]) == 1
     pending = capsys.readouterr().out.splitlines()
     assert pending == [
-        f"pending: {module} {migration}"
-        for module in MODULES
-        for migration in ("0001_release_0", "0002_v1_functions")
+        f"pending: {module} {migration}" for module in MODULES for migration in expansions(module)
     ]
     assert main(["sql", "apply", "--database-url", empty_db_url, "--backend", "table"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -136,8 +149,7 @@ def test_sql_apply_installs_every_module_once(empty_db_url: str, capsys: Any) ->
     # checked against another backend, every jobs migration with a table part differs
     assert main(["sql", "verify", "--database-url", empty_db_url, "--backend", "pgmq"]) == 1
     assert capsys.readouterr().out.splitlines() == [
-        "changed: jobs 0001_release_0",
-        "changed: jobs 0002_v1_functions",
+        f"changed: jobs {label}" for label in expansions("jobs")
     ]
 
 
@@ -201,7 +213,7 @@ def test_every_written_migration_applies_on_an_empty_database_in_order(
     args = ["sql", "add", "jobs", "idempotency", "webhook-inbox", "--backend", backend]
     assert main([*args, "--out", str(tmp_path)]) == 0
     paths = sorted(tmp_path.iterdir())
-    assert len(paths) == 6
+    assert len(paths) == sum(len(expansions(m)) for m in ("jobs", "idempotency", "webhook-inbox"))
     for _ in range(2):  # a migration run again (a reset branch, a copied file) still applies
         for path in paths:
             _apply_file(empty_db_url, path)
