@@ -13,15 +13,27 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final
 
+# the codes a job ends dead with are the records' (drainpipe.codes), re-exported here
+from ..codes import DEADLINE_PASSED, MAX_ATTEMPTS, PAYLOAD_UNREADABLE
 from ..errors import DrainpipeError, invalid_request, validation_error
+
+__all__ = [
+    "DEADLINE_PASSED",
+    "LEASE_TOO_LONG",
+    "MAX_ATTEMPTS",
+    "PAYLOAD_TOO_LARGE",
+    "PAYLOAD_UNREADABLE",
+    "QUEUE_FULL",
+    "SCHEDULE_TOO_FAR",
+    "QueuePolicy",
+    "check_policies",
+    "queue_full",
+]
 
 PAYLOAD_TOO_LARGE: Final = "PAYLOAD_TOO_LARGE"
 QUEUE_FULL: Final = "QUEUE_FULL"
 LEASE_TOO_LONG: Final = "LEASE_TOO_LONG"
 SCHEDULE_TOO_FAR: Final = "SCHEDULE_TOO_FAR"
-PAYLOAD_UNREADABLE: Final = "PAYLOAD_UNREADABLE"
-DEADLINE_PASSED: Final = "DEADLINE_PASSED"
-MAX_ATTEMPTS: Final = "MAX_ATTEMPTS"
 
 DAY: Final = 86400.0
 
@@ -85,9 +97,6 @@ class QueuePolicy:
 
     # -- the errors of each limit ----------------------------------------------------------
 
-    def too_large(self, size: int) -> DrainpipeError:
-        return payload_too_large(size, self.max_payload_bytes)
-
     def check_delay(self, delay: float) -> None:
         if delay > self.max_delay:
             raise validation_error(
@@ -120,14 +129,6 @@ class QueuePolicy:
             self.retention,
             self.encrypt,
         )
-
-
-def payload_too_large(size: int, limit: int) -> DrainpipeError:
-    return validation_error(
-        f"payload is {size} bytes as JSON, more than the {limit} bytes this queue allows",
-        [{"message": f"At most {limit} bytes as JSON", "path": ["payload"]}],
-        code=PAYLOAD_TOO_LARGE,
-    )
 
 
 def queue_full(queue: str, limit: int) -> DrainpipeError:
