@@ -49,6 +49,7 @@ ENTRIES = (
     Entry("aws-lambda handler.py", ROOT / "examples/aws-lambda/handler.py"),
     Entry("gcp main.py", ROOT / "examples/gcp/main.py", preload=("functions_framework",)),
     Entry("container worker.py", ROOT / "examples/container/worker.py"),
+    Entry("postgrest drain.py", ROOT / "examples/postgrest/drain.py"),
 )
 
 

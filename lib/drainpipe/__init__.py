@@ -34,6 +34,8 @@ _EXPORTS: dict[str, str] = {
     "Keyring": "keyring",
     "Lease": "leases",
     "LeaseOutcome": "leases",
+    "ManagementClient": "admin.client",
+    "PostgrestBackend": "backends.postgrest",
     "Principal": "principals",
     "Queue": "jobs",
     "QueueBackend": "backends",
@@ -77,7 +79,9 @@ __all__ = [
     "Keyring",
     "Lease",
     "LeaseOutcome",
+    "ManagementClient",
     "Position",
+    "PostgrestBackend",
     "Principal",
     "Queue",
     "QueueBackend",
@@ -99,14 +103,17 @@ __all__ = [
     "install",
     "lease",
     "next_cron_run",
+    "sync",
     "testing",
     "verify",
     "with_lease",
 ]
 
 if TYPE_CHECKING:
-    from . import codes, testing
+    from . import codes, sync, testing
+    from .admin.client import ManagementClient
     from .backends import QueueBackend
+    from .backends.postgrest import PostgrestBackend
     from .codes import Discard, Skip
     from .drain import DevDrain, DrainRoute, dev_drain, dev_drain_secret
     from .errors import DrainpipeError, Retry
@@ -134,7 +141,7 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("testing", "codes"):
+    if name in ("testing", "codes", "sync"):
         return importlib.import_module(f".{name}", __name__)
     module = _EXPORTS.get(name)
     if module is None:

@@ -35,7 +35,7 @@ from .db import as_database
 Backend = Literal["pgmq", "table"]
 Scheduler = Literal["drain", "pg_cron"]
 
-MODULES: tuple[str, ...] = ("jobs", "idempotency", "webhook-inbox")
+MODULES: tuple[str, ...] = ("jobs", "idempotency", "webhook-inbox", "rest-api")
 _OPTION_TAGS = frozenset({"pgmq", "table", "drain", "pg_cron"})
 _MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+?)(?:\.sql)?$")
 _PART_NAME = re.compile(r"^[0-9a-z_]+(?:\.([a-z_]+))?\.sql$")

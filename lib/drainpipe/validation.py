@@ -15,6 +15,9 @@ MAX_ERROR_TEXT = 4000
 # call would fail as a missing function instead of a validation error
 INT4_MAX = 2**31 - 1
 INT8_MAX = 2**63 - 1
+# the longest duration Python's timedelta holds (999,999,999 days); a Postgres interval
+# holds more, so every duration we accept converts both ways
+MAX_SECONDS = float(timedelta.max.days * 86_400)
 
 
 def check_queue_name(name: Any) -> str:
@@ -32,16 +35,19 @@ def seconds(value: Any, name: str, *, minimum: float = 0.0) -> float:
     if isinstance(value, timedelta):
         result = value.total_seconds()
     elif isinstance(value, int | float) and not isinstance(value, bool):
-        result = float(value)
+        try:
+            result = float(value)
+        except OverflowError:  # an int beyond any float: as endless as inf
+            result = math.inf
     else:
         raise validation_error(
             f"{name} must be a number of seconds or a timedelta",
             [{"message": "Expected seconds", "path": [name]}],
         )
-    if not math.isfinite(result) or result < minimum:
+    if not math.isfinite(result) or result < minimum or result > MAX_SECONDS:
         raise validation_error(
-            f"{name} must be a finite number of seconds >= {minimum:g}",
-            [{"message": f"Must be >= {minimum:g}", "path": [name]}],
+            f"{name} must be a finite number of seconds from {minimum:g} to {MAX_SECONDS:g}",
+            [{"message": f"Must be from {minimum:g} to {MAX_SECONDS:g}", "path": [name]}],
         )
     return result
 

@@ -246,6 +246,7 @@ async def test_drainpipe_dev_serves_functions_and_drains(db_url: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "CRON_SECRET"}
     env["DATABASE_URL"] = db_url
     env.pop("WEBHOOK_SECRET", None)
+    env.pop("MANAGEMENT_TOKENS", None)
     process, url, lines = _start_dev([], env)
     try:
         secret = next(line.split("CRON_SECRET=", 1)[1] for line in lines if "CRON_SECRET=" in line)
@@ -268,6 +269,17 @@ async def test_drainpipe_dev_serves_functions_and_drains(db_url: str) -> None:
             assert stored.status_code == 202, stored.text
             # what Vercel would 404 is a 404 here too
             assert (await client.get("/api/drain/")).status_code == 404
+            # the Job Inbox, with the admin token printed at start
+            token = next(x.split("MANAGEMENT_TOKEN=", 1)[1] for x in lines if "TOKEN=" in x)
+            assert any(f"job inbox  {url}/api/jobs" in line for line in lines)
+            page = await client.get("/api/jobs")
+            assert page.status_code == 200 and "Job Inbox" in page.text
+            audit = await client.get(
+                "/api/jobs/audit", headers={"Authorization": f"Bearer {token}"}
+            )
+            assert audit.status_code == 200, audit.text
+            assert audit.json()["data"] == []
+            assert (await client.get("/api/jobs/audit")).status_code == 401
         assert await _enqueue_and_wait(db_url) == 1, "\n".join(
             ["the dev drain did not run the job", *lines]
         )

@@ -33,8 +33,16 @@ ROUTES = {
     "/api/orders": "api/orders.py",
     "/api/billing_webhook": "api/billing_webhook.py",
     "/api/billing-webhook": "api/billing_webhook.py",  # a rewrite in vercel.json
+    "/api/jobs": "api/jobs.py",
+    "/api/jobs/:path*": "api/jobs.py",  # the Job Inbox's routes, rewritten to its function
 }
-UNCONFIGURED = ("DATABASE_URL", "CRON_SECRET", "WEBHOOK_SECRET", "DRAIN_BUDGET")
+UNCONFIGURED = (
+    "DATABASE_URL",
+    "CRON_SECRET",
+    "WEBHOOK_SECRET",
+    "DRAIN_BUDGET",
+    "MANAGEMENT_TOKENS",
+)
 
 
 def test_dev_serves_each_function_at_vercels_paths_only() -> None:
@@ -42,7 +50,7 @@ def test_dev_serves_each_function_at_vercels_paths_only() -> None:
     assert app.routes() == ROUTES
     assert app.warnings == []
     for path in ROUTES:
-        assert app.match(path) is not None, path
+        assert app.match(path.replace(":path*", "jobs/emails/1")) is not None, path
     # what Vercel would 404: a trailing slash, the private module, the app folder
     for path in ("/api/drain/", "/api/_app", "/api/drain.py", "/functions/drain", "/api"):
         assert app.match(path) is None, path
@@ -58,7 +66,7 @@ def test_functions_import_without_any_configuration() -> None:
     env = {k: v for k, v in os.environ.items() if k not in UNCONFIGURED}
     env["PYTHONPATH"] = str(ROOT / "lib")
     code = (
-        "import api.drain, api.orders, api.billing_webhook\n"
+        "import api.drain, api.orders, api.billing_webhook, api.jobs\n"
         "print(type(api.drain.app).__name__, api.drain.app.missing())\n"
     )
     result = subprocess.run(  # noqa: S603 - our own interpreter and code
@@ -84,6 +92,7 @@ async def _post(app: Any, path: str) -> httpx.Response:
         ("/api/drain", "DATABASE_URL, CRON_SECRET"),
         ("/api/orders", "DATABASE_URL"),
         ("/api/billing-webhook", "DATABASE_URL, WEBHOOK_SECRET"),
+        ("/api/jobs", "DATABASE_URL, MANAGEMENT_TOKENS"),
     ],
 )
 async def test_every_unconfigured_function_names_what_is_missing(

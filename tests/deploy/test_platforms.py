@@ -463,6 +463,7 @@ def test_an_app_that_raises_answers_500_not_a_hung_request() -> None:
         ("examples/aws-lambda/handler.py", ()),
         ("examples/gcp/main.py", ("functions_framework",)),
         ("examples/container/worker.py", ()),
+        ("examples/postgrest/drain.py", ()),
     ],
 )
 def test_importing_an_entry_loads_no_database_or_validation_library(

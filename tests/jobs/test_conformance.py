@@ -9,9 +9,11 @@ import pytest
 
 from drainpipe.backends.memory import Clock, MemoryBackend
 from drainpipe.backends.pgmq_public import PgmqPublicBackend
+from drainpipe.backends.postgrest import PostgrestBackend
 from drainpipe.backends.sql import SqlQueueBackend
 from drainpipe.models import FailOutcome, Job
 from drainpipe.testing import ConformanceError, ConformanceReport, check_queue_backend
+from tests.jobs.postgrest_emulation import postgrest_emulation
 from tests.jobs.test_pgmq_public import BASE, SERVICE_KEY, postgrest
 
 ALL_CHECKS = [
@@ -50,6 +52,21 @@ async def test_pgmq_public_backend_conforms(db_url: str) -> None:
     skipped = {check.name for check in report.checks if check.skipped}
     assert skipped == {"stale_completion", "dedupe"}  # no leases to fence, no dedupe keys
     assert {fn for fn, _ in server.calls()} == {"send", "read", "archive"}
+
+
+async def test_postgrest_backend_conforms_with_every_check(jobs_db_url: str) -> None:
+    # drainpipe's own functions over PostgREST: fenced, deduped, nothing skipped
+    async with (
+        postgrest_emulation(jobs_db_url) as (server, _),
+        PostgrestBackend(BASE, SERVICE_KEY) as backend,
+    ):
+        report = await check_queue_backend(backend, queue="conformance")
+    assert report.ok and _names(report) == ALL_CHECKS
+    assert not any(check.skipped for check in report.checks)
+    assert report.subject == 'QueueBackend "postgrest"'
+    assert {fn for fn, _ in server.calls()} <= {
+        "enqueue_v1", "claim_v1", "complete_v1", "fail_v1", "extend_v1"
+    }  # fmt: skip
 
 
 async def test_memory_backend_conforms_and_gets_the_moved_time_checks() -> None:

@@ -13,7 +13,9 @@ from pydantic import BaseModel
 
 import drainpipe
 from drainpipe import DrainpipeError, Jobs
+from drainpipe.backends.postgrest import PostgrestBackend
 from tests.conftest import connect
+from tests.jobs.postgrest_emulation import BASE, SERVICE_KEY, postgrest_emulation
 
 
 class Email(BaseModel):
@@ -24,8 +26,17 @@ class Email(BaseModel):
 QUEUES: dict[str, Any] = {"emails": Email, "reports": dict[str, Any]}
 
 
-@pytest.fixture
-async def jobs(jobs_db_url: str) -> AsyncIterator[Jobs]:
+@pytest.fixture(params=["sql", "postgrest"])
+async def jobs(request: pytest.FixtureRequest, jobs_db_url: str) -> AsyncIterator[Jobs]:
+    """Jobs over a direct connection, and over PostgREST (drainpipe_api, emulated by respx
+    on the same database): every test below runs through both."""
+    if request.param == "postgrest":
+        async with (
+            postgrest_emulation(jobs_db_url),
+            PostgrestBackend(BASE, SERVICE_KEY) as backend,
+        ):
+            yield Jobs(backend, QUEUES)
+        return
     instance = Jobs(jobs_db_url, QUEUES)
     yield instance
     await instance.backend.db.close()  # type: ignore[attr-defined]

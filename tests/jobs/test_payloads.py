@@ -13,7 +13,9 @@ from pydantic.alias_generators import to_camel
 
 import drainpipe
 from drainpipe import DrainpipeError, Jobs
+from drainpipe.backends.postgrest import PostgrestBackend
 from tests.conftest import connect
+from tests.jobs.postgrest_emulation import BASE, SERVICE_KEY, postgrest_emulation
 
 
 class Aliased(BaseModel):
@@ -44,8 +46,16 @@ QUEUES: dict[str, Any] = {
 }
 
 
-@pytest.fixture
-async def jobs(jobs_db_url: str) -> AsyncIterator[Jobs]:
+@pytest.fixture(params=["sql", "postgrest"])
+async def jobs(request: pytest.FixtureRequest, jobs_db_url: str) -> AsyncIterator[Jobs]:
+    """Over a direct connection and over PostgREST (JSON both ways over HTTP)."""
+    if request.param == "postgrest":
+        async with (
+            postgrest_emulation(jobs_db_url),
+            PostgrestBackend(BASE, SERVICE_KEY) as backend,
+        ):
+            yield Jobs(backend, QUEUES)
+        return
     instance = Jobs(jobs_db_url, QUEUES)
     yield instance
     await instance.backend.db.close()  # type: ignore[attr-defined]

@@ -13,8 +13,10 @@ import pytest
 import drainpipe
 from drainpipe import Discard, DrainpipeError, JobRecord, Jobs, Position, Retry, Skip
 from drainpipe.backends.memory import Clock, MemoryBackend
+from drainpipe.backends.postgrest import PostgrestBackend
 from drainpipe.codes import valid_code
 from tests.conftest import connect
+from tests.jobs.postgrest_emulation import BASE, SERVICE_KEY, postgrest_emulation
 
 QUEUES: dict[str, Any] = {"emails": dict[str, Any], "reports": dict[str, Any]}
 PAYLOAD_MARKER = "PAYLOAD-MARKER-7f3a"
@@ -43,12 +45,20 @@ class Env:
         return Jobs(self.url, QUEUES)
 
 
-@pytest.fixture(params=["table"])  # pgmq and memory: next commits
+@pytest.fixture(params=["table", "table-postgrest"])  # pgmq and memory: next commits
 async def env(request: pytest.FixtureRequest, fresh_database: Any) -> AsyncIterator[Env]:
     name = str(request.param)
     if name == "memory":
         clock = Clock()
         yield Env(Jobs(MemoryBackend(now=clock), QUEUES), name, None, clock)
+        return
+    if name.endswith("-postgrest"):  # the same storage through drainpipe_api over PostgREST
+        url = str(fresh_database(name.removesuffix("-postgrest")))
+        async with (
+            postgrest_emulation(url),
+            PostgrestBackend(BASE, SERVICE_KEY) as backend,
+        ):
+            yield Env(Jobs(backend, QUEUES), name, url, None)
         return
     url = str(fresh_database(name))
     jobs = Jobs(url, QUEUES)

@@ -42,9 +42,14 @@ CONTRACT = {
     "JobPage",
     "Skip",
     "Discard",
+    # API.md §7 (wave 2)
+    "PostgrestBackend",
     # API.md §10-11
+    "ManagementClient",
     "Principal",
     "bearer_tokens",
+    # API.md §12
+    "sync",
 }
 EXTENSIONS = {
     "Actor",
@@ -56,7 +61,7 @@ EXTENSIONS = {
     "Position",
     "codes",
 }
-MODULES = {"testing", "codes"}
+MODULES = {"testing", "codes", "sync"}
 
 
 def test_all_is_the_contract_plus_documented_extensions() -> None:
@@ -78,3 +83,15 @@ def test_install_is_the_function_not_a_module() -> None:
 
     assert callable(drainpipe.install) and drainpipe.install.__name__ == "install"
     assert callable(drainpipe.testing.check_queue_backend)
+
+
+def test_the_sync_twin_exports_what_section_12_names() -> None:
+    from drainpipe import sync
+
+    assert drainpipe.sync is sync
+    for name in ("Jobs", "Queue", "Idempotency", "with_lease", "lease", "Lease", "WebhookInbox"):
+        assert name in sync.__all__, name
+        assert getattr(sync, name).__module__.startswith("drainpipe.sync"), name
+    for method in ("close", "__enter__", "__exit__"):
+        for cls in (sync.Jobs, sync.Idempotency, sync.WebhookInbox):
+            assert callable(getattr(cls, method)), (cls, method)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import ROOT
 
@@ -62,7 +63,113 @@ def test_function_files_import_no_heavy_module() -> None:
     # what Vercel loads on a cold start: api/*.py and the apps they import from functions/.
     # pydantic (the payload validator) and psycopg (the pool) load on the first request,
     # and no web framework at all (it cost 320-386 ms per import before).
-    modules = imported_modules("import api.drain, api.orders, api.billing_webhook", cwd=ROOT)
+    modules = imported_modules(
+        "import api.drain, api.orders, api.billing_webhook, api.jobs", cwd=ROOT
+    )
     assert {"api", "functions", "drainpipe"} <= modules  # the parse works
     heavy = {*HEAVY, "starlette", "standardwebhooks"}
     assert modules.isdisjoint(heavy), sorted(modules & heavy)
+
+
+def test_import_drainpipe_sync_is_light_and_loads_no_asyncio() -> None:
+    # a Django or Flask worker imports the sync twin at start-up: nothing heavy, no asyncio
+    modules = imported_modules(
+        "import drainpipe.sync\n"
+        "from drainpipe.sync import Idempotency, Jobs, Lease, WebhookInbox, lease, with_lease\n"
+        "from drainpipe.contrib.django import IdempotencyMiddleware\n"
+    )
+    assert "drainpipe" in modules  # the parse works
+    assert modules.isdisjoint({*HEAVY, "asyncio", "starlette", "django"}), sorted(
+        modules & {*HEAVY, "asyncio", "starlette", "django"}
+    )
+
+
+def test_the_sync_path_runs_no_event_loop(db_url: str) -> None:
+    # psycopg imports asyncio itself, so the check is that no event loop is ever made:
+    # every sync call below runs with the event loop's constructor refusing to run
+    code = f"""
+import asyncio, psycopg, psycopg_pool, pydantic
+
+def refuse(*args, **kwargs):
+    raise AssertionError("an event loop was created on the sync path")
+
+asyncio.BaseEventLoop.__init__ = refuse
+from drainpipe import sync
+with sync.Jobs({db_url!r}, {{"q": dict}}) as jobs:
+    jobs.enqueue("q", {{"n": 1}})
+    jobs.enqueue_many("q", [{{"n": 2}}])
+    jobs.schedule("s", "@daily", "q", {{}})
+    jobs.run_schedules()
+    report = jobs.drain("q", lambda payload, job: None, lease=5)
+    assert report.succeeded == 2, report
+    assert jobs.stats()["q"].ready == 0
+with sync.Idempotency({db_url!r}) as idem:
+    begun = idem.begin("k", "fp")
+    assert idem.complete("k", begun.holder, 200, b"ok")
+with sync.lease({db_url!r}, "k") as held:
+    assert held is not None and held.extend()
+with sync.WebhookInbox({db_url!r}, source="s") as inbox:
+    assert not inbox.store(id="1", payload={{}}).duplicate
+print("ok")
+"""
+    result = subprocess.run(  # noqa: S603 - our own interpreter, fixed arguments
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+
+
+COLD_BUILD = """
+import json, sys, time
+t0 = time.perf_counter()
+import drainpipe
+async def handler(payload, job):
+    return None
+jobs = drainpipe.Jobs({db}, {{"q": dict}})
+route = jobs.drain_route(secret="x", handlers={{"q": handler}})
+ms = (time.perf_counter() - t0) * 1000
+print(json.dumps({{"ms": ms, "modules_full": sorted(sys.modules)}}))
+"""
+POSTGREST_DB = 'drainpipe.PostgrestBackend("https://x.supabase.test", "k")'
+SQL_DB = '"postgresql://postgres@127.0.0.1:1/none"'
+
+
+def _cold_build(db: str) -> dict[str, Any]:
+    import json
+
+    result = subprocess.run(  # noqa: S603 - our own interpreter, fixed code
+        [sys.executable, "-c", COLD_BUILD.format(db=db)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    return dict(json.loads(result.stdout))
+
+
+def test_a_function_on_the_postgrest_backend_starts_cold_like_one_on_sql() -> None:
+    # what a function file does at import over PostgREST: Jobs and its drain route, no
+    # psycopg (there is no connection), and httpx only on the first request. The import
+    # time itself is measured by bench.cold_entries (examples/postgrest/drain.py, < 150 ms)
+    # and bench.run's cold mode; on a shared test machine timing only adds noise, so this
+    # test compares what is imported: the SQL path's modules, with the PostgREST backend's
+    # three small ones in place of backends.sql, and nothing else
+    rest = set(_cold_build(POSTGREST_DB)["modules_full"])
+    sql = set(_cold_build(SQL_DB)["modules_full"])
+    assert {m.split(".")[0] for m in rest}.isdisjoint(HEAVY)
+    assert rest - sql == {
+        "drainpipe.backends.postgrest",
+        "drainpipe.backends.postgrest_http",
+        "drainpipe.backends.postgrest_rows",
+    }
+    assert sql - rest == {"drainpipe.backends.sql"}
+
+
+def test_the_first_postgrest_request_imports_httpx_without_its_cli() -> None:
+    code = (
+        "import sys\n"
+        "from drainpipe.backends.postgrest_http import import_httpx\n"
+        "httpx = import_httpx()\n"
+        "assert callable(httpx.AsyncClient) and 'httpx._main' not in sys.modules\n"
+    )
+    modules = imported_modules(code)
+    assert "httpx" in modules and modules.isdisjoint({"click", "rich", "pygments", "psycopg"})

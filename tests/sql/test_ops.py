@@ -34,7 +34,9 @@ def run(conn: psycopg.Connection[Any], statement: str, params: ops.Params) -> li
 
 def test_every_operation_module_contributes_statements() -> None:
     modules = {name.partition(".")[0] for name in ops.STATEMENTS}
-    assert modules == {"jobs", "records", "schedules", "idempotency", "leases", "inbox"}
+    assert modules == {
+        *("jobs", "records", "schedules", "idempotency", "leases", "inbox", "management"),
+    }
     called = {_FUNCTION.findall(statement)[0] for statement in ops.STATEMENTS.values()}
     assert called == {
         f"{name}_v1"
@@ -49,6 +51,7 @@ def test_every_operation_module_contributes_statements() -> None:
             *("purge_idempotency_keys", "acquire_lease", "extend_lease", "release_lease"),
             *("receive_webhook", "claim_webhooks", "extend_webhooks", "complete_webhook"),
             *("fail_webhook", "checkpoint_webhook", "list_webhooks", "purge_webhooks"),
+            *("audited_cancel_job", "audited_replay_job", "list_management_audit"),
         )
     } | {"job_queue_stats_v2", "replay_dead_job_v2", "fail_job_v2"}
 

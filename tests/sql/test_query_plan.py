@@ -36,12 +36,12 @@ TABLE_SWEEP = """
      WHERE x.queue = {queue} AND x.finished_at IS NULL AND x.attempts >= x.max_attempts
        AND x.visible_at <= {now}
        FOR UPDATE SKIP LOCKED"""
-# The picking CTE of the pgmq claim (sql/jobs_pgmq.sql), for queue "bench".
+# The picking CTE of the pgmq claim (jobs migration 0006_flat_pgmq_claim), queue "bench".
 PGMQ_PICK = """
     SELECT msg_id, read_ct >= coalesce((message ->> 'max_attempts')::integer, 5) AS exhausted
       FROM pgmq.q_bench
      WHERE vt <= clock_timestamp()
-     ORDER BY msg_id
+     ORDER BY vt
      LIMIT {batch}
        FOR UPDATE SKIP LOCKED"""
 

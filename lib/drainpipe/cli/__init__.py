@@ -241,6 +241,15 @@ def _one_line(text: str) -> str:
     return " ".join(text.split()) or "(no message)"
 
 
+def _rest_api_note(modules: Sequence[str]) -> None:
+    """The step after creating the rest-api schema: PostgREST must serve it."""
+    if "rest-api" in modules:
+        from ..backends.postgrest import API_SCHEMA
+        from ..backends.postgrest_http import expose_hint
+
+        print(f"rest-api: {expose_hint(API_SCHEMA)}", file=sys.stderr)
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.command == "sql":
         from .sql import print_verify, sql_add, sql_apply, sql_verify
@@ -249,6 +258,7 @@ def _run(args: argparse.Namespace) -> int:
             args.modules, Path(args.out), args.backend, args.scheduler, args.contract
         ):
             print(path)
+        _rest_api_note(args.modules)
         return 0
     if args.command == "sql" and args.sql_command in ("apply", "verify"):
         from ..sqlmodules import MODULES
@@ -284,6 +294,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"applied: {', '.join(dict.fromkeys(m.module for m in ran))}")
         for migration in ran:
             print(f"  {migration.module} {migration.label}")
+        _rest_api_note([m.module for m in ran])
         return 0
     if args.command == "keys":
         from ..keyring import Keyring

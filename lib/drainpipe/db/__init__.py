@@ -7,16 +7,19 @@ and leaves jsonb (orjson, checked, exact numbers) lives in :mod:`.json`.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final
 
+# asyncio is imported where the async Database uses it, not here: the sync twin
+# (drainpipe.sync) shares this module's error translation and must not load an event loop
 from ..errors import DrainpipeError, sql_error
 
 if TYPE_CHECKING:
+    import asyncio
+
     import psycopg
     import psycopg_pool
 
@@ -210,6 +213,8 @@ class Database:
         self._connect_timeout = _positive_seconds(connect_timeout, "connect_timeout")
         # the pool connects in the background and only logs its failures: the last one is
         # kept so that the error a caller gets names the cause, not just the wait
+        import asyncio
+
         self._last_connect_error: BaseException | None = None
         self._first_connect_done: asyncio.Event | None = None
         self._open_lock = asyncio.Lock()
@@ -238,6 +243,8 @@ class Database:
             return self._pool
         async with self._open_lock:
             if self._pool is None:
+                import asyncio
+
                 from psycopg_pool import AsyncConnectionPool
 
                 assert self._dsn is not None
@@ -278,6 +285,8 @@ class Database:
         it a missing database or a wrong password waited out the pool's ``timeout`` and
         surfaced as "couldn't get a connection", the cause only in the pool's log.
         """
+        import asyncio
+
         assert self._first_connect_done is not None
         try:
             await asyncio.wait_for(self._first_connect_done.wait(), wait)
@@ -366,6 +375,8 @@ class Database:
         terminated backend), test the pool's idle connections and drop the dead ones, so a
         retry does not draw the next dead connection. Only on this error path: checking
         every connection at checkout would cost a round trip per statement."""
+        import asyncio
+
         pool = self._pool
         if pool is None:
             return

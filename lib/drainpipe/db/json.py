@@ -68,6 +68,25 @@ def _fast_json_loaders() -> dict[tuple[str, bool], type[Any]] | None:
     }
 
 
+def load_json(data: bytes) -> Any:
+    """JSON text (an HTTP body) as Python values, integers beyond 64 bits exact: orjson
+    unless a run of 19 or more digits is in the text, then json (the rule of the psycopg
+    loaders above, which keep their own copy: they are on the claim hot path)."""
+    if b"0" * 19 not in data.translate(_DIGITS_TO_ZERO):
+        try:
+            import orjson
+
+            return orjson.loads(data)
+        except ImportError:
+            pass
+        except ValueError:  # orjson.JSONDecodeError; json says what is wrong, or reads it
+            pass
+    import json
+
+    return json.loads(data)
+
+
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _JSON_OIDS = frozenset({114, 3802})  # json, jsonb
 
 

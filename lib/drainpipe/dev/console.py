@@ -138,6 +138,17 @@ def dev_webhook_secret(env: MutableMapping[str, str], name: str = "WEBHOOK_SECRE
     return value
 
 
+def dev_management_token(env: MutableMapping[str, str], name: str = "MANAGEMENT_TOKENS") -> str:
+    """The Job Inbox's admin token for ``drainpipe dev``: when ``env[name]`` is unset, a new
+    one is written there as ``<token>=dev@localhost:admin``; else the first token listed."""
+    value = env.get(name)
+    if value:
+        return value.split(",", 1)[0].partition("=")[0].strip()
+    token = "dev_" + secrets.token_urlsafe(24)
+    env[name] = f"{token}=dev@localhost:admin"
+    return token
+
+
 @contextlib.contextmanager
 def console_logging(console: Console) -> Iterator[None]:
     """Route every log record (drainpipe's at INFO, others at WARNING) to ``console``."""

@@ -28,7 +28,14 @@ if TYPE_CHECKING:
 
     from ..sqlmodules import Backend
 
-from .console import Console, console_logging, dev_webhook_secret, draining_line, stats_line
+from .console import (
+    Console,
+    console_logging,
+    dev_management_token,
+    dev_webhook_secret,
+    draining_line,
+    stats_line,
+)
 from .functions import FunctionsApp
 from .server import PortInUse, RunningServer, bind, start_server
 
@@ -134,6 +141,7 @@ async def run_dev(
         env["DATABASE_URL"] = database_url
         secret = dev_drain_secret(env)
         webhook_secret = dev_webhook_secret(env)
+        management_token = dev_management_token(env)
         app = FunctionsApp.load(functions)
         server = await start_server(app, host=host, sock=sock)
         await _serve(
@@ -148,7 +156,11 @@ async def run_dev(
                 f"  database   {database_url}{database_note}",
                 f"  modules    {', '.join(modules)} ({'applied' if applied else 'up to date'})",
             ],
-            shown_secrets={"CRON_SECRET": secret, "WEBHOOK_SECRET": webhook_secret},
+            shown_secrets={
+                "CRON_SECRET": secret,
+                "WEBHOOK_SECRET": webhook_secret,
+                "MANAGEMENT_TOKEN": management_token,
+            },
             start_drain=dev_drain,
         )
     finally:
@@ -185,6 +197,11 @@ async def _serve(
         console.say(f"    {server.url}{path}  ({file})")
     for name, value in shown_secrets.items():
         console.say(f"  secret     {name}={value}")
+    if "MANAGEMENT_TOKEN" in shown_secrets and "/" + app.directory.name + "/jobs" in routes:
+        console.say(
+            f"  job inbox  {server.url}/{app.directory.name}/jobs"
+            " (paste MANAGEMENT_TOKEN, an admin's)"
+        )
     for warning in app.warnings:
         console.say(f"  warning    {warning}")
     if drain_path in routes:

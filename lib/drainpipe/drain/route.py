@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ..backends.capabilities import SupportsScheduleRuns
 from ..engine.core import budget_spent, fair_share_deadline, route_lease
 from ..engine.runner import call_hook, log_error
-from ..errors import NOT_INSTALLED, DrainpipeError
+from ..errors import NOT_INSTALLED, SCHEMA_NOT_EXPOSED, DrainpipeError
 from ..http import (
     ProblemFormatter,
     Receive,
@@ -453,7 +453,7 @@ class _Drain:
         error = DrainUnavailable.from_cause(exc)
         if error is not None and not self.reached:
             await self.unavailable(error, token)
-        if error is not None and error.code == NOT_INSTALLED:
+        if error is not None and error.code in (NOT_INSTALLED, SCHEMA_NOT_EXPOSED):
             # part of the SQL is missing (one module not applied): the sources that work
             # still run, then the call answers the 503
             self.missing = self.missing or error

@@ -1,5 +1,5 @@
-"""A drain that cannot work at all: the database never answered, or drainpipe's SQL is
-missing. The route answers it as a 503 Problem with ``"more": false`` instead of a 200
+"""A drain that cannot work at all: the database never answered, drainpipe's SQL is
+missing, or (over PostgREST) its API schema is not exposed. The route answers it as a 503 Problem with ``"more": false`` instead of a 200
 report that a cron caller or an uptime monitor would read as success."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from ..errors import (
     MISSING_OBJECT_POSTGREST_CODES,
     MISSING_OBJECT_STATES,
     NOT_INSTALLED,
+    SCHEMA_NOT_EXPOSED,
     DrainpipeError,
 )
 from ..http import (
@@ -68,6 +69,9 @@ class DrainUnavailable(DrainpipeError):
                 code=NOT_INSTALLED,
                 status=503,
             )
+        elif isinstance(exc, DrainpipeError) and exc.code == SCHEMA_NOT_EXPOSED:
+            # over PostgREST: the API schema is not exposed yet, a set-up step like the SQL
+            failure = cls("invalid_request", str(exc), code=SCHEMA_NOT_EXPOSED, status=503)
         elif isinstance(exc, DrainpipeError) and exc.kind == "network":
             failure = cls("network", f"The database cannot be reached: {exc}")
         else:
@@ -82,6 +86,9 @@ class DrainUnavailable(DrainpipeError):
             body["title"] = "drainpipe's SQL is not installed"
             body["detail"] = str(self)
             body["hint"] = INSTALL_HINT
+        elif self.code == SCHEMA_NOT_EXPOSED:
+            body["title"] = "PostgREST does not expose drainpipe's API schema"
+            body["detail"] = str(self)
         elif self.kind == "network":
             # the cause may name hosts: it goes to the log, not to the caller
             body["detail"] = "The drain route could not reach its database; see the logs"

@@ -47,7 +47,7 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from ..codes import CANCELLED, Discard, Skip, code_of
+from ..codes import Discard, Skip, code_of
 from ..errors import TRANSIENT_KINDS, DrainpipeError, Retry
 from ..models import WorkReport
 from ..validation import error_text
@@ -61,10 +61,20 @@ from .core import (
     outage_wait,
     should_retry_claim,
 )
+from .reports import LEASE_LOST, as_error, lease_lost, log_error
+
+__all__ = [
+    "LEASE_LOST",
+    "ClaimableSource",
+    "OnError",
+    "Runner",
+    "as_error",
+    "call_hook",
+    "lease_lost",
+    "log_error",
+]
 
 log = logging.getLogger("drainpipe")
-
-LEASE_LOST = "LEASE_LOST"
 
 OnError = Callable[[BaseException, Any], Any]
 
@@ -149,51 +159,6 @@ async def call_hook(hook: Callable[..., Any] | None, *args: Any) -> Any:
         return None
 
 
-def lease_lost(description: str, reason: str | None = None) -> DrainpipeError:
-    """The error ``on_error`` gets for an item whose lease another worker holds now (or,
-    with ``reason="CANCELLED"``, whose job an operator cancelled)."""
-    if reason == CANCELLED:
-        return DrainpipeError(
-            "conflict",
-            f"{description} was cancelled while it ran; this worker's result is discarded",
-            code=CANCELLED,
-        )
-    return DrainpipeError(
-        "conflict",
-        f"The lease on {description} was lost (it ran out and the item was claimed again, "
-        "or its attempt changed); this worker's result is discarded",
-        code=LEASE_LOST,
-    )
-
-
-def log_error(
-    description: str,
-    error: BaseException,
-    *,
-    logger: logging.Logger = log,
-    fields: dict[str, Any] | None = None,
-) -> None:
-    """What happens to an error when the caller passed no ``on_error``: logged on ``logger``
-    with ``fields`` (queue, job id, attempt ...) and the error's ``code`` as record extras."""
-    code = error.code if isinstance(error, DrainpipeError) else None
-    extra = {**fields, "code": code} if fields else {"code": code}
-    if code in (LEASE_LOST, CANCELLED):
-        logger.warning("drainpipe: %s", error, extra=extra)
-        return
-    logger.error(
-        "drainpipe: %s failed: %s", description, error_text(error), exc_info=error, extra=extra
-    )
-
-
-def as_error(exc: BaseException) -> DrainpipeError:
-    """``exc`` as a :class:`DrainpipeError` (kind ``unexpected`` unless it is one)."""
-    if isinstance(exc, DrainpipeError):
-        return exc
-    error = DrainpipeError("unexpected", error_text(exc))
-    error.__cause__ = exc
-    return error
-
-
 class _Batch:
     """The state one heartbeat shares with the lane running its batch."""
 
@@ -236,6 +201,10 @@ class Runner:
     ) -> None:
         if on_error is not None and not callable(on_error):
             raise TypeError("on_error must be callable: on_error(error, item)")
+        if stop is not None and not (
+            callable(getattr(stop, "is_set", None)) and callable(getattr(stop, "wait", None))
+        ):
+            raise TypeError(f"stop must be an asyncio.Event (or None), not {type(stop).__name__}")
         self.source = source
         self.concurrency = max(1, concurrency)
         self.batch = batch

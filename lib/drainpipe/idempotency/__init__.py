@@ -1,8 +1,15 @@
 """Idempotency keys: a retried request runs its handler once; later ones get its response.
 
 :mod:`.service` is :class:`Idempotency` (``handle``, ``wrap``, ``begin``/``complete``/
-``release``), :mod:`.keys` reads and checks keys, scopes and fingerprints, and
-:mod:`.responses` turns a handler's response into what is stored and replayed."""
+``release``), :mod:`.keys` reads and checks keys, scopes and fingerprints, :mod:`.rules`
+the checks and decisions it shares with the sync twin (:mod:`drainpipe.sync`), and
+:mod:`.responses` turns a handler's response into what is stored and replayed.
+:class:`Idempotency` loads on first use (the sync twin imports no asyncio)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from ..models import Begin
 from .keys import (
@@ -20,7 +27,9 @@ from .keys import (
     fingerprint,
     parse_key,
 )
-from .service import Idempotency
+
+if TYPE_CHECKING:
+    from .service import Idempotency
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -39,3 +48,11 @@ __all__ = [
     "fingerprint",
     "parse_key",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name != "Idempotency":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = importlib.import_module(".service", __name__).Idempotency
+    globals()[name] = value
+    return value

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 from ..db import as_database
-from ..errors import DrainpipeError, invalid_request, validation_error
+from ..errors import DrainpipeError
 from ..http import (
     Message,
     ProblemFormatter,
@@ -32,29 +31,17 @@ from ..http import (
     as_request,
     body_incomplete,
     is_client_disconnect,
-    problem_response,
 )
 from ..models import Begin as Begin  # re-exported: drainpipe.Begin lives here for users
 from ..ops import idempotency as ops
 from ..telemetry import active_telemetry
-from ..validation import aware, text_fault
 from .keys import (
     DEFAULT_MAX_BODY_BYTES,
-    KEY_IN_USE,
-    KEY_MISSING,
-    KEY_REUSED,
-    MAX_SCOPE_LENGTH,
-    REPLAYED_HEADER,
-    RESPONSE_TOO_LARGE,
-    _check_scope,
-    _holder,
-    _positive_seconds,
     caller_scope,
-    check_key,
     fingerprint,
-    parse_key,
 )
-from .responses import _read_response, _storable, _stored_status, _to_starlette
+from .responses import _read_response, _stored_status, _to_starlette
+from .rules import IdempotencyRules, _Claim, _warn_taken_over
 
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 ScopeOption = str | Callable[[Any], str | Awaitable[str]] | None
@@ -66,7 +53,7 @@ _BYPASSING_EXTENSIONS = ("http.response.pathsend", "http.response.zerocopysend")
 logger = logging.getLogger("drainpipe.idempotency")
 
 
-class Idempotency:
+class Idempotency(IdempotencyRules):
     """Stripe-style idempotency keys on your Postgres (the ``idempotency`` SQL module).
 
     * ``ttl``: seconds or a ``timedelta`` a key lives from its first request (default 24 h);
@@ -97,33 +84,17 @@ class Idempotency:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         now: Callable[[], datetime] | None = None,
     ) -> None:
-        if not isinstance(header, str) or not header.strip():
-            raise ValueError("header must be a non-empty header name")
-        if scope is not None and not isinstance(scope, str) and not callable(scope):
-            raise TypeError("scope must be a string or a callable(request) -> str")
-        if isinstance(scope, str) and (len(scope) > MAX_SCOPE_LENGTH or text_fault(scope)):
-            # refused here, not as a 400 on every request
-            raise ValueError(
-                f"scope must be at most {MAX_SCOPE_LENGTH} characters, without NUL or lone"
-                " surrogates"
-            )
-        if (
-            not isinstance(max_body_bytes, int)
-            or isinstance(max_body_bytes, bool)
-            or max_body_bytes < 0
-        ):
-            raise ValueError("max_body_bytes must be an integer >= 0")
+        super().__init__(
+            ttl=ttl,
+            lock=lock,
+            required=required,
+            header=header,
+            scope=scope,
+            problem=problem,
+            max_body_bytes=max_body_bytes,
+            now=now,
+        )
         self.db = as_database(db)
-        self.ttl = _positive_seconds(ttl, "ttl")
-        self.lock = _positive_seconds(lock, "lock")
-        self.required = bool(required)
-        self.header = header.strip()
-        self.scope = scope
-        self.problem = problem
-        self.max_body_bytes = max_body_bytes
-        # the clock key expiry and lock takeover are measured on (None: the database's);
-        # a test moves it instead of waiting a lock out
-        self.now = now
 
     # -- low level -----------------------------------------------------------------------
 
@@ -132,14 +103,7 @@ class Idempotency:
 
         ``mismatch`` wins over ``running``; an expired key behaves as new; a running key
         whose lock ran out is taken over (``started`` with a new holder)."""
-        key = check_key(key)
-        if not isinstance(fingerprint, str) or not fingerprint:
-            raise invalid_request("fingerprint must be a non-empty string")
-        now = None if self.now is None else aware(self.now(), "now()")
-        rows = await self.db.fetch(
-            ops.BEGIN,
-            ops.begin_params(_check_scope(scope), key, fingerprint, self.ttl, self.lock, now),
-        )
+        rows = await self.db.fetch(ops.BEGIN, self._begin_params(key, fingerprint, scope))
         return ops.parse_begin(rows)  # the function always returns one row
 
     async def complete(
@@ -161,40 +125,24 @@ class Idempotency:
         text only. A value JSON cannot hold → ``validation``. A body above
         ``max_body_bytes`` raises ``invalid_request`` with code
         ``IDEMPOTENCY_RESPONSE_TOO_LARGE``."""
-        key = check_key(key)
-        if not isinstance(status, int) or isinstance(status, bool) or not 100 <= status <= 599:
-            raise invalid_request(f"status must be an HTTP status (100-599), not {status!r}")
-        data, content_type = ops.encode_body(body, content_type)
-        if len(data) > self.max_body_bytes:
-            raise invalid_request(
-                f"A {len(data)}-byte response body is over max_body_bytes={self.max_body_bytes}",
-                code=RESPONSE_TOO_LARGE,
-            )
-        token = _holder(holder)
-        if token is None:
+        params = self._complete_params(key, holder, status, body, scope, content_type)
+        if params is None:
             return False
-        rows = await self.db.fetch(
-            ops.COMPLETE,
-            ops.complete_params(_check_scope(scope), key, token, status, data, content_type),
-        )
+        rows = await self.db.fetch(ops.COMPLETE, params)
         return ops.parse_complete(rows)
 
     async def release(self, key: str, holder: str, scope: str = "") -> bool:
         """Forget the running key so a retry runs again. False (nothing changed) when
         ``holder`` no longer holds it."""
-        key = check_key(key)
-        token = _holder(holder)
-        if token is None:
+        params = self._release_params(key, holder, scope)
+        if params is None:
             return False
-        rows = await self.db.fetch(ops.RELEASE, ops.release_params(_check_scope(scope), key, token))
-        return ops.parse_release(rows)
+        return ops.parse_release(await self.db.fetch(ops.RELEASE, params))
 
     async def purge(self, *, batch: int = 10_000) -> int:
         """Delete up to ``batch`` expired keys (and expired, unreleased leases); returns the
         number of keys deleted. Expired keys already behave as new: this only frees space."""
-        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
-            raise validation_error("batch must be an integer >= 1")
-        return ops.parse_purge(await self.db.fetch(ops.PURGE, ops.purge_params(batch)))
+        return ops.parse_purge(await self.db.fetch(ops.PURGE, self._purge_params(batch)))
 
     # -- HTTP ----------------------------------------------------------------------------
 
@@ -366,47 +314,16 @@ class Idempotency:
     ) -> Response | _Claim | None:
         """None: run without idempotency (the body is then unread); a Response: answer it;
         a claim: run the handler, then settle."""
-        if request.method in _SAFE_METHODS:
-            return None
-        raw = request.headers.get(self.header)
-        if raw is None:
-            if not self.required:
-                return None
-            error = invalid_request(
-                f"Send an {self.header} header with this request", code=KEY_MISSING
-            )
-            return self._problem(error, request)
-        try:
-            key = parse_key(raw)
-        except DrainpipeError as exc:
-            return self._problem(exc, request)
+        key = self._key_of(request.method, request.headers, request.path)
+        if not isinstance(key, str):
+            return key  # None (no idempotency) or the Problem to answer
         scope = await self._scope_for(original, request)
         try:
             fp = fingerprint(request.method, request.path, await read_body())
             begun = await self.begin(key, fp, scope)
         except DrainpipeError as exc:
-            return self._problem(exc, request)
-        if begun.state == "started":
-            assert begun.holder is not None
-            return _Claim(key, begun.holder, scope)
-        if begun.state == "replay":
-            return Response(
-                begun.status or 200,
-                ops.json_body_bytes(begun.body),
-                headers={REPLAYED_HEADER: "true"},
-                content_type=begun.content_type,
-            )
-        if begun.state == "running":
-            error = DrainpipeError(
-                "conflict", "A request with this idempotency key is still running", code=KEY_IN_USE
-            )
-            return self._problem(error, request, headers={"Retry-After": "1"})
-        error = validation_error(
-            "This idempotency key was used for a different request",
-            [{"message": "Use a new key for a new request", "path": [self.header.lower()]}],
-            code=KEY_REUSED,
-        )
-        return self._problem(error, request)
+            return self._problem(exc, request.path)
+        return self._answer(begun, key, scope, request.path)
 
     async def _settle(
         self,
@@ -422,24 +339,10 @@ class Idempotency:
         response; a Response: send that instead (the body was too large to store).
         ``size`` is the full body size when ``body`` was cut short at the cap."""
         size = len(body) if size is None else size
-        if not _storable(status):
+        refusal = self._storable_or_refusal(claim, status, size, path)
+        if refusal is not False:
             await self._release_quietly(claim)
-            return None
-        if size > self.max_body_bytes:
-            await self._release_quietly(claim)
-            logger.error(
-                "Idempotency key %r: a %d-byte response is over max_body_bytes=%d; the key was "
-                "released and the client gets a 500",
-                claim.key,
-                size,
-                self.max_body_bytes,
-            )
-            error = DrainpipeError(
-                "unexpected",
-                f"The response is too large to store ({size} > {self.max_body_bytes} bytes)",
-                code=RESPONSE_TOO_LARGE,
-            )
-            return problem_response(error, path, problem=self.problem)
+            return refusal
         try:
             stored = await self.complete(
                 claim.key, claim.holder, status, body, claim.scope, content_type=content_type
@@ -449,11 +352,7 @@ class Idempotency:
             logger.exception("Idempotency key %r: storing the response failed", claim.key)
             return None
         if not stored:
-            logger.warning(
-                "Idempotency key %r: the lock ran out and another request took the key over; "
-                "this response was not stored",
-                claim.key,
-            )
+            _warn_taken_over(claim)
         return None
 
     async def _release_quietly(self, claim: _Claim) -> None:
@@ -474,15 +373,3 @@ class Idempotency:
         if not isinstance(value, str):
             raise TypeError(f"scope(request) must return a str, not {type(value).__name__}")
         return value
-
-    def _problem(
-        self, error: DrainpipeError, request: Request, headers: Mapping[str, str] | None = None
-    ) -> Response:
-        return problem_response(error, request.path, problem=self.problem, headers=headers)
-
-
-@dataclass(frozen=True, slots=True)
-class _Claim:
-    key: str
-    holder: str
-    scope: str

@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, Final, Literal
+from typing import Any
 
-from ..db import as_database, dump_json
+from ..db import as_database
 from ..engine.core import run_deadline
 from ..engine.runner import ClaimableSource, OnError, Runner
-from ..errors import DrainpipeError, invalid_request, validation_error
+from ..errors import DrainpipeError, validation_error
 from ..http import (
     Receive,
     Request,
@@ -38,9 +36,10 @@ from ..http import (
 )
 from ..models import WorkReport
 from ..ops import inbox as ops
+from ..ops._types import Params
 from ..telemetry import SYSTEM as TELEMETRY_SYSTEM
 from ..telemetry import active_telemetry
-from ..validation import MAX_NAME_LENGTH, aware, check_text, positive_int, seconds, text_fault
+from ..validation import positive_int, seconds
 from .messages import (
     MISSING,
     InboxEntry,
@@ -48,16 +47,12 @@ from .messages import (
     WebhookMessage,
     _json_text,
     _Missing,
-    _tenant,
-    _text,
-    default_type_of,
 )
+from .rules import InboxRules, InboxStatus
 from .source import _InboxSource
 from .verify import (
     Verify,
     call_verify,
-    delivery_text,
-    load_secrets,
     parse_body,
     payload_text,
     read_body,
@@ -66,8 +61,6 @@ from .verify import (
 
 log = logging.getLogger("drainpipe.inbox")
 
-InboxStatus = Literal["pending", "processing", "processed", "dead"]
-STATUSES: Final = ("pending", "processing", "processed", "dead")
 Handler = Callable[["WebhookMessage"], Any]
 
 _THIRTY_DAYS = timedelta(days=30)
@@ -76,7 +69,7 @@ _THIRTY_DAYS = timedelta(days=30)
 # -- the inbox -----------------------------------------------------------------------------
 
 
-class WebhookInbox:
+class WebhookInbox(InboxRules):
     """Webhooks of one ``source``, stored once and processed later.
 
     * ``secrets``: one ``whsec_`` secret or several (rotation: any may match), for Standard
@@ -107,54 +100,20 @@ class WebhookInbox:
         problem: Callable[[dict[str, Any], DrainpipeError], dict[str, Any]] | None = None,
         now: Callable[[], datetime] | None = None,
     ) -> None:
-        if not isinstance(source, str) or not source or text_fault(source) is not None:
-            raise ValueError(f"source must be a non-empty string, not {source!r}")
-        if len(source) > MAX_NAME_LENGTH:  # indexed with every message id
-            raise ValueError(f"source must be at most {MAX_NAME_LENGTH} characters")
-        if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
-            raise ValueError(f"max_attempts must be a positive integer, not {max_attempts!r}")
-        if (
-            not isinstance(max_body_bytes, int)
-            or isinstance(max_body_bytes, bool)
-            or max_body_bytes < 1
-        ):
-            raise ValueError(f"max_body_bytes must be a positive integer, not {max_body_bytes!r}")
-        if verify is not None and not callable(verify):
-            raise TypeError("verify must be a callable (headers, body) -> {id, payload, tenant?}")
-        if worker is not None and (
-            not isinstance(worker, str)
-            or not worker
-            or len(worker) > MAX_NAME_LENGTH
-            or text_fault(worker) is not None
-        ):
-            raise ValueError(
-                f"worker must be a non-empty string of at most {MAX_NAME_LENGTH} characters"
-                f" without NUL or lone surrogates, not {worker!r}"
-            )
-        names = [keep_headers] if isinstance(keep_headers, str) else list(keep_headers)
-        if not all(isinstance(name, str) and name for name in names):
-            raise TypeError("keep_headers must be header names")
-        self.source = source
-        self.max_attempts = max_attempts
-        self.max_body_bytes = max_body_bytes
-        self.worker = worker or f"worker-{os.urandom(4).hex()}"
-        self.keep_headers = tuple(dict.fromkeys(name.lower() for name in names))
-        self._db = as_database(db)
-        self._verify = verify
-        self._webhooks = load_secrets(secrets)
-        self._type_of = type_of or default_type_of
-        self._tenant_of = tenant_of
-        self._problem = problem
-        # the clock of claims, retries and the signature timestamp window (None: the
-        # database's and the system's); a test moves it instead of waiting
-        self.now = now
-        self._clock: Callable[[], float] = (
-            time.time if now is None else lambda: aware(now(), "now()").timestamp()
+        super().__init__(
+            source=source,
+            secrets=secrets,
+            verify=verify,
+            type_of=type_of,
+            tenant_of=tenant_of,
+            keep_headers=keep_headers,
+            max_attempts=max_attempts,
+            max_body_bytes=max_body_bytes,
+            worker=worker,
+            problem=problem,
+            now=now,
         )
-
-    def _instant(self) -> datetime | None:
-        """``p_now`` of the transition functions: the caller's clock, or the database's."""
-        return None if self.now is None else aware(self.now(), "now()")
+        self._db = as_database(db)
 
     # -- HTTP ----------------------------------------------------------------------------
 
@@ -192,11 +151,7 @@ class WebhookInbox:
         return response
 
     async def _answer(self, request: Request) -> Response:
-        if not self._webhooks and self._verify is None:
-            raise TypeError(
-                f'The inbox for "{self.source}" has no `secrets` or `verify`, '
-                "so it only stores events through `store`"
-            )
+        self._check_receives()
         if request.method != "POST":
             return method_not_allowed("POST")
         try:
@@ -217,25 +172,8 @@ class WebhookInbox:
         else:
             message_id = verify_signature(self._webhooks, request.headers, body, self._clock())
             text, payload = parse_body(body)
-        message_id = delivery_text(message_id, "id", "WEBHOOK_INVALID_ID", required=True)
-        try:
-            event_type = self._type_of(payload)
-            if tenant is MISSING:
-                tenant = self._tenant_of(payload) if self._tenant_of is not None else None
-        except DrainpipeError:
-            raise
-        except Exception as exc:
-            raise invalid_request(
-                f"type_of/tenant_of could not read the payload: {exc}",
-                code="WEBHOOK_INVALID_PAYLOAD",
-            ) from exc
-        # what the sender controls is refused with a 400 of its own, never a database error
-        tenant = delivery_text(tenant, "tenant", "WEBHOOK_INVALID_TENANT", required=False)
-        event_type = delivery_text(event_type, "type", "WEBHOOK_INVALID_TYPE", required=False)
-        kept = {
-            name: request.headers[name] for name in self.keep_headers if name in request.headers
-        }
-        return await self._store(message_id, text, event_type, tenant, kept)
+        params = self._delivery_params(message_id, payload, text, tenant, request.headers)
+        return await self._receive(params)
 
     # -- storage -------------------------------------------------------------------------
 
@@ -254,34 +192,9 @@ class WebhookInbox:
         passed (passing ``None`` stores none). Returns ``Stored(id, duplicate)``; a duplicate
         (same source, tenant and id) keeps the first payload.
         """
-        event_type = self._type_of(payload) if isinstance(type, _Missing) else type
-        if isinstance(tenant, _Missing):
-            tenant = self._tenant_of(payload) if self._tenant_of is not None else None
-        kept = {str(k).lower(): v for k, v in (headers or {}).items()}
-        for label, value in (("id", id), ("type", event_type), ("tenant", tenant)):
-            if isinstance(value, str):
-                check_text(value, label, allow_empty=label != "id")
-        return await self._store(id, dump_json(payload).decode("utf-8"), event_type, tenant, kept)
+        return await self._receive(self._store_params(id, payload, type, tenant, headers))
 
-    async def _store(
-        self,
-        message_id: Any,
-        payload_text: str,
-        event_type: Any,
-        tenant: Any,
-        headers: dict[str, Any],
-    ) -> Stored:
-        if isinstance(message_id, int) and not isinstance(message_id, bool):
-            message_id = str(message_id)
-        params = ops.receive_params(
-            self.source,
-            _text(message_id, "id", required=True),
-            _text(event_type, "type", required=False),
-            payload_text,
-            dump_json(headers, "headers").decode("utf-8"),
-            _tenant(tenant),
-            self.max_attempts,
-        )
+    async def _receive(self, params: Params) -> Stored:
         stored_id, duplicate = ops.parse_receive(await self._db.fetch(ops.RECEIVE, params))
         return Stored(id=stored_id, duplicate=duplicate)
 
@@ -404,18 +317,7 @@ class WebhookInbox:
         ``tenant=None`` lists the messages stored without a tenant, never other tenants';
         an empty string is refused (``validation``).
         """
-        tenant_text = None if tenant is None else _text(tenant, "tenant", required=True)
-        if status is not None and status not in STATUSES:
-            raise validation_error(
-                f"status must be one of {', '.join(STATUSES)}, not {status!r}",
-                [{"message": "Unknown status", "path": ["status"]}],
-            )
-        rows = await self._db.fetch(
-            ops.LIST,
-            ops.list_params(
-                tenant_text, self.source, status, min(positive_int(limit, "limit"), 1000)
-            ),
-        )
+        rows = await self._db.fetch(ops.LIST, self._list_params(tenant, status, limit))
         return [InboxEntry(*row) for row in rows]
 
     async def purge(
@@ -430,14 +332,7 @@ class WebhookInbox:
         ago (seconds or a timedelta) and, with ``include_dead``, dead ones received that long
         ago; only ``tenant``'s when given. Pending and processing messages are never
         deleted. Returns how many were deleted (call again while it returns ``batch``)."""
-        params = ops.purge_params(
-            seconds(older_than, "older_than"),
-            bool(include_dead),
-            positive_int(batch, "batch"),
-            # '' must not widen a tenant's purge to every tenant
-            None if tenant is None else _text(tenant, "tenant", required=True),
-            self.source,
-        )
+        params = self._purge_params(older_than, include_dead, tenant, batch)
         return ops.parse_purge(await self._db.fetch(ops.PURGE, params))
 
     async def close(self) -> None:

@@ -133,15 +133,20 @@ def verify_signature(
     raise forged
 
 
-async def read_body(request: Request, max_bytes: int) -> bytes:
-    """The whole body, or 413 ``WEBHOOK_BODY_TOO_LARGE`` once it passes ``max_bytes`` (a
-    declared Content-Length over the cap is refused before anything is read)."""
-    too_large = DrainpipeError(
+def body_too_large(max_bytes: int) -> DrainpipeError:
+    """413 ``WEBHOOK_BODY_TOO_LARGE``."""
+    return DrainpipeError(
         "invalid_request",
         f"The webhook body is larger than {max_bytes} bytes",
         code="WEBHOOK_BODY_TOO_LARGE",
         status=413,
     )
+
+
+async def read_body(request: Request, max_bytes: int) -> bytes:
+    """The whole body, or 413 ``WEBHOOK_BODY_TOO_LARGE`` once it passes ``max_bytes`` (a
+    declared Content-Length over the cap is refused before anything is read)."""
+    too_large = body_too_large(max_bytes)
     declared = request.headers.get("content-length")
     if declared is not None and _CONTENT_LENGTH.fullmatch(declared) and int(declared) > max_bytes:
         raise too_large

@@ -15,7 +15,8 @@ from ..backends import SupportsBury, SupportsPayloadRewrite, SupportsPolicies, l
 from ..backends.capabilities import SupportsCodedSettle, SupportsGetRecord
 from ..context import wrap_payload
 from ..errors import NOT_INSTALLED, DrainpipeError, invalid_request
-from ..models import FailOutcome, Job, JobContext, JobRecord
+from ..models import DeadJob, FailOutcome, Job, JobContext, JobRecord
+from ..validation import MAX_PAYLOAD_BYTES
 from .policy import DEADLINE_PASSED, PAYLOAD_UNREADABLE, QueuePolicy, check_policies
 from .records import RecordsMixin
 
@@ -170,6 +171,10 @@ class PolicyMixin(RecordsMixin):
             policy.max_attempts if max_attempts is None else min(max_attempts, policy.max_attempts)
         )
 
+    def _payload_limit(self, queue: str) -> int:
+        policy = self._policies.get(queue)
+        return MAX_PAYLOAD_BYTES if policy is None else policy.max_payload_bytes
+
     def _check_delay(self, queue: str, delay: float) -> None:
         policy = self._policies.get(queue)
         if policy is not None:
@@ -214,6 +219,30 @@ class PolicyMixin(RecordsMixin):
                 log.error("drainpipe: %s", error, extra={"queue": job.queue, "job_id": job.id})
                 await bury(self.backend, job, str(error), PAYLOAD_UNREADABLE)
         return opened
+
+    def _opened(self, dead: DeadJob) -> DeadJob:
+        if self.keyring is None:
+            return dead
+        from ..keyring import UnreadableCiphertext
+        from .sealing import is_sealed, open_stored
+
+        if not is_sealed(dead.payload):
+            return dead
+        try:
+            payload, context = open_stored(self.keyring, dead.queue, dead.payload)
+        except UnreadableCiphertext:
+            return dead  # listed as stored: the sealed form, never a guess
+        return DeadJob(
+            id=dead.id,
+            queue=dead.queue,
+            payload=payload,
+            context=context,
+            attempts=dead.attempts,
+            max_attempts=dead.max_attempts,
+            last_error=dead.last_error,
+            enqueued_at=dead.enqueued_at,
+            died_at=dead.died_at,
+        )
 
     # -- operations --------------------------------------------------------------------------
 

@@ -56,13 +56,13 @@ def check_tenant(tenant: Any) -> str | None:
     return tenant
 
 
-class RecordsMixin:
-    """``get``, ``list_jobs``, ``list_records`` and ``cancel`` of :class:`Jobs`."""
+class RecordsRules:
+    """The checks and answers of the record calls, without I/O: shared by the async
+    :class:`RecordsMixin` and the sync twin's."""
 
-    backend: QueueBackend
     _cursor_key: bytes
 
-    def _check_queue(self, queue: str) -> str:  # provided by Jobs
+    def _check_queue(self, queue: str) -> str:  # provided by JobRules
         raise NotImplementedError
 
     def _check_list_queue(self, queue: Any) -> str | None:
@@ -72,10 +72,67 @@ class RecordsMixin:
             raise invalid_request("queue must be a string")
         return self._check_queue(queue)
 
+    def _get_args(self, queue: str, job_id: Any) -> int:
+        self._check_queue(queue)
+        return positive_int(job_id, "job_id", minimum=0, maximum=INT8_MAX)
+
+    def _list_records_args(
+        self, queue: Any, state: Any, tenant: Any, limit: Any, before: Any
+    ) -> tuple[str | None, str | None, str | None, int]:
+        name = self._check_list_queue(queue)
+        wanted = check_state(state)
+        who = check_tenant(tenant)
+        size = check_limit(limit)
+        if before is not None:
+            if not isinstance(before, Position):
+                raise invalid_request("before must be a Position (from list_records)")
+            check_queue_name(before.queue)
+            positive_int(before.id, "before.id", minimum=0, maximum=INT8_MAX)
+        return name, wanted, who, size
+
+    def _list_jobs_args(
+        self, queue: Any, state: Any, tenant: Any, limit: Any, cursor: Any
+    ) -> tuple[str | None, str | None, str | None, Position | None]:
+        name = self._check_list_queue(queue)
+        wanted = check_state(state)
+        who = check_tenant(tenant)
+        check_limit(limit)
+        before = None
+        if cursor is not None:
+            before = read_cursor(self._cursor_key, cursor, queue=name, state=wanted, tenant=who)
+        return name, wanted, who, before
+
+    def _page(
+        self,
+        records: list[JobRecord],
+        after: Position | None,
+        name: str | None,
+        wanted: str | None,
+        who: str | None,
+    ) -> JobPage:
+        next_cursor = (
+            None
+            if after is None
+            else sign_cursor(self._cursor_key, after, queue=name, state=wanted, tenant=who)
+        )
+        return JobPage(items=records, next_cursor=next_cursor)
+
+    def _cancel_answer(self, result: str | None, queue: str, job_id: int) -> bool:
+        if result is None:
+            raise DrainpipeError(
+                "not_found", f'No job {job_id} in queue "{queue}"', code="JOB_NOT_FOUND"
+            )
+        return result == "cancelled"
+
+
+class RecordsMixin(RecordsRules):
+    """``get``, ``list_jobs``, ``list_records`` and ``cancel`` of :class:`Jobs`."""
+
+    backend: QueueBackend
+
     async def get(self, queue: str, job_id: int) -> JobRecord | None:
         """The job's record with its attempt history; None when unknown or purged."""
-        self._check_queue(queue)
-        positive_int(job_id, "job_id", minimum=0, maximum=INT8_MAX)
+        job_id = self._get_args(queue, job_id)
         backend = self.backend
         if not isinstance(backend, SupportsGetRecord):
             raise lacking(backend, "get")
@@ -93,15 +150,7 @@ class RecordsMixin:
         """A raw keyset page, newest first (history empty): the records after ``before``
         and the position to pass for the next page (None on the last). ``list_jobs`` wraps
         it in signed cursors; an app with its own cursors (the management API) uses this."""
-        name = self._check_list_queue(queue)
-        wanted = check_state(state)
-        who = check_tenant(tenant)
-        size = check_limit(limit)
-        if before is not None:
-            if not isinstance(before, Position):
-                raise invalid_request("before must be a Position (from list_records)")
-            check_queue_name(before.queue)
-            positive_int(before.id, "before.id", minimum=0, maximum=INT8_MAX)
+        name, wanted, who, size = self._list_records_args(queue, state, tenant, limit, before)
         backend = self.backend
         if not isinstance(backend, SupportsListRecords):
             raise lacking(backend, "list_jobs")
@@ -122,36 +171,19 @@ class RecordsMixin:
         """Records newest first (``history`` empty; ``get`` fills it), ``limit`` 1..500.
         ``next_cursor`` is opaque and signed (see ``Jobs(cursor_secret=)``); it is valid
         for the same filters only (``invalid_request``, ``CURSOR_INVALID`` otherwise)."""
-        name = self._check_list_queue(queue)
-        wanted = check_state(state)
-        who = check_tenant(tenant)
-        check_limit(limit)
-        before = None
-        if cursor is not None:
-            before = read_cursor(self._cursor_key, cursor, queue=name, state=wanted, tenant=who)
+        name, wanted, who, before = self._list_jobs_args(queue, state, tenant, limit, cursor)
         records, after = await self.list_records(
             name, state=wanted, tenant=who, limit=limit, before=before
         )
-        next_cursor = (
-            None
-            if after is None
-            else sign_cursor(self._cursor_key, after, queue=name, state=wanted, tenant=who)
-        )
-        return JobPage(items=records, next_cursor=next_cursor)
+        return self._page(records, after, name, wanted, who)
 
     async def cancel(self, queue: str, job_id: int) -> bool:
         """Cancel a live job: True when it is now cancelled (a queued or retry_wait job never
         runs again; a leased one is fenced at once, its worker stops it at the next
         heartbeat), False when it had finished already; an unknown job is ``not_found``.
         A cancel cannot undo what a running handler already did."""
-        self._check_queue(queue)
-        positive_int(job_id, "job_id", minimum=0, maximum=INT8_MAX)
+        job_id = self._get_args(queue, job_id)
         backend = self.backend
         if not isinstance(backend, SupportsCancel):
             raise lacking(backend, "cancel")
-        result = await backend.cancel(queue, job_id)
-        if result is None:
-            raise DrainpipeError(
-                "not_found", f'No job {job_id} in queue "{queue}"', code="JOB_NOT_FOUND"
-            )
-        return result == "cancelled"
+        return self._cancel_answer(await backend.cancel(queue, job_id), queue, job_id)

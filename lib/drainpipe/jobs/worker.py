@@ -27,6 +27,7 @@ from ..telemetry import active_telemetry
 from ..validation import positive_int, seconds
 from .guard import bury, fail_within_window
 from .policy import PAYLOAD_UNREADABLE
+from .rules import hand_over
 
 if TYPE_CHECKING:
     from .client import Handler, Jobs, OnError
@@ -65,15 +66,15 @@ class JobSource:
         )
         self._validate = jobs.validator(queue)
         self._all_tenants = all_tenants
-        self._keyring = jobs.keyring
-        self._policy = jobs.policy(queue)
-        self._window = None if self._policy is None else self._policy.attempt_window
-        # ids whose payload did not decrypt in start(): their failure buries them
-        self._unreadable: set[int] = set()
         self._coded = backend if isinstance(backend, SupportsCodedSettle) else None
         if self._coded is not None:
             self.skip = self._coded.skip
         self._records = backend if isinstance(backend, SupportsGetRecord) else None
+        self._keyring = jobs.keyring
+        # ids whose payload did not decrypt in start(): their failure buries them
+        self._unreadable: set[int] = set()
+        self._policy = jobs.policy(queue)
+        self._window = None if self._policy is None else self._policy.attempt_window
 
     def claim(self, batch: int, lease: float) -> Awaitable[list[Job[Any]]]:
         return self._backend.read(self.queue, lease=lease, batch=batch)
@@ -92,24 +93,6 @@ class JobSource:
         if all(done):
             return ()
         return [job for job, ok in zip(items, done, strict=True) if not ok]
-
-    def _open(self, item: Job[Any], fields: dict[str, Any]) -> None:
-        """Decrypt a sealed payload in place; an unreadable one fails the job, which then
-        ends dead (``PAYLOAD_UNREADABLE``) instead of being retried."""
-        assert self._keyring is not None
-        from ..keyring import UnreadableCiphertext
-        from .sealing import open_stored, unreadable
-
-        try:
-            payload, context = open_stored(self._keyring, self.queue, item.payload)
-        except UnreadableCiphertext as exc:
-            self._unreadable.add(item.id)
-            raise unreadable(item.id, self.queue, str(exc)) from None
-        trace = item.context.trace
-        if trace is not None:
-            context = JobContext(actor=context.actor, tenant=context.tenant, trace=trace)
-        fields["payload"] = payload
-        fields["context"] = context
 
     def fail(
         self,
@@ -145,6 +128,26 @@ class JobSource:
             return self._coded.fail_coded(item, error, retry_in, code=code, discard=discard)
         return self._backend.fail(item, error, retry_in)
 
+    def _open(self, item: Job[Any]) -> None:
+        """Decrypt a sealed payload in place; an unreadable one fails the job, which then
+        ends dead (``PAYLOAD_UNREADABLE``) instead of being retried."""
+        assert self._keyring is not None
+        from ..keyring import UnreadableCiphertext
+        from .sealing import open_stored, unreadable
+
+        try:
+            payload, context = open_stored(self._keyring, self.queue, item.payload)
+        except UnreadableCiphertext as exc:
+            self._unreadable.add(item.id)
+            raise unreadable(item.id, self.queue, str(exc)) from None
+        trace = item.context.trace
+        if trace is not None:
+            context = JobContext(actor=context.actor, tenant=context.tenant, trace=trace)
+        # the claimed Job has not left the worker yet: it takes the opened payload in place
+        fields = item.__dict__
+        fields["payload"] = payload
+        fields["context"] = context
+
     async def why_lost(self, items: Sequence[Job[Any]]) -> dict[int, str]:
         """``CANCELLED`` for the jobs an operator cancelled (read on the rare lost path)."""
         if self._records is None:
@@ -157,20 +160,9 @@ class JobSource:
         return reasons
 
     def start(self, item: Job[Any]) -> Any:
-        # The claimed Job has not left the worker yet, so it takes the validated payload in
-        # place: building a second frozen dataclass per job costs a microsecond on this path.
-        fields = item.__dict__
         if self._keyring is not None and _is_sealed(item.payload):
-            self._open(item, fields)
-        payload = self._validate(item.payload)
-        fields["payload"] = payload
-        if self._all_tenants:
-            context = item.context
-            if context.tenant is None and not context.all_tenants:
-                fields["context"] = JobContext(
-                    actor=context.actor, tenant=None, all_tenants=True, trace=context.trace
-                )
-        return self._handler(payload, item)
+            self._open(item)
+        return self._handler(hand_over(item, self._validate, self._all_tenants), item)
 
     def fields(self, item: Job[Any] | None) -> dict[str, Any]:
         """The ``extra`` of a log record about ``item`` (stable names: docs/observability.md)."""
@@ -186,6 +178,12 @@ class JobSource:
         if item is None:
             return f"queue {self.queue}"
         return f"queue {self.queue} job {item.id} (attempt {item.attempts}/{item.max_attempts})"
+
+
+def checked_lease(lease: Callable[[], float]) -> Callable[[], float]:
+    """A lease callable whose every answer is checked: a wrong one is a ``validation``
+    error of the claim (which ends the run), not a failure deep inside the SQL call."""
+    return lambda: seconds(lease(), "lease")
 
 
 class Worker:
@@ -223,7 +221,7 @@ class Worker:
             source,
             concurrency=max(1, positive_int(concurrency, "concurrency")),
             batch=positive_int(batch, "batch"),
-            lease=lease if callable(lease) else seconds(lease, "lease"),
+            lease=checked_lease(lease) if callable(lease) else seconds(lease, "lease"),
             poll_interval=poll,
             max_poll_interval=max(poll, seconds(max_poll_interval, "max_poll_interval")),
             stop=stop,

@@ -40,7 +40,15 @@ from .cron import Interval, next_cron_run, parse_cron, zone
 if TYPE_CHECKING:
     from ..backends import QueueBackend
 
-__all__ = ["EnsureResult", "ScheduleDef", "ScheduleInfo", "ScheduleMixin", "run_key"]
+__all__ = [
+    "EnsureResult",
+    "ScheduleDef",
+    "ScheduleInfo",
+    "ScheduleMixin",
+    "ScheduleRules",
+    "plan_run",
+    "run_key",
+]
 
 #: Scheduled runs are enqueued with this many attempts.
 SCHEDULED_MAX_ATTEMPTS = 5
@@ -107,11 +115,11 @@ def _prefixed(exc: DrainpipeError, *path: Any) -> DrainpipeError:
     return exc
 
 
-class ScheduleMixin:
-    """Schedule methods of :class:`drainpipe.Jobs`."""
+class ScheduleRules:
+    """The checks and plans of the schedule calls, without I/O: shared by the async
+    :class:`ScheduleMixin` of :class:`drainpipe.Jobs` and the sync twin's."""
 
     if TYPE_CHECKING:
-        backend: QueueBackend
         scheduler: str
         _now: Callable[[], datetime]
 
@@ -196,6 +204,84 @@ class ScheduleMixin:
             return _Prepared(name, text, queue, value, time_zone, None, None)
         return _Prepared(name, text, queue, value, time_zone, owner, _floor_ms(first))
 
+    def _unschedule_args(self, name: Any) -> str:
+        if not isinstance(name, str):
+            raise validation_error(
+                "A schedule name is a string",
+                [{"message": "Invalid schedule name", "path": ["name"]}],
+            )
+        check_text(name, "The schedule name", max_length=MAX_NAME, allow_empty=True, path=["name"])
+        return name
+
+    def _list_schedules_args(self, prefix: Any, tenant: Any) -> None:
+        for label, value in (("prefix", prefix), ("tenant", tenant)):
+            if value is not None and not isinstance(value, str):
+                raise validation_error(
+                    f"{label} must be a string or None",
+                    [{"message": "Expected a string", "path": [label]}],
+                )
+            if value is not None:
+                limit = MAX_NAME if label == "prefix" else MAX_NAME_LENGTH
+                check_text(value, label, max_length=limit, allow_empty=True)
+
+    def _unschedule_all_args(self, tenant: Any) -> str:
+        if not isinstance(tenant, str) or not tenant:
+            raise validation_error(
+                "unschedule_all needs a non-empty tenant",
+                [{"message": "Invalid tenant", "path": ["tenant"]}],
+            )
+        check_text(tenant, "tenant")
+        return tenant
+
+    def _ensure_args(self, prefix: Any, tenant: Any, definitions: Any) -> None:
+        if not isinstance(prefix, str) or not prefix:
+            raise invalid_request("ensure_schedules needs a non-empty prefix")
+        if tenant is not None and (not isinstance(tenant, str) or not tenant):
+            raise invalid_request("ensure_schedules: tenant must be a non-empty string or None")
+        for label, text in (("prefix", prefix), ("tenant", tenant)):
+            fault = None if text is None else text_fault(text)
+            if fault is not None or (text is not None and len(text) > MAX_NAME_LENGTH):
+                raise invalid_request(
+                    f"ensure_schedules: {label} {fault or 'is longer than 255 characters'}"
+                )
+        if isinstance(definitions, str | bytes | Mapping):
+            raise invalid_request("ensure_schedules needs a list of ScheduleDef or mappings")
+
+    def _ensure_plan(
+        self, definitions: Iterable[Any], prefix: str, tenant: str | None
+    ) -> list[_Prepared]:
+        """Every definition checked and prepared before anything is written."""
+        seen: set[str] = set()
+        prepared: list[_Prepared] = []
+        for index, definition in enumerate(definitions):
+            item = _definition(index, definition)
+            name = item.name
+            if not isinstance(name, str) or not name.startswith(prefix):
+                raise invalid_request(f'Schedule "{name}" does not start with "{prefix}"')
+            if name in seen:
+                raise invalid_request(f'Schedule "{name}" is defined twice')
+            seen.add(name)
+            prepared.append(
+                self._prepare(
+                    name,
+                    item.cron,
+                    item.queue,
+                    item.payload,
+                    item.time_zone,
+                    item.tenant,
+                    item.context,
+                    default_tenant=tenant,
+                )
+            )
+        return prepared
+
+
+class ScheduleMixin(ScheduleRules):
+    """Schedule methods of :class:`drainpipe.Jobs`."""
+
+    if TYPE_CHECKING:
+        backend: QueueBackend
+
     async def _write(self, backend: SupportsSchedule, prepared: _Prepared) -> None:
         await backend.schedule(
             prepared.name,
@@ -237,12 +323,7 @@ class ScheduleMixin:
 
     async def unschedule(self, name: str) -> bool:
         """Remove a schedule; False when there was none of that name."""
-        if not isinstance(name, str):
-            raise validation_error(
-                "A schedule name is a string",
-                [{"message": "Invalid schedule name", "path": ["name"]}],
-            )
-        check_text(name, "The schedule name", max_length=MAX_NAME, allow_empty=True)
+        name = self._unschedule_args(name)
         backend = self.backend
         if not isinstance(backend, SupportsUnschedule):
             raise lacking(backend, "unschedule")
@@ -253,15 +334,7 @@ class ScheduleMixin:
     ) -> list[ScheduleInfo]:
         """Schedules ordered by name, optionally only names starting with ``prefix`` and only
         ``tenant``'s (under pg_cron a tenant filter matches nothing)."""
-        for label, value in (("prefix", prefix), ("tenant", tenant)):
-            if value is not None and not isinstance(value, str):
-                raise validation_error(
-                    f"{label} must be a string or None",
-                    [{"message": "Expected a string", "path": [label]}],
-                )
-            if value is not None:
-                limit = MAX_NAME if label == "prefix" else MAX_NAME_LENGTH
-                check_text(value, label, max_length=limit, allow_empty=True)
+        self._list_schedules_args(prefix, tenant)
         backend = self.backend
         if not isinstance(backend, SupportsListSchedules):
             raise lacking(backend, "list_schedules")
@@ -272,12 +345,7 @@ class ScheduleMixin:
 
     async def unschedule_all(self, *, tenant: str) -> int:
         """Remove every schedule of ``tenant``; returns how many (always 0 under pg_cron)."""
-        if not isinstance(tenant, str) or not tenant:
-            raise validation_error(
-                "unschedule_all needs a non-empty tenant",
-                [{"message": "Invalid tenant", "path": ["tenant"]}],
-            )
-        check_text(tenant, "tenant")
+        tenant = self._unschedule_all_args(tenant)
         backend = self.backend
         if not isinstance(backend, SupportsUnscheduleTenant):
             raise lacking(backend, "unschedule_all")
@@ -302,18 +370,7 @@ class ScheduleMixin:
         job. A definition's own tenant wins over ``tenant``. Rewriting a schedule with the
         same cron and zone keeps its next run (and a drain's claim on it).
         """
-        if not isinstance(prefix, str) or not prefix:
-            raise invalid_request("ensure_schedules needs a non-empty prefix")
-        if tenant is not None and (not isinstance(tenant, str) or not tenant):
-            raise invalid_request("ensure_schedules: tenant must be a non-empty string or None")
-        for label, text in (("prefix", prefix), ("tenant", tenant)):
-            fault = None if text is None else text_fault(text)
-            if fault is not None or (text is not None and len(text) > MAX_NAME_LENGTH):
-                raise invalid_request(
-                    f"ensure_schedules: {label} {fault or 'is longer than 255 characters'}"
-                )
-        if isinstance(definitions, str | bytes | Mapping):
-            raise invalid_request("ensure_schedules needs a list of ScheduleDef or mappings")
+        self._ensure_args(prefix, tenant, definitions)
         writer = self.backend
         if not isinstance(writer, SupportsSchedule):
             raise lacking(writer, "ensure_schedules")
@@ -323,28 +380,8 @@ class ScheduleMixin:
         remover = self.backend
         if not isinstance(remover, SupportsUnschedule):
             raise lacking(remover, "ensure_schedules")
-        seen: set[str] = set()
-        prepared: list[_Prepared] = []
-        for index, definition in enumerate(definitions):
-            item = _definition(index, definition)
-            name = item.name
-            if not isinstance(name, str) or not name.startswith(prefix):
-                raise invalid_request(f'Schedule "{name}" does not start with "{prefix}"')
-            if name in seen:
-                raise invalid_request(f'Schedule "{name}" is defined twice')
-            seen.add(name)
-            prepared.append(
-                self._prepare(
-                    name,
-                    item.cron,
-                    item.queue,
-                    item.payload,
-                    item.time_zone,
-                    item.tenant,
-                    item.context,
-                    default_tenant=tenant,
-                )
-            )
+        prepared = self._ensure_plan(definitions, prefix, tenant)
+        seen = {one.name for one in prepared}
         existing = [
             _schedule_info(row).name
             for row in await lister.list_schedules(prefix=prefix, tenant=tenant)
@@ -407,29 +444,47 @@ class ScheduleMixin:
         next_run: datetime | None,
         first_after: datetime | None,
     ) -> bool:
-        now = self._now()
-        try:
-            if next_run is None:
-                # written from SQL (or cron/zone changed without a next run): compute the first
-                first = _floor_ms(next_cron_run(cron, time_zone, first_after or now))
-                if first > now:
-                    await advance(name, None, first)
-                    return False
-                next_run = first
-            following = _floor_ms(next_cron_run(cron, time_zone, max(now, next_run)))
-        except ValueError:
-            # SQL only checks the shape; a cron Python cannot read never runs (it keeps no
-            # next run and list_schedules shows it) rather than failing every drain
+        plan = plan_run(cron, time_zone, next_run, first_after, self._now())
+        if plan is None:
+            return False
+        run, following = plan
+        if run is None:  # not due yet: only the first run is written
+            await advance(name, None, following)
             return False
         await self.backend.send(
             queue,
             payload,
             delay=0,
             max_attempts=SCHEDULED_MAX_ATTEMPTS,
-            dedupe_key=run_key(name, next_run),
+            dedupe_key=run_key(name, run),
             dedupe="always",
         )
-        return bool(await advance(name, next_run, following))
+        return bool(await advance(name, run, following))
+
+
+def plan_run(
+    cron: str,
+    time_zone: str,
+    next_run: datetime | None,
+    first_after: datetime | None,
+    now: datetime,
+) -> tuple[datetime | None, datetime] | None:
+    """What a due schedule's run does at ``now``: ``(run, following)`` enqueues the run
+    (dedupe key ``run_key(name, run)``) and advances to ``following``; ``(None, first)``
+    only writes the first run (not due yet); None: a cron Python cannot read never runs."""
+    try:
+        if next_run is None:
+            # written from SQL (or cron/zone changed without a next run): compute the first
+            first = _floor_ms(next_cron_run(cron, time_zone, first_after or now))
+            if first > now:
+                return None, first
+            next_run = first
+        following = _floor_ms(next_cron_run(cron, time_zone, max(now, next_run)))
+    except ValueError:
+        # SQL only checks the shape; a cron Python cannot read never runs (it keeps no
+        # next run and list_schedules shows it) rather than failing every drain
+        return None
+    return next_run, following
 
 
 def _schedule_info(row: Any) -> ScheduleInfo:

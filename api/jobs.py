@@ -1,0 +1,14 @@
+"""Vercel function /api/jobs (and every path below it, rewritten here in vercel.json): the
+Job Inbox; its app lives in ``functions/jobs_admin.py`` (run locally by ``drainpipe dev``)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # no pathlib: cold start
+if _ROOT not in sys.path:  # Vercel imports this file by its path: make functions/ importable
+    sys.path.insert(0, _ROOT)
+from functions.jobs_admin import app  # noqa: E402
+
+__all__ = ["app"]

@@ -1,0 +1,7 @@
+from django.db import models
+
+
+class Order(models.Model):
+    email = models.EmailField()
+    receipt_sent = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)

@@ -1,0 +1,59 @@
+"""drainpipe in a Flask app: an order and its job in one transaction, idempotent POSTs
+through the WSGI wrapper, and a webhook inbox answering from a view.
+
+    DATABASE_URL=postgresql://... flask --app app run
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import psycopg_pool
+from flask import Flask, Response, jsonify, request
+from pydantic import BaseModel
+
+from drainpipe import sync
+
+
+class Receipt(BaseModel):
+    order_id: int
+    email: str
+
+
+def create_app(database_url: str, webhook_secret: str) -> Flask:
+    app = Flask(__name__)
+    # one pool for the app's own writes; drainpipe's statements join its transactions
+    pool = psycopg_pool.ConnectionPool(database_url, min_size=1, max_size=5, open=True)
+    jobs = sync.Jobs(pool, {"receipts": Receipt})
+    inbox = sync.WebhookInbox(pool, source="billing", secrets=webhook_secret)
+    idempotency = sync.Idempotency(database_url)  # keys on a pool of their own (autocommit)
+    with pool.connection() as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, email text)")
+
+    @app.post("/orders")
+    def create_order() -> Any:
+        data = request.get_json()
+        with pool.connection() as conn, conn.transaction():
+            (order_id,) = conn.execute(
+                "INSERT INTO orders (email) VALUES (%s) RETURNING id", (data["email"],)
+            ).fetchone() or (0,)
+            jobs.bound_to(conn).enqueue("receipts", Receipt(order_id=order_id, email=data["email"]))
+            if data.get("fail"):
+                raise RuntimeError("payment declined")  # the order and its job roll back
+        return jsonify(order=order_id), 201
+
+    @app.post("/hooks/billing")
+    def billing_webhook() -> Response:
+        status, headers, body = inbox.receive(
+            request.headers, request.get_data(), path=request.path
+        )
+        return Response(body, status=status, headers=headers)
+
+    app.wsgi_app = idempotency.wrap_wsgi(app.wsgi_app)  # type: ignore[method-assign]
+    app.extensions["drainpipe"] = {"jobs": jobs, "inbox": inbox, "pool": pool}
+    return app
+
+
+if __name__ == "__main__":
+    create_app(os.environ["DATABASE_URL"], os.environ["WEBHOOK_SECRET"]).run()

@@ -1,0 +1,190 @@
+"""``drainpipe.ManagementClient``: the Job Inbox API from trusted Python code (httpx, async).
+
+    async with drainpipe.ManagementClient("https://app.example.com/api/jobs", token) as client:
+        async for job in client.list(queue="emails", state="dead"):
+            new = await client.replay(job["queue"], job["id"])
+
+Every answer is the response's ``data``; a Problem raises :class:`~drainpipe.DrainpipeError`
+with the server's kind, status and code. Only ``replay`` retries by itself (a lost answer,
+a 5xx, a 409 ``IDEMPOTENCY_KEY_IN_USE``), always with the one Idempotency-Key it made for
+that call, so a retry can never replay a job twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any, cast
+from urllib.parse import quote
+
+import httpx
+
+from ..errors import STATUS_BY_KIND, DrainpipeError, ErrorKind
+
+_KIND_BY_STATUS: dict[int, ErrorKind] = {
+    400: "invalid_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    409: "conflict",
+    422: "validation",
+    429: "rate_limited",
+    503: "network",
+    504: "timeout",
+}
+
+
+def _problem_error(response: httpx.Response) -> DrainpipeError:
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        body = {}
+    kind = body.get("kind")
+    if kind not in STATUS_BY_KIND:
+        kind = _KIND_BY_STATUS.get(response.status_code, "unexpected")
+    message = body.get("detail") or body.get("title") or f"HTTP {response.status_code}"
+    code = body.get("code")
+    issues = body.get("issues")
+    return DrainpipeError(
+        cast(ErrorKind, kind),
+        str(message),
+        code=code if isinstance(code, str) else None,
+        issues=issues if isinstance(issues, list) else None,
+        status=response.status_code,
+    )
+
+
+def _retryable(error: DrainpipeError) -> bool:
+    return error.status >= 500 or error.code == "IDEMPOTENCY_KEY_IN_USE"
+
+
+class ManagementClient:
+    """A client of one Job Inbox (``base_url``: where the app is mounted) with a bearer
+    ``token``. ``retries``/``backoff`` bound replay's own retries; ``timeout`` is seconds
+    per request; ``transport`` is an httpx transport (``httpx.ASGITransport(app)`` in tests)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = 10.0,
+        retries: int = 3,
+        backoff: float = 0.5,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ValueError("base_url must be an http(s) URL")
+        if not isinstance(token, str) or not token.strip():
+            raise ValueError("token must be a non-empty string")
+        if not isinstance(retries, int) or retries < 0:
+            raise ValueError("retries must be an integer >= 0")
+        self.base_url = base_url.rstrip("/")
+        self.retries = retries
+        self.backoff = backoff
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            headers={"Authorization": f"Bearer {token.strip()}", "Accept": "application/json"},
+            timeout=timeout,
+            transport=transport,
+            follow_redirects=False,
+        )
+
+    def __repr__(self) -> str:  # the token stays out of logs
+        return f"ManagementClient({self.base_url!r})"
+
+    async def _request(self, method: str, path: str, **options: Any) -> tuple[Any, Any]:
+        try:
+            response = await self._http.request(method, path, **options)
+        except httpx.TimeoutException as exc:
+            raise DrainpipeError("timeout", f"{method} {path} timed out") from exc
+        except httpx.HTTPError as exc:
+            raise DrainpipeError("network", f"{method} {path}: {exc}") from exc
+        if response.status_code >= 400:
+            raise _problem_error(response)
+        try:
+            body = response.json()
+        except ValueError as exc:
+            raise DrainpipeError("unexpected", f"{method} {path}: not a JSON answer") from exc
+        return body.get("data"), body.get("meta") or {}
+
+    @staticmethod
+    def _job_path(queue: str, job_id: int) -> str:
+        if not isinstance(job_id, int) or isinstance(job_id, bool) or job_id < 0:
+            raise DrainpipeError("validation", "job_id must be a non-negative integer")
+        return f"/jobs/{quote(queue, safe='')}/{job_id}"
+
+    async def list(
+        self,
+        *,
+        queue: str | None = None,
+        state: str | None = None,
+        tenant: str | None = None,
+        limit: int = 100,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Every matching record, newest first, fetched ``limit`` per page."""
+        params: dict[str, Any] = {"limit": limit}
+        for name, value in (("queue", queue), ("state", state), ("tenant", tenant)):
+            if value is not None:
+                params[name] = value
+        async for item in self._pages("/jobs", params):
+            yield item
+
+    async def audit(self, *, limit: int = 100) -> AsyncIterator[dict[str, Any]]:
+        """Every audit entry of the target, newest first (admins only)."""
+        async for item in self._pages("/audit", {"limit": limit}):
+            yield item
+
+    async def _pages(self, path: str, params: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        cursor: str | None = None
+        while True:
+            page_params = dict(params) if cursor is None else {**params, "cursor": cursor}
+            data, meta = await self._request("GET", path, params=page_params)
+            for item in data:
+                yield item
+            cursor = meta.get("next_cursor")
+            if not cursor:
+                return
+
+    async def get(self, queue: str, job_id: int) -> dict[str, Any]:
+        """The record with its attempt history; ``not_found`` when unknown."""
+        data, _ = await self._request("GET", self._job_path(queue, job_id))
+        return cast(dict[str, Any], data)
+
+    async def cancel(self, queue: str, job_id: int) -> dict[str, Any]:
+        """Cancel a live job; its record. A terminal one raises ``conflict``
+        (``JOB_NOT_CANCELLABLE``). Not retried: a repeat of a cancel that did land answers 409."""
+        data, _ = await self._request("POST", self._job_path(queue, job_id) + "/cancel")
+        return cast(dict[str, Any], data)
+
+    async def replay(
+        self, queue: str, job_id: int, *, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        """Replay a dead job: ``{"id": new, "parent_id": job_id}``. One key per call (or
+        yours, to carry it across processes), reused on each of this call's retries."""
+        key = idempotency_key or str(uuid.uuid4())
+        path = self._job_path(queue, job_id) + "/replay"
+        attempt = 0
+        while True:
+            try:
+                data, _ = await self._request(
+                    "POST", path, headers={"Idempotency-Key": key}, content=b""
+                )
+                return cast(dict[str, Any], data)
+            except DrainpipeError as exc:
+                if attempt >= self.retries or not _retryable(exc):
+                    raise
+            attempt += 1
+            await asyncio.sleep(self.backoff * 2 ** (attempt - 1))
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> ManagementClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()

@@ -1,0 +1,250 @@
+"""The JSON results of the ``drainpipe_api`` functions read into drainpipe's models.
+
+Every reader checks the shape it gets: an answer that is not what the function returns (a
+gateway's page, another API's result) is an ``unexpected`` error naming the function, never
+a wrong value taken at face value.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from ..context import ENVELOPE_KEY, unwrap_payload
+from ..errors import DrainpipeError
+from ..models import (
+    DeadJob,
+    DueSchedule,
+    FailOutcome,
+    Job,
+    JobContext,
+    JobRecord,
+    Position,
+    QueueStats,
+    ScheduleInfo,
+    claimed_job,
+)
+from ..ops.records import parse_record
+
+NO_CONTEXT = JobContext()
+
+
+def malformed(schema: str, fn: str, what: str, data: Any) -> DrainpipeError:
+    shown = repr(data)
+    if len(shown) > 200:
+        shown = shown[:200] + "…"
+    return DrainpipeError("unexpected", f"{schema}.{fn}: expected {what}, got {shown}")
+
+
+def _int(value: Any) -> int | None:
+    """A JSON integer, or its digits as a string (bigints past 2**53 through some gateways)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    return None
+
+
+def _instant(value: Any) -> datetime | None:
+    """A timestamptz from JSON; a naive one is read as UTC."""
+    if value is None:
+        return None
+    parsed = datetime.fromisoformat(value)
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def job_id(schema: str, fn: str, data: Any) -> int:
+    found = _int(data)
+    if found is None:
+        raise malformed(schema, fn, "a job id", data)
+    return found
+
+
+def job_ids(schema: str, fn: str, data: Any, expected: int) -> list[int]:
+    if not isinstance(data, list) or len(data) != expected:
+        raise malformed(schema, fn, f"{expected} job ids", data)
+    return [job_id(schema, fn, value) for value in data]
+
+
+def id_set(schema: str, fn: str, data: Any) -> set[int]:
+    if not isinstance(data, list):
+        raise malformed(schema, fn, "a list of job ids", data)
+    return {job_id(schema, fn, value) for value in data}
+
+
+def flag(schema: str, fn: str, data: Any) -> bool:
+    if not isinstance(data, bool):
+        raise malformed(schema, fn, "true or false", data)
+    return data
+
+
+def count(schema: str, fn: str, data: Any) -> int:
+    found = _int(data)
+    if found is None:
+        raise malformed(schema, fn, "a count", data)
+    return found
+
+
+def fail_outcome(schema: str, data: Any, fn: str = "fail_v1") -> FailOutcome | None:
+    if data is None or data == "queued" or data == "dead":
+        outcome: FailOutcome | None = data
+        return outcome
+    raise malformed(schema, fn, '"queued", "dead" or null', data)
+
+
+def claimed(schema: str, queue: str, data: Any) -> list[Job[Any]]:
+    """``claim_v1``'s rows ``[id, attempts, enqueued_at, visible_until, payload,
+    max_attempts, last_error]`` → Jobs (payloads not validated yet)."""
+    if not isinstance(data, list):
+        raise malformed(schema, "claim_v1", "a list of jobs", data)
+    jobs = []
+    for row in data:
+        try:
+            job_id_, attempts, enqueued_at, visible_until, stored, max_attempts, last_error = row
+            if isinstance(stored, dict) and ENVELOPE_KEY in stored:
+                payload, context = unwrap_payload(stored)
+            else:
+                payload, context = stored, NO_CONTEXT
+            jobs.append(
+                claimed_job(
+                    int(job_id_),
+                    queue,
+                    payload,
+                    context,
+                    int(attempts),
+                    int(max_attempts),
+                    datetime.fromisoformat(enqueued_at),
+                    datetime.fromisoformat(visible_until),
+                    last_error,
+                )
+            )
+        except (TypeError, ValueError) as exc:
+            raise malformed(schema, "claim_v1", f"job rows ({exc})", row) from None
+    return jobs
+
+
+def stats(schema: str, data: Any) -> dict[str, QueueStats]:
+    if not isinstance(data, dict):
+        raise malformed(schema, "stats_v1", "counts by queue", data)
+    try:
+        return {
+            queue: QueueStats(
+                ready=int(row["ready"]),
+                in_flight=int(row["in_flight"]),
+                delayed=int(row["delayed"]),
+                dead=int(row["dead"]),
+                oldest_age_seconds=(
+                    None if row["oldest_age_seconds"] is None else float(row["oldest_age_seconds"])
+                ),
+                succeeded=int(row.get("succeeded", 0)),
+                cancelled=int(row.get("cancelled", 0)),
+            )
+            for queue, row in data.items()
+        }
+    except (KeyError, TypeError, ValueError) as exc:
+        raise malformed(schema, "stats_v1", f"counts by queue ({exc})", data) from None
+
+
+def dead(schema: str, queue: str, data: Any) -> list[DeadJob]:
+    if not isinstance(data, list):
+        raise malformed(schema, "list_dead_v1", "a list of dead letters", data)
+    letters = []
+    for row in data:
+        try:
+            message = row["message"] if isinstance(row["message"], dict) else {}
+            payload, context = unwrap_payload(message.get("payload"))
+            letters.append(
+                DeadJob(
+                    id=int(row["id"]),
+                    queue=queue,
+                    payload=payload,
+                    context=context,
+                    attempts=int(row["attempts"]),
+                    max_attempts=int(message.get("max_attempts") or 5),
+                    last_error=message.get("last_error"),
+                    enqueued_at=_instant(row["enqueued_at"]),  # type: ignore[arg-type]
+                    died_at=_instant(row["died_at"]),
+                )
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise malformed(schema, "list_dead_v1", f"dead letters ({exc})", row) from None
+    return letters
+
+
+def schedules(schema: str, data: Any) -> list[ScheduleInfo]:
+    if not isinstance(data, list):
+        raise malformed(schema, "list_schedules_v1", "a list of schedules", data)
+    found = []
+    for row in data:
+        try:
+            found.append(
+                ScheduleInfo(
+                    row["name"],
+                    row["cron"],
+                    row["time_zone"],
+                    row["queue"],
+                    row["tenant"],
+                    _instant(row["next_run"]),
+                    _instant(row["last_run"]),
+                    _instant(row["leased_until"]),
+                    _instant(row["created_at"]),
+                )
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise malformed(schema, "list_schedules_v1", f"schedules ({exc})", row) from None
+    return found
+
+
+def due_schedules(schema: str, data: Any) -> list[DueSchedule]:
+    if not isinstance(data, list):
+        raise malformed(schema, "claim_due_schedules_v1", "a list of schedules", data)
+    found = []
+    for row in data:
+        try:
+            found.append(
+                DueSchedule(
+                    row["name"],
+                    row["cron"],
+                    row["time_zone"],
+                    row["queue"],
+                    row["payload"],
+                    _instant(row["next_run"]),
+                    _instant(row["first_after"]),
+                    row["claim_token"],
+                )
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise malformed(schema, "claim_due_schedules_v1", f"schedules ({exc})", row) from None
+    return found
+
+
+_RECORD_FIELDS = (
+    "id", "queue", "state", "attempts", "max_attempts", "deadline", "tenant", "dedupe_key",
+    "enqueued_at", "eligible_at", "started_at", "finished_at", "last_code", "parent_id",
+    "replayed_by", "history",
+)  # fmt: skip
+_RECORD_TIMES = frozenset(("deadline", "enqueued_at", "eligible_at", "started_at", "finished_at"))
+
+
+def record(schema: str, fn: str, data: Any) -> JobRecord:
+    """A ``job_record_v1`` object → JobRecord (read as the SQL backend reads its row)."""
+    if not isinstance(data, dict):
+        raise malformed(schema, fn, "a job record", data)
+    try:
+        row = tuple(
+            _instant(data[name]) if name in _RECORD_TIMES else data[name] for name in _RECORD_FIELDS
+        )
+        return parse_record(row)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise malformed(schema, fn, f"a job record ({exc})", data) from None
+
+
+def record_page(schema: str, data: Any, limit: int) -> tuple[list[JobRecord], Position | None]:
+    """``limit + 1`` records asked for: the page and the position after it (None: last)."""
+    if not isinstance(data, list):
+        raise malformed(schema, "list_jobs_v1", "a list of job records", data)
+    records = [record(schema, "list_jobs_v1", row) for row in data[: limit + 1]]
+    page = records[:limit]
+    if len(records) <= limit or not page:
+        return page, None
+    return page, Position(page[-1].id, page[-1].queue)

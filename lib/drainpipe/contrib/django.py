@@ -1,0 +1,131 @@
+"""Django: idempotency keys as middleware, and the ORM's connection for enqueues that
+commit with a view's writes.
+
+    # settings.py
+    MIDDLEWARE = [..., "drainpipe.contrib.django.IdempotencyMiddleware"]
+    DRAINPIPE_IDEMPOTENCY = {"required": False, "ttl": 86400}   # optional; also "db"
+
+    # views.py
+    from django.db import transaction
+    from drainpipe.contrib.django import connection
+    JOBS = sync.Jobs("postgresql://...", {"emails": Email})     # once, at import
+
+    with transaction.atomic():
+        order = Order.objects.create(...)
+        JOBS.bound_to(connection()).enqueue("emails", Email(to=order.email))
+
+The middleware keeps its keys on a pool of its own (``DRAINPIPE_IDEMPOTENCY["db"]``, else
+a DSN built from ``DATABASES["default"]``), never on the ORM's connection: a key is claimed
+before the view runs and must be visible to a concurrent retry at once, whatever
+transaction the view opens. Django (4.2+, on psycopg 3) is imported on first use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from ..http import Response
+    from ..sync.idempotency import Idempotency
+
+__all__ = ["IdempotencyMiddleware", "connection", "database_url"]
+
+
+def connection(using: str = "default") -> psycopg.Connection[Any]:
+    """The psycopg connection under Django's ``connections[using]`` (opened if needed).
+    Statements drainpipe runs on it join Django's open transaction: inside
+    ``transaction.atomic()`` an enqueue commits or rolls back with the ORM's writes."""
+    from django.db import connections
+
+    wrapper = connections[using]
+    wrapper.ensure_connection()
+    conn: psycopg.Connection[Any] = wrapper.connection
+    return conn
+
+
+def database_url(using: str = "default") -> str:
+    """A libpq connection string for ``DATABASES[using]`` (for drainpipe's own pools)."""
+    from django.conf import settings
+    from psycopg.conninfo import make_conninfo
+
+    config = settings.DATABASES[using]
+    parts = {
+        "dbname": config.get("NAME"),
+        "user": config.get("USER"),
+        "password": config.get("PASSWORD"),
+        "host": config.get("HOST"),
+        "port": str(config["PORT"]) if config.get("PORT") else None,
+    }
+    return make_conninfo(**{key: value for key, value in parts.items() if value})
+
+
+class IdempotencyMiddleware:
+    """Runs a non-safe request with an ``Idempotency-Key`` at most once and replays its
+    response (status, body, content type, ``Idempotency-Replayed: true``) to retries; the
+    409/422/400 answers of :class:`drainpipe.Idempotency`. Options from
+    ``settings.DRAINPIPE_IDEMPOTENCY`` (those of :class:`drainpipe.sync.Idempotency`,
+    plus ``db``); a ``scope`` callable gets Django's ``HttpRequest``. A view that raises or
+    answers 5xx releases the key (Django turns an exception into a 500 inside the chain)."""
+
+    def __init__(self, get_response: Callable[[Any], Any]) -> None:
+        from django.conf import settings
+
+        from ..sync.idempotency import Idempotency
+
+        options: dict[str, Any] = dict(getattr(settings, "DRAINPIPE_IDEMPOTENCY", None) or {})
+        db = options.pop("db", None) or database_url()
+        self.get_response = get_response
+        self.idempotency: Idempotency = Idempotency(db, **options)
+
+    def __call__(self, request: Any) -> Any:
+        idem = self.idempotency
+        decision = idem.before(
+            request.method, request.path, _headers(request), lambda: bytes(request.body), request
+        )
+        if decision is None:
+            return self.get_response(request)
+        from ..http import Response
+
+        if isinstance(decision, Response):
+            return _django_response(decision)
+        try:
+            response = self.get_response(request)
+            if getattr(response, "streaming", False):
+                response = _buffered(response)
+            body = bytes(response.content)
+        except BaseException:
+            idem.abandon(decision)
+            raise
+        refusal = idem.after(
+            decision, int(response.status_code), body, response.get("Content-Type"), request.path
+        )
+        return response if refusal is None else _django_response(refusal)
+
+
+def _headers(request: Any) -> Mapping[str, str]:
+    return {str(name): str(value) for name, value in request.headers.items()}
+
+
+def _django_response(response: Response) -> Any:
+    from django.http import HttpResponse
+
+    out = HttpResponse(response.body, status=response.status)
+    for name, value in response.headers.items():
+        out[name] = value
+    if response.content_type is None:
+        del out["Content-Type"]
+    return out
+
+
+def _buffered(response: Any) -> Any:
+    """A streaming response read in full (a replay needs the whole body)."""
+    from django.http import HttpResponse
+
+    body = b"".join(bytes(chunk) for chunk in response.streaming_content)
+    out = HttpResponse(body, status=response.status_code)
+    for name, value in response.items():
+        out[name] = value
+    return out

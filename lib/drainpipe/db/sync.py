@@ -1,0 +1,181 @@
+"""The synchronous executor of the sans-I/O operations (:mod:`drainpipe.ops`).
+
+:class:`SyncDatabase` is :class:`drainpipe.db.Database` without an event loop: one
+statement per call on a DSN (a ``psycopg_pool.ConnectionPool`` drainpipe opens on first
+use), a pool you give, or a ``psycopg.Connection`` whose open transaction the statements
+join. Errors go through the same translation (:func:`drainpipe.db.translate_error`,
+:func:`drainpipe.db.connect_error`), so the sync twin answers with the same kinds and codes.
+psycopg is imported on first use, as for the async executor.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from ..errors import DrainpipeError
+from . import (
+    _TRANSACTION_POOLER,
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_POOL_TIMEOUT,
+    _database_error,
+    _positive_seconds,
+    connect_error,
+    connect_options,
+)
+from .json import _has_json_column, use_fast_json
+
+if TYPE_CHECKING:
+    import psycopg
+    import psycopg_pool
+
+Row = tuple[Any, ...]
+
+
+class SyncDatabase:
+    """Runs one SQL statement per call, synchronously, on a DSN, a pool or a connection.
+
+    * DSN: a ``ConnectionPool`` of autocommit connections, opened on first use; the first
+      use fails at once with libpq's cause and a ``code`` when it cannot connect.
+    * ``psycopg_pool.ConnectionPool``: a connection is borrowed per statement.
+    * ``psycopg.Connection``: statements run on it. Not in autocommit mode, they join its
+      open transaction and drainpipe never commits: a Django view's enqueue commits or
+      rolls back with the view's own writes. A lock serialises drainpipe's statements on
+      it (a heartbeat thread and the handler's thread may share it).
+    """
+
+    def __init__(
+        self,
+        db: Any,
+        *,
+        max_size: int = 10,
+        timeout: float = DEFAULT_POOL_TIMEOUT,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    ) -> None:
+        self._dsn: str | None = None
+        self._pool: psycopg_pool.ConnectionPool | None = None
+        self._conn: psycopg.Connection[Any] | None = None
+        self._owns_pool = False
+        self._max_size = max_size
+        self._timeout = _positive_seconds(timeout, "timeout")
+        self._connect_timeout = _positive_seconds(connect_timeout, "connect_timeout")
+        self._open_lock = threading.Lock()
+        self._conn_lock = threading.RLock()
+        if isinstance(db, str):
+            self._dsn = db
+        else:
+            # by class name: psycopg is not imported until it is needed. The async classes
+            # are refused here (a sync call cannot await them).
+            bases = {(c.__module__.partition(".")[0], c.__qualname__) for c in type(db).__mro__}
+            if ("psycopg_pool", "ConnectionPool") in bases:
+                self._pool = db
+            elif ("psycopg", "Connection") in bases:
+                self._conn = db
+            else:
+                raise TypeError(
+                    "db must be a DSN string, a psycopg Connection or a psycopg_pool "
+                    f"ConnectionPool, not {type(db).__name__} (the async ones belong to "
+                    "drainpipe.Jobs and friends)"
+                )
+
+    @property
+    def dsn(self) -> str | None:
+        return self._dsn
+
+    @property
+    def joins_transactions(self) -> bool:
+        """True when statements run on the caller's connection (and its transaction)."""
+        return self._conn is not None
+
+    def _ensure_pool(self) -> psycopg_pool.ConnectionPool:
+        if self._pool is not None:
+            return self._pool
+        with self._open_lock:
+            if self._pool is None:
+                import psycopg
+                from psycopg_pool import ConnectionPool
+
+                assert self._dsn is not None
+                kwargs = connect_options(self._dsn, self._connect_timeout)
+                kwargs["autocommit"] = True
+                if _TRANSACTION_POOLER.search(self._dsn):
+                    kwargs["prepare_threshold"] = None
+                # one connection first, in this thread: a missing database or a wrong
+                # password fails now with libpq's cause, not after the pool's wait
+                try:
+                    psycopg.connect(self._dsn, **kwargs).close()
+                except Exception as exc:
+                    raise connect_error(exc) from exc
+                pool: psycopg_pool.ConnectionPool = ConnectionPool(
+                    self._dsn,
+                    configure=use_fast_json,
+                    min_size=1,
+                    max_size=self._max_size,
+                    timeout=self._timeout,
+                    kwargs=kwargs,
+                    open=False,
+                    name="drainpipe-sync",
+                )
+                pool.open(wait=False)
+                self._pool = pool
+                self._owns_pool = True
+        return self._pool
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """Borrow a connection; database errors inside become ``DrainpipeError``."""
+        try:
+            if self._conn is not None:
+                with self._conn_lock:
+                    yield self._conn
+                return
+            with self._ensure_pool().connection() as conn:
+                yield conn
+        except Exception as exc:
+            error = _database_error(exc)
+            if error is None:
+                raise
+            raise error from exc
+
+    def fetch(self, sql: str, params: Sequence[Any] | None = None) -> list[Row]:
+        """Run one statement and return all its rows (as tuples)."""
+        try:
+            if self._conn is not None:
+                with self._conn_lock:
+                    return self._run(self._conn, sql, params)
+            pool = self._pool or self._ensure_pool()
+            with pool.connection() as conn:
+                return self._run(conn, sql, params)
+        except DrainpipeError:
+            raise
+        except Exception as exc:
+            error = _database_error(exc)
+            if error is None:
+                raise
+            if error.kind == "network" and self._owns_pool and self._pool is not None:
+                self._pool.check()  # drop the dead idle connections before a retry
+            raise error from exc
+
+    def _run(self, conn: Any, sql: str, params: Sequence[Any] | None) -> list[Row]:
+        cur = conn.cursor()
+        cur.execute(sql, params)
+        result = cur.pgresult
+        if result is None or result.nfields == 0:
+            return []
+        if not self._owns_pool and _has_json_column(result):
+            use_fast_json(cur)  # the caller's connection: our cursor only
+        rows: list[Row] = cur.fetchall()
+        return rows
+
+    def close(self) -> None:
+        """Close the pool drainpipe opened for a DSN (a pool or connection you gave stays open)."""
+        if self._owns_pool and self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+
+def as_sync_database(db: Any) -> SyncDatabase:
+    """Wrap what the user gave (DSN, sync pool, sync connection, SyncDatabase)."""
+    return db if isinstance(db, SyncDatabase) else SyncDatabase(db)

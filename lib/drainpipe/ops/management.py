@@ -1,0 +1,93 @@
+"""Job Inbox operations: the audited cancel and replay, and the audit log's pages. See
+:mod:`drainpipe.ops` for the shape. Each write is one statement: the change and its audit
+row commit together (``sql/migrations/jobs/*_management``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from ._types import Params, Row
+
+Outcome = Literal["ok", "refused"]
+
+# ``now`` (p_now): the caller's clock, or None for the database's (clock_timestamp())
+AUDITED_CANCEL = "SELECT drainpipe.audited_cancel_job_v1(%s, %s, %s, %s, %s)"
+
+
+def audited_cancel_params(
+    target: str, actor: str, queue: str, job_id: int, now: datetime | None = None
+) -> Params:
+    return (target, actor, queue, job_id, now)
+
+
+def parse_audited_cancel(rows: list[Row]) -> Outcome | None:
+    """``"ok"`` (cancelled now), ``"refused"`` (terminal already), None (unknown job)."""
+    value = rows[0][0] if rows else None
+    return None if value is None else "ok" if value == "ok" else "refused"
+
+
+AUDITED_REPLAY = (
+    "SELECT outcome, code, new_job_id FROM drainpipe.audited_replay_job_v1(%s, %s, %s, %s, %s, %s)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayOutcome:
+    outcome: Outcome
+    code: str | None
+    new_job_id: int | None
+
+
+def audited_replay_params(
+    target: str,
+    actor: str,
+    queue: str,
+    job_id: int,
+    idempotency_key: str | None,
+    now: datetime | None = None,
+) -> Params:
+    return (target, actor, queue, job_id, idempotency_key, now)
+
+
+def parse_audited_replay(rows: list[Row]) -> ReplayOutcome | None:
+    """The replay's outcome, or None when the job is unknown (nothing audited)."""
+    if not rows:
+        return None
+    outcome, code, new_job_id = rows[0]
+    return ReplayOutcome(
+        "ok" if outcome == "ok" else "refused",
+        None if code is None else str(code),
+        None if new_job_id is None else int(new_job_id),
+    )
+
+
+LIST_AUDIT = (
+    "SELECT id, at, actor, action, queue, job_id, outcome, code, idempotency_key, new_job_id"
+    " FROM drainpipe.list_management_audit_v1(%s, %s, %s)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One audited write: who did what to which job, and how it ended."""
+
+    id: int
+    at: datetime
+    actor: str
+    action: Literal["cancel", "replay"]
+    queue: str
+    job_id: int
+    outcome: Outcome
+    code: str | None
+    idempotency_key: str | None
+    new_job_id: int | None
+
+
+def list_audit_params(target: str, limit: int, before: int | None) -> Params:
+    return (target, limit, before)
+
+
+def parse_list_audit(rows: list[Row]) -> list[AuditEntry]:
+    return [AuditEntry(*row) for row in rows]

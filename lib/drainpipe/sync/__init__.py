@@ -1,0 +1,66 @@
+"""The sync twin: drainpipe from synchronous code (Django, Flask, plain Lambda handlers).
+
+    from drainpipe import sync
+
+    jobs = sync.Jobs(dsn_or_pool_or_connection, {"emails": Email})
+    jobs.enqueue("emails", Email(to="a@example.com"))        # joins a connection's transaction
+    jobs.drain("emails", send)                                # send(payload, job): a plain function
+    idem = sync.Idempotency(db); app.wsgi_app = idem.wrap_wsgi(app.wsgi_app)
+    with sync.lease(db, "nightly") as held: ...
+    inbox = sync.WebhookInbox(db, source="billing", secrets=[...])
+    status, headers, body = inbox.receive(request.headers, request.get_data())
+
+The same SQL (:mod:`drainpipe.ops`), the same checks (the ``rules`` modules the async
+objects use), the same errors (:func:`drainpipe.db.translate_error`) and results as the
+async API. No asyncio: ``import drainpipe.sync`` loads neither asyncio nor psycopg nor
+pydantic; they load on first use (psycopg itself imports asyncio, but no event loop runs).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .idempotency import Idempotency
+    from .inbox import WebhookInbox
+    from .jobs import Jobs, Queue
+    from .leases import Lease, lease, with_lease
+    from .worker import SyncHandler, SyncOnError
+
+__all__ = [
+    "Idempotency",
+    "Jobs",
+    "Lease",
+    "Queue",
+    "SyncHandler",
+    "SyncOnError",
+    "WebhookInbox",
+    "lease",
+    "with_lease",
+]
+
+_EXPORTS = {
+    "Idempotency": "idempotency",
+    "Jobs": "jobs",
+    "Lease": "leases",
+    "Queue": "jobs",
+    "SyncHandler": "worker",
+    "SyncOnError": "worker",
+    "WebhookInbox": "inbox",
+    "lease": "leases",
+    "with_lease": "leases",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,196 @@
+"""Jobs storage for the sync twin: the :mod:`drainpipe.ops` job and schedule operations run
+on a :class:`~drainpipe.db.sync.SyncDatabase`.
+
+The same ``drainpipe.*`` functions exist for the pgmq and the table storage (as for the
+async :class:`~drainpipe.backends.sql.SqlQueueBackend`), so this class does not care which
+one the database has: it is the async backend's twin, statement for statement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..db.sync import SyncDatabase, as_sync_database
+from ..models import (
+    DeadJob,
+    DedupeMode,
+    DueSchedule,
+    FailOutcome,
+    Job,
+    JobRecord,
+    Position,
+    QueueStats,
+    ScheduleInfo,
+)
+from ..ops import jobs as ops
+from ..ops import records as record_ops
+from ..ops import schedules as schedule_ops
+
+
+class SyncSqlBackend:
+    """Jobs over a synchronous psycopg DSN, pool or connection; one round trip per call."""
+
+    name = "sql"
+    leases = True
+
+    def __init__(self, db: Any) -> None:
+        self.db: SyncDatabase = as_sync_database(db)
+
+    def send(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        delay: float = 0,
+        max_attempts: int = 5,
+        dedupe_key: str | None = None,
+        dedupe: DedupeMode = "always",
+    ) -> int:
+        statement, params = ops.enqueue_query(
+            queue, payload, delay, max_attempts, dedupe_key, dedupe
+        )
+        return ops.parse_enqueue(self.db.fetch(statement, params))
+
+    def send_many(
+        self, queue: str, payloads: Sequence[Any], *, delay: float = 0, max_attempts: int = 5
+    ) -> list[int]:
+        rows = self.db.fetch(
+            ops.ENQUEUE_MANY, ops.enqueue_many_params(queue, payloads, delay, max_attempts)
+        )
+        return ops.parse_enqueue_many(rows)
+
+    def read(self, queue: str, *, lease: float, batch: int) -> list[Job[Any]]:
+        return ops.parse_claim(
+            queue, self.db.fetch(ops.CLAIM, ops.claim_params(queue, lease, batch))
+        )
+
+    def complete(self, job: Job[Any]) -> bool:
+        return ops.parse_complete(self.db.fetch(ops.COMPLETE, ops.complete_params(job)))
+
+    def complete_many(self, jobs: Sequence[Job[Any]]) -> list[bool]:
+        if not jobs:
+            return []
+        rows = self.db.fetch(ops.COMPLETE_MANY, ops.complete_many_params(jobs))
+        return ops.parse_complete_many(jobs, rows)
+
+    def fail(self, job: Job[Any], error: str, retry_in: float | None = None) -> FailOutcome | None:
+        return ops.parse_fail(self.db.fetch(ops.FAIL, ops.fail_params(job, error, retry_in)))
+
+    def extend(self, job: Job[Any], lease: float) -> bool:
+        return ops.parse_extend(self.db.fetch(ops.EXTEND, ops.extend_params(job, lease)))
+
+    def extend_many(self, jobs: Sequence[Job[Any]], lease: float) -> set[int]:
+        if not jobs:
+            return set()
+        return ops.parse_extend_many(
+            self.db.fetch(ops.EXTEND_MANY, ops.extend_many_params(jobs, lease))
+        )
+
+    def replay(self, queue: str, job_id: int) -> int | None:
+        return ops.parse_replay(self.db.fetch(ops.REPLAY, ops.replay_params(queue, job_id)))
+
+    # -- records and coded settlements -----------------------------------------------------
+
+    def skip(self, job: Job[Any], code: str) -> bool:
+        return record_ops.parse_skip(
+            self.db.fetch(record_ops.SKIP, record_ops.skip_params(job, code))
+        )
+
+    def fail_coded(
+        self, job: Job[Any], error: str, retry_in: float | None, *, code: str, discard: bool
+    ) -> FailOutcome | None:
+        params = record_ops.fail_coded_params(job, error, retry_in, code, discard)
+        return record_ops.parse_fail_coded(self.db.fetch(record_ops.FAIL_CODED, params))
+
+    def get_record(self, queue: str, job_id: int) -> JobRecord | None:
+        return record_ops.parse_get(
+            self.db.fetch(record_ops.GET, record_ops.get_params(queue, job_id))
+        )
+
+    def list_records(
+        self,
+        queue: str | None,
+        *,
+        state: str | None,
+        tenant: str | None,
+        limit: int,
+        before: Position | None,
+    ) -> tuple[list[JobRecord], Position | None]:
+        params = record_ops.list_params(queue, state, tenant, limit, before)
+        return record_ops.parse_list(self.db.fetch(record_ops.LIST, params), limit)
+
+    def cancel(self, queue: str, job_id: int) -> str | None:
+        rows = self.db.fetch(record_ops.CANCEL, record_ops.cancel_params(queue, job_id))
+        return record_ops.parse_cancel(rows)
+
+    def stats(self, queues: Sequence[str]) -> dict[str, QueueStats]:
+        return ops.parse_stats(self.db.fetch(ops.STATS, ops.stats_params(queues)))
+
+    def list_dead(self, queue: str, *, limit: int, before: int | None) -> list[DeadJob]:
+        rows = self.db.fetch(ops.LIST_DEAD, ops.list_dead_params(queue, limit, before))
+        return ops.parse_list_dead(queue, rows)
+
+    def retry_dead(self, queue: str, *, ids: Sequence[int] | None, limit: int) -> int:
+        return ops.parse_retry_dead(
+            self.db.fetch(ops.RETRY_DEAD, ops.retry_dead_params(queue, ids, limit))
+        )
+
+    def purge_archive(
+        self, queue: str, *, older_than: timedelta, dead_older_than: timedelta, batch: int
+    ) -> int:
+        rows = self.db.fetch(
+            ops.PURGE_ARCHIVE, ops.purge_archive_params(queue, older_than, dead_older_than, batch)
+        )
+        return ops.parse_purge_archive(rows)
+
+    # -- schedules ------------------------------------------------------------------------
+
+    def schedule(
+        self,
+        name: str,
+        cron: str,
+        queue: str,
+        payload: Any,
+        *,
+        time_zone: str,
+        next_run: datetime | None,
+        tenant: str | None,
+    ) -> None:
+        self.db.fetch(
+            schedule_ops.SCHEDULE,
+            schedule_ops.schedule_params(name, cron, queue, payload, time_zone, next_run, tenant),
+        )
+
+    def unschedule(self, name: str) -> bool:
+        return schedule_ops.parse_unschedule(
+            self.db.fetch(schedule_ops.UNSCHEDULE, schedule_ops.unschedule_params(name))
+        )
+
+    def list_schedules(self, *, prefix: str | None, tenant: str | None) -> list[ScheduleInfo]:
+        rows = self.db.fetch(
+            schedule_ops.LIST_SCHEDULES, schedule_ops.list_schedules_params(prefix, tenant)
+        )
+        return schedule_ops.parse_list_schedules(rows)
+
+    def unschedule_tenant(self, tenant: str) -> int:
+        rows = self.db.fetch(
+            schedule_ops.UNSCHEDULE_TENANT, schedule_ops.unschedule_tenant_params(tenant)
+        )
+        return schedule_ops.parse_unschedule_tenant(rows)
+
+    def due_schedules(self, *, lease: float, batch: int) -> list[DueSchedule]:
+        rows = self.db.fetch(
+            schedule_ops.DUE_SCHEDULES, schedule_ops.due_schedules_params(lease, batch)
+        )
+        return schedule_ops.parse_due_schedules(rows)
+
+    def advance_schedule(
+        self, name: str, ran: datetime | None, next_run: datetime | None, claim_token: Any
+    ) -> bool:
+        rows = self.db.fetch(
+            schedule_ops.ADVANCE_SCHEDULE,
+            schedule_ops.advance_schedule_params(name, ran, next_run, claim_token),
+        )
+        return schedule_ops.parse_advance_schedule(rows)

@@ -1,0 +1,289 @@
+"""Idempotency keys for synchronous apps: ``begin``/``complete``/``release``, a WSGI
+wrapper (Flask, Django, any WSGI app) and the three steps a framework hook needs
+(:meth:`Idempotency.before`, :meth:`~Idempotency.after`, :meth:`~Idempotency.abandon`;
+``drainpipe.contrib.django`` is built on them).
+
+The options, checks and decisions are :class:`~drainpipe.idempotency.rules.IdempotencyRules`,
+shared with the async :class:`drainpipe.Idempotency`: the same request answers the same
+status, code, body and ``Idempotency-Replayed`` header under both.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timedelta
+from http import HTTPStatus
+from typing import Any
+
+from ..db.sync import as_sync_database
+from ..errors import DrainpipeError
+from ..http import Headers, ProblemFormatter, Response, body_incomplete
+from ..idempotency.keys import DEFAULT_MAX_BODY_BYTES, caller_scope, fingerprint
+from ..idempotency.rules import IdempotencyRules, ScopeOption, _Claim, _warn_taken_over
+from ..models import Begin
+from ..ops import idempotency as ops
+
+__all__ = ["Begin", "Idempotency"]
+
+logger = logging.getLogger("drainpipe.idempotency")
+
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+class Idempotency(IdempotencyRules):
+    """The twin of :class:`drainpipe.Idempotency` on a DSN, a sync pool or a connection.
+
+    Options as there; ``scope`` may be a callable, which gets the framework's request
+    (the WSGI environ under :meth:`wrap_wsgi`, Django's ``HttpRequest`` in the middleware).
+    """
+
+    def __init__(
+        self,
+        db: Any,
+        *,
+        ttl: float | timedelta = timedelta(hours=24),
+        lock: float | timedelta = 60,
+        required: bool = False,
+        header: str = "Idempotency-Key",
+        scope: ScopeOption = None,
+        problem: ProblemFormatter | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        now: Callable[[], datetime] | None = None,
+    ) -> None:
+        super().__init__(
+            ttl=ttl,
+            lock=lock,
+            required=required,
+            header=header,
+            scope=scope,
+            problem=problem,
+            max_body_bytes=max_body_bytes,
+            now=now,
+        )
+        self.db = as_sync_database(db)
+
+    # -- low level -----------------------------------------------------------------------
+
+    def begin(self, key: str, fingerprint: str, scope: str = "") -> Begin:
+        """Claim ``key`` for a request with this fingerprint (see :class:`~drainpipe.Begin`)."""
+        return ops.parse_begin(
+            self.db.fetch(ops.BEGIN, self._begin_params(key, fingerprint, scope))
+        )
+
+    def complete(
+        self,
+        key: str,
+        holder: str,
+        status: int,
+        body: Any,
+        scope: str = "",
+        *,
+        content_type: str | None = None,
+    ) -> bool:
+        """Store the response for later replays; False when ``holder`` lost the key."""
+        params = self._complete_params(key, holder, status, body, scope, content_type)
+        return False if params is None else ops.parse_complete(self.db.fetch(ops.COMPLETE, params))
+
+    def release(self, key: str, holder: str, scope: str = "") -> bool:
+        """Forget the running key so a retry runs again; False when ``holder`` lost it."""
+        params = self._release_params(key, holder, scope)
+        return False if params is None else ops.parse_release(self.db.fetch(ops.RELEASE, params))
+
+    def purge(self, *, batch: int = 10_000) -> int:
+        """Delete up to ``batch`` expired keys; returns how many."""
+        return ops.parse_purge(self.db.fetch(ops.PURGE, self._purge_params(batch)))
+
+    def close(self) -> None:
+        """Close the pool opened for a DSN (a pool or connection you gave stays open)."""
+        self.db.close()
+
+    def __enter__(self) -> Idempotency:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- the steps around a request (for framework hooks) --------------------------------
+
+    def before(
+        self,
+        method: str,
+        path: str,
+        headers: Mapping[str, str],
+        body: bytes | Callable[[], bytes],
+        original: Any = None,
+    ) -> Response | _Claim | None:
+        """None: run the handler without idempotency; a :class:`~drainpipe.http.Response`:
+        answer it instead (a replay, or a Problem); otherwise a claim: run the handler,
+        then call :meth:`after` (or :meth:`abandon` when it raises). ``body`` may be a
+        function, called only when the key needs the fingerprint."""
+        head = headers if isinstance(headers, Headers) else Headers(headers)
+        key = self._key_of(method, head, path)
+        if not isinstance(key, str):
+            return key
+        scope = self._scope_for(original, head)
+        try:
+            data = body() if callable(body) else body
+            begun = self.begin(key, fingerprint(method, path, data), scope)
+        except DrainpipeError as exc:
+            return self._problem(exc, path)
+        return self._answer(begun, key, scope, path)
+
+    def after(
+        self, claim: _Claim, status: int, body: bytes, content_type: str | None, path: str
+    ) -> Response | None:
+        """Store a 2xx-4xx response (release the key after a 1xx/5xx). None: send the
+        handler's response; a Response: send that instead (too large to store: a 500)."""
+        refusal = self._storable_or_refusal(claim, status, len(body), path)
+        if refusal is not False:
+            self.abandon(claim)
+            return refusal
+        try:
+            stored = self.complete(
+                claim.key, claim.holder, status, body, claim.scope, content_type=content_type
+            )
+        except DrainpipeError:
+            # the handler ran: the client should still get its answer; the lock runs out
+            logger.exception("Idempotency key %r: storing the response failed", claim.key)
+            return None
+        if not stored:
+            _warn_taken_over(claim)
+        return None
+
+    def abandon(self, claim: _Claim) -> None:
+        """Release the key after the handler raised (a retry runs it again)."""
+        try:
+            self.release(claim.key, claim.holder, claim.scope)
+        except Exception:  # the handler's error matters more; the lock runs out by itself
+            logger.exception("Idempotency key %r: releasing the key failed", claim.key)
+
+    def _scope_for(self, original: Any, headers: Headers) -> str:
+        if self.scope is None:
+            return caller_scope(headers)
+        if isinstance(self.scope, str):
+            return self.scope
+        value = self.scope(original)
+        if not isinstance(value, str):
+            raise TypeError(f"scope(request) must return a str, not {type(value).__name__}")
+        return value
+
+    # -- WSGI ----------------------------------------------------------------------------
+
+    def wrap_wsgi(self, app: WSGIApp) -> WSGIApp:
+        """``app`` as WSGI middleware (``flask_app.wsgi_app = idem.wrap_wsgi(flask_app.wsgi_app)``):
+        a POST with a key runs the app at most once; its response is buffered, stored,
+        then sent. An app that raises releases the key and the exception propagates."""
+
+        def middleware(
+            environ: dict[str, Any], start_response: Callable[..., Any]
+        ) -> Iterable[bytes]:
+            method = str(environ.get("REQUEST_METHOD", "GET")).upper()
+            path = _wsgi_path(environ)
+            headers = _wsgi_headers(environ)
+            body: bytes | None = None
+
+            def read() -> bytes:
+                nonlocal body
+                body = _read_wsgi_body(environ)
+                return body
+
+            try:
+                decision = self.before(method, path, headers, read, environ)
+            except DrainpipeError as exc:  # a body cut short
+                return _send(self._problem(exc, path), start_response)
+            if decision is None:
+                return app(environ, start_response)
+            if isinstance(decision, Response):
+                return _send(decision, start_response)
+            environ["wsgi.input"] = io.BytesIO(body or b"")
+            try:
+                status, response_headers, chunks = _run_wsgi(app, environ)
+            except BaseException:
+                self.abandon(decision)
+                raise
+            content_type = next(
+                (value for name, value in response_headers if name.lower() == "content-type"), None
+            )
+            data = b"".join(chunks)
+            refusal = self.after(decision, int(status.split(" ", 1)[0]), data, content_type, path)
+            if refusal is not None:
+                return _send(refusal, start_response)
+            start_response(status, response_headers)
+            return [data]
+
+        return middleware
+
+
+def _wsgi_path(environ: Mapping[str, Any]) -> str:
+    """The request path as ASGI gives it (SCRIPT_NAME + PATH_INFO, decoded as servers do)."""
+    raw = str(environ.get("SCRIPT_NAME", "")) + str(environ.get("PATH_INFO", "")) or "/"
+    try:  # PEP 3333: the bytes as latin-1 text; the client meant UTF-8
+        return raw.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return raw
+
+
+def _wsgi_headers(environ: Mapping[str, Any]) -> Headers:
+    pairs = [
+        (name[5:].replace("_", "-"), str(value))
+        for name, value in environ.items()
+        if name.startswith("HTTP_")
+    ]
+    for name in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+        if environ.get(name):
+            pairs.append((name.replace("_", "-"), str(environ[name])))
+    return Headers(pairs)
+
+
+def _read_wsgi_body(environ: Mapping[str, Any]) -> bytes:
+    stream = environ.get("wsgi.input")
+    if stream is None:
+        return b""
+    length = str(environ.get("CONTENT_LENGTH") or "").strip()
+    if not length:
+        return bytes(stream.read()) if environ.get("wsgi.input_terminated") else b""
+    expected = int(length) if length.isdigit() else 0
+    data = bytes(stream.read(expected))
+    if len(data) < expected:
+        raise body_incomplete()
+    return data
+
+
+def _run_wsgi(
+    app: WSGIApp, environ: dict[str, Any]
+) -> tuple[str, list[tuple[str, str]], list[bytes]]:
+    """Run ``app`` to the end: its status line, headers and body chunks."""
+    captured: dict[str, Any] = {}
+    chunks: list[bytes] = []
+
+    def start_response(
+        status: str, headers: list[tuple[str, str]], exc_info: Any = None
+    ) -> Callable[[bytes], None]:
+        if exc_info is not None and captured:
+            raise exc_info[1].with_traceback(exc_info[2])
+        captured["status"], captured["headers"] = status, list(headers)
+        return chunks.append
+
+    result = app(environ, start_response)
+    try:
+        chunks.extend(bytes(chunk) for chunk in result)
+    finally:
+        close = getattr(result, "close", None)
+        if close is not None:
+            close()
+    if "status" not in captured:
+        raise RuntimeError("The wrapped WSGI app returned without calling start_response")
+    return captured["status"], captured["headers"], chunks
+
+
+def _send(response: Response, start_response: Callable[..., Any]) -> list[bytes]:
+    try:
+        reason = HTTPStatus(response.status).phrase
+    except ValueError:
+        reason = "Unknown"
+    headers = [(name, value) for name, value in response.headers.items()]
+    headers.append(("Content-Length", str(len(response.body))))
+    start_response(f"{response.status} {reason}", headers)
+    return [response.body]

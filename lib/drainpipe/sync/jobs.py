@@ -1,0 +1,266 @@
+"""``drainpipe.sync.Jobs``: :class:`drainpipe.Jobs` for synchronous code (Django, Flask,
+plain Lambda handlers, scripts).
+
+The checks are :class:`~drainpipe.jobs.rules.JobRules` and the statements
+:mod:`drainpipe.ops`, both shared with the async twin, so the same call with the same
+input answers the same result or the same error. Given a ``psycopg.Connection`` (Django's
+``connection.connection``), the statements join its open transaction: an enqueue inside
+``transaction.atomic()`` commits or rolls back with the view's own writes.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Generic, Literal, TypeVar, overload
+
+from ..codes import code_of
+from ..jobs.rules import SEVEN_DAYS, THIRTY_DAYS, JobRules
+from ..models import DeadJob, DedupeMode, FailOutcome, Job, JobContext, QueueStats, WorkReport
+from ..validation import seconds
+from .backend import SyncSqlBackend
+from .records import SyncRecordsMixin
+from .schedules import SyncScheduleMixin
+from .worker import SyncHandler, SyncOnError, SyncWorker
+
+T = TypeVar("T")
+
+
+class Jobs(JobRules, SyncRecordsMixin, SyncScheduleMixin):
+    """Typed job queues on a DSN, a ``psycopg_pool.ConnectionPool`` or a
+    ``psycopg.Connection`` (whose open transaction the statements join).
+
+    ``queues``, ``now``, ``scheduler`` and ``cursor_secret`` mean what they mean for
+    :class:`drainpipe.Jobs`.
+    ``close()`` (or ``with Jobs(...) as jobs:``) closes the pool opened for a DSN.
+    """
+
+    def __init__(
+        self,
+        db: Any,
+        queues: Mapping[str, Any],
+        *,
+        now: Callable[[], datetime] | None = None,
+        scheduler: Literal["drain", "pg_cron"] = "drain",
+        cursor_secret: str | bytes | None = None,
+    ) -> None:
+        super().__init__(queues, now=now, scheduler=scheduler, cursor_secret=cursor_secret)
+        self.backend = SyncSqlBackend(db)
+
+    # -- enqueue -------------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int = 5,
+        dedupe_key: str | None = None,
+        dedupe: DedupeMode = "always",
+        context: JobContext | Mapping[str, Any] | None = None,
+    ) -> int:
+        """Validate and store a job; its id (the existing id on a dedupe hit)."""
+        value, wait = self._enqueue_args(
+            queue, payload, delay, run_at, max_attempts, dedupe_key, dedupe, context
+        )
+        return self.backend.send(
+            queue,
+            value,
+            delay=wait,
+            max_attempts=max_attempts,
+            dedupe_key=dedupe_key,
+            dedupe=dedupe,
+        )
+
+    def enqueue_many(
+        self,
+        queue: str,
+        payloads: Sequence[Any],
+        *,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int = 5,
+        context: JobContext | Mapping[str, Any] | None = None,
+    ) -> list[int]:
+        """Validate every payload, then store them all in one round trip; ids in order."""
+        values, wait = self._enqueue_many_args(
+            queue, payloads, delay, run_at, max_attempts, context
+        )
+        if not values:
+            return []
+        return self.backend.send_many(queue, values, delay=wait, max_attempts=max_attempts)
+
+    # -- claim / complete / fail / extend ------------------------------------------------
+
+    def claim(self, queue: str, *, batch: int = 1, lease: float = 300) -> list[Job[Any]]:
+        """Lease up to ``batch`` ready jobs for ``lease`` seconds. Payloads are not validated."""
+        batch, length = self._claim_args(queue, batch, lease)
+        return self.backend.read(queue, lease=length, batch=batch)
+
+    def complete(self, job: Job[Any]) -> bool:
+        """Archive a finished job. False: the lease was lost, nothing changed."""
+        self._check_job(job)
+        return self.backend.complete(job)
+
+    def fail(
+        self, job: Job[Any], error: Any, *, retry_in: float | timedelta | None = None
+    ) -> FailOutcome | None:
+        """``"queued"``, ``"dead"`` or ``None`` (the lease was lost or the job was
+        cancelled); the attempt records ``error.code`` when valid, else ``HANDLER_ERROR``."""
+        text, wait = self._fail_args(job, error, retry_in)
+        return self.backend.fail_coded(job, text, wait, code=code_of(error), discard=False)
+
+    def extend(self, job: Job[Any], lease: float | timedelta) -> bool:
+        """Move the lease end to now + ``lease`` seconds. False once the lease was lost."""
+        self._check_job(job)
+        return self.backend.extend(job, seconds(lease, "lease"))
+
+    # -- drain ---------------------------------------------------------------------------
+
+    def drain(
+        self,
+        queue: str,
+        handler: SyncHandler,
+        *,
+        concurrency: int = 1,
+        batch: int = 1,
+        lease: float = 300,
+        budget: float | None = None,
+        on_error: SyncOnError | None = None,
+        all_tenants: bool = False,
+        heartbeat_every: float | None = None,
+    ) -> WorkReport:
+        """Run ``handler(payload, job)`` (a plain function) until the queue has no ready job
+        or ``budget`` seconds are spent; heartbeats run on a thread. See
+        :mod:`drainpipe.sync.worker`."""
+        self._check_queue(queue)
+        return SyncWorker(
+            self,
+            queue,
+            handler,
+            concurrency=concurrency,
+            batch=batch,
+            lease=lease,
+            budget=budget,
+            on_error=on_error,
+            all_tenants=all_tenants,
+            heartbeat_every=heartbeat_every,
+        ).run()
+
+    # -- dead letters, stats, archive ----------------------------------------------------
+
+    def stats(self, queues: Sequence[str] | None = None) -> dict[str, QueueStats]:
+        """Counts per queue (default: every declared queue) in one round trip."""
+        return self.backend.stats(self._stats_names(queues))
+
+    def list_dead(
+        self, queue: str, *, limit: int = 100, cursor: int | None = None
+    ) -> list[DeadJob]:
+        """Dead letters newest first; pass the last id seen as ``cursor`` for older ones."""
+        limit, cursor = self._list_dead_args(queue, limit, cursor)
+        return self.backend.list_dead(queue, limit=limit, before=cursor)
+
+    def retry_dead(self, queue: str, *, ids: Sequence[int] | None = None, limit: int = 1000) -> int:
+        """Replay the given dead letters (or the newest ``limit``); how many went back."""
+        checked = self._retry_dead_args(queue, ids, limit)
+        return self.backend.retry_dead(queue, ids=checked, limit=limit)
+
+    def replay(self, queue: str, job_id: int) -> int | None:
+        """Enqueue a dead letter again; its new id, or None when it is no dead letter."""
+        return self.backend.replay(queue, self._replay_args(queue, job_id))
+
+    def purge_archive(
+        self,
+        queue: str,
+        *,
+        older_than: float | timedelta = SEVEN_DAYS,
+        dead_older_than: float | timedelta = THIRTY_DAYS,
+        batch: int = 10000,
+    ) -> int:
+        """Delete up to ``batch`` finished jobs older than the limits; live jobs stay."""
+        older, dead_older = self._purge_args(queue, older_than, dead_older_than, batch)
+        return self.backend.purge_archive(
+            queue, older_than=older, dead_older_than=dead_older, batch=batch
+        )
+
+    # -- handles and lifetime ------------------------------------------------------------
+
+    @overload
+    def queue(self, name: str) -> Queue[Any]: ...
+    @overload
+    def queue(self, name: str, schema: type[T]) -> Queue[T]: ...
+
+    def queue(self, name: str, schema: Any = None) -> Queue[Any]:
+        """A handle bound to one queue (``Queue[Model]`` when given the declared schema)."""
+        self._check_queue(name)
+        if schema is not None and schema is not self._schemas[name]:
+            raise ValueError(f'Queue "{name}" was declared with another schema')
+        return Queue(self, name)
+
+    def bound_to(self, db: Any) -> Jobs:
+        """This object on another database handle, sharing its queues, schemas and built
+        validators: ``jobs.bound_to(request_connection).enqueue(...)`` joins that
+        connection's transaction (Django: ``drainpipe.contrib.django.connection()``).
+        Closing the bound object closes nothing of yours."""
+        bound = copy.copy(self)
+        bound.backend = SyncSqlBackend(db)
+        return bound
+
+    def close(self) -> None:
+        """Close the pool opened for a DSN; a pool or connection you passed stays open."""
+        self.backend.db.close()
+
+    def __enter__(self) -> Jobs:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class Queue(Generic[T]):
+    """One queue of a sync :class:`Jobs`: the same methods without the queue argument."""
+
+    def __init__(self, jobs: Jobs, name: str) -> None:
+        self.jobs = jobs
+        self.name = name
+
+    def enqueue(self, payload: T, **options: Any) -> int:
+        return self.jobs.enqueue(self.name, payload, **options)
+
+    def enqueue_many(self, payloads: Sequence[T], **options: Any) -> list[int]:
+        return self.jobs.enqueue_many(self.name, payloads, **options)
+
+    def claim(self, *, batch: int = 1, lease: float = 300) -> list[Job[Any]]:
+        return self.jobs.claim(self.name, batch=batch, lease=lease)
+
+    def complete(self, job: Job[Any]) -> bool:
+        return self.jobs.complete(job)
+
+    def fail(
+        self, job: Job[Any], error: Any, *, retry_in: float | timedelta | None = None
+    ) -> FailOutcome | None:
+        return self.jobs.fail(job, error, retry_in=retry_in)
+
+    def extend(self, job: Job[Any], lease: float | timedelta) -> bool:
+        return self.jobs.extend(job, lease)
+
+    def drain(self, handler: Callable[[T, Job[T]], Any], **options: Any) -> WorkReport:
+        return self.jobs.drain(self.name, handler, **options)
+
+    def stats(self) -> QueueStats:
+        return self.jobs.stats([self.name])[self.name]
+
+    def list_dead(self, *, limit: int = 100, cursor: int | None = None) -> list[DeadJob]:
+        return self.jobs.list_dead(self.name, limit=limit, cursor=cursor)
+
+    def retry_dead(self, *, ids: Sequence[int] | None = None, limit: int = 1000) -> int:
+        return self.jobs.retry_dead(self.name, ids=ids, limit=limit)
+
+    def replay(self, job_id: int) -> int | None:
+        return self.jobs.replay(self.name, job_id)
+
+    def purge_archive(self, **options: Any) -> int:
+        return self.jobs.purge_archive(self.name, **options)

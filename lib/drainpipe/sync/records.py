@@ -1,0 +1,58 @@
+"""The record calls of :class:`drainpipe.sync.Jobs` (``get``, ``list_jobs``,
+``list_records``, ``cancel``): the checks and answers of
+:class:`~drainpipe.jobs.records.RecordsRules`, run on the sync backend."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..jobs.records import RecordsRules
+from ..models import JobPage, JobRecord, Position
+
+if TYPE_CHECKING:
+    from .backend import SyncSqlBackend
+
+
+class SyncRecordsMixin(RecordsRules):
+    """Job records as :class:`drainpipe.Jobs` has them (API.md section 8)."""
+
+    if TYPE_CHECKING:
+        backend: SyncSqlBackend
+
+    def get(self, queue: str, job_id: int) -> JobRecord | None:
+        """The job's record with its attempt history; None when unknown or purged."""
+        return self.backend.get_record(queue, self._get_args(queue, job_id))
+
+    def list_records(
+        self,
+        queue: str | None = None,
+        *,
+        state: str | None = None,
+        tenant: str | None = None,
+        limit: int = 100,
+        before: Position | None = None,
+    ) -> tuple[list[JobRecord], Position | None]:
+        """A raw keyset page, newest first, and the position of the next page (or None)."""
+        name, wanted, who, size = self._list_records_args(queue, state, tenant, limit, before)
+        return self.backend.list_records(name, state=wanted, tenant=who, limit=size, before=before)
+
+    def list_jobs(
+        self,
+        queue: str | None = None,
+        *,
+        state: str | None = None,
+        tenant: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> JobPage:
+        """Records newest first, ``limit`` 1..500, with a signed ``next_cursor``."""
+        name, wanted, who, before = self._list_jobs_args(queue, state, tenant, limit, cursor)
+        records, after = self.list_records(
+            name, state=wanted, tenant=who, limit=limit, before=before
+        )
+        return self._page(records, after, name, wanted, who)
+
+    def cancel(self, queue: str, job_id: int) -> bool:
+        """True: a live job is now cancelled; False: it was terminal; unknown: not_found."""
+        job_id = self._get_args(queue, job_id)
+        return self._cancel_answer(self.backend.cancel(queue, job_id), queue, job_id)

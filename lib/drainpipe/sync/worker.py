@@ -1,0 +1,353 @@
+"""``drain`` for the sync twin: plain-function handlers, heartbeats on a thread.
+
+The semantics are the async runner's (:mod:`drainpipe.engine.runner`), computed with the
+same pure core (:mod:`drainpipe.engine.core`) and reported the same way
+(:mod:`drainpipe.engine.reports`):
+
+* each lane claims ``batch`` jobs, runs them in order and completes the successes in one
+  fenced round trip; ``concurrency`` lanes are threads (the first one is the caller's);
+* while a batch runs, a heartbeat thread extends every unsettled job of the batch every
+  ``max(1, lease/2)`` seconds (or ``heartbeat_every``) in one round trip;
+* a lost lease drops the job: no settlement is sent, ``on_error`` gets ``conflict`` /
+  ``LEASE_LOST``. A thread cannot be cancelled, so a handler already running on it runs to
+  its end and its result is discarded (the async twin cancels its task instead);
+* a raising handler fails the job, recording its ``code`` (else ``HANDLER_ERROR``);
+  ``Retry(after)`` fails it with that delay, ``Skip(code)`` succeeds it without its work,
+  ``Discard(code)`` makes it dead now: none of the three is reported to ``on_error``;
+* a job an operator cancelled while it ran is dropped like a lost lease, reported with
+  code ``CANCELLED``;
+* transient claim errors are retried 3 times per lane (``poll_interval``, doubling), any
+  other claim error stops every lane and ``drain`` raises it;
+* ``budget`` (seconds) is checked before each claim; claimed jobs always finish.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..codes import CANCELLED, Discard, Skip, code_of
+from ..engine.core import (
+    JOB_HEARTBEAT_FLOOR,
+    budget_spent,
+    claim_retry_wait,
+    heartbeat_interval,
+    run_deadline,
+    should_retry_claim,
+)
+from ..engine.reports import as_error, lease_lost, log_error
+from ..errors import TRANSIENT_KINDS, DrainpipeError, Retry
+from ..jobs.rules import hand_over
+from ..models import Job, WorkReport
+from ..validation import error_text, positive_int, seconds
+
+if TYPE_CHECKING:
+    from .jobs import Jobs
+
+log = logging.getLogger("drainpipe.jobs")
+
+SyncHandler = Callable[[Any, Job[Any]], Any]
+SyncOnError = Callable[[BaseException, Job[Any] | None], Any]
+
+
+class _Batch:
+    """What a batch's heartbeat thread shares with the lane running the batch."""
+
+    def __init__(self, claimed: Sequence[Job[Any]]) -> None:
+        self.lock = threading.Lock()
+        self.unfinished = {job.id: job for job in claimed}
+        self.lost: set[int] = set()
+        self.reasons: dict[int, str] = {}  # why a lost job was lost, when known
+        self.done = threading.Event()
+
+    def is_lost(self, job: Job[Any]) -> bool:
+        with self.lock:
+            return job.id in self.lost
+
+    def settled(self, job: Job[Any]) -> None:
+        with self.lock:
+            self.unfinished.pop(job.id, None)
+
+
+class SyncWorker:
+    """One ``drain`` call: options checked once, then lanes until the queue is empty."""
+
+    def __init__(
+        self,
+        jobs: Jobs,
+        queue: str,
+        handler: SyncHandler,
+        *,
+        concurrency: int = 1,
+        batch: int = 1,
+        lease: float = 300,
+        budget: float | None = None,
+        on_error: SyncOnError | None = None,
+        all_tenants: bool = False,
+        heartbeat_every: float | None = None,
+        poll_interval: float = 1.0,
+    ) -> None:
+        if not callable(handler):
+            raise TypeError("handler must be a function: handler(payload, job)")
+        if inspect.iscoroutinefunction(handler):
+            raise TypeError(
+                "drainpipe.sync drains with plain functions; an async handler belongs to "
+                "drainpipe.Jobs.drain"
+            )
+        if on_error is not None and not callable(on_error):
+            raise TypeError("on_error must be callable: on_error(error, job)")
+        self.queue = queue
+        self.backend = jobs.backend
+        self.handler = handler
+        self.validate = jobs.validator(queue)
+        self.concurrency = positive_int(concurrency, "concurrency")
+        self.batch = positive_int(batch, "batch")
+        self.lease = seconds(lease, "lease")
+        self.poll_interval = seconds(poll_interval, "poll_interval")
+        self.on_error = on_error
+        self.all_tenants = all_tenants
+        self.every = heartbeat_interval(
+            self.lease,
+            None if heartbeat_every is None else seconds(heartbeat_every, "heartbeat_every"),
+            JOB_HEARTBEAT_FLOOR if heartbeat_every is None else 0.0,
+        )
+        self.deadline = run_deadline(
+            time.monotonic(), None if budget is None else seconds(budget, "budget"), None
+        )
+        self.report = WorkReport()
+        self._count = threading.Lock()
+        self._halt = threading.Event()
+        self._fatal: BaseException | None = None
+
+    def run(self) -> WorkReport:
+        """Claim and run jobs until none is ready or the budget is spent."""
+        others = [
+            threading.Thread(target=self._lane, name=f"drainpipe-{self.queue}-{n}", daemon=True)
+            for n in range(1, self.concurrency)
+        ]
+        for thread in others:
+            thread.start()
+        try:
+            self._lane()
+        finally:
+            for thread in others:
+                thread.join()
+        if self._fatal is not None:
+            raise self._fatal
+        return self.report
+
+    def _lane(self) -> None:
+        retries = 0
+        while not self._halt.is_set():
+            if budget_spent(time.monotonic(), self.deadline):
+                self.report.budget_exhausted = True
+                return
+            try:
+                claimed = self.backend.read(self.queue, lease=self.lease, batch=self.batch)
+            except Exception as exc:
+                error = as_error(exc)
+                if should_retry_claim(error.kind in TRANSIENT_KINDS, retries):
+                    retries += 1
+                    self._halt.wait(claim_retry_wait(retries, self.poll_interval))
+                    continue
+                if self._fatal is None:
+                    self._fatal = error
+                self._halt.set()
+                return
+            retries = 0
+            if not claimed:
+                return
+            self._run_batch(claimed)
+
+    # -- one batch ----------------------------------------------------------------------
+
+    def _run_batch(self, claimed: Sequence[Job[Any]]) -> None:
+        batch = _Batch(claimed)
+        beat = threading.Thread(
+            target=self._heartbeat, args=(batch,), name="drainpipe-heartbeat", daemon=True
+        )
+        beat.start()
+        succeeded: list[Job[Any]] = []
+        try:
+            for job in claimed:
+                if batch.is_lost(job):
+                    self._report(self._lost(batch, job), job)
+                    continue
+                if self._run_one(batch, job):
+                    succeeded.append(job)
+                else:
+                    batch.settled(job)
+        finally:
+            with batch.lock:
+                batch.unfinished.clear()  # nothing left to extend while the batch settles
+            batch.done.set()
+            beat.join()
+        kept = []
+        for job in succeeded:
+            if job.id in batch.lost:  # done, but taken over before it was settled
+                self._report(self._lost(batch, job), job)
+            else:
+                kept.append(job)
+        with self._count:
+            self.report.succeeded += len(kept)
+        self._settle(kept)
+
+    def _run_one(self, batch: _Batch, job: Job[Any]) -> bool:
+        """Run one job's handler; True when it returned normally and still holds its lease."""
+        try:
+            result = self.handler(hand_over(job, self.validate, self.all_tenants), job)
+            if inspect.isawaitable(result):
+                close = getattr(result, "close", None)
+                if close is not None:
+                    close()  # never awaited: no "coroutine was never awaited" warning
+                raise TypeError(
+                    "the handler returned an awaitable; drainpipe.sync drains with plain"
+                    " functions (use drainpipe.Jobs.drain for async handlers)"
+                )
+        except Retry as retry:
+            if self._dropped(batch, job):
+                return False
+            self._failed(job, str(retry), retry.after, retry.code)
+            return False
+        except Skip as skip:
+            if self._dropped(batch, job):
+                return False
+            batch.settled(job)
+            try:
+                done = self.backend.skip(job, skip.code)
+            except Exception as exc:  # the job comes back when its lease ends
+                self._report(exc, job)
+                return False
+            if done:
+                with self._count:
+                    self.report.succeeded += 1
+            else:
+                self._report(
+                    lease_lost(self._describe(job), self._why_lost([job]).get(job.id)), job
+                )
+            return False
+        except Discard as discard:
+            if self._dropped(batch, job):
+                return False
+            self._failed(job, error_text(discard), None, discard.code, discard=True)
+            return False
+        except Exception as exc:
+            if self._dropped(batch, job):
+                return False
+            self._failed(job, error_text(exc), None, code_of(exc))
+            self._report(exc, job)
+            return False
+        return not self._dropped(batch, job)
+
+    def _dropped(self, batch: _Batch, job: Job[Any]) -> bool:
+        if batch.is_lost(job):
+            self._report(self._lost(batch, job), job)
+            return True
+        return False
+
+    def _lost(self, batch: _Batch, job: Job[Any]) -> DrainpipeError:
+        with batch.lock:
+            reason = batch.reasons.get(job.id)
+        return lease_lost(self._describe(job), reason)
+
+    def _why_lost(self, jobs: Sequence[Job[Any]]) -> dict[int, str]:
+        """``CANCELLED`` for the jobs an operator cancelled (read on the rare lost path);
+        empty when the question fails."""
+        reasons = {}
+        try:
+            for job in jobs:
+                record = self.backend.get_record(job.queue, job.id)
+                if record is not None and record.state == "cancelled":
+                    reasons[job.id] = CANCELLED
+        except Exception:
+            return {}
+        return reasons
+
+    def _failed(
+        self,
+        job: Job[Any],
+        text: str,
+        retry_in: float | None,
+        code: str | None = None,
+        *,
+        discard: bool = False,
+    ) -> None:
+        with self._count:
+            self.report.failed += 1
+        try:
+            if code is None:
+                self.backend.fail(job, text, retry_in)
+            else:
+                self.backend.fail_coded(job, text, retry_in, code=code, discard=discard)
+        except Exception as exc:  # the job comes back when its lease ends
+            self._report(exc, job)
+
+    def _heartbeat(self, batch: _Batch) -> None:
+        """Extend every unsettled job of the batch every ``self.every`` seconds."""
+        while not batch.done.wait(self.every):
+            with batch.lock:
+                items = list(batch.unfinished.values())
+            if not items:
+                continue
+            try:
+                held = self.backend.extend_many(items, self.lease)
+            except Exception:  # a missed beat is retried next time; the jobs keep running
+                log.warning(
+                    "drainpipe: heartbeat failed for queue %s",
+                    self.queue,
+                    exc_info=True,
+                    extra={"queue": self.queue, "job_id": None, "attempt": None, "code": None},
+                )
+                continue
+            gone = [job for job in items if job.id not in held]
+            if not gone:
+                continue
+            reasons = self._why_lost(gone)
+            with batch.lock:
+                batch.reasons.update(reasons)
+                for job in gone:
+                    if job.id in batch.unfinished:
+                        del batch.unfinished[job.id]
+                        batch.lost.add(job.id)
+
+    def _settle(self, succeeded: list[Job[Any]]) -> None:
+        if not succeeded:
+            return
+        try:
+            if len(succeeded) == 1:
+                done = [self.backend.complete(succeeded[0])]
+            else:
+                done = self.backend.complete_many(succeeded)
+        except Exception as exc:
+            for job in succeeded:  # the handlers ran; the jobs come back after the lease
+                self._report(exc, job)
+            return
+        refused = [job for job, ok in zip(succeeded, done, strict=True) if not ok]
+        reasons = self._why_lost(refused) if refused else {}
+        for job in refused:
+            self._report(lease_lost(self._describe(job), reasons.get(job.id)), job)
+
+    # -- reporting ----------------------------------------------------------------------
+
+    def _describe(self, job: Job[Any] | None) -> str:
+        if job is None:
+            return f"queue {self.queue}"
+        return f"queue {self.queue} job {job.id} (attempt {job.attempts}/{job.max_attempts})"
+
+    def _report(self, error: BaseException, job: Job[Any] | None) -> None:
+        if self.on_error is None:
+            fields = {
+                "queue": self.queue,
+                "job_id": None if job is None else job.id,
+                "attempt": None if job is None else job.attempts,
+            }
+            log_error(self._describe(job), error, logger=log, fields=fields)
+            return
+        try:
+            self.on_error(error, job)
+        except Exception:
+            log.exception("drainpipe: on_error raised")
