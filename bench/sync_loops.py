@@ -12,8 +12,9 @@ On each storage (pgmq and table, each on its own fresh database, dropped at the 
 
 Both sides use one autocommit connection from a pool of the same size, in one thread.
 Rounds alternate the order of the two sides; the table shows the median jobs per second
-and the median ratio drainpipe / raw. The set-up (databases, SQL) uses asyncio; the
-measured code does not.
+and the median ratio drainpipe / raw, and, for reference, the async ``drainpipe.Jobs``
+doing the same on the same database (its own pool; an event loop). The set-up
+(databases, SQL) uses asyncio; the measured sync code does not.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from collections.abc import Callable
 from typing import Any
 
 from psycopg.types.json import Jsonb
-from psycopg_pool import ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+import drainpipe
 from bench.run import LEASE, QUEUE, RAW_QUEUE, create_databases, drop_databases
 from drainpipe import sync
 
@@ -81,9 +83,38 @@ def timed(fn: Callable[[], Any], jobs: int) -> float:
     return jobs / (time.perf_counter() - start)
 
 
+async def measure_async(url: str, n: int) -> tuple[float, float]:
+    """The async twin's enqueue and drain rates on the same database."""
+    pool = AsyncConnectionPool(url, min_size=1, max_size=2, kwargs={"autocommit": True}, open=False)
+    await pool.open()
+    jobs = drainpipe.Jobs(pool, {QUEUE: dict})
+    try:
+        start = time.perf_counter()
+        for i in range(n):
+            await jobs.enqueue(QUEUE, {"n": i})
+        enqueue = n / (time.perf_counter() - start)
+
+        async def noop(payload: Any, job: Any) -> None:
+            return None
+
+        start = time.perf_counter()
+        await jobs.drain(QUEUE, noop, batch=BATCH)
+        return enqueue, n / (time.perf_counter() - start)
+    finally:
+        await pool.close()
+
+
 def measure(url: str, storage: str, n: int, rounds: int) -> dict[str, list[float]]:
     results: dict[str, list[float]] = {
-        key: [] for key in ("dp-enqueue", "raw-enqueue", "dp-drain", "raw-drain")
+        key: []
+        for key in (
+            "dp-enqueue",
+            "raw-enqueue",
+            "dp-drain",
+            "raw-drain",
+            "async-enqueue",
+            "async-drain",
+        )
     }
     pool: ConnectionPool[Any] = ConnectionPool(
         url, min_size=1, max_size=2, kwargs={"autocommit": True}, open=True
@@ -106,6 +137,9 @@ def measure(url: str, storage: str, n: int, rounds: int) -> dict[str, list[float
                 else:
                     rate = timed(lambda: raw_drain(pool, storage), n)
                 results[f"{name}-drain"].append(rate)
+            enqueue, drain = asyncio.run(measure_async(url, n))
+            results["async-enqueue"].append(enqueue)
+            results["async-drain"].append(drain)
     finally:
         pool.close()
     return results
@@ -119,8 +153,11 @@ def main() -> None:
     urls = asyncio.run(create_databases(f"sync{int(time.time())}"))
     try:
         print(f"{n} jobs x {rounds} rounds, one connection, batch {BATCH} for drains")
-        print("| storage | phase | drainpipe.sync jobs/s | raw psycopg jobs/s | ratio |")
-        print("| --- | --- | ---: | ---: | ---: |")
+        print(
+            "| storage | phase | drainpipe.sync jobs/s | raw psycopg jobs/s | ratio"
+            " | async drainpipe.Jobs jobs/s |"
+        )
+        print("| --- | --- | ---: | ---: | ---: | ---: |")
         for storage, url in urls.items():
             results = measure(url, storage, n, rounds)
             for phase in ("enqueue", "drain"):
@@ -129,6 +166,7 @@ def main() -> None:
                 print(
                     f"| {storage} | {phase} | {statistics.median(ours):,.0f} |"
                     f" {statistics.median(raw):,.0f} | {ratio:.2f} |"
+                    f" {statistics.median(results[f'async-{phase}']):,.0f} |"
                 )
     finally:
         asyncio.run(drop_databases(urls))

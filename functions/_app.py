@@ -53,3 +53,16 @@ BILLING_SOURCE = "billing"
 async def handle_billing_event(message: WebhookMessage) -> None:
     # a real app would update its records here; raising would retry the message
     log.info("billing: %s %s (attempt %s)", message.type, message.message_id, message.attempts)
+
+
+# The agent inbox that functions/agent_inbox.py serves: every billing webhook becomes an
+# event an agent pulls (created on the function's first request; create is idempotent).
+AGENT_INBOX = "billing-agent"
+
+
+async def ensure_agent_inbox(agents: Any) -> str:
+    """Create the example's agent inbox (or find it) and subscribe it to the billing
+    webhooks; returns its id. Drives work: manual acks only (no pickup)."""
+    inbox_id: str = await agents.create(AGENT_INBOX, allowed_ack=["manual"], lease_seconds=120)
+    await agents.subscribe(inbox_id, BILLING_SOURCE)
+    return inbox_id

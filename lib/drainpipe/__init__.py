@@ -20,6 +20,7 @@ _EXPORTS: dict[str, str] = {
     "Discard": "codes",
     "Attempt": "models",
     "Actor": "models",
+    "AgentInboxes": "agents",
     "Begin": "idempotency",
     "DeadJob": "models",
     "DevDrain": "drain",
@@ -61,6 +62,7 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "Actor",
+    "AgentInboxes",
     "Attempt",
     "Begin",
     "DeadJob",
@@ -112,6 +114,7 @@ __all__ = [
 if TYPE_CHECKING:
     from . import codes, sync, testing
     from .admin.client import ManagementClient
+    from .agents import AgentInboxes
     from .backends import QueueBackend
     from .backends.postgrest import PostgrestBackend
     from .codes import Discard, Skip

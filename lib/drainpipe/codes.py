@@ -95,7 +95,8 @@ class Skip(Exception):
 
 class Discard(Exception):
     """Raise from a handler: the job is dead now, whatever attempts are left (outcome
-    ``discarded``, ``last_code=code``). Reported to ``on_error`` like a failure."""
+    ``discarded``, ``last_code=code``). A decision, not an error: not reported to
+    ``on_error`` (like ``Retry``)."""
 
     def __init__(self, code: str, message: str | None = None) -> None:
         self.code = _checked(code, "Discard")

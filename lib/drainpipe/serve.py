@@ -97,6 +97,7 @@ async def serve(
     except ImportError as exc:
         raise SystemExit("drainpipe serve runs on uvicorn: pip install 'drainpipe[serve]'") from exc
     from .dev.functions import FunctionsApp
+    from .dev.server import websocket_protocol
 
     app = FunctionsApp.load(functions)
     config = uvicorn.Config(
@@ -106,6 +107,7 @@ async def serve(
         lifespan="on",
         timeout_graceful_shutdown=graceful,
         log_level="info",
+        ws=websocket_protocol(),  # the agent inbox's stream
         # X-Forwarded-* are trusted from FORWARDED_ALLOW_IPS only (uvicorn's default: local)
     )
     listening = asyncio.Event()

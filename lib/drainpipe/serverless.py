@@ -125,6 +125,9 @@ class LazyApp:
         if isinstance(app, str):
             path = scope.get("path")
             log.error("%s is not configured: %s", path or "this function", app)
+            if scope["type"] == "websocket":  # no HTTP answer on a socket: refuse the handshake
+                await send({"type": "websocket.close", "code": 1011})
+                return
             await not_configured(app, path)(scope, receive, send)
             return
         await app(scope, receive, send)

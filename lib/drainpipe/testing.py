@@ -39,6 +39,11 @@ instead of waiting for it; other backends are checked exactly as above:
 - ``lease_expiry`` (with leases): after a 30 s lease runs out the job is read again with
   ``attempts == 2``; ``complete`` of the first read's job → False, of the second → True;
 - ``delay``: a job sent with ``delay=60`` is not read before 60 s have passed, then is.
+
+Backends with job records (``get_record``, ``list_records``, ``cancel``, ``replay``) get the
+checks of :mod:`drainpipe.backends.conformance_records` (``records_states``,
+``records_cancel``, ``records_replay``, ``records_list``); for others one ``records`` check
+is reported as skipped.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .backends.capabilities import SupportsRecords, SupportsReplay
+from .backends.conformance_records import RECORD_CHECKS
 from .backends.memory import Clock, MemoryBackend, retry_delay
 from .models import Job
 
@@ -366,6 +373,13 @@ async def check_queue_backend(
                 await _run("lease_expiry", _lease_expiry, backend, queue, advance_time)
             )
         report.checks.append(await _run("delay", _delay, backend, queue, advance_time))
+    if isinstance(backend, SupportsRecords) and isinstance(backend, SupportsReplay):
+        for check_name, check_fn in RECORD_CHECKS:
+            report.checks.append(await _run(check_name, check_fn, backend, queue))
+    else:
+        report.checks.append(
+            CheckResult("records", True, "the backend keeps no job records", skipped=True)
+        )
     if not report.ok:
         raise ConformanceError(report)
     return report

@@ -36,30 +36,11 @@ def _modules_in(url: str) -> dict[str, Any]:
         return dict(conn.execute("SELECT name, options FROM drainpipe.modules").fetchall())
 
 
-def expansions(module: str) -> list[str]:
-    """``NNNN_name`` of the module's migrations that are not contract steps, in order (jobs
-    gains expansions after its 0003 contract step: records, management, policies...)."""
-    return [f"{m.version:04d}_{m.name}" for m in migrations(module) if not m.contract]
-
-
-def written(modules: list[str], start: int = 1) -> list[str]:
-    """The file names ``drainpipe sql add`` writes for ``modules``, numbered from ``start``."""
-    labels = [(m.replace("-", "_"), label) for m in modules for label in expansions(m)]
-    return [
-        f"{start + n:04d}_drainpipe_{module}_{label}.sql"
-        for n, (module, label) in enumerate(labels)
-    ]
-
-
 def test_sql_add_writes_numbered_migrations_that_continue(tmp_path: Path, capsys: Any) -> None:
     out = tmp_path / "migrations"
     assert main(["sql", "add", "jobs", "idempotency", "--out", str(out)]) == 0
     first = sorted(p.name for p in out.iterdir())
-    assert first[:2] == [
-        "0001_drainpipe_jobs_0001_release_0.sql",
-        "0002_drainpipe_jobs_0002_v1_functions.sql",
-    ]
-    assert first == written(["jobs", "idempotency"])
+    assert first == written_names(("jobs", "idempotency"))
     assert capsys.readouterr().out.split() == [str(out / name) for name in first]
     jobs_sql = (out / first[0]).read_text()
     # pgmq first: the extension where the server has it, else its SQL-only distribution
@@ -70,15 +51,26 @@ def test_sql_add_writes_numbered_migrations_that_continue(tmp_path: Path, capsys
     assert "drainpipe.claim_jobs_v1" in v1_sql and "CREATE EXTENSION" not in v1_sql
     # each file records itself, so verify and install() know it was applied
     assert "INSERT INTO drainpipe.schema_migrations" in v1_sql
-    assert "CREATE EXTENSION" not in (out / first[-2]).read_text()
+    assert "CREATE EXTENSION" not in (out / first[-1]).read_text()
     # a second run adds only what the folder lacks; contract migrations only when asked
     assert main(["sql", "add", "jobs", "webhook-inbox", "--out", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir())[len(first) :] == written(
-        ["webhook-inbox"], len(first) + 1
-    )
+    added = sorted(p.name for p in out.iterdir())[len(first) :]
+    assert added == written_names(("webhook-inbox",), start=len(first) + 1)
     assert main(["sql", "add", "jobs", "--contract", "--out", str(out)]) == 0
-    after = len(first) + len(expansions("webhook-inbox")) + 1
-    assert (out / f"{after:04d}_drainpipe_jobs_0003_contract_drop_unversioned.sql").is_file()
+    contract = next(m for m in migrations("jobs") if m.contract)
+    number = len(first) + len(added) + 1
+    assert (out / f"{number:04d}_drainpipe_jobs_{contract.label}.sql").is_file()
+
+
+def written_names(modules: tuple[str, ...], start: int = 1) -> list[str]:
+    """The files ``sql add`` writes for ``modules`` (expand migrations only), numbered on."""
+    labels = [
+        f"drainpipe_{module.replace('-', '_')}_{migration.label}"
+        for module in modules
+        for migration in migrations(module)
+        if not migration.contract
+    ]
+    return [f"{start + index:04d}_{label}.sql" for index, label in enumerate(labels)]
 
 
 def test_sql_add_rest_api_writes_the_api_schema_that_applies_and_works(
@@ -89,11 +81,13 @@ def test_sql_add_rest_api_writes_the_api_schema_that_applies_and_works(
     assert main(args) == 0
     written = capsys.readouterr()
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert re.fullmatch(r"2099010112000\d_drainpipe_rest_api_0001_api_v1\.sql", names[-1])
+    [api_file] = [name for name in names if name.endswith("_drainpipe_rest_api_0001_api_v1.sql")]
+    # Supabase-style timestamps that continue after the folder's last one
+    assert all(re.fullmatch(r"209901011200\d\d_drainpipe_.*\.sql", name) for name in names[1:])
     # the step that follows is said where the user looks: the output and the file
     assert "rest-api: expose the drainpipe_api schema" in written.err
     assert "config.toml" in written.err and "Exposed schemas" in written.err
-    api_sql = (tmp_path / names[-1]).read_text()
+    api_sql = (tmp_path / api_file).read_text()
     assert 'schemas = ["public", "graphql_public", "drainpipe_api"]' in api_sql
     with psycopg.connect(empty_db_url, autocommit=True) as conn:
         for name in names[1:]:
@@ -116,11 +110,8 @@ def test_sql_add_after_release_0s_single_file_writes_the_rest(tmp_path: Path) ->
     """Release 0 wrote one file per module (migration 0001): only the later ones follow."""
     (tmp_path / "0001_drainpipe_jobs.sql").write_text("-- release 0")
     assert main(["sql", "add", "jobs", "--out", str(tmp_path)]) == 0
-    later = [label for label in expansions("jobs") if not label.startswith("0001_")]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "0001_drainpipe_jobs.sql",
-        *(f"{n:04d}_drainpipe_jobs_{label}.sql" for n, label in enumerate(later, start=2)),
-    ]
+    later = written_names(("jobs",), start=1)[1:]  # jobs' 0001 is the release-0 file
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["0001_drainpipe_jobs.sql", *later]
 
 
 def test_sql_add_follows_supabase_timestamps(tmp_path: Path) -> None:
@@ -138,7 +129,7 @@ def test_sql_add_follows_supabase_timestamps(tmp_path: Path) -> None:
 def test_written_table_migrations_apply_and_work(tmp_path: Path, empty_db_url: str) -> None:
     assert main(["sql", "add", "jobs", "--backend", "table", "--out", str(tmp_path)]) == 0
     paths = sorted(tmp_path.iterdir())
-    assert len(paths) == len(expansions("jobs"))
+    assert len(paths) == len(written_names(("jobs",)))  # every expansion (no contract step)
     assert "pgmq" not in paths[0].read_text().split("\n", 1)[0]
     with psycopg.connect(empty_db_url, autocommit=True) as conn:
         for path in paths:
@@ -250,7 +241,7 @@ def test_every_written_migration_applies_on_an_empty_database_in_order(
     args = ["sql", "add", "jobs", "idempotency", "webhook-inbox", "--backend", backend]
     assert main([*args, "--out", str(tmp_path)]) == 0
     paths = sorted(tmp_path.iterdir())
-    assert len(paths) == sum(len(expansions(m)) for m in ("jobs", "idempotency", "webhook-inbox"))
+    assert len(paths) == len(written_names(("jobs", "idempotency", "webhook-inbox")))
     for _ in range(2):  # a migration run again (a reset branch, a copied file) still applies
         for path in paths:
             _apply_file(empty_db_url, path)

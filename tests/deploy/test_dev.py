@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import os
 import re
 import shutil
@@ -22,6 +23,7 @@ import psutil
 import pytest
 from pydantic import BaseModel
 from standardwebhooks import Webhook
+from websockets.asyncio.client import connect as ws_connect
 
 import drainpipe
 from drainpipe.dev.server import start_server
@@ -253,9 +255,18 @@ async def test_drainpipe_dev_serves_functions_and_drains(db_url: str) -> None:
         assert re.fullmatch(r"[0-9a-f]{64}", secret)
         hook_secret = next(line.split("=", 1)[1] for line in lines if "WEBHOOK_SECRET=" in line)
         assert re.fullmatch(r"whsec_[A-Za-z0-9+/]{43}=", hook_secret)
+        agent_token = next(line.split("=", 1)[1] for line in lines if "AGENT_TOKEN=" in line)
+        assert re.fullmatch(r"agt_[A-Za-z0-9_-]{32}", agent_token)
         for path in ("/api/drain", "/api/orders", "/api/billing_webhook", "/api/billing-webhook"):
             assert any(f"{url}{path}  (api/" in line for line in lines), path
+        assert any(f"{url}/v1/:path*  (api/agent_inbox.py)" in line for line in lines)
         async with httpx.AsyncClient(base_url=url) as client:
+            # the agent inbox function creates its inbox on its first request and logs its id
+            agent = {"authorization": f"Bearer {agent_token}"}
+            first = await client.get("/v1/agent/inbox/inb_unknown/next", headers=agent)
+            assert first.status_code == 404 and first.json()["code"] == "INBOX_NOT_FOUND"
+            assert _read_until(process, lines, r"agent inbox billing-agent is inb_"), lines
+            inbox_id = re.findall(r"billing-agent is (inb_[0-9a-f]+)", "\n".join(lines))[0]
             # the billing function is configured in dev (it answered 503 without a secret)
             body = '{"type": "invoice.paid"}'
             stamp = datetime.now(UTC)
@@ -267,6 +278,23 @@ async def test_drainpipe_dev_serves_functions_and_drains(db_url: str) -> None:
             }
             stored = await client.post("/api/billing-webhook", content=body, headers=headers)
             assert stored.status_code == 202, stored.text
+            pulled = await client.get(f"/v1/agent/inbox/{inbox_id}/next", headers=agent)
+            [event] = pulled.json()["events"]
+            assert event["type"] == "invoice.paid" and event["verified"] is True
+            # the stream is served too (Vercel would not hold the socket; dev does)
+            stream = url.replace("http://", "ws://") + f"/v1/agent/inbox/{inbox_id}/stream"
+            async with ws_connect(stream, additional_headers=agent) as ws:
+                ack = {"type": "ack", "id": event["id"], "lease_id": event["lease_id"]}
+                await ws.send(json.dumps(ack))
+                async with asyncio.timeout(5):
+                    result = json.loads(await ws.recv())
+            assert result == {
+                "type": "result",
+                "op": "ack",
+                "id": event["id"],
+                "ok": True,
+                "code": None,
+            }
             # what Vercel would 404 is a 404 here too
             assert (await client.get("/api/drain/")).status_code == 404
             # the Job Inbox, with the admin token printed at start

@@ -35,14 +35,13 @@ ROUTES = {
     "/api/billing-webhook": "api/billing_webhook.py",  # a rewrite in vercel.json
     "/api/jobs": "api/jobs.py",
     "/api/jobs/:path*": "api/jobs.py",  # the Job Inbox's routes, rewritten to its function
+    "/api/agent_inbox": "api/agent_inbox.py",
+    "/v1/:path*": "api/agent_inbox.py",  # the agent inbox's routes, rewritten with their path
 }
 UNCONFIGURED = (
-    "DATABASE_URL",
-    "CRON_SECRET",
-    "WEBHOOK_SECRET",
-    "DRAIN_BUDGET",
-    "MANAGEMENT_TOKENS",
-)
+    "DATABASE_URL", "CRON_SECRET", "WEBHOOK_SECRET", "DRAIN_BUDGET", "MANAGEMENT_TOKENS",
+    "AGENT_TOKEN", "AGENT_LEASE_SECRET", "AGENT_BUDGET",
+)  # fmt: skip
 
 
 def test_dev_serves_each_function_at_vercels_paths_only() -> None:
@@ -50,7 +49,8 @@ def test_dev_serves_each_function_at_vercels_paths_only() -> None:
     assert app.routes() == ROUTES
     assert app.warnings == []
     for path in ROUTES:
-        assert app.match(path.replace(":path*", "jobs/emails/1")) is not None, path
+        sample = "jobs/emails/1" if path.startswith("/api/jobs") else "agent/inbox/x/next"
+        assert app.match(path.replace(":path*", sample)) is not None, path
     # what Vercel would 404: a trailing slash, the private module, the app folder
     for path in ("/api/drain/", "/api/_app", "/api/drain.py", "/functions/drain", "/api"):
         assert app.match(path) is None, path

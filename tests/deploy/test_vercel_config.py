@@ -80,7 +80,13 @@ def test_glob_helper_follows_vercel_patterns() -> None:
 def test_each_function_has_a_config_and_each_config_a_function() -> None:
     functions: dict[str, dict[str, Any]] = CONFIG["functions"]
     files = function_files()
-    assert files == ["api/billing_webhook.py", "api/drain.py", "api/jobs.py", "api/orders.py"]
+    assert files == [
+        "api/agent_inbox.py",
+        "api/billing_webhook.py",
+        "api/drain.py",
+        "api/jobs.py",
+        "api/orders.py",
+    ]
     for pattern, settings in functions.items():
         assert pattern.startswith("api/"), f"{pattern}: Vercel only builds functions in api/"
         matched = [file for file in files if vercel_glob(pattern).fullmatch(file)]

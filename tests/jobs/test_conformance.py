@@ -25,6 +25,7 @@ ALL_CHECKS = [
     "fail_then_dead",
     "dedupe",
 ]
+RECORD_CHECKS = ["records_states", "records_cancel", "records_replay", "records_list"]
 
 
 def _names(report: ConformanceReport) -> list[str]:
@@ -37,7 +38,7 @@ async def test_sql_backend_conforms(jobs_db_url: str) -> None:
         report = await check_queue_backend(backend, queue="conformance")
     finally:
         await backend.db.close()
-    assert report.ok and _names(report) == ALL_CHECKS
+    assert report.ok and _names(report) == [*ALL_CHECKS, *RECORD_CHECKS]
     assert not any(check.skipped for check in report.checks)
     assert report.subject == 'QueueBackend "sql"'
 
@@ -48,9 +49,13 @@ async def test_pgmq_public_backend_conforms(db_url: str) -> None:
         PgmqPublicBackend.from_url(BASE, SERVICE_KEY) as backend,
     ):
         report = await check_queue_backend(backend, queue="conformance")
-    assert report.ok and _names(report) == ALL_CHECKS
+    assert report.ok and _names(report) == [*ALL_CHECKS, "records"]
     skipped = {check.name for check in report.checks if check.skipped}
-    assert skipped == {"stale_completion", "dedupe"}  # no leases to fence, no dedupe keys
+    assert skipped == {
+        "stale_completion",
+        "dedupe",
+        "records",
+    }  # no leases to fence, no dedupe keys
     assert {fn for fn, _ in server.calls()} == {"send", "read", "archive"}
 
 
@@ -72,7 +77,7 @@ async def test_postgrest_backend_conforms_with_every_check(jobs_db_url: str) -> 
 async def test_memory_backend_conforms_and_gets_the_moved_time_checks() -> None:
     clock = Clock()
     report = await check_queue_backend(MemoryBackend(now=clock), queue="conformance")
-    assert report.ok and _names(report) == [*ALL_CHECKS, "lease_expiry", "delay"]
+    assert report.ok and _names(report) == [*ALL_CHECKS, "lease_expiry", "delay", *RECORD_CHECKS]
     assert not any(check.skipped for check in report.checks)
     assert report.subject == 'QueueBackend "memory"'
 
@@ -119,17 +124,19 @@ async def test_a_missing_fence_is_reported_precisely(db_url: str) -> None:
     finally:
         await backend.db.close()
     error = caught.value
-    assert [check.name for check in error.failures] == ["stale_completion"]
+    # pgmq.archive moves whatever it is handed: no fence, and no late_outcome after a cancel
+    assert [check.name for check in error.failures] == ["stale_completion", "records_cancel"]
+    assert "late_outcome=None" in str(error.failures[1].message)
     assert error.failures[0].message == (
         "complete() with a stale attempt (2, held: 1) returned True; expected False; "
         "extend(job, 60) returned False; expected True; "
         "complete() with the held attempt returned False; expected True"
     )
-    assert str(error).startswith('QueueBackend "unfenced" failed 1 of 7 conformance checks:\n')
+    assert str(error).startswith('QueueBackend "unfenced" failed 2 of 11 conformance checks:\n')
     assert "- stale_completion: complete() with a stale attempt" in str(error)
     # every other check still ran and passed
     assert [c.name for c in error.report.checks if c.ok] == [
-        n for n in ALL_CHECKS if n != "stale_completion"
+        n for n in [*ALL_CHECKS, *RECORD_CHECKS] if n not in ("stale_completion", "records_cancel")
     ]
 
 
@@ -164,7 +171,8 @@ async def test_every_failure_is_listed(db_url: str) -> None:
     finally:
         await backend.db.close()
     failures = {check.name: check.message for check in caught.value.failures}
-    assert set(failures) == {"name", "api_version", "fail_then_dead"}
+    # (a fail that never gives up cannot make the dead job records_replay needs either)
+    assert set(failures) == {"name", "api_version", "fail_then_dead", "records_replay"}
     assert failures["name"] == "name is ''; expected a non-empty string"
     assert failures["api_version"] == "api_version is 2; expected 1"
     assert failures["fail_then_dead"] == (

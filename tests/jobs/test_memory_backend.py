@@ -210,7 +210,7 @@ async def test_dead_letters_newest_first_with_a_cursor_and_retry_dead(
 
     # dead letters older than dead_older_than are purged; newer ones stay
     clock.advance(timedelta(days=30) - timedelta(seconds=3.5))  # ids[1] died 30 days ago
-    assert await jobs.purge_archive("emails") == 1
+    assert await jobs.purge_archive("emails") == 2  # with ids[0], replayed but kept as a record
     assert [dead.id for dead in await jobs.list_dead("emails")] == [ids[2]]
 
 
@@ -294,7 +294,7 @@ async def test_the_worker_heartbeat_keeps_a_long_handler_s_lease(clock: Clock) -
     assert (report.succeeded, report.failed) == (1, 0)
     assert stolen == [[]] * 5  # nobody could take the job over while it ran
     assert extends and all(held == {job_id} for held in extends)
-    assert (await jobs.stats())["emails"] == drainpipe.QueueStats(0, 0, 0, 0, None)
+    assert (await jobs.stats())["emails"] == drainpipe.QueueStats(0, 0, 0, 0, None, succeeded=1)
 
 
 # -- dedupe and delays -----------------------------------------------------------------------
@@ -349,7 +349,7 @@ async def test_stats_count_every_state(jobs: Jobs, clock: Clock) -> None:
     clock.advance(1)
     stats = await jobs.stats(["emails", "reports"])
     assert stats["emails"] == drainpipe.QueueStats(
-        ready=1, in_flight=2, delayed=1, dead=1, oldest_age_seconds=6.0
+        ready=1, in_flight=2, delayed=1, dead=1, oldest_age_seconds=6.0, succeeded=1
     )
     assert stats["reports"] == drainpipe.QueueStats(0, 0, 0, 0, None)
 
@@ -474,7 +474,9 @@ async def test_the_memory_backend_passes_the_conformance_kit_with_moved_time() -
     # a real clock: the kit's lease and delay checks move this backend's time ahead
     report = await check_queue_backend(MemoryBackend(), queue="conformance")
     assert report.ok and report.subject == 'QueueBackend "memory"'
-    assert [check.name for check in report.checks][-2:] == ["lease_expiry", "delay"]
+    names = [check.name for check in report.checks]
+    assert names[names.index("lease_expiry") :][:2] == ["lease_expiry", "delay"]
+    assert names[-4:] == ["records_states", "records_cancel", "records_replay", "records_list"]
     assert not any(check.skipped for check in report.checks)
 
 
@@ -539,4 +541,4 @@ async def test_batch_settlements_are_fenced_job_by_job(clock: Clock) -> None:
     assert await emails.claim(batch=3) == []  # a and c extended, b held by its new claim
     assert await backend.complete_many([a, b, c, b_again]) == [True, False, True, True]
     assert await backend.complete_many([]) == [] and await backend.extend_many([], 5) == set()
-    assert await emails.stats() == drainpipe.QueueStats(0, 0, 0, 0, None)
+    assert await emails.stats() == drainpipe.QueueStats(0, 0, 0, 0, None, succeeded=3)

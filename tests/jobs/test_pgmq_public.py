@@ -391,6 +391,10 @@ async def test_missing_features_are_invalid_requests(backend: PgmqPublicBackend)
         "list_dead": jobs.list_dead("emails"),
         "retry_dead": jobs.retry_dead("emails"),
         "purge_archive": jobs.purge_archive("emails"),
+        # job records: PostgREST's pgmq_public has no records to read or cancel
+        "get": jobs.get("emails", 1),
+        "list_jobs": jobs.list_jobs("emails"),
+        "cancel": jobs.cancel("emails", 1),
     }
     for feature, call in calls.items():
         with pytest.raises(DrainpipeError) as caught:

@@ -46,6 +46,7 @@ CONTRACT = {
     "PostgrestBackend",
     # API.md §10-11
     "ManagementClient",
+    "AgentInboxes",
     "Principal",
     "bearer_tokens",
     # API.md §12
@@ -73,7 +74,9 @@ def test_every_exported_name_resolves() -> None:
     for name in drainpipe.__all__:
         value = getattr(drainpipe, name)
         assert value is not None, name
-        if name not in MODULES:
+        if name in MODULES:
+            assert value.__name__ == f"drainpipe.{name}", name
+        else:
             assert getattr(value, "__module__", "").startswith("drainpipe"), name
 
 
@@ -89,7 +92,10 @@ def test_the_sync_twin_exports_what_section_12_names() -> None:
     from drainpipe import sync
 
     assert drainpipe.sync is sync
-    for name in ("Jobs", "Queue", "Idempotency", "with_lease", "lease", "Lease", "WebhookInbox"):
+    for name in (
+        *("Jobs", "Queue", "Idempotency", "with_lease", "lease", "Lease", "WebhookInbox"),
+        "ManagementClient",
+    ):
         assert name in sync.__all__, name
         assert getattr(sync, name).__module__.startswith("drainpipe.sync"), name
     for method in ("close", "__enter__", "__exit__"):

@@ -383,12 +383,18 @@ def drainpipe_retry(after: float) -> Exception:
     return Retry(after=after)
 
 
-async def test_on_pgmq_without_records_a_windowed_failure_still_retries(db_url: str) -> None:
-    jobs = guarded(db_url, QueuePolicy(max_attempts=10, attempt_window=30))
-    await jobs.enqueue("inbox", {"a": 1})
-    (job,) = await jobs.claim("inbox")
-    assert await jobs.fail(job, "later", retry_in=60) == "queued"  # see docs/policies.md
-    await jobs.close()
+async def test_the_window_holds_on_pgmq_and_in_memory_too(db_url: str) -> None:
+    for backend in (db_url, MemoryBackend()):
+        jobs = guarded(backend, QueuePolicy(max_attempts=10, attempt_window=30))
+        await jobs.enqueue("inbox", {"a": 1})
+        (job,) = await jobs.claim("inbox")
+        assert await jobs.fail(job, "soon", retry_in=0) == "queued"
+        (again,) = await jobs.claim("inbox")
+        assert await jobs.fail(again, "later", retry_in=60) == "dead"
+        record = await jobs.get("inbox", job.id)
+        assert record is not None
+        assert (record.state, record.last_code) == ("dead", "DEADLINE_PASSED")
+        await jobs.close()
 
 
 async def test_memory_backend_enforces_the_pending_cap_and_retention() -> None:
@@ -412,7 +418,7 @@ async def test_memory_backend_enforces_the_pending_cap_and_retention() -> None:
     assert await jobs.fail(dying, "boom") == "dead"
     assert await jobs.apply_retention() == 0
     backend.advance_time(120)
-    assert await jobs.apply_retention() == 1
+    assert await jobs.apply_retention() == 4  # the 3 succeeded records and the dead one
     assert await jobs.apply_retention_if_due(3600) is not None
     assert await jobs.apply_retention_if_due(3600) is None
 

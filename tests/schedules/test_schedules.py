@@ -49,9 +49,13 @@ async def one_db(db_url: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
 
 
 async def stored_keys(conn: psycopg.AsyncConnection[Any], backend: str, queue: str) -> list[str]:
-    """Dedupe keys of the live jobs of a queue, straight from storage."""
+    """Dedupe keys of the live jobs of a queue, straight from storage (the table keeps
+    finished jobs as records: only unfinished rows are live)."""
     if backend == "table":
-        sql = "SELECT dedupe_key FROM drainpipe.job_messages WHERE queue = %s ORDER BY id"
+        sql = (
+            "SELECT dedupe_key FROM drainpipe.job_messages"
+            " WHERE queue = %s AND finished_at IS NULL ORDER BY id"
+        )
         rows = await (await conn.execute(sql, (queue,))).fetchall()
     else:
         exists = await (

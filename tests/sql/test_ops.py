@@ -36,6 +36,7 @@ def test_every_operation_module_contributes_statements() -> None:
     modules = {name.partition(".")[0] for name in ops.STATEMENTS}
     assert modules == {
         *("jobs", "records", "schedules", "idempotency", "leases", "inbox", "management"),
+        "agents",
     }
     called = {_FUNCTION.findall(statement)[0] for statement in ops.STATEMENTS.values()}
     assert called == {
@@ -49,11 +50,14 @@ def test_every_operation_module_contributes_statements() -> None:
             *("claim_due_schedules", "advance_schedule"),
             *("begin_idempotent", "complete_idempotent", "release_idempotent"),
             *("purge_idempotency_keys", "acquire_lease", "extend_lease", "release_lease"),
-            *("receive_webhook", "claim_webhooks", "extend_webhooks", "complete_webhook"),
+            *("claim_webhooks", "extend_webhooks", "complete_webhook"),
             *("fail_webhook", "checkpoint_webhook", "list_webhooks", "purge_webhooks"),
             *("audited_cancel_job", "audited_replay_job", "list_management_audit"),
+            *("agent_create_inbox", "agent_inbox", "agent_subscribe", "agent_next"),
+            *("agent_claim", "agent_events", "agent_ack", "agent_release", "agent_extend"),
+            *("agent_raw", "agent_stream_acquire", "agent_stream_renew", "agent_stream_release"),
         )
-    } | {"job_queue_stats_v2", "replay_dead_job_v2", "fail_job_v2"}
+    } | {"job_queue_stats_v2", "replay_dead_job_v2", "fail_job_v2", "receive_webhook_v2"}
 
 
 @pytest.mark.parametrize("backend", ["pgmq", "table"])

@@ -28,6 +28,7 @@ def test_the_django_example_enqueues_in_a_views_transaction_and_drains(
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     assert "test_enqueue_commits_with_the_order_and_drains" in output and "OK" in output
+    assert "test_the_webhook_view_stores_a_delivery_once" in output
 
 
 def test_the_flask_example(db_url: str) -> None:

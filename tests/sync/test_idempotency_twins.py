@@ -9,6 +9,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -18,6 +19,7 @@ import pytest
 import drainpipe
 from drainpipe import DrainpipeError, sync
 from drainpipe.http import Headers, Request, Response
+from drainpipe.testing import Clock
 from tests.sync.conftest import Twin
 
 
@@ -266,3 +268,19 @@ async def test_the_wsgi_wrapper_answers_as_the_async_handle_does(db_url: str) ->
     finally:
         await async_idem.db.close()
         sync_idem.close()
+
+
+async def test_a_lock_that_ran_out_is_taken_over_on_the_given_clock(
+    twin: Twin, db_url: str
+) -> None:
+    clock = Clock(datetime.now(UTC))
+    idem = twin.idempotency(db_url, lock=30, ttl=3600, now=clock)
+    first = await idem.begin("slow", "fp")
+    assert (await idem.begin("slow", "fp")).state == "running"
+    clock.advance(31)  # the first holder's lock ran out: a retry takes the key over
+    second = await idem.begin("slow", "fp")
+    assert second.state == "started" and second.holder != first.holder
+    assert await idem.complete("slow", first.holder, 200, b"late") is False
+    assert await idem.complete("slow", second.holder, 200, b"done") is True
+    clock.advance(3600)  # past the ttl: the key is new again
+    assert (await idem.begin("slow", "fp")).state == "started"

@@ -344,3 +344,34 @@ def test_the_sync_twin_refuses_async_handlers_and_async_connections(db_url: str)
         assert report.failed == 1 and "awaitable" in str(errors[0])
     with pytest.raises(TypeError, match="async ones belong"):
         sync.Jobs(object(), QUEUES)
+
+
+async def test_database_failures_are_the_same_errors_on_both_twins(server_dsn: str) -> None:
+    from tests.conftest import with_database
+
+    empty = f"t_sync_empty_{int(time.time() * 1000)}"
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{empty}"')
+    try:
+        targets = {
+            "missing database": with_database(server_dsn, "no_such_database_here"),
+            "bad DSN": "postgresql://127.0.0.1:notaport/x",
+            "no drainpipe SQL": with_database(server_dsn, empty),
+        }
+        for label, url in targets.items():
+            async_jobs = drainpipe.Jobs(url, QUEUES)
+            with pytest.raises(DrainpipeError) as expected:
+                await async_jobs.enqueue("raw", {})
+            await async_jobs.close()
+            sync_jobs = sync.Jobs(url, QUEUES)
+            with pytest.raises(DrainpipeError) as got:
+                await asyncio.to_thread(sync_jobs.enqueue, "raw", {})
+            sync_jobs.close()
+            assert (got.value.kind, got.value.code) == (
+                expected.value.kind,
+                expected.value.code,
+            ), label
+            assert got.value.code is not None, label
+    finally:
+        with psycopg.connect(server_dsn, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{empty}"')

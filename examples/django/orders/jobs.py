@@ -1,6 +1,7 @@
 """The shop's queues: one ``sync.Jobs`` for the process (its pool is drainpipe's own, for
 draining); views bind it to the request's ORM connection to enqueue in their transaction."""
 
+import os
 from functools import cache
 
 from pydantic import BaseModel
@@ -17,6 +18,16 @@ class Receipt(BaseModel):
 @cache
 def jobs() -> sync.Jobs:
     return sync.Jobs(database_url(), {"receipts": Receipt})
+
+
+#: the billing provider's signing secret (Standard Webhooks, ``whsec_...``)
+WEBHOOK_SECRET = os.environ.get("SHOP_WEBHOOK_SECRET", "whsec_ZXhhbXBsZS1vbmx5LXNlY3JldC0wMDAw")
+
+
+@cache
+def billing_inbox() -> sync.WebhookInbox:
+    """Billing webhooks, verified and stored once; processed later (async inbox or a drain)."""
+    return sync.WebhookInbox(database_url(), source="billing", secrets=WEBHOOK_SECRET)
 
 
 def send_receipt(receipt: Receipt, job: object) -> None:

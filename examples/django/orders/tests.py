@@ -1,15 +1,20 @@
 """Enqueue inside a view's ``transaction.atomic()``, then drain: a committed order has its
 job, a rolled-back one has none, and a retried POST with the same key creates nothing."""
 
+import io
+import json
 import subprocess
 import sys
+from datetime import UTC, datetime
 
+from django.core.management import call_command
 from django.db import connection as django_connection
 from django.test import TransactionTestCase
+from standardwebhooks import Webhook
 
 from drainpipe.contrib.django import database_url
 
-from .jobs import jobs, send_receipt
+from .jobs import WEBHOOK_SECRET, jobs, send_receipt
 from .models import Order
 
 
@@ -60,7 +65,35 @@ class OrderJobsTest(TransactionTestCase):
         self.assertEqual(Order.objects.count(), 1)  # the order rolled back ...
         self.assertEqual(jobs().stats(["receipts"])["receipts"].ready, 1)  # ... and its job
 
-        report = jobs().drain("receipts", send_receipt)
-        self.assertEqual((report.succeeded, report.failed), (1, 0))
+        out = io.StringIO()
+        call_command("drain", "receipts", stdout=out)  # what cron runs
+        self.assertEqual(out.getvalue().strip(), "succeeded=1 failed=0")
         self.assertTrue(Order.objects.get().receipt_sent)
+        self.assertEqual(tuple(jobs().drain("receipts", send_receipt)), (0, 0))
         self.assertTrue(django_connection.get_autocommit())  # nothing left open
+
+    def test_the_webhook_view_stores_a_delivery_once(self) -> None:
+        body = json.dumps({"type": "invoice.paid", "amount": 12})
+        stamp = datetime.now(UTC).replace(microsecond=0)
+        headers = {
+            "webhook-id": "msg_1",
+            "webhook-timestamp": str(int(stamp.timestamp())),
+            "webhook-signature": Webhook(WEBHOOK_SECRET).sign("msg_1", stamp, body),
+        }
+        first = self.client.post(
+            "/hooks/billing", body, content_type="application/json", headers=headers
+        )
+        self.assertEqual((first.status_code, first.json()["duplicate"]), (202, False))
+        again = self.client.post(
+            "/hooks/billing", body, content_type="application/json", headers=headers
+        )
+        self.assertEqual((again.status_code, again.json()["duplicate"]), (200, True))
+        forged = self.client.post(
+            "/hooks/billing",
+            body,
+            content_type="application/json",
+            headers={**headers, "webhook-signature": "v1,Zm9yZ2Vk"},
+        )
+        self.assertEqual(forged.status_code, 401)
+        self.assertEqual(forged.json()["code"], "WEBHOOK_INVALID_SIGNATURE")
+        self.assertEqual(self.client.get("/hooks/billing")["Allow"], "POST")

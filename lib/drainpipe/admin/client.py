@@ -16,49 +16,11 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any, cast
-from urllib.parse import quote
 
 import httpx
 
-from ..errors import STATUS_BY_KIND, DrainpipeError, ErrorKind
-
-_KIND_BY_STATUS: dict[int, ErrorKind] = {
-    400: "invalid_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    409: "conflict",
-    422: "validation",
-    429: "rate_limited",
-    503: "network",
-    504: "timeout",
-}
-
-
-def _problem_error(response: httpx.Response) -> DrainpipeError:
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if not isinstance(body, dict):
-        body = {}
-    kind = body.get("kind")
-    if kind not in STATUS_BY_KIND:
-        kind = _KIND_BY_STATUS.get(response.status_code, "unexpected")
-    message = body.get("detail") or body.get("title") or f"HTTP {response.status_code}"
-    code = body.get("code")
-    issues = body.get("issues")
-    return DrainpipeError(
-        cast(ErrorKind, kind),
-        str(message),
-        code=code if isinstance(code, str) else None,
-        issues=issues if isinstance(issues, list) else None,
-        status=response.status_code,
-    )
-
-
-def _retryable(error: DrainpipeError) -> bool:
-    return error.status >= 500 or error.code == "IDEMPOTENCY_KEY_IN_USE"
+from ..errors import DrainpipeError
+from .wire import check_client, job_path, list_params, problem_error, retryable
 
 
 class ManagementClient:
@@ -76,18 +38,12 @@ class ManagementClient:
         backoff: float = 0.5,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ValueError("base_url must be an http(s) URL")
-        if not isinstance(token, str) or not token.strip():
-            raise ValueError("token must be a non-empty string")
-        if not isinstance(retries, int) or retries < 0:
-            raise ValueError("retries must be an integer >= 0")
-        self.base_url = base_url.rstrip("/")
+        self.base_url, headers = check_client(base_url, token, retries)
         self.retries = retries
         self.backoff = backoff
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
-            headers={"Authorization": f"Bearer {token.strip()}", "Accept": "application/json"},
+            headers=headers,
             timeout=timeout,
             transport=transport,
             follow_redirects=False,
@@ -104,7 +60,7 @@ class ManagementClient:
         except httpx.HTTPError as exc:
             raise DrainpipeError("network", f"{method} {path}: {exc}") from exc
         if response.status_code >= 400:
-            raise _problem_error(response)
+            raise problem_error(response)
         try:
             body = response.json()
         except ValueError as exc:
@@ -113,9 +69,7 @@ class ManagementClient:
 
     @staticmethod
     def _job_path(queue: str, job_id: int) -> str:
-        if not isinstance(job_id, int) or isinstance(job_id, bool) or job_id < 0:
-            raise DrainpipeError("validation", "job_id must be a non-negative integer")
-        return f"/jobs/{quote(queue, safe='')}/{job_id}"
+        return job_path(queue, job_id)
 
     async def list(
         self,
@@ -126,11 +80,7 @@ class ManagementClient:
         limit: int = 100,
     ) -> AsyncIterator[dict[str, Any]]:
         """Every matching record, newest first, fetched ``limit`` per page."""
-        params: dict[str, Any] = {"limit": limit}
-        for name, value in (("queue", queue), ("state", state), ("tenant", tenant)):
-            if value is not None:
-                params[name] = value
-        async for item in self._pages("/jobs", params):
+        async for item in self._pages("/jobs", list_params(queue, state, tenant, limit)):
             yield item
 
     async def audit(self, *, limit: int = 100) -> AsyncIterator[dict[str, Any]]:
@@ -175,7 +125,7 @@ class ManagementClient:
                 )
                 return cast(dict[str, Any], data)
             except DrainpipeError as exc:
-                if attempt >= self.retries or not _retryable(exc):
+                if attempt >= self.retries or not retryable(exc):
                     raise
             attempt += 1
             await asyncio.sleep(self.backoff * 2 ** (attempt - 1))

@@ -30,8 +30,9 @@ if TYPE_CHECKING:
 
     from ..http import Response
     from ..sync.idempotency import Idempotency
+    from ..sync.inbox import WebhookInbox
 
-__all__ = ["IdempotencyMiddleware", "connection", "database_url"]
+__all__ = ["IdempotencyMiddleware", "connection", "database_url", "webhook_view"]
 
 
 def connection(using: str = "default") -> psycopg.Connection[Any]:
@@ -60,6 +61,31 @@ def database_url(using: str = "default") -> str:
         "port": str(config["PORT"]) if config.get("PORT") else None,
     }
     return make_conninfo(**{key: value for key, value in parts.items() if value})
+
+
+def webhook_view(inbox: WebhookInbox) -> Callable[[Any], Any]:
+    """A Django view receiving webhooks into ``inbox`` (a :class:`drainpipe.sync.WebhookInbox`):
+    ``path("hooks/billing", webhook_view(inbox))``. POST only (405 ``Allow: POST``
+    otherwise), exempt from CSRF (the signature is the check), answering what
+    ``inbox.receive`` answers: 202/200 JSON, or a Problem."""
+    from django.http import HttpResponse
+    from django.views.decorators.csrf import csrf_exempt
+
+    def view(request: Any) -> Any:
+        if request.method != "POST":
+            response = HttpResponse(status=405)
+            response["Allow"] = "POST"
+            return response
+        status, headers, body = inbox.receive(
+            _headers(request), bytes(request.body), path=request.path
+        )
+        response = HttpResponse(body, status=status)
+        for name, value in headers.items():
+            response[name] = value
+        return response
+
+    exempt: Callable[[Any], Any] = csrf_exempt(view)
+    return exempt
 
 
 class IdempotencyMiddleware:

@@ -149,6 +149,17 @@ def dev_management_token(env: MutableMapping[str, str], name: str = "MANAGEMENT_
     return token
 
 
+def dev_token(env: MutableMapping[str, str], name: str, prefix: str) -> str:
+    """``env[name]`` when set; otherwise ``prefix`` + 32 random URL-safe characters, written
+    there (the agent inbox's ``AGENT_TOKEN`` and ``AGENT_LEASE_SECRET``)."""
+    value = env.get(name)
+    if value:
+        return value
+    value = prefix + secrets.token_urlsafe(24)
+    env[name] = value
+    return value
+
+
 @contextlib.contextmanager
 def console_logging(console: Console) -> Iterator[None]:
     """Route every log record (drainpipe's at INFO, others at WARNING) to ``console``."""

@@ -145,9 +145,12 @@ class FunctionsApp:
         if scope["type"] == "lifespan":
             await serve_lifespan(receive, send, self.aclose)
             return
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             return
         app = self.match(scope.get("path", "/"))
+        if app is None and scope["type"] == "websocket":  # refused before the handshake
+            await send({"type": "websocket.close", "code": 1008})
+            return
         if app is None:
             error = DrainpipeError("not_found", f"No function serves {scope.get('path')}")
             await problem_response(error, scope.get("path"))(scope, receive, send)

@@ -32,6 +32,7 @@ from .console import (
     Console,
     console_logging,
     dev_management_token,
+    dev_token,
     dev_webhook_secret,
     draining_line,
     stats_line,
@@ -142,6 +143,9 @@ async def run_dev(
         secret = dev_drain_secret(env)
         webhook_secret = dev_webhook_secret(env)
         management_token = dev_management_token(env)
+        agent_token = dev_token(env, "AGENT_TOKEN", "agt_")
+        dev_token(env, "AGENT_LEASE_SECRET", "")
+        env.setdefault("AGENT_LISTEN", "1")  # a long-lived server: long polls wake by NOTIFY
         app = FunctionsApp.load(functions)
         server = await start_server(app, host=host, sock=sock)
         await _serve(
@@ -160,6 +164,7 @@ async def run_dev(
                 "CRON_SECRET": secret,
                 "WEBHOOK_SECRET": webhook_secret,
                 "MANAGEMENT_TOKEN": management_token,
+                "AGENT_TOKEN": agent_token,
             },
             start_drain=dev_drain,
         )

@@ -88,6 +88,21 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def websocket_protocol() -> str:
+    """uvicorn's WebSocket implementation for the agent inbox's stream: the ``websockets``
+    package's sans-I/O one when this uvicorn has it (its legacy one is deprecated), else
+    whatever uvicorn picks."""
+    import importlib.util
+
+    if importlib.util.find_spec("websockets") is None:
+        return "auto"
+    try:
+        found = importlib.util.find_spec("uvicorn.protocols.websockets.websockets_sansio_impl")
+    except ImportError:
+        return "auto"
+    return "websockets-sansio" if found is not None else "auto"
+
+
 async def start_server(
     app: ASGIApp,
     *,
@@ -114,6 +129,7 @@ async def start_server(
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=graceful,
+        ws=websocket_protocol(),
     )
     server = _server_class()(config)
     task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))

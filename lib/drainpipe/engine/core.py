@@ -6,6 +6,11 @@ the runner, the drain route and a test all compute the same answers from the sam
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
+import hmac
+import struct
 from typing import Final
 
 #: Transient claim errors (``errors.TRANSIENT_KINDS``) retried per lane before the run stops.
@@ -91,3 +96,57 @@ def fair_share_deadline(now: float, deadline: float, sources_left: int) -> float
     if sources_left <= 1:
         return deadline
     return now + time_left(now, deadline) / sources_left
+
+
+# -- lease ids ------------------------------------------------------------------------------
+# A lease id names one hand-out of one item: (item id, attempt, the random token the
+# database minted in the hand-out transaction), signed with the service's secret so a
+# forged or altered id is refused before any SQL runs. The database fences on all three.
+
+_LEASE_MAC_BYTES: Final = 16
+_LEASE_LAYOUT: Final = ">qi16s"  # bigint id, integer attempt, uuid token
+_LEASE_BODY_BYTES: Final = 8 + 4 + 16
+
+
+def _lease_mac(secret: bytes, prefix: str, body: bytes) -> bytes:
+    return hmac.new(secret, prefix.encode() + b"\0" + body, hashlib.sha256).digest()[
+        :_LEASE_MAC_BYTES
+    ]
+
+
+def mint_lease_id(secret: bytes, prefix: str, item_id: int, attempt: int, token: bytes) -> str:
+    """``<prefix>_<base64url>``: the hand-out's id, attempt and 16-byte token, and a MAC."""
+    body = struct.pack(_LEASE_LAYOUT, item_id, attempt, token)
+    raw = body + _lease_mac(secret, prefix, body)
+    return f"{prefix}_" + base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def read_lease_id(secret: bytes, prefix: str, lease_id: str) -> tuple[int, int, bytes] | None:
+    """``(item id, attempt, token)`` of a lease id this secret minted, else None (malformed,
+    altered, another prefix or another secret's)."""
+    head = f"{prefix}_"
+    if not isinstance(lease_id, str) or not lease_id.startswith(head) or len(lease_id) > 100:
+        return None
+    text = lease_id[len(head) :]
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (ValueError, binascii.Error):
+        return None
+    if len(raw) != _LEASE_BODY_BYTES + _LEASE_MAC_BYTES:
+        return None
+    body, mac = raw[:_LEASE_BODY_BYTES], raw[_LEASE_BODY_BYTES:]
+    if not hmac.compare_digest(mac, _lease_mac(secret, prefix, body)):
+        return None
+    item_id, attempt, token = struct.unpack(_LEASE_LAYOUT, body)
+    return item_id, attempt, token
+
+
+def long_poll_wait(wait: float, budget: float, reserve: float, cap: float = 30.0) -> float:
+    """How long a long poll may wait: ``min(wait, cap, budget - reserve)``, never negative,
+    so the answer always leaves the function ``reserve`` seconds to send it."""
+    return max(0.0, min(wait, cap, budget - reserve))
+
+
+def poll_backoff(step: int, first: float = 0.1, cap: float = 1.0) -> float:
+    """The pause after empty poll step number ``step`` (1-based): 100 ms doubling to 1 s."""
+    return min(cap, first * 2.0 ** (step - 1))

@@ -37,7 +37,19 @@ class InboxRules:
         worker: str | None = None,
         problem: Callable[[dict[str, Any], DrainpipeError], dict[str, Any]] | None = None,
         now: Callable[[], datetime] | None = None,
+        app: str | None = None,
     ) -> None:
+        if app is not None and (
+            not isinstance(app, str)
+            or not app
+            or len(app) > MAX_NAME_LENGTH
+            or text_fault(app) is not None
+        ):
+            raise ValueError(
+                f"app must be a non-empty string of at most {MAX_NAME_LENGTH} characters"
+            )
+        # `app` is the ASGI method of the async inbox: the sender's name is kept as app_name
+        self.app_name = app
         if not isinstance(source, str) or not source or text_fault(source) is not None:
             raise ValueError(f"source must be a non-empty string, not {source!r}")
         if len(source) > MAX_NAME_LENGTH:  # indexed with every message id
@@ -119,7 +131,7 @@ class InboxRules:
         tenant = delivery_text(tenant, "tenant", "WEBHOOK_INVALID_TENANT", required=False)
         event_type = delivery_text(event_type, "type", "WEBHOOK_INVALID_TYPE", required=False)
         kept = {name: headers[name] for name in self.keep_headers if name in headers}
-        return self._receive_params(message_id, text, event_type, tenant, kept)
+        return self._receive_params(message_id, text, event_type, tenant, kept, verified=True)
 
     def _store_params(
         self,
@@ -128,8 +140,10 @@ class InboxRules:
         type: Any,
         tenant: Any,
         headers: Mapping[str, str] | None,
+        verified: bool = False,
     ) -> Params:
-        """``store``'s parameters (an event verified elsewhere)."""
+        """``store``'s parameters (an event verified elsewhere; ``verified`` says whether
+        its signature was checked there, shown in agent inbox envelopes)."""
         event_type = self._type_of(payload) if isinstance(type, _Missing) else type
         if isinstance(tenant, _Missing):
             tenant = self._tenant_of(payload) if self._tenant_of is not None else None
@@ -142,8 +156,10 @@ class InboxRules:
         for label, value in (("id", id), ("type", event_type), ("tenant", tenant)):
             if isinstance(value, str):
                 check_text(value, label, allow_empty=label != "id")
+        if not isinstance(verified, bool):
+            raise TypeError("verified must be True or False")
         return self._receive_params(
-            id, dump_json(payload).decode("utf-8"), event_type, tenant, kept
+            id, dump_json(payload).decode("utf-8"), event_type, tenant, kept, verified=verified
         )
 
     def _receive_params(
@@ -153,6 +169,8 @@ class InboxRules:
         event_type: Any,
         tenant: Any,
         headers: dict[str, Any],
+        *,
+        verified: bool,
     ) -> Params:
         if isinstance(message_id, int) and not isinstance(message_id, bool):
             message_id = str(message_id)
@@ -164,6 +182,8 @@ class InboxRules:
             dump_json(headers, "headers").decode("utf-8"),
             _tenant(tenant),
             self.max_attempts,
+            self.app_name,
+            verified,
         )
 
     def _list_params(self, tenant: Any, status: Any, limit: Any) -> Params:

@@ -82,6 +82,7 @@ class WebhookInbox(InboxRules):
     * ``max_attempts``: tries before a message is dead (each message keeps the limit it
       arrived with); ``max_body_bytes``: larger bodies get 413 before they are read in full.
     * ``worker``: this process's id in the locks (default ``worker-<8 hex>``).
+    * ``app``: the sending application (``"stripe"``), named in agent inbox envelopes.
     """
 
     def __init__(
@@ -99,6 +100,7 @@ class WebhookInbox(InboxRules):
         worker: str | None = None,
         problem: Callable[[dict[str, Any], DrainpipeError], dict[str, Any]] | None = None,
         now: Callable[[], datetime] | None = None,
+        app: str | None = None,
     ) -> None:
         super().__init__(
             source=source,
@@ -112,6 +114,7 @@ class WebhookInbox(InboxRules):
             worker=worker,
             problem=problem,
             now=now,
+            app=app,
         )
         self._db = as_database(db)
 
@@ -185,14 +188,17 @@ class WebhookInbox(InboxRules):
         type: str | _Missing | None = MISSING,
         tenant: str | _Missing | None = MISSING,
         headers: Mapping[str, str] | None = None,
+        verified: bool = False,
     ) -> Stored:
         """Store an event that was verified elsewhere (e.g. by a provider's SDK).
 
-        ``type``/``tenant`` default to ``type_of(payload)``/``tenant_of(payload)`` when not
-        passed (passing ``None`` stores none). Returns ``Stored(id, duplicate)``; a duplicate
+        ``verified=True`` says its signature was checked (agent inbox envelopes show it;
+        false by default). ``type``/``tenant`` default to ``type_of(payload)``/
+        ``tenant_of(payload)`` when not passed (passing ``None`` stores none). Returns ``Stored(id, duplicate)``; a duplicate
         (same source, tenant and id) keeps the first payload.
         """
-        return await self._receive(self._store_params(id, payload, type, tenant, headers))
+        params = self._store_params(id, payload, type, tenant, headers, verified)
+        return await self._receive(params)
 
     async def _receive(self, params: Params) -> Stored:
         stored_id, duplicate = ops.parse_receive(await self._db.fetch(ops.RECEIVE, params))

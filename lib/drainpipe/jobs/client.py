@@ -5,7 +5,7 @@ the sync twin; this class runs the checked calls on its (async) backend."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
@@ -395,3 +395,16 @@ class Jobs(PolicyMixin, JobRules, RecordsMixin, ScheduleMixin):
         from ..admin.api import ManagementApp
 
         return ManagementApp(self, **options)
+
+    def executor_app(
+        self,
+        *,
+        tokens: Mapping[str, Collection[str] | Literal["*"]],
+        budget: float = 25.0,
+        lease_secret: str | bytes | None = None,
+    ) -> Any:
+        """Private endpoints for executors that claim and settle jobs over HTTP with the
+        agent inbox's pull protocol (API.md section 11): see :mod:`drainpipe.jobs.executor`."""
+        from .executor import build_executor_app
+
+        return build_executor_app(self, tokens=tokens, budget=budget, lease_secret=lease_secret)

@@ -19,7 +19,8 @@ from ..models import (
     QueueStats,
     WorkReport,
 )
-from .client import SEVEN_DAYS, THIRTY_DAYS, Jobs, OnError
+from .client import Jobs, OnError
+from .records import SEVEN_DAYS, THIRTY_DAYS
 
 if TYPE_CHECKING:
     import asyncio

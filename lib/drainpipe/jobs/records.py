@@ -1,4 +1,5 @@
-"""Job records on :class:`~drainpipe.jobs.Jobs`: get, list (signed cursors), cancel.
+"""Job records on :class:`~drainpipe.jobs.Jobs`: get, list (signed cursors), cancel, and
+the dead-job calls (list_dead, retry_dead, replay with lineage, purge_archive).
 
 Mixed into ``Jobs`` (as the schedules are) to keep ``client.py`` about enqueueing and
 working. Every call validates its input and answers with the contract's errors.
@@ -6,6 +7,7 @@ working. Every call validates its input and answers with the contract's errors.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..backends.capabilities import (
@@ -22,6 +24,8 @@ from .cursor import read_cursor, sign_cursor
 if TYPE_CHECKING:
     from ..backends import QueueBackend
 
+SEVEN_DAYS = timedelta(days=7)
+THIRTY_DAYS = timedelta(days=30)
 MAX_LIST_LIMIT = 500
 LIMIT_TOO_LARGE = "LIMIT_TOO_LARGE"
 LIMIT_INVALID = "LIMIT_INVALID"

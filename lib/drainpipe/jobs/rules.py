@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..codes import PAYLOAD_INVALID
 from ..context import coerce_context, wrap_payload
 from ..db.json import dump_json
 from ..errors import DrainpipeError, invalid_request, missing_feature, validation_error
@@ -57,8 +58,13 @@ def _surrogate_error(to_python: Callable[..., Any], value: Any) -> DrainpipeErro
 def hand_over(item: Job[Any], validate: Callable[[Any], Any], all_tenants: bool) -> Any:
     """Validate a claimed job's payload and put it (and, under ``all_tenants``, a context
     that says so) into the job the handler receives; returns the validated payload. Both
-    twins' workers call it once per job."""
-    payload = validate(item.payload)
+    twins' workers call it once per job. A stored payload that no longer passes its schema
+    fails the attempt with ``PAYLOAD_INVALID``."""
+    try:
+        payload = validate(item.payload)
+    except DrainpipeError as exc:
+        exc.code = exc.code or PAYLOAD_INVALID
+        raise
     # The claimed Job has not left the worker yet, so it takes the validated payload in
     # place: building a second frozen dataclass per job costs a microsecond on this path.
     fields = item.__dict__

@@ -17,9 +17,10 @@ ENTRY_COLUMNS = (
     " received_at, processed_at"
 )
 
+# v2: also the app the envelope of an agent inbox names and whether the signature checked out
 RECEIVE = (
-    "SELECT id, duplicate FROM drainpipe.receive_webhook_v1("
-    "%s, %s, %s, %s::jsonb, %s::jsonb, %s, %s)"
+    "SELECT id, duplicate FROM drainpipe.receive_webhook_v2("
+    "%s, %s, %s, %s::jsonb, %s::jsonb, %s, %s, %s, %s)"
 )
 
 
@@ -31,8 +32,13 @@ def receive_params(
     headers_json: str,
     tenant: str | None,
     max_attempts: int,
+    app: str | None = None,
+    verified: bool = False,
 ) -> Params:
-    return (source, message_id, event_type, payload_json, headers_json, tenant, max_attempts)
+    return (
+        source, message_id, event_type, payload_json, headers_json, tenant, max_attempts,
+        app, verified,
+    )  # fmt: skip
 
 
 def parse_receive(rows: list[Row]) -> tuple[int, bool]:

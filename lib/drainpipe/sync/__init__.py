@@ -9,6 +9,7 @@
     with sync.lease(db, "nightly") as held: ...
     inbox = sync.WebhookInbox(db, source="billing", secrets=[...])
     status, headers, body = inbox.receive(request.headers, request.get_data())
+    with sync.ManagementClient(base_url, token) as client: client.replay("emails", 42)
 
 The same SQL (:mod:`drainpipe.ops`), the same checks (the ``rules`` modules the async
 objects use), the same errors (:func:`drainpipe.db.translate_error`) and results as the
@@ -26,12 +27,14 @@ if TYPE_CHECKING:
     from .inbox import WebhookInbox
     from .jobs import Jobs, Queue
     from .leases import Lease, lease, with_lease
+    from .management import ManagementClient
     from .worker import SyncHandler, SyncOnError
 
 __all__ = [
     "Idempotency",
     "Jobs",
     "Lease",
+    "ManagementClient",
     "Queue",
     "SyncHandler",
     "SyncOnError",
@@ -44,6 +47,7 @@ _EXPORTS = {
     "Idempotency": "idempotency",
     "Jobs": "jobs",
     "Lease": "leases",
+    "ManagementClient": "management",
     "Queue": "jobs",
     "SyncHandler": "worker",
     "SyncOnError": "worker",

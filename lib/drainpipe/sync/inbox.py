@@ -12,7 +12,6 @@ drain route; this twin is for the request path.
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -57,6 +56,7 @@ class WebhookInbox(InboxRules):
         worker: str | None = None,
         problem: Callable[[dict[str, Any], DrainpipeError], dict[str, Any]] | None = None,
         now: Callable[[], datetime] | None = None,
+        app: str | None = None,
     ) -> None:
         super().__init__(
             source=source,
@@ -70,6 +70,7 @@ class WebhookInbox(InboxRules):
             worker=worker,
             problem=problem,
             now=now,
+            app=app,
         )
         self._db = as_sync_database(db)
 
@@ -130,9 +131,10 @@ class WebhookInbox(InboxRules):
         type: str | _Missing | None = MISSING,
         tenant: str | _Missing | None = MISSING,
         headers: Mapping[str, str] | None = None,
+        verified: bool = False,
     ) -> Stored:
         """Store an event verified elsewhere; ``Stored(id, duplicate)``."""
-        return self._receive(self._store_params(id, payload, type, tenant, headers))
+        return self._receive(self._store_params(id, payload, type, tenant, headers, verified))
 
     def _receive(self, params: Params) -> Stored:
         stored_id, duplicate = ops.parse_receive(self._db.fetch(ops.RECEIVE, params))
@@ -166,8 +168,3 @@ class WebhookInbox(InboxRules):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def decode(body: bytes) -> Any:
-    """A receive answer's JSON body as a value (for tests and views that inspect it)."""
-    return json.loads(body)

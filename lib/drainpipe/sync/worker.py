@@ -5,8 +5,9 @@ same pure core (:mod:`drainpipe.engine.core`) and reported the same way
 (:mod:`drainpipe.engine.reports`):
 
 * each lane claims ``batch`` jobs, runs them in order and completes the successes in one
-  fenced round trip; ``concurrency`` lanes are threads (the first one is the caller's);
-* while a batch runs, a heartbeat thread extends every unsettled job of the batch every
+  fenced round trip; ``concurrency`` lanes are threads (the first one is the caller's),
+  the others opened once a claim comes back full (an empty drain is one round trip);
+* while a batch runs, the lane's heartbeat thread extends every unsettled job of the batch every
   ``max(1, lease/2)`` seconds (or ``heartbeat_every``) in one round trip;
 * a lost lease drops the job: no settlement is sent, ``on_error`` gets ``conflict`` /
   ``LEASE_LOST``. A thread cannot be cancelled, so a handler already running on it runs to
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -73,6 +75,34 @@ class _Batch:
             self.unfinished.pop(job.id, None)
 
 
+class _Beats:
+    """A lane's heartbeat thread, handed each batch in turn (starting a thread per batch
+    cost 15% of a fast drain); started with the lane's first batch, so an empty drain
+    starts none."""
+
+    def __init__(self, beat: Callable[[_Batch], None]) -> None:
+        self._beat = beat
+        self._batches: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def put(self, batch: _Batch) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name="drainpipe-heartbeat", daemon=True
+            )
+            self._thread.start()
+        self._batches.put(batch)
+
+    def _run(self) -> None:
+        while (batch := self._batches.get()) is not None:
+            self._beat(batch)
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._batches.put(None)
+            self._thread.join()
+
+
 class SyncWorker:
     """One ``drain`` call: options checked once, then lanes until the queue is empty."""
 
@@ -112,7 +142,9 @@ class SyncWorker:
         self.all_tenants = all_tenants
         self.every = heartbeat_interval(
             self.lease,
-            None if heartbeat_every is None else seconds(heartbeat_every, "heartbeat_every"),
+            None
+            if heartbeat_every is None
+            else seconds(heartbeat_every, "heartbeat_every", minimum=0.001),
             JOB_HEARTBEAT_FLOOR if heartbeat_every is None else 0.0,
         )
         self.deadline = run_deadline(
@@ -122,25 +154,44 @@ class SyncWorker:
         self._count = threading.Lock()
         self._halt = threading.Event()
         self._fatal: BaseException | None = None
+        self._spread = self.concurrency == 1
+        self._others: list[threading.Thread] = []
 
     def run(self) -> WorkReport:
-        """Claim and run jobs until none is ready or the budget is spent."""
-        others = [
-            threading.Thread(target=self._lane, name=f"drainpipe-{self.queue}-{n}", daemon=True)
-            for n in range(1, self.concurrency)
-        ]
-        for thread in others:
-            thread.start()
+        """Claim and run jobs until none is ready or the budget is spent. The other lanes
+        open once a claim comes back full, so an empty drain costs one round trip."""
         try:
             self._lane()
         finally:
+            with self._count:
+                self._spread = True  # no lane opens from here on
+                others = list(self._others)
             for thread in others:
                 thread.join()
         if self._fatal is not None:
             raise self._fatal
         return self.report
 
+    def _open_other_lanes(self) -> None:
+        with self._count:
+            if self._spread:
+                return
+            self._spread = True
+            for n in range(1, self.concurrency):
+                thread = threading.Thread(
+                    target=self._lane, name=f"drainpipe-{self.queue}-{n}", daemon=True
+                )
+                thread.start()
+                self._others.append(thread)
+
     def _lane(self) -> None:
+        beats = _Beats(self._heartbeat)
+        try:
+            self._claim_loop(beats)
+        finally:
+            beats.stop()
+
+    def _claim_loop(self, beats: _Beats) -> None:
         retries = 0
         while not self._halt.is_set():
             if budget_spent(time.monotonic(), self.deadline):
@@ -161,16 +212,15 @@ class SyncWorker:
             retries = 0
             if not claimed:
                 return
-            self._run_batch(claimed)
+            if len(claimed) >= self.batch and not self._spread:
+                self._open_other_lanes()
+            self._run_batch(claimed, beats)
 
     # -- one batch ----------------------------------------------------------------------
 
-    def _run_batch(self, claimed: Sequence[Job[Any]]) -> None:
+    def _run_batch(self, claimed: Sequence[Job[Any]], beats: _Beats) -> None:
         batch = _Batch(claimed)
-        beat = threading.Thread(
-            target=self._heartbeat, args=(batch,), name="drainpipe-heartbeat", daemon=True
-        )
-        beat.start()
+        beats.put(batch)
         succeeded: list[Job[Any]] = []
         try:
             for job in claimed:
@@ -183,9 +233,9 @@ class SyncWorker:
                     batch.settled(job)
         finally:
             with batch.lock:
-                batch.unfinished.clear()  # nothing left to extend while the batch settles
+                # nothing left to extend: no beat marks a job of this batch lost from here
+                batch.unfinished.clear()
             batch.done.set()
-            beat.join()
         kept = []
         for job in succeeded:
             if job.id in batch.lost:  # done, but taken over before it was settled

@@ -5,8 +5,9 @@ For tests of handlers and of code that enqueues. It follows the SQL functions of
 fencing token, a lease hides a job until it ends, a failure waits out ``retry_in`` or the
 jittered backoff, ``fail`` on the last attempt makes a dead letter, a job whose lease ran
 out on its last attempt is archived dead by the next claim, dedupe ``always``/``waiting``,
-delays, stats, dead letters newest first, replay. Like the table backend, a completed job
-is gone (``purge_archive`` only purges dead letters).
+delays, stats, dead letters newest first, replay with lineage, and the job records (states,
+attempt history, codes, cancel: :mod:`.records`). Like the table backend, a finished job
+stays as a record until ``purge_archive``.
 
 Time comes from ``now`` (default: the real UTC clock); pass a :class:`Clock` and move it
 with ``clock.advance(seconds)`` instead of sleeping through delays, leases and backoffs.
@@ -24,16 +25,19 @@ import heapq
 import json
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
+from ...codes import valid_code
 from ...context import unwrap_payload
-from ...errors import DrainpipeError
 from ...models import DeadJob, DedupeMode, FailOutcome, Job, QueueStats, claimed_job
 from .clock import Clock, _real_now, _round_trip, retry_delay
 from .policies import MemoryPolicies
+from .records import MemoryRecords
 from .schedules import MemorySchedules, _Schedule
+from .store import AttemptRow
+from .store import Live as _Live
+from .store import QueueState as _Queue
 from .values import (
     _check_max_attempts,
     _check_queue,
@@ -42,48 +46,9 @@ from .values import (
 )
 
 _MAX_ERROR = 4000
-LEASE_RAN_OUT = "The lease ran out on the last attempt"
 
 
-@dataclass(slots=True)
-class _Live:
-    id: int
-    payload: str
-    max_attempts: int
-    dedupe_key: str | None
-    enqueued_at: datetime
-    visible_at: datetime
-    attempts: int = 0
-    last_error: str | None = None
-    # bumped whenever visible_at or attempts change: older heap entries are then stale
-    version: int = 0
-
-
-@dataclass(slots=True)
-class _Dead:
-    id: int
-    payload: str
-    attempts: int
-    max_attempts: int
-    dedupe_key: str | None
-    last_error: str | None
-    enqueued_at: datetime
-    died_at: datetime
-
-
-@dataclass(slots=True)
-class _Queue:
-    live: dict[int, _Live] = field(default_factory=dict)
-    # (visible_at, id, version) of every live job that still has attempts left: the claim
-    # takes the oldest visible first, as the SQL claim walks its (visible_at, id) index
-    ready: list[tuple[datetime, int, int]] = field(default_factory=list)
-    # live jobs running their last attempt: swept into the dead letters once their lease ends
-    last_attempt: set[int] = field(default_factory=set)
-    by_key: dict[str, set[int]] = field(default_factory=dict)
-    dead: dict[int, _Dead] = field(default_factory=dict)
-
-
-class MemoryBackend(MemoryPolicies, MemorySchedules):
+class MemoryBackend(MemoryPolicies, MemoryRecords, MemorySchedules):
     """Jobs and schedules in this process's memory, with the SQL backends' semantics.
 
     ``now`` is the clock (default: real UTC time; a :class:`Clock` lets a test move time).
@@ -163,26 +128,13 @@ class MemoryBackend(MemoryPolicies, MemorySchedules):
             if not keyed:
                 del state.by_key[job.dedupe_key]
 
-    def _bury(self, state: _Queue, job: _Live, error: str | None, now: datetime) -> None:
-        self._remove(state, job)
-        state.dead[job.id] = _Dead(
-            id=job.id,
-            payload=job.payload,
-            attempts=job.attempts,
-            max_attempts=job.max_attempts,
-            dedupe_key=job.dedupe_key,
-            last_error=error,
-            enqueued_at=job.enqueued_at,
-            died_at=now,
-        )
-
     def _held(self, job: Job[Any], queue: str | None = None) -> tuple[_Queue, _Live] | None:
         """The stored job while its attempt still equals ``job.attempts`` (the fence)."""
         state = self._queues.get(job.queue if queue is None else queue)
         if state is None:
             return None
         stored = state.live.get(job.id)
-        if stored is None or stored.attempts != job.attempts:
+        if stored is None or stored.attempts != job.attempts or stored.state != "leased":
             return None
         return state, stored
 
@@ -196,6 +148,7 @@ class MemoryBackend(MemoryPolicies, MemorySchedules):
         dedupe_key: str | None,
         dedupe_running: bool,
         now: datetime,
+        parent_id: int | None = None,
         counted: bool = False,
     ) -> int:
         state = self._queue(queue)
@@ -216,6 +169,7 @@ class MemoryBackend(MemoryPolicies, MemorySchedules):
             dedupe_key=dedupe_key,
             enqueued_at=now,
             visible_at=_later(now, delay),
+            parent_id=parent_id,
         )
         state.live[job.id] = job
         if dedupe_key is not None:
@@ -255,7 +209,7 @@ class MemoryBackend(MemoryPolicies, MemorySchedules):
         _check_queue(queue)
         _check_max_attempts(max_attempts)
         stored = [_to_json(payload) for payload in payloads]
-        self._check_pending(queue, len(stored))
+        self._check_pending(queue, len(stored))  # a policy's cap: all or nothing
         now = self.now()
         return [
             self._insert(
@@ -279,9 +233,7 @@ class MemoryBackend(MemoryPolicies, MemorySchedules):
         now = self.now()
         until = _later(now, lease)
         for job_id in list(state.last_attempt):
-            exhausted = state.live[job_id]
-            if exhausted.visible_at <= now:
-                self._bury(state, exhausted, LEASE_RAN_OUT, now)
+            self._sweep_lapsed(state, state.live[job_id], now)
         claimed: list[Job[Any]] = []
         ready = state.ready
         while ready and len(claimed) < max(batch, 1):
@@ -293,8 +245,16 @@ class MemoryBackend(MemoryPolicies, MemorySchedules):
             if visible_at > now:
                 break
             heapq.heappop(ready)
+            if job.state == "leased":  # its lease ran out: this claim takes it over
+                state.record_attempt(
+                    job.id,
+                    job.attempts,
+                    AttemptRow(job.started_at, job.visible_at, "expired", "LEASE_EXPIRED"),
+                )
             job.attempts += 1
             job.visible_at = until
+            job.state = "leased"
+            job.started_at = now
             self._reindex(state, job)
             payload, context = unwrap_payload(json.loads(job.payload))
             claimed.append(
@@ -314,11 +274,19 @@ class MemoryBackend(MemoryPolicies, MemorySchedules):
 
     async def complete(self, job: Job[Any]) -> bool:
         await _round_trip()
-        held = self._held(job)
+        return self._complete(job, job.queue)
+
+    def _complete(self, job: Job[Any], queue: str, code: str | None = None) -> bool:
+        held = self._held(job, queue)
         if held is None:
+            self._late(queue, job, "succeeded")
             return False
-        self._remove(*held)
+        self._finish(*held, "succeeded", at=self.now(), code=code)
         return True
+
+    async def skip(self, job: Job[Any], code: str) -> bool:
+        await _round_trip()
+        return self._complete(job, job.queue, code)
 
     async def complete_many(self, jobs: Sequence[Job[Any]]) -> list[bool]:
         """Complete several jobs of one queue (the first job's, as in SQL); each fenced."""
@@ -326,29 +294,37 @@ class MemoryBackend(MemoryPolicies, MemorySchedules):
         if not jobs:
             return []
         queue = jobs[0].queue
-        done = []
-        for job in jobs:
-            held = self._held(job, queue)
-            if held is not None:
-                self._remove(*held)
-            done.append(held is not None)
-        return done
+        return [self._complete(job, queue) for job in jobs]
 
     async def fail(
         self, job: Job[Any], error: str, retry_in: float | None = None
     ) -> FailOutcome | None:
+        return await self.fail_coded(job, error, retry_in, code="HANDLER_ERROR", discard=False)
+
+    async def fail_coded(
+        self, job: Job[Any], error: str, retry_in: float | None, *, code: str, discard: bool
+    ) -> FailOutcome | None:
         await _round_trip()
         held = self._held(job)
         if held is None:
+            self._late(job.queue, job, "failed")
             return None
         state, stored = held
         text = ("null" if error is None else str(error))[:_MAX_ERROR]
+        code = code if valid_code(code) else "HANDLER_ERROR"
         now = self.now()
-        if stored.attempts >= stored.max_attempts:
-            self._bury(state, stored, text, now)
+        outcome = "discarded" if discard else "failed"
+        state.record_attempt(
+            stored.id, stored.attempts, AttemptRow(stored.started_at, now, outcome, code)
+        )
+        if discard or stored.attempts >= stored.max_attempts:
+            last = code if discard else "MAX_ATTEMPTS"
+            self._finish(state, stored, "dead", at=now, code=last, error=text)
             return "dead"
         wait = retry_delay(stored.attempts, self._uniform) if retry_in is None else retry_in
         stored.last_error = text
+        stored.last_code = code
+        stored.state = "retry_wait"
         stored.visible_at = _later(now, wait)
         self._reindex(state, stored)
         return "queued"
@@ -382,15 +358,6 @@ class MemoryBackend(MemoryPolicies, MemorySchedules):
 
     # -- dead letters, stats, archive ------------------------------------------------------
 
-    async def bury(self, job: Job[Any], error: str, code: str) -> bool:
-        """End a held job dead now (its code is kept in the error text here)."""
-        await _round_trip()
-        held = self._held(job)
-        if held is None:
-            return False
-        self._bury(held[0], held[1], f"{code}: {error}", self.now())
-        return True
-
     async def live_payloads(self, queue: str, *, after: int, limit: int) -> list[tuple[int, Any]]:
         await _round_trip()
         state = self._queues.get(queue)
@@ -414,24 +381,27 @@ class MemoryBackend(MemoryPolicies, MemorySchedules):
 
     def _replay(self, queue: str, job_id: int, now: datetime) -> int | None:
         state = self._queues.get(queue)
-        dead = None if state is None else state.dead.pop(job_id, None)
-        if dead is None:
+        if state is None:
+            return None
+        live = state.live.get(job_id)
+        if live is not None:
+            self._sweep_lapsed(state, live, now)  # a last lease that ran out: dead now
+        dead = state.finished.get(job_id)
+        if dead is None or dead.state != "dead" or dead.replayed_by is not None:
             return None
         # through the dedupe rules, like the SQL: a live job with the key takes the replay
-        try:
-            return self._insert(
-                queue,
-                dead.payload,
-                delay=0,
-                max_attempts=dead.max_attempts,
-                dedupe_key=dead.dedupe_key,
-                dedupe_running=True,
-                now=now,
-            )
-        except DrainpipeError:  # a full policy queue: the dead letter stays, as in SQL
-            assert state is not None
-            state.dead[job_id] = dead
-            raise
+        child = self._insert(
+            queue,
+            dead.payload,
+            delay=0,
+            max_attempts=dead.max_attempts,
+            dedupe_key=dead.dedupe_key,
+            dedupe_running=True,
+            now=now,
+            parent_id=job_id,
+        )
+        dead.replayed_by = child
+        return child
 
     async def retry_dead(self, queue: str, *, ids: Sequence[int] | None, limit: int) -> int:
         await _round_trip()
@@ -440,7 +410,8 @@ class MemoryBackend(MemoryPolicies, MemorySchedules):
             return 0
         wanted = None if ids is None else set(ids)
         chosen = sorted(
-            (job_id for job_id in state.dead if wanted is None or job_id in wanted), reverse=True
+            (job_id for job_id in state.unreplayed_dead() if wanted is None or job_id in wanted),
+            reverse=True,
         )[: max(limit, 1)]
         now = self.now()
         return sum(self._replay(queue, job_id, now) is not None for job_id in chosen)
@@ -451,11 +422,12 @@ class MemoryBackend(MemoryPolicies, MemorySchedules):
         if state is None:
             return []
         newest_first = sorted(
-            (job_id for job_id in state.dead if before is None or job_id < before), reverse=True
+            (job_id for job_id in state.unreplayed_dead() if before is None or job_id < before),
+            reverse=True,
         )[: min(max(limit, 1), 1000)]
         letters = []
         for job_id in newest_first:
-            dead = state.dead[job_id]
+            dead = state.finished[job_id]
             payload, context = unwrap_payload(json.loads(dead.payload))
             letters.append(
                 DeadJob(
@@ -467,7 +439,7 @@ class MemoryBackend(MemoryPolicies, MemorySchedules):
                     max_attempts=dead.max_attempts,
                     last_error=dead.last_error,
                     enqueued_at=dead.enqueued_at,
-                    died_at=dead.died_at,
+                    died_at=dead.finished_at,
                 )
             )
         return letters
@@ -493,29 +465,36 @@ class MemoryBackend(MemoryPolicies, MemorySchedules):
                     delayed += 1
                 if oldest is None or job.enqueued_at < oldest:
                     oldest = job.enqueued_at
+            ended = [done.state for done in state.finished.values()]
             result[queue] = QueueStats(
                 ready=ready,
                 in_flight=in_flight,
                 delayed=delayed,
-                dead=exhausted + len(state.dead),
+                dead=exhausted + len(state.unreplayed_dead()),
                 oldest_age_seconds=None if oldest is None else (now - oldest).total_seconds(),
+                succeeded=ended.count("succeeded"),
+                cancelled=ended.count("cancelled"),
             )
         return result
 
     async def purge_archive(
         self, queue: str, *, older_than: timedelta, dead_older_than: timedelta, batch: int
     ) -> int:
-        """Delete up to ``batch`` dead letters that died before ``dead_older_than`` ago.
-        Completed jobs are not kept (as on the table backend): ``older_than`` has nothing
-        to purge and is accepted for the shared signature."""
+        """Delete up to ``batch`` finished jobs: succeeded and cancelled ones that finished
+        before ``older_than`` ago, dead ones before ``dead_older_than`` ago (oldest first)."""
         await _round_trip()
         _check_queue(queue)
         state = self._queues.get(queue)
         if state is None:
             return 0
-        cutoff = self.now() - dead_older_than
-        gone = sorted(job_id for job_id, dead in state.dead.items() if dead.died_at < cutoff)
-        gone = gone[: max(batch, 1)]
-        for job_id in gone:
-            del state.dead[job_id]
+        now = self.now()
+        gone = sorted(
+            (done.finished_at, job_id)
+            for job_id, done in state.finished.items()
+            # at or before the cutoff: a Clock that stands still still purges age 0
+            if done.finished_at <= now - (dead_older_than if done.state == "dead" else older_than)
+        )[: max(batch, 1)]
+        for _, job_id in gone:
+            del state.finished[job_id]
+            state.attempts.pop(job_id, None)
         return len(gone)

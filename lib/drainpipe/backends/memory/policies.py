@@ -50,7 +50,10 @@ class MemoryPolicies:
             if state is None:
                 continue
             cutoff = now - timedelta(seconds=retention)
-            for job_id in [i for i, dead in state.dead.items() if dead.died_at < cutoff]:
-                del state.dead[job_id]
-                deleted += 1
+            # terminal records (succeeded, dead, cancelled) and their attempt rows
+            old = [i for i, done in state.finished.items() if done.finished_at < cutoff]
+            for job_id in old:
+                del state.finished[job_id]
+                state.attempts.pop(job_id, None)
+            deleted += len(old)
         return deleted

@@ -2,20 +2,23 @@
 -- instead of walking msg_id order and filtering on vt, so 53,000 jobs leased or backing off
 -- ahead of the ready ones no longer cost a claim 29 ms (0.8 ms without them). Only the
 -- picking statement of the generated per-queue claim changes; signatures, results and every
--- other statement are 0002's. Existing queues get the new functions below.
+-- other statement are those of 0004_job_records (attempt records, lapsed leases as expired
+-- attempts, last_read_at). Existing queues get the new functions below.
 
 CREATE OR REPLACE FUNCTION drainpipe.define_job_queue_functions_v1(p_queue text)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $define$
+DECLARE
+    -- pgmq 1.5+: the claim stamps last_read_at (the attempt's start) and the archive keeps it
+    v_read_set text := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', last_read_at = v_now' ELSE '' END;
+    v_read_col text := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'q.last_read_at' ELSE 'NULL::timestamptz' END;
+    v_archive_cols text := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', last_read_at' ELSE '' END;
+    v_archive_vals text := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', d.last_read_at' ELSE '' END;
 BEGIN
     PERFORM drainpipe.assert_queue_name(p_queue);
-    -- the queue's lock (ensure_job_queue_v1's): an install regenerating these functions and
-    -- a first use creating them would otherwise both CREATE and one fail on pg_proc's key
     PERFORM pg_advisory_xact_lock(hashtext('drainpipe.queue:' || p_queue));
-    -- release 0's two-argument versions: their callers (the unversioned claim_jobs and
-    -- complete_jobs) now go through the _v1 functions
     EXECUTE format('DROP FUNCTION IF EXISTS drainpipe.%I(double precision, integer)', 'claim_jobs__' || p_queue);
     EXECUTE format('DROP FUNCTION IF EXISTS drainpipe.%I(bigint[], integer[])', 'complete_jobs__' || p_queue);
     EXECUTE format($fn$
@@ -23,10 +26,7 @@ BEGIN
         RETURNS SETOF drainpipe.job_row_v1
         LANGUAGE plpgsql SECURITY DEFINER
         SET search_path = pg_catalog, pg_temp
-        -- left to choose, the plan cache plans this anew on every call (the generic plan's
-        -- LIMIT $n looks dear); the generic plan walks the same index, as
-        -- tests/test_query_plan.py checks. No seqscans: the session keeps this plan, and one
-        -- made while the queue was empty must not scan the table once it has grown.
+        -- generic plan, no seqscans: see 0002
         SET plan_cache_mode = force_generic_plan
         SET enable_seqscan = off
         AS $body$
@@ -37,13 +37,14 @@ BEGIN
             v_batch integer := greatest(p_batch, 1);
         BEGIN
             LOOP
-                -- computed once per round: inside the UPDATE it would be computed for every row
                 v_now := coalesce(p_now, clock_timestamp());
                 v_until := v_now + make_interval(secs => greatest(p_lease, 0));
                 RETURN QUERY
-                -- oldest visible first; rows another worker is claiming are skipped, not waited for
                 WITH picked AS (
-                    SELECT q.msg_id, q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted
+                    SELECT q.msg_id, q.read_ct, q.vt, %4$s AS started_at,
+                           q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted,
+                           -- a claimed attempt that did not fail: its lease ran out
+                           q.read_ct > 0 AND q.message ->> 'failed' IS DISTINCT FROM q.read_ct::text AS lapsed
                       FROM pgmq.%2$I q
                      -- the vt index read from its start: only visible rows are visited, so jobs
                      -- leased or backing off ahead of the ready ones cost nothing (in msg_id
@@ -54,40 +55,38 @@ BEGIN
                      ORDER BY q.vt
                      LIMIT v_batch
                        FOR UPDATE SKIP LOCKED
+                ), expired AS (
+                    INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+                    SELECT %6$L, p.msg_id, p.read_ct, p.started_at, p.vt, 'expired', 'LEASE_EXPIRED'
+                      FROM picked p WHERE p.lapsed
+                    ON CONFLICT DO NOTHING
                 ), dead AS (
-                    -- its lease ran out on the last attempt: a dead letter, not work to run again.
-                    -- = ANY(ARRAY(...)) keeps primary-key lookups even under a generic plan.
                     DELETE FROM pgmq.%2$I d
                      WHERE d.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE p.exhausted))
-                    RETURNING d.msg_id, d.read_ct, d.enqueued_at, d.vt, d.message
+                    RETURNING d.*
                 ), archived AS (
-                    INSERT INTO pgmq.%3$I (msg_id, read_ct, enqueued_at, vt, message, archived_at)
-                    SELECT x.msg_id, x.read_ct, x.enqueued_at, x.vt,
-                           x.message || '{"last_error": "The lease ran out on the last attempt", "dead": true}'::jsonb,
-                           coalesce(p_now, now())
-                      FROM dead x
+                    INSERT INTO pgmq.%3$I (msg_id, read_ct, enqueued_at, vt, message, archived_at%7$s)
+                    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.vt,
+                           d.message || '{"last_error": "The lease ran out on the last attempt", "dead": true, "last_code": "MAX_ATTEMPTS"}'::jsonb,
+                           d.vt%8$s
+                      FROM dead d
                 )
                 UPDATE pgmq.%2$I m
                    SET vt = v_until,
-                       read_ct = m.read_ct + 1
+                       read_ct = m.read_ct + 1%5$s
                  WHERE m.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE NOT p.exhausted))
-                -- the message's fields as columns: the client then parses only the payload's JSON
                 RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message -> 'payload',
                           coalesce((m.message ->> 'max_attempts')::integer, 5), m.message ->> 'last_error';
                 GET DIAGNOSTICS v_claimed = ROW_COUNT;
                 EXIT WHEN v_claimed > 0;
-                -- nothing claimed: done, unless the batch was all dead letters and more waits
-                -- behind (ORDER BY vt keeps this probe on the vt index). SKIP LOCKED: a row
-                -- another worker is claiming is no reason to go round again; a row found here
-                -- is picked next round (claimed or archived), so every round makes progress
-                -- and the loop ends however many dead letters lie ahead.
                 PERFORM 1 FROM pgmq.%2$I w WHERE w.vt <= v_now ORDER BY w.vt LIMIT 1
                     FOR UPDATE SKIP LOCKED;
                 EXIT WHEN NOT FOUND;
             END LOOP;
         END
         $body$
-        $fn$, 'claim_jobs__' || p_queue, 'q_' || p_queue, 'a_' || p_queue);
+        $fn$, 'claim_jobs__' || p_queue, 'q_' || p_queue, 'a_' || p_queue, v_read_col, v_read_set,
+              p_queue, v_archive_cols, v_archive_vals);
 
     EXECUTE format($fn$
         CREATE OR REPLACE FUNCTION drainpipe.%1$I(p_ids bigint[], p_attempts integer[], p_now timestamptz)
@@ -97,23 +96,38 @@ BEGIN
         SET plan_cache_mode = force_generic_plan
         SET enable_seqscan = off
         AS $body$
+        DECLARE
+            v_done integer;
         BEGIN
             RETURN QUERY
-            -- fenced by read_ct: a worker whose job was claimed again changes nothing
+            -- fenced by read_ct, and only while the attempt holds its lease (not failed)
             WITH done AS (
-                -- a join on (id, attempt): one primary-key lookup per pair
                 DELETE FROM pgmq.%2$I m
                  USING unnest(p_ids, p_attempts) AS f(id, attempt)
                  WHERE m.msg_id = f.id AND m.read_ct = f.attempt
-                RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message
+                   AND m.message ->> 'failed' IS DISTINCT FROM m.read_ct::text
+                RETURNING m.*
             )
-            INSERT INTO pgmq.%3$I (msg_id, read_ct, enqueued_at, vt, message, archived_at)
-            SELECT d.msg_id, d.read_ct, d.enqueued_at, d.vt, d.message, coalesce(p_now, now()) FROM done d
+            INSERT INTO pgmq.%3$I (msg_id, read_ct, enqueued_at, vt, message, archived_at%5$s)
+            -- the document as it is (no copy per job): a reader takes a success's code
+            -- from "skipped" only, so an earlier attempt's last_code does not show
+            SELECT d.msg_id, d.read_ct, d.enqueued_at, d.vt, d.message,
+                   coalesce(p_now, clock_timestamp())%6$s
+              FROM done d
             RETURNING msg_id;
+            GET DIAGNOSTICS v_done = ROW_COUNT;
+            IF v_done < cardinality(p_ids) THEN
+                -- a holder whose attempt was cancelled: what it reported is kept, nothing else
+                UPDATE drainpipe.job_attempts a
+                   SET late_outcome = 'succeeded'
+                  FROM unnest(p_ids, p_attempts) AS f(id, attempt)
+                 WHERE a.queue = %4$L AND a.job_id = f.id AND a.number = f.attempt
+                   AND a.outcome = 'cancelled' AND a.late_outcome IS NULL;
+            END IF;
         END
         $body$
-        $fn$, 'complete_jobs__' || p_queue, 'q_' || p_queue, 'a_' || p_queue);
-    -- generated functions follow the module's privileges: the service role only
+        $fn$, 'complete_jobs__' || p_queue, 'q_' || p_queue, 'a_' || p_queue, p_queue,
+              v_archive_cols, v_archive_vals);
     EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) FROM PUBLIC', 'claim_jobs__' || p_queue);
     EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(bigint[], integer[], timestamptz) FROM PUBLIC', 'complete_jobs__' || p_queue);
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'service_role') THEN

@@ -89,29 +89,17 @@ BEGIN
 END
 $$;
 
+-- A held job ends dead now, with a code (PAYLOAD_UNREADABLE, DEADLINE_PASSED): the
+-- records' discarding failure (jobs 0004), named for what the client asks.
 CREATE OR REPLACE FUNCTION drainpipe.bury_job_v1(
     p_queue text, p_id bigint, p_attempt integer, p_error text, p_code text,
     p_now timestamptz DEFAULT NULL
 )
 RETURNS boolean
-LANGUAGE plpgsql SECURITY DEFINER
+LANGUAGE sql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_done integer;
-BEGIN
-    PERFORM drainpipe.assert_queue_name(p_queue);
-    EXECUTE format(
-        'WITH gone AS (DELETE FROM pgmq.%1$I WHERE msg_id = $1 AND read_ct = $2
-                       RETURNING msg_id, read_ct, enqueued_at, vt, message)
-         INSERT INTO pgmq.%2$I (msg_id, read_ct, enqueued_at, vt, message, archived_at)
-         SELECT msg_id, read_ct, enqueued_at, vt,
-                message || jsonb_build_object(''last_error'', $3::text, ''code'', $4::text, ''dead'', true), $5
-           FROM gone', 'q_' || p_queue, 'a_' || p_queue)
-      USING p_id, p_attempt, left(coalesce(p_error, 'null'), 4000), p_code, coalesce(p_now, now());
-    GET DIAGNOSTICS v_done = ROW_COUNT;
-    RETURN v_done > 0;
-END
+    SELECT coalesce(drainpipe.fail_job_v2(p_queue, p_id, p_attempt, p_error, NULL, p_code, true, p_now) = 'dead', false)
 $$;
 
 CREATE OR REPLACE FUNCTION drainpipe.live_job_payloads_v1(p_queue text, p_after bigint, p_limit integer)

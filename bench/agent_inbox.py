@@ -1,0 +1,203 @@
+"""The agent inbox next to a raw pgmq loop, in one run, on one fresh database.
+
+    python -m bench.agent_inbox            # ~1 minute
+    python -m bench.agent_inbox --quick    # smoke run
+
+Throughput (events/s through the consume loop only; the events are stored first):
+
+* ``raw-pgmq batch``  ``pgmq.read(q, vt, 10)`` + one ``pgmq.archive(q, ids[])`` per read
+* ``raw-pgmq each``   ``pgmq.read(q, vt, 10)`` + ``pgmq.archive(q, id)`` per message
+* ``agents``          ``inbox.next(max=10)`` + ``agents.ack(id, lease_id)`` per event (the
+  contract acks one event per call; the acks of one pull run concurrently on the pool)
+
+Each system runs with ``--workers`` concurrent loops, rounds interleaved; the table shows the
+median of the rounds and agents / raw per round. Then the long-poll wake-up latency: a
+poller long-polls (``wait=10``) while a producer stores one webhook at a time; latency is
+from the store's commit (its call returning) to the poll's answer, with NOTIFY wake-ups
+(``listen=True``, a long-lived server) and without (the serverless 100 ms → 1 s steps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import AsyncConnectionPool
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "lib"))
+
+import drainpipe  # noqa: E402
+
+SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
+SECRET = "bench-lease-secret-0123456789"  # noqa: S105 - a throwaway database
+
+
+def with_database(dsn: str, name: str) -> str:
+    params = conninfo_to_dict(dsn)
+    params["dbname"] = name
+    return make_conninfo(**params)
+
+
+async def fill_raw(url: str, queue: str, count: int) -> None:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute("SELECT pgmq.purge_queue(%s)", (queue,))
+        await conn.execute(
+            "SELECT pgmq.send_batch(%s, ARRAY(SELECT jsonb_build_object('n', g)"
+            " FROM generate_series(1, %s) g))",
+            (queue, count),
+        )
+
+
+async def fill_inbox(url: str, count: int) -> None:
+    """Stores ``count`` webhooks of the bench source: the trigger fans each out."""
+    tag = uuid.uuid4().hex[:8]
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute(
+            "SELECT drainpipe.receive_webhook_v2('bench', %s || g, 'bench.event',"
+            " jsonb_build_object('n', g), '{}', NULL, NULL, 'bench', true)"
+            " FROM generate_series(1, %s) g",
+            (tag, count),
+        )
+
+
+async def raw_loop(pool: AsyncConnectionPool[Any], queue: str, batch_archive: bool) -> int:
+    done = 0
+    while True:
+        async with pool.connection() as conn:
+            rows = await (
+                await conn.execute("SELECT msg_id FROM pgmq.read(%s, 30, 10)", (queue,))
+            ).fetchall()
+            if not rows:
+                return done
+            ids = [row[0] for row in rows]
+            if batch_archive:
+                await conn.execute("SELECT pgmq.archive(%s, %s::bigint[])", (queue, ids))
+        if not batch_archive:
+
+            async def archive(msg_id: int) -> None:
+                async with pool.connection() as conn:
+                    await conn.execute("SELECT pgmq.archive(%s, %s::bigint)", (queue, msg_id))
+
+            await asyncio.gather(*(archive(i) for i in ids))
+        done += len(ids)
+
+
+async def agents_loop(agents: drainpipe.AgentInboxes, inbox_id: str) -> int:
+    done = 0
+    inbox = agents.inbox(inbox_id)
+    while events := await inbox.next(max=10):
+        results = await asyncio.gather(
+            *(agents.ack(event.id, event.lease_id or "") for event in events)
+        )
+        assert all(results)
+        done += len(events)
+    return done
+
+
+async def timed(workers: int, loop: Any) -> float:
+    started = time.perf_counter()
+    counts = await asyncio.gather(*(loop() for _ in range(workers)))
+    return sum(counts) / (time.perf_counter() - started)
+
+
+async def throughput(url: str, rounds: int, count: int, workers: int) -> dict[str, list[float]]:
+    pool = AsyncConnectionPool(
+        url, min_size=10, max_size=10, open=False, kwargs={"autocommit": True}
+    )
+    await pool.open()
+    agents = drainpipe.AgentInboxes(pool, lease_secret=SECRET)
+    inbox_id = await agents.create("bench", lease_seconds=60)
+    await agents.subscribe(inbox_id, "bench")
+    async with pool.connection() as conn:
+        await conn.execute("SELECT pgmq.create('agentbench')")
+    rates: dict[str, list[float]] = {"raw-pgmq batch": [], "raw-pgmq each": [], "agents": []}
+    systems = list(rates)
+    try:
+        for round_ in range(rounds):
+            for name in systems[round_ % 3 :] + systems[: round_ % 3]:
+                if name == "agents":
+                    await fill_inbox(url, count)
+                    rate = await timed(workers, lambda: agents_loop(agents, inbox_id))
+                else:
+                    await fill_raw(url, "agentbench", count)
+                    batch = name == "raw-pgmq batch"
+                    rate = await timed(workers, lambda b=batch: raw_loop(pool, "agentbench", b))
+                rates[name].append(rate)
+    finally:
+        await agents.close()
+        await pool.close()
+    return rates
+
+
+async def wake_latency(url: str, listen: bool, samples: int) -> list[float]:
+    agents = drainpipe.AgentInboxes(url, lease_secret=SECRET, listen=listen)
+    webhooks = drainpipe.WebhookInbox(url, source=f"latency-{listen}")
+    inbox_id = await agents.create(f"latency-{listen}")
+    await agents.subscribe(inbox_id, f"latency-{listen}")
+    inbox = agents.inbox(inbox_id)
+    found: list[float] = []
+    try:
+        for n in range(samples):
+            poll = asyncio.create_task(inbox.next(wait=10))
+            await asyncio.sleep(0.05 + (n % 7) * 0.11)  # arrivals at varied points of the poll
+            await webhooks.store(id=f"{uuid.uuid4().hex}", payload={"n": n})
+            stored = time.perf_counter()
+            [event] = await poll
+            found.append(max(0.0, time.perf_counter() - stored))
+            assert await agents.ack(event.id, event.lease_id or "")
+    finally:
+        await agents.close()
+        await webhooks.close()
+    return found
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--server", default=SERVER)
+    args = parser.parse_args()
+    rounds, count, samples = (2, 500, 10) if args.quick else (5, 3000, 60)
+    name = f"bench_agents_{uuid.uuid4().hex[:8]}"
+    async with await psycopg.AsyncConnection.connect(args.server, autocommit=True) as admin:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    url = with_database(args.server, name)
+    try:
+        await drainpipe.install(url, ["jobs", "webhook-inbox"], backend="pgmq")
+        rates = await throughput(url, rounds, count, args.workers)
+        print(f"throughput: {count} events per round, {rounds} rounds, {args.workers} workers")
+        print(f"  {'system':<16} {'median events/s':>16}")
+        for system, values in rates.items():
+            print(f"  {system:<16} {statistics.median(values):>16.0f}")
+        for raw in ("raw-pgmq batch", "raw-pgmq each"):
+            ratios = [a / r for a, r in zip(rates["agents"], rates[raw], strict=True)]
+            print(f"  agents / {raw}: median {statistics.median(ratios):.2f}x (rounds: "
+                  + ", ".join(f"{x:.2f}" for x in ratios) + ")")  # fmt: skip
+        for listen in (True, False):
+            found = await wake_latency(url, listen, samples)
+            label = "NOTIFY (listen=True)" if listen else "poll steps (serverless)"
+            print(
+                f"long-poll wake-up, {label}: p50 {percentile(found, 0.5) * 1000:.0f} ms,"
+                f" p99 {percentile(found, 0.99) * 1000:.0f} ms ({len(found)} arrivals)"
+            )
+    finally:
+        async with await psycopg.AsyncConnection.connect(args.server, autocommit=True) as admin:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

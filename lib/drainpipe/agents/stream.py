@@ -1,0 +1,236 @@
+"""The WebSocket stream of an inbox: ``GET /v1/agent/inbox/{id}/stream?credit=1..10``.
+
+Events are pushed only against the client's credit (``?credit=``, then ``{"type":
+"credit", "n": k}`` frames), each handed out (and its lease started) right before it is
+sent, so nothing waits in a buffer while its lease runs. Acks, releases and extends come
+back as frames (``{"type": "ack", "id", "lease_id", ...}``, answered by ``{"type":
+"result", "op", "id", "ok", "code"}``) or through the HTTP API. At most
+:data:`MAX_STREAMS` streams per inbox are open across processes: each holds a slot row
+leased for :data:`SLOT_SECONDS` and renewed while the socket is open, so a crashed
+process's slots free themselves. When the socket closes, its events' leases run out as
+usual. WebSocket pings are the server's (uvicorn's ``ws_ping_interval``); a client may
+also send ``{"type": "ping"}`` and gets ``{"type": "pong"}``.
+
+Vercel functions do not hold WebSockets: the stream runs where a process lives on
+(``drainpipe serve``, uvicorn, ``examples/container``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from typing import TYPE_CHECKING, Any, Final
+
+from ..errors import DrainpipeError
+from ..ops import agents as ops
+from .app import check_inbox, principal_of, scope_of
+from .checks import ACK_MODES, MAX_EVENTS, ORDERS, choice, optional_name, whole_number
+
+if TYPE_CHECKING:
+    from starlette.websockets import WebSocket
+
+    from .inboxes import AgentInboxes
+    from .pull import AgentInbox
+
+log = logging.getLogger("drainpipe.agents")
+
+MAX_STREAMS: Final = 10
+SLOT_SECONDS: Final = 30.0
+#: How long one hand-out attempt of the stream long-polls before it renews its slot.
+POLL_SECONDS: Final = 5.0
+TOO_MANY_STREAMS: Final = "TOO_MANY_STREAMS"
+INVALID_FRAME: Final = "INVALID_FRAME"
+# close codes (4000-4999 are the application's): 4000 + the HTTP status it stands for
+_CLOSE_FOR_STATUS = {400: 4400, 401: 4401, 403: 4403, 404: 4404, 409: 4409}
+
+
+class _Stream:
+    def __init__(
+        self,
+        agents: AgentInboxes,
+        inbox: AgentInbox,
+        websocket: WebSocket,
+        scope: list[str] | None,
+        options: dict[str, Any],
+        credit: int,
+    ) -> None:
+        self.agents = agents
+        self.inbox = inbox
+        self.websocket = websocket
+        self.scope = scope
+        self.options = options
+        self.credit = credit
+        self.credit_given = asyncio.Event()
+        self.send_lock = asyncio.Lock()
+
+    async def send(self, frame: dict[str, Any]) -> None:
+        async with self.send_lock:
+            await self.websocket.send_text(json.dumps(frame, separators=(",", ":")))
+
+    async def push(self, renew: Any) -> None:
+        """Hand out and send events while there is credit; renew the slot between polls."""
+        loop = asyncio.get_running_loop()
+        renewed = loop.time()
+        while True:
+            if loop.time() - renewed >= SLOT_SECONDS / 3:
+                if not await renew():
+                    return  # the slot was lost (this process stalled past its lease)
+                renewed = loop.time()
+            if self.credit <= 0:
+                self.credit_given.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.credit_given.wait(), SLOT_SECONDS / 3)
+                continue
+            events = await self.inbox.pull(
+                max=min(self.credit, MAX_EVENTS),
+                wait=POLL_SECONDS,
+                principal=None,
+                key=None,
+                budget=None,
+                **self.options,
+            )
+            for event in events:
+                self.credit -= 1
+                await self.send({"type": "event", "event": event.to_json()})
+
+    async def read(self) -> None:
+        """Client frames: credit, ack/release/extend, ping. A bad frame is answered with an
+        error frame; the stream stays open."""
+        while True:
+            text = await self.websocket.receive_text()
+            try:
+                frame = json.loads(text)
+            except ValueError:
+                await self.send({"type": "error", "code": INVALID_FRAME, "detail": "not JSON"})
+                continue
+            kind = frame.get("type") if isinstance(frame, dict) else None
+            if kind == "credit":
+                try:
+                    self.credit += whole_number(frame.get("n"), "n", 1, MAX_EVENTS)
+                except DrainpipeError as error:
+                    await self.send({"type": "error", "code": error.code, "detail": str(error)})
+                    continue
+                self.credit_given.set()
+            elif kind in ("ack", "release", "extend"):
+                await self.settle(kind, frame)
+            elif kind == "ping":
+                await self.send({"type": "pong"})
+            else:
+                await self.send(
+                    {"type": "error", "code": INVALID_FRAME, "detail": "unknown frame type"}
+                )
+
+    async def settle(self, op: str, frame: dict[str, Any]) -> None:
+        fields: dict[str, Any] = {}
+        if op == "ack":
+            fields["outcome"] = frame.get("outcome")
+        elif op == "release":
+            fields["delay_seconds"] = frame.get("delay_seconds", 0)
+            fields["error"] = frame.get("error")
+        else:
+            fields["seconds"] = frame.get("seconds")
+        event_id = frame.get("id")
+        try:
+            result = await self.agents.settle(
+                op,  # type: ignore[arg-type]
+                event_id,
+                frame.get("lease_id"),
+                inboxes=self.scope,
+                **fields,
+            )
+            ok, code = result.ok, None if result.ok else "LEASE_LOST"
+        except DrainpipeError as error:
+            if error.status >= 500:
+                raise
+            ok, code = False, error.code or error.kind
+        await self.send({"type": "result", "op": op, "id": event_id, "ok": ok, "code": code})
+
+
+async def _refuse(websocket: WebSocket, error: DrainpipeError) -> None:
+    await websocket.accept()
+    await websocket.send_text(
+        json.dumps({"type": "error", "code": error.code or error.kind, "detail": str(error)})
+    )
+    await websocket.close(code=_CLOSE_FOR_STATUS.get(error.status, 1011))
+
+
+async def stream_endpoint(agents: AgentInboxes, authorize: Any, websocket: WebSocket) -> None:
+    inbox_id = websocket.path_params["inbox_id"]
+    holder = f"stream-{os.urandom(8).hex()}"
+    query = websocket.query_params
+    try:
+        principal = await principal_of(authorize, websocket)
+        check_inbox(principal, inbox_id)
+        settings = await agents.settings(inbox_id)
+        credit = whole_number(query.get("credit", "1"), "credit", 1, MAX_EVENTS)
+        options: dict[str, Any] = {
+            "order": None if "order" not in query else choice(query["order"], "order", ORDERS),
+            "ack": None if "ack" not in query else choice(query["ack"], "ack", ACK_MODES),
+            "filters": tuple(
+                optional_name(query.get(name), name)
+                for name in ("type", "source", "subscription", "correlation")
+            ),
+        }
+        mode = options["ack"] or settings.default_ack
+        if mode not in settings.allowed_ack:
+            raise DrainpipeError(
+                "invalid_request", f"ack={mode} is not allowed", code="ACK_MODE_NOT_ALLOWED"
+            )
+        slot = ops.parse_slot(
+            await agents.fetch(
+                ops.STREAM_ACQUIRE,
+                ops.stream_acquire_params(
+                    inbox_id, holder, SLOT_SECONDS, MAX_STREAMS, agents._instant()
+                ),
+            )
+        )
+        if slot is None:
+            raise DrainpipeError(
+                "rate_limited",
+                f"This inbox has {MAX_STREAMS} open streams already",
+                code=TOO_MANY_STREAMS,
+                status=409,
+            )
+    except DrainpipeError as error:
+        await _refuse(websocket, error)
+        return
+
+    async def renew() -> bool:
+        params = ops.stream_renew_params(inbox_id, slot, holder, SLOT_SECONDS, agents._instant())
+        return ops.parse_flag(await agents.fetch(ops.STREAM_RENEW, params))
+
+    await websocket.accept()
+    stream = _Stream(
+        agents, agents.inbox(inbox_id), websocket, scope_of(principal), options, credit
+    )
+    tasks = [
+        asyncio.create_task(stream.push(renew), name="drainpipe-stream-push"),
+        asyncio.create_task(stream.read(), name="drainpipe-stream-read"),
+    ]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            failure = task.exception()
+            if failure is not None and type(failure).__name__ not in (
+                "WebSocketDisconnect",
+                "ClientDisconnected",
+                "ConnectionClosed",
+                "ConnectionClosedOK",
+                "ConnectionClosedError",
+            ):
+                log.warning("agent inbox stream of %s stopped: %r", inbox_id, failure)
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        with contextlib.suppress(Exception):
+            await agents.fetch(
+                ops.STREAM_RELEASE, ops.stream_release_params(inbox_id, slot, holder)
+            )
+        with contextlib.suppress(Exception):
+            await websocket.close()

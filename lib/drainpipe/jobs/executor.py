@@ -1,0 +1,284 @@
+"""``jobs.executor_app(tokens=..., budget=25.0)``: the agent inbox's pull protocol over jobs
+(API.md section 11, last bullet; seed 003's private executor endpoints).
+
+    POST /claim {"queues", "max", "wait", "lease"}  → {"jobs": [{"id", "queue", "payload",
+                                                       "attempt", "lease_id", "lease_until"}]}
+    POST /jobs/{lease_id}/complete {code?}          a code: the job succeeds as skipped
+    POST /jobs/{lease_id}/fail {error, code?, retry_in?}
+    POST /jobs/{lease_id}/extend {seconds}
+
+Each token is scoped to queues (``{token: ["emails", ...]}`` or ``"*"``): a queue outside it
+→ 403 ``QUEUE_FORBIDDEN``. A lease id (``lse_…``) names the job, its queue and the claimed
+attempt, signed (``lease_secret``, else a key derived from the tokens, so every instance
+with the same tokens reads the same ids); settling is fenced by the attempt, so a stale
+lease → 409 ``LEASE_LOST`` and changes nothing. Claims long-poll like ``next``: short claims
+with 100 ms → 1 s pauses between them, never past ``budget`` minus 1 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+from collections.abc import Collection, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from ..agents.checks import bad_parameter, error_text, number, whole_number
+from ..codes import valid_code
+from ..engine.core import long_poll_wait, mint_lease_id, poll_backoff, read_lease_id
+from ..errors import DrainpipeError
+from ..http import problem_response
+from ..models import JobContext, claimed_job
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    from .client import Jobs
+
+RESERVE: Final = 1.0
+LEASE_PREFIX: Final = "lse"
+QUEUE_FORBIDDEN: Final = "QUEUE_FORBIDDEN"
+
+Scope = frozenset[str] | Literal["*"]
+
+
+class _Coded(Exception):
+    """An executor's failure as ``Jobs.fail`` reads it: the message and a safe code."""
+
+    def __init__(self, message: str, code: str | None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+def _queue_tag(queue: str) -> bytes:
+    return hashlib.sha256(b"drainpipe-queue\0" + queue.encode()).digest()[:16]
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+
+class Executor:
+    def __init__(
+        self,
+        jobs: Jobs,
+        tokens: Mapping[str, Collection[str] | Literal["*"]],
+        budget: float,
+        lease_secret: str | bytes | None,
+    ) -> None:
+        if not isinstance(tokens, Mapping) or not tokens:
+            raise ValueError("tokens must map at least one bearer token to its queues")
+        declared = set(jobs.queue_names)
+        self.table: list[tuple[bytes, Scope]] = []
+        for token, queues in tokens.items():
+            if not isinstance(token, str) or len(token) < 16:
+                raise ValueError("executor tokens must be strings of at least 16 characters")
+            if queues == "*":
+                self.table.append((_digest(token), "*"))
+                continue
+            if isinstance(queues, str) or not all(isinstance(q, str) for q in queues):
+                raise ValueError('each token maps to "*" or a collection of queue names')
+            unknown = set(queues) - declared
+            if unknown:
+                raise ValueError(f"tokens name undeclared queues: {', '.join(sorted(unknown))}")
+            self.table.append((_digest(token), frozenset(queues)))
+        if not isinstance(budget, int | float) or isinstance(budget, bool) or budget <= RESERVE:
+            raise ValueError(f"budget must be seconds, more than {RESERVE:g}")
+        if lease_secret is None:
+            # the same tokens give every instance the same key, without another setting
+            material = b"".join(sorted(digest for digest, _ in self.table))
+            secret = hmac.new(b"drainpipe-executor-leases", material, hashlib.sha256).digest()
+        else:
+            secret = lease_secret.encode() if isinstance(lease_secret, str) else lease_secret
+            if len(secret) < 16:
+                raise ValueError("lease_secret must be at least 16 bytes")
+        self.secret = secret
+        self.jobs = jobs
+        self.budget = float(budget)
+        self.queue_by_tag = {_queue_tag(queue): queue for queue in declared}
+
+    def scope(self, request: Any) -> Scope:
+        header = request.headers.get("authorization", "")
+        scheme, _, presented = header.partition(" ")
+        found: Scope | None = None
+        if scheme.lower() == "bearer" and presented.strip():
+            digest = _digest(presented.strip())
+            for known, queues in self.table:
+                if hmac.compare_digest(known, digest):
+                    found = queues
+        if found is None:
+            raise DrainpipeError("unauthorized", "A bearer token is required", code="UNAUTHORIZED")
+        return found
+
+    @staticmethod
+    def check_queue(scope: Scope, queue: str) -> None:
+        if scope != "*" and queue not in scope:
+            raise DrainpipeError(
+                "forbidden", "This token may not use that queue", code=QUEUE_FORBIDDEN
+            )
+
+    # -- claim ---------------------------------------------------------------------------
+
+    async def claim(self, scope: Scope, body: dict[str, Any]) -> list[dict[str, Any]]:
+        queues = body.get("queues")
+        if isinstance(queues, str):
+            queues = [queues]
+        if (
+            not isinstance(queues, list)
+            or not queues
+            or not all(isinstance(q, str) for q in queues)
+        ):
+            raise bad_parameter("queues", "queues must list the queues to claim from")
+        for queue in queues:
+            if queue not in self.queue_by_tag.values():
+                raise DrainpipeError("not_found", f"No queue {queue}", code="QUEUE_NOT_FOUND")
+            self.check_queue(scope, queue)
+        count = whole_number(body.get("max", 1), "max", 1, 10)
+        wait = number(body.get("wait", 0), "wait", 0, 30)
+        lease = number(body.get("lease", 300), "lease", 1, 3600)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + long_poll_wait(wait, self.budget, RESERVE)
+        step = 0
+        while True:
+            claimed: list[Any] = []
+            for queue in dict.fromkeys(queues):
+                if len(claimed) >= count:
+                    break
+                claimed += await self.jobs.claim(queue, batch=count - len(claimed), lease=lease)
+            if claimed or loop.time() >= deadline:
+                return [self.describe(job) for job in claimed]
+            step += 1
+            await asyncio.sleep(min(poll_backoff(step), max(0.0, deadline - loop.time())))
+
+    def describe(self, job: Any) -> dict[str, Any]:
+        lease_id = mint_lease_id(
+            self.secret, LEASE_PREFIX, job.id, job.attempts, _queue_tag(job.queue)
+        )
+        until = job.visible_until
+        return {
+            "id": job.id,
+            "queue": job.queue,
+            "payload": job.payload,
+            "attempt": job.attempts,
+            "lease_id": lease_id,
+            "lease_until": None if until is None else until.isoformat(),
+        }
+
+    # -- settlements ---------------------------------------------------------------------
+
+    def held_job(self, scope: Scope, lease_id: str) -> Any:
+        """The job a lease id names, as the fenced settlements need it (queue, id, attempt);
+        a lease id that is not ours is a lost lease."""
+        decoded = read_lease_id(self.secret, LEASE_PREFIX, lease_id)
+        queue = None if decoded is None else self.queue_by_tag.get(decoded[2])
+        if decoded is None or queue is None:
+            raise DrainpipeError("conflict", "That lease is not current", code="LEASE_LOST")
+        self.check_queue(scope, queue)
+        now = datetime.now(UTC)
+        return claimed_job(
+            decoded[0], queue, None, JobContext(), decoded[1], decoded[1], now, now, None
+        )
+
+    async def settle(self, scope: Scope, op: str, lease_id: str, body: dict[str, Any]) -> Any:
+        job = self.held_job(scope, lease_id)
+        lost = DrainpipeError("conflict", "That lease is no longer current", code="LEASE_LOST")
+        answer: dict[str, Any] = {"id": job.id, "queue": job.queue}
+        if op == "complete":
+            code = body.get("code")
+            if code is not None and not valid_code(code):
+                raise bad_parameter("code", "code must match ^[A-Z][A-Z0-9_]{0,63}$")
+            backend = self.jobs.backend
+            if code is not None:
+                skip = getattr(backend, "skip", None)
+                if skip is None:
+                    raise DrainpipeError(
+                        "invalid_request",
+                        "This backend records no codes",
+                        code="CODE_NOT_SUPPORTED",
+                    )
+                ok = bool(await skip(job, code))
+            else:
+                ok = await self.jobs.complete(job)
+            if not ok:
+                raise lost
+            return {**answer, "state": "succeeded"}
+        if op == "fail":
+            code = body.get("code")
+            if code is not None and not valid_code(code):
+                raise bad_parameter("code", "code must match ^[A-Z][A-Z0-9_]{0,63}$")
+            message = error_text(body.get("error")) or "failed"
+            retry_in = body.get("retry_in")
+            wait = None if retry_in is None else number(retry_in, "retry_in", 0, 7 * 86400)
+            outcome = await self.jobs.fail(job, _Coded(message, code), retry_in=wait)
+            if outcome is None:
+                raise lost
+            return {**answer, "state": outcome}
+        seconds = number(body.get("seconds"), "seconds", 1, 3600)
+        if not await self.jobs.extend(job, seconds):
+            raise lost
+        until = datetime.now(UTC) + timedelta(seconds=seconds)
+        return {**answer, "state": "running", "lease_until": until.isoformat()}
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    try:
+        body = json.loads(raw or b"{}")
+    except ValueError:
+        raise DrainpipeError(
+            "invalid_request", "The body is not JSON", code="INVALID_BODY"
+        ) from None
+    if not isinstance(body, dict):
+        raise DrainpipeError(
+            "invalid_request", "The body must be a JSON object", code="INVALID_BODY"
+        )
+    return body
+
+
+def build_executor_app(
+    jobs: Jobs,
+    *,
+    tokens: Mapping[str, Collection[str] | Literal["*"]],
+    budget: float = 25.0,
+    lease_secret: str | bytes | None = None,
+) -> Any:
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    executor = Executor(jobs, tokens, budget, lease_secret)
+
+    async def answer(request: Request, work: Any) -> Response:
+        try:
+            scope = executor.scope(request)
+            return JSONResponse(await work(scope, await _body(request)))
+        except DrainpipeError as error:
+            return problem_response(error, request.url.path).to_starlette()  # type: ignore[no-any-return]
+
+    async def claim(request: Request) -> Response:
+        async def work(scope: Scope, body: dict[str, Any]) -> Any:
+            return {"jobs": await executor.claim(scope, body)}
+
+        return await answer(request, work)
+
+    def settle(op: str) -> Any:
+        async def endpoint(request: Request) -> Response:
+            async def work(scope: Scope, body: dict[str, Any]) -> Any:
+                return await executor.settle(scope, op, request.path_params["lease_id"], body)
+
+            return await answer(request, work)
+
+        return endpoint
+
+    return Starlette(
+        routes=[
+            Route("/claim", claim, methods=["POST"]),
+            Route("/jobs/{lease_id}/complete", settle("complete"), methods=["POST"]),
+            Route("/jobs/{lease_id}/fail", settle("fail"), methods=["POST"]),
+            Route("/jobs/{lease_id}/extend", settle("extend"), methods=["POST"]),
+        ]
+    )

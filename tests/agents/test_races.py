@@ -1,0 +1,115 @@
+"""Real connections racing: agents on separate pools never hold the same event, a 50-way
+concurrent pull spreads events without duplicates, settlements racing a re-delivery leave
+one winner, and a long poll wakes within 200 ms of an event's arrival."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+
+import httpx
+from psycopg_pool import AsyncConnectionPool
+
+from drainpipe import AgentInboxes, Principal, WebhookInbox, bearer_tokens
+from tests.agents.conftest import SECRET, Setup
+
+TOKEN = "race-token-0123456789abcdef"
+
+
+async def test_two_agents_racing_never_hold_the_same_event(setup: Setup) -> None:
+    for _ in range(40):
+        await setup.store()
+    other = AgentInboxes(setup.url, lease_secret=SECRET, now=setup.clock)
+    held: dict[str, list[str]] = {"a": [], "b": []}
+
+    async def agent(name: str, agents: AgentInboxes) -> None:
+        inbox = agents.inbox(setup.inbox_id)
+        while events := await inbox.next(max=3):
+            for event in events:
+                held[name].append(event.id)
+                assert event.lease_id is not None
+                assert await agents.ack(event.id, event.lease_id)
+
+    try:
+        await other.settings(setup.inbox_id)  # both pools connected before the race
+        await asyncio.gather(agent("a", setup.agents), agent("b", other))
+    finally:
+        await other.close()
+    assert set(held["a"]).isdisjoint(held["b"])
+    assert len(held["a"]) + len(held["b"]) == 40 == len(set(held["a"]) | set(held["b"]))
+    assert held["a"] and held["b"]  # both got work: the hand-outs skip, they do not wait
+
+
+async def test_a_fifty_way_concurrent_pull_spreads_events_without_duplicates(setup: Setup) -> None:
+    for _ in range(120):
+        await setup.store()
+    pool = AsyncConnectionPool(
+        setup.url, min_size=20, max_size=20, open=False, kwargs={"autocommit": True}
+    )
+    await pool.open()
+    agents = AgentInboxes(pool, lease_secret=SECRET, now=setup.clock)
+    app = agents.app(authorize=bearer_tokens({TOKEN: Principal("racer")}), budget=10)
+    try:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://agents",
+            headers={"authorization": f"Bearer {TOKEN}"}, timeout=30,
+        ) as client:  # fmt: skip
+
+            async def pull() -> list[str]:
+                answer = await client.get(f"/v1/agent/inbox/{setup.inbox_id}/next?max=2")
+                assert answer.status_code == 200, answer.text
+                return [event["id"] for event in answer.json()["events"]]
+
+            results = await asyncio.gather(*(pull() for _ in range(50)))
+    finally:
+        await agents.close()
+        await pool.close()
+    counts = Counter(event for result in results for event in result)
+    assert max(counts.values()) == 1  # no event handed to two pulls
+    assert sum(counts.values()) == 100  # 50 pulls of 2, from 120 events
+    assert sum(1 for result in results if len(result) == 2) == 50
+
+
+async def test_an_ack_racing_the_redelivery_of_its_event_leaves_one_holder(setup: Setup) -> None:
+    await setup.store()
+    inbox = setup.agents.inbox(setup.inbox_id)
+    for _ in range(5):
+        [held] = await inbox.next()
+        setup.clock.advance(61)  # its lease runs out
+        late_ack, fresh = await asyncio.gather(
+            setup.agents.ack(held.id, held.lease_id or ""), inbox.next()
+        )
+        if late_ack:
+            assert fresh == []  # acked first: done, not handed out again
+            return
+        [again] = fresh  # handed out again first: the late ack changed nothing
+        assert again.delivery == held.delivery + 1
+        assert await setup.agents.release(again.id, again.lease_id or "")
+        setup.clock.advance(1)
+
+
+async def test_a_long_poll_answers_within_200_ms_of_an_arrival(db_url: str) -> None:
+    agents = AgentInboxes(db_url, lease_secret=SECRET, listen=True)
+    webhooks = WebhookInbox(db_url, source="billing")
+    inbox_id = await agents.create("fast")
+    await agents.subscribe(inbox_id, "billing")
+    app = agents.app(authorize=bearer_tokens({TOKEN: Principal("poller")}), budget=25)
+    try:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://agents",
+            headers={"authorization": f"Bearer {TOKEN}"}, timeout=30,
+        ) as client:  # fmt: skip
+            for round_ in range(3):
+                poll = asyncio.create_task(client.get(f"/v1/agent/inbox/{inbox_id}/next?wait=10"))
+                await asyncio.sleep(1.3)  # the poll is past its 1 s backoff steps by now
+                assert not poll.done()
+                await webhooks.store(id=f"arrival-{round_}", payload={"n": round_})
+                stored_at = time.monotonic()
+                answer = await poll
+                took = time.monotonic() - stored_at
+                assert answer.status_code == 200 and len(answer.json()["events"]) == 1
+                assert took < 0.2, f"woke {took * 1000:.0f} ms after the arrival"
+    finally:
+        await agents.close()
+        await webhooks.close()
