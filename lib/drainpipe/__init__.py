@@ -32,6 +32,7 @@ _EXPORTS: dict[str, str] = {
     "Job": "models",
     "JobContext": "models",
     "Jobs": "jobs",
+    "Keyring": "keyring",
     "Lease": "leases",
     "LeaseOutcome": "leases",
     "ManagementClient": "admin.client",
@@ -39,6 +40,7 @@ _EXPORTS: dict[str, str] = {
     "Principal": "principals",
     "Queue": "jobs",
     "QueueBackend": "backends",
+    "QueuePolicy": "jobs",
     "QueueStats": "models",
     "Retry": "errors",
     "ScheduleDef": "schedules",
@@ -76,6 +78,7 @@ __all__ = [
     "JobPage",
     "JobRecord",
     "Jobs",
+    "Keyring",
     "Lease",
     "LeaseOutcome",
     "ManagementClient",
@@ -84,6 +87,7 @@ __all__ = [
     "Principal",
     "Queue",
     "QueueBackend",
+    "QueuePolicy",
     "QueueStats",
     "Retry",
     "ScheduleDef",
@@ -118,7 +122,8 @@ if TYPE_CHECKING:
     from .errors import DrainpipeError, Retry
     from .idempotency import Begin, Idempotency
     from .inbox import InboxEntry, Stored, WebhookInbox, WebhookMessage
-    from .jobs import Jobs, Queue
+    from .jobs import Jobs, Queue, QueuePolicy
+    from .keyring import Keyring
     from .leases import Lease, LeaseOutcome, lease, with_lease
     from .models import (
         Actor,

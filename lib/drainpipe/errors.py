@@ -177,6 +177,16 @@ _KIND_BY_SQLSTATE: Final[dict[str, ErrorKind]] = {
 }
 
 
+#: The SQLSTATEs of a queue policy's refusals in SQL (sql/migrations/jobs/*_policies) and
+#: the kind and code each is answered with, the same as the client's own checks.
+POLICY_SQLSTATES: Final[dict[str, tuple[ErrorKind, str]]] = {
+    "DPQ01": ("validation", "PAYLOAD_TOO_LARGE"),
+    "DPQ02": ("rate_limited", "QUEUE_FULL"),
+    "DPQ03": ("invalid_request", "LEASE_TOO_LONG"),
+    "DPQ04": ("validation", "SCHEDULE_TOO_FAR"),
+}
+
+
 def kind_for_sqlstate(sqlstate: str) -> ErrorKind:
     """The contract's kind for a SQLSTATE (API.md section 1): 23505 conflict, 42501
     forbidden, P0001 raised, 57014 timeout, 40001/40P01 serialization, 22xxx invalid_input,
@@ -214,6 +224,12 @@ def sql_error(
     ``constraint`` becomes the ``code`` of a conflict (the contract keeps it); ``code`` is
     the client's own code for every other kind (PostgREST's answer carries one, psycopg's
     does not). Missing drainpipe objects → :func:`not_installed`."""
+    policy = POLICY_SQLSTATES.get(sqlstate)
+    if policy is not None:
+        kind, policy_code = policy
+        if kind == "validation":
+            return validation_error(message, code=policy_code)
+        return DrainpipeError(kind, message, code=policy_code)
     kind = kind_for_sqlstate(sqlstate)
     if kind == "conflict":
         return DrainpipeError("conflict", message, code=constraint or code)

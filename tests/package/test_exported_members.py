@@ -33,6 +33,9 @@ CONTRACT = {
     "install",
     "QueueBackend",
     "testing",
+    # API.md §9
+    "QueuePolicy",
+    "Keyring",
     # API.md §8
     "JobRecord",
     "Attempt",

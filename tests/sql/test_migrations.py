@@ -53,6 +53,15 @@ INTERNAL_FUNCTIONS = {
     "assert_time_zone",
     "has_pg_cron",
     "is_pg_cron_job_command",
+    # queue policies: trigger functions and the check they share
+    "policy_payload_limit",
+    "policy_payload_size",
+    "check_policy_insert",
+    "job_messages_policy_insert",
+    "pgmq_queue_policy_insert",
+    "count_live_jobs",
+    "job_messages_policy_lease",
+    "pgmq_queue_policy_lease",
     # the agent inbox's helpers (webhook-inbox 0004): called by its _v1 functions only
     "agent_priority",
     "agent_where_matches",
@@ -184,6 +193,7 @@ async def test_concurrent_installs_upgrade_release_0_in_place(empty_db: str, bac
                 "SELECT module, version, name FROM drainpipe.schema_migrations ORDER BY 1, 2"
             )
         ).fetchall()
+        # every expansion is applied; the contract migrations wait until asked for
         assert rows == [
             (module, migration.version, migration.name)
             for module in sorted(MODULES)

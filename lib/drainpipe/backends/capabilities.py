@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SupportsAdvanceSchedule",
     "SupportsBatches",
+    "SupportsBury",
     "SupportsCancel",
     "SupportsCodedSettle",
     "SupportsCompleteMany",
@@ -51,6 +52,8 @@ __all__ = [
     "SupportsListDead",
     "SupportsListRecords",
     "SupportsListSchedules",
+    "SupportsPayloadRewrite",
+    "SupportsPolicies",
     "SupportsPurgeArchive",
     "SupportsRecords",
     "SupportsReplay",
@@ -193,6 +196,40 @@ class SupportsCodedSettle(Protocol):
         self, job: Job[Any], error: str, retry_in: float | None, *, code: str, discard: bool
     ) -> FailOutcome | None:
         """``fail`` recording ``code``; ``discard``: dead now, whatever attempts are left."""
+        ...
+
+
+# -- queue policies and encrypted payloads -----------------------------------------------
+
+
+@runtime_checkable
+class SupportsBury(Protocol):
+    async def bury(self, job: Job[Any], error: str, code: str) -> bool:
+        """End a held job dead now, with ``code`` (no retry); False when the lease was lost.
+        (Backends with :class:`SupportsCodedSettle` are asked for ``fail_coded`` instead.)"""
+        ...
+
+
+@runtime_checkable
+class SupportsPayloadRewrite(Protocol):
+    async def live_payloads(self, queue: str, *, after: int, limit: int) -> list[tuple[int, Any]]:
+        """Live jobs' stored values (context envelope included) in id order after ``after``."""
+        ...
+
+    async def rewrite_payload(self, queue: str, job_id: int, old: Any, new: Any) -> bool:
+        """Replace a live job's stored value if it is still ``old``."""
+        ...
+
+
+@runtime_checkable
+class SupportsPolicies(Protocol):
+    async def ensure_policy(self, queue: str, row: Sequence[Any]) -> None:
+        """Store a queue's policy where the database's own checks read it."""
+        ...
+
+    async def apply_retention(self, *, min_interval: float | None) -> int | None:
+        """Delete terminal records past their queue's retention; None when skipped because
+        it ran less than ``min_interval`` seconds ago."""
         ...
 
 

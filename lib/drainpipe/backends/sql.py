@@ -149,6 +149,43 @@ class SqlQueueBackend:
         )
         return ops.parse_purge_archive(rows)
 
+    # -- queue policies and payload rewrites (docs/policies.md) -----------------------------
+
+    async def bury(self, job: Job[Any], error: str, code: str) -> bool:
+        from ..ops import policies as policy_ops  # only where policies are used
+
+        rows = await self.db.fetch(
+            policy_ops.BURY, policy_ops.bury_params(job.queue, job.id, job.attempts, error, code)
+        )
+        return policy_ops.parse_flag(rows)
+
+    async def live_payloads(self, queue: str, *, after: int, limit: int) -> list[tuple[int, Any]]:
+        from ..ops import policies as policy_ops  # only where policies are used
+
+        rows = await self.db.fetch(
+            policy_ops.LIVE_PAYLOADS, policy_ops.live_payloads_params(queue, after, limit)
+        )
+        return policy_ops.parse_live_payloads(rows)
+
+    async def rewrite_payload(self, queue: str, job_id: int, old: Any, new: Any) -> bool:
+        from ..ops import policies as policy_ops  # only where policies are used
+
+        rows = await self.db.fetch(
+            policy_ops.REWRITE_PAYLOAD, policy_ops.rewrite_payload_params(queue, job_id, old, new)
+        )
+        return policy_ops.parse_flag(rows)
+
+    async def ensure_policy(self, queue: str, row: Sequence[Any]) -> None:
+        from ..ops import policies as policy_ops  # only where policies are used
+
+        await self.db.fetch(policy_ops.ENSURE_POLICY, policy_ops.ensure_policy_params(row))
+
+    async def apply_retention(self, *, min_interval: float | None) -> int | None:
+        from ..ops import policies as policy_ops  # only where policies are used
+
+        rows = await self.db.fetch(policy_ops.APPLY_RETENTION, (min_interval,))
+        return policy_ops.parse_retention(rows)
+
     # -- schedules (drain scheduler; pg_cron answers through the same functions) ----------
 
     async def schedule(

@@ -10,6 +10,7 @@ drainpipe serve [--functions DIR] [--host H] [--port N] [--graceful SECONDS]
 drainpipe work [QUEUE...] --app module:attr [--concurrency N] [--batch N] [--lease S] [--grace S]
 drainpipe jobs stats [--queue QUEUE]... | jobs dead QUEUE | jobs retry QUEUE [--id ID...]
 drainpipe inbox list SOURCE [--status S] [--tenant T]
+drainpipe keys new [--kid ID]
 drainpipe --version
 
 Exit status: 0 done, 1 failed (one line on stderr says why), 2 a usage error.
@@ -147,6 +148,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="embedded Postgres data folder (default ~/.cache/drainpipe/dev-pgdata)",
     )
     cli_ops.add_commands(commands)
+
+    keys = commands.add_parser("keys", help="payload encryption keys")
+    keys_commands = keys.add_subparsers(dest="keys_command", required=True)
+    new_key = keys_commands.add_parser(
+        "new", help="print a fresh kid:key entry for DRAINPIPE_PAYLOAD_KEYS (put it first)"
+    )
+    new_key.add_argument("--kid", default=None, help="the key id (default: k + 8 hex digits)")
 
     from .. import serve
 
@@ -287,6 +295,15 @@ def _run(args: argparse.Namespace) -> int:
         for migration in ran:
             print(f"  {migration.module} {migration.label}")
         _rest_api_note([m.module for m in ran])
+        return 0
+    if args.command == "keys":
+        from ..keyring import Keyring
+
+        try:
+            print(Keyring.new_entry(args.kid))
+        except ValueError as exc:
+            print(f"drainpipe: {exc}", file=sys.stderr)
+            return 2
         return 0
     if args.command == "serve":
         from ..serve import serve_command

@@ -20,13 +20,20 @@ Leases. A job claimed by the route is leased for at least the time left in the b
 plus ``lease_margin`` seconds (30 by default), re-evaluated at each claim and heartbeat, and
 the heartbeat beats every ``lease_margin / 3`` seconds. So while a handler runs, even past
 the budget, its lease always reaches ``lease_margin`` seconds ahead, and the next cron call
-cannot claim the same job. A ``lease`` option larger than that is used as is.
+cannot claim the same job. A ``lease`` option larger than that is used as is. A queue
+with a :class:`~drainpipe.QueuePolicy` is claimed with the policy's ``lease`` instead (never
+over its ``max_lease``), and heartbeats keep a long handler's job held.
+
+Scoped executors. ``secret`` may be a mapping ``{token: [queue, ...]}``: a call drains only
+its token's queues (and inboxes named there); due schedules run for any valid token.
+
+Retention. When ``Jobs`` has policies, a call applies their retention at most once an hour
+per database (``jobs.apply_retention_if_due``); live jobs are never touched.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import inspect
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -53,6 +60,7 @@ from ..jobs.worker import Worker
 from ..models import WorkReport
 from ..telemetry import SYSTEM, active_telemetry
 from ..validation import positive_int, seconds
+from .tokens import EVERYTHING, DrainCredentials, allowed
 from .unavailable import DrainUnavailable
 
 if TYPE_CHECKING:
@@ -87,7 +95,7 @@ class DrainRoute:
         self,
         jobs: Jobs,
         *,
-        secret: str | None = None,
+        secret: str | Mapping[str, Sequence[str]] | None = None,
         handlers: Mapping[str, Handler] | None = None,
         budget: float = 50.0,
         schedules: bool = True,
@@ -101,8 +109,6 @@ class DrainRoute:
         problem: ProblemFormatter | None = None,
         lease_margin: float = DEFAULT_LEASE_MARGIN,
     ) -> None:
-        if not isinstance(secret, str) or not secret:
-            raise ValueError("drain_route needs a secret, such as os.environ['CRON_SECRET']")
         if handlers is None:
             handlers = {}
         if not isinstance(handlers, Mapping):
@@ -133,7 +139,7 @@ class DrainRoute:
                 raise ValueError(f'Inbox "{source}" is listed twice')
             sources.add(source)
         self.jobs = jobs
-        self._secret = secret.encode()
+        self._credentials = DrainCredentials(secret, [*handlers, *sources])
         self.handlers = dict(handlers)
         self.schedules = schedules
         self.on_error = on_error
@@ -162,36 +168,28 @@ class DrainRoute:
     async def _handle(self, request: Request, original: Any = None) -> Response:
         if request.method not in ("GET", "POST"):
             return method_not_allowed(ALLOW)
-        if not self.authorized(request.headers.get("authorization")):
+        scope = self._credentials.scope(request.headers.get("authorization"))
+        if scope is None:
             # before anything else: a stranger costs no database call and no monitor hook
             error = DrainpipeError("unauthorized", UNAUTHORIZED_DETAIL)
             return problem_response(error, request.path, problem=self.problem)
         try:
-            result = await self.run(original if original is not None else request)
+            result = await self.run(original if original is not None else request, scope=scope)
         except DrainUnavailable as unavailable:
             return unavailable.response(request.path, self.problem)
         return json_response(result)
 
     def authorized(self, header: str | None) -> bool:
-        """True when ``header`` (an ``Authorization`` value) carries the secret, with or
-        without a case-insensitive ``Bearer `` prefix. Constant time in the secret."""
-        token = (header or "").strip()
-        if token[:7].lower() == "bearer ":
-            token = token[7:].strip()
-        # servers hand header bytes over as latin-1 text, so a UTF-8 secret arrives as its
-        # bytes' latin-1 reading; a header built by hand holds the real text. Both are
-        # compared, always, so the time taken says nothing about which one matched.
-        try:
-            wire = token.encode("latin-1")
-        except UnicodeEncodeError:
-            wire = b""
-        as_sent = hmac.compare_digest(wire, self._secret)
-        as_text = hmac.compare_digest(token.encode("utf-8", "surrogatepass"), self._secret)
-        return as_sent | as_text
+        """True when ``header`` (an ``Authorization`` value) carries the secret or one of
+        the executor tokens, with or without a case-insensitive ``Bearer `` prefix.
+        Constant time in the secrets (see :mod:`drainpipe.drain.tokens`)."""
+        return self._credentials.scope(header) is not None
 
     # -- one drain -------------------------------------------------------------------------
 
-    async def run(self, request: Any = None) -> dict[str, Any]:
+    async def run(
+        self, request: Any = None, *, scope: frozenset[str] = EVERYTHING
+    ) -> dict[str, Any]:
         """Run schedules and drain the queues and inboxes once (no authorization check).
 
         Returns ``{"schedules", "queues": {queue: {"succeeded", "failed"}},
@@ -206,7 +204,7 @@ class DrainRoute:
         ``NOT_INSTALLED``); the route answers it as a 503 Problem with ``"more": false``.
         """
         if (otel := active_telemetry()) is None:
-            return await self._run(request)
+            return await self._run(request, scope)
         attributes = {
             "messaging.system": SYSTEM,
             "drainpipe.drain.budget": self.budget,
@@ -215,7 +213,7 @@ class DrainRoute:
         started = asyncio.get_running_loop().time()
         try:
             with otel.span("drainpipe.drain", attributes) as span:
-                result = await self._run(request)
+                result = await self._run(request, scope)
                 span.set_attribute("drainpipe.drain.more", bool(result.get("more")))
                 span.set_attribute("drainpipe.drain.errors", int(result.get("errors") or 0))
                 return result
@@ -224,7 +222,7 @@ class DrainRoute:
                 used = (asyncio.get_running_loop().time() - started) / self.budget
                 otel.drain_budget_used.record(used)
 
-    async def _run(self, request: Any) -> dict[str, Any]:
+    async def _run(self, request: Any, scope: frozenset[str]) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.budget
 
@@ -240,9 +238,18 @@ class DrainRoute:
                 drain.reached = True
             except Exception as exc:
                 await drain.failed(exc, token)
+        await self._retention(drain, token)
 
-        sources = [_Source(queue, handler, None) for queue, handler in self.handlers.items()]
-        sources += [_Source(inbox.source, handler, inbox) for inbox, handler in self.inboxes]
+        sources = [
+            _Source(queue, handler, None)
+            for queue, handler in self.handlers.items()
+            if allowed(scope, queue)
+        ]
+        sources += [
+            _Source(inbox.source, handler, inbox)
+            for inbox, handler in self.inboxes
+            if allowed(scope, inbox.source)
+        ]
         pending = sources  # a round gives each of them a share of what is left
         while pending:
             exhausted: list[_Source] = []
@@ -294,17 +301,25 @@ class DrainRoute:
         database answered once in this call, a claim error is not retried: an unreachable
         database is a 503 at once, not after the retry waits."""
         if source.inbox is None:
+            beat = self.lease_margin / 3
+            policy = getattr(self.jobs, "policy", lambda queue: None)(source.name)
+            queue_lease: float | Callable[[], float] = lease
+            if policy is not None:
+                # a lease of the policy's length, kept alive by heartbeats, instead of one
+                # sized to the budget (which could pass max_lease)
+                queue_lease = policy.lease
+                beat = min(beat, policy.lease / 3)
             worker = Worker(
                 self.jobs,
                 source.name,
                 source.handler,
                 concurrency=self.concurrency,
                 batch=self.batch,
-                lease=lease,
+                lease=queue_lease,
                 deadline=deadline,
                 on_error=self.on_error,
                 all_tenants=self.all_tenants,
-                heartbeat_every=self.lease_margin / 3,
+                heartbeat_every=beat,
                 retry_unreached=reached,
             )
             return await worker.run(until_empty=True)
@@ -323,6 +338,20 @@ class DrainRoute:
             retry_unreached=reached,
         )
         return await runner.run(until_empty=True)  # type: ignore[no-any-return]
+
+    async def _retention(self, drain: _Drain, token: Any) -> None:
+        """The policies' retention, at most hourly per database (skipped without policies)."""
+        apply = getattr(self.jobs, "apply_retention_if_due", None)
+        if apply is None or not getattr(self.jobs, "policies", None):
+            return
+        try:
+            deleted = await apply()
+            drain.reached = True
+        except Exception as exc:
+            await drain.failed(exc, token)
+            return
+        if deleted:
+            log.info("drainpipe: retention deleted %d terminal records", deleted)
 
     def _runs_schedules(self) -> bool:
         if not self.schedules or not callable(getattr(self.jobs, "run_schedules", None)):

@@ -13,11 +13,18 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .client import Handler, Jobs, OnError
+    from .policy import QueuePolicy
     from .queue import Queue
 
-__all__ = ["Handler", "Jobs", "OnError", "Queue"]
+__all__ = ["Handler", "Jobs", "OnError", "Queue", "QueuePolicy"]
 
-_EXPORTS = {"Handler": "client", "Jobs": "client", "OnError": "client", "Queue": "queue"}
+_EXPORTS = {
+    "Handler": "client",
+    "Jobs": "client",
+    "OnError": "client",
+    "Queue": "queue",
+    "QueuePolicy": "policy",
+}
 
 
 def __getattr__(name: str) -> Any:

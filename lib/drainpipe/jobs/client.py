@@ -27,12 +27,15 @@ from ..models import DeadJob, DedupeMode, FailOutcome, Job, JobContext, QueueSta
 from ..schedules import ScheduleMixin
 from ..telemetry import active_telemetry
 from ..validation import seconds
+from .guard import PolicyMixin, fail_within_window
 from .records import RecordsMixin
 from .rules import MAX_DEDUPE_KEY, SEVEN_DAYS, THIRTY_DAYS, JobRules
 
 if TYPE_CHECKING:
     from ..admin.api import ManagementApp
     from ..drain import DrainRoute
+    from ..keyring import Keyring
+    from .policy import QueuePolicy
     from .queue import Queue
 
 __all__ = ["MAX_DEDUPE_KEY", "SEVEN_DAYS", "THIRTY_DAYS", "Handler", "Jobs", "OnError"]
@@ -42,13 +45,16 @@ Handler = Callable[[Any, Job[Any]], Awaitable[Any]]
 OnError = Callable[[BaseException, Job[Any] | None], Any]
 
 
-class Jobs(JobRules, RecordsMixin, ScheduleMixin):
+class Jobs(PolicyMixin, JobRules, RecordsMixin, ScheduleMixin):
     """Typed job queues on a database (DSN, pool, connection), a supabase client or a backend.
 
     ``queues`` maps each queue name to the payload schema (anything
     ``pydantic.TypeAdapter`` accepts). ``now`` is the clock for ``run_at`` and schedules.
     ``scheduler`` says which scheduler the ``jobs`` SQL module was installed with.
     ``cursor_secret`` signs ``list_jobs`` cursors (default: a random key per process).
+    ``policies`` maps queues to :class:`~drainpipe.QueuePolicy` (checked before sending;
+    ``ensure_policies()`` makes the database enforce them too); ``keyring`` opens and seals
+    the payloads of encrypted queues (docs/policies.md).
     """
 
     def __init__(
@@ -58,9 +64,12 @@ class Jobs(JobRules, RecordsMixin, ScheduleMixin):
         *,
         now: Callable[[], datetime] | None = None,
         scheduler: Literal["drain", "pg_cron"] = "drain",
+        policies: Mapping[str, QueuePolicy] | None = None,
+        keyring: Keyring | None = None,
         cursor_secret: str | bytes | None = None,
     ) -> None:
         super().__init__(queues, now=now, scheduler=scheduler, cursor_secret=cursor_secret)
+        self._init_policies(policies, keyring, list(queues))
         self.backend: QueueBackend = resolve_backend(db, list(queues))
 
     # -- enqueue -------------------------------------------------------------------------
@@ -72,7 +81,7 @@ class Jobs(JobRules, RecordsMixin, ScheduleMixin):
         *,
         delay: float | timedelta | None = None,
         run_at: datetime | None = None,
-        max_attempts: int = 5,
+        max_attempts: int | None = None,
         dedupe_key: str | None = None,
         dedupe: DedupeMode = "always",
         context: JobContext | Mapping[str, Any] | None = None,
@@ -81,7 +90,9 @@ class Jobs(JobRules, RecordsMixin, ScheduleMixin):
 
         ``delay`` (seconds) wins over ``run_at`` (aware datetime). ``dedupe="always"``
         coalesces onto any live job with the key; ``"waiting"`` only onto a never-claimed one.
+        ``max_attempts``: 5, or the queue policy's (a larger value is capped at it).
         """
+        max_attempts = self._max_attempts(queue, max_attempts)
         value, wait = self._enqueue_args(
             queue,
             payload,
@@ -93,6 +104,7 @@ class Jobs(JobRules, RecordsMixin, ScheduleMixin):
             context,
             getattr(self.backend, "name", ""),
         )
+        dedupe_key = self._stored_dedupe_key(queue, dedupe_key)
         if (otel := active_telemetry()) is not None:
             backend = self.backend
             return await otel.enqueue(
@@ -123,13 +135,15 @@ class Jobs(JobRules, RecordsMixin, ScheduleMixin):
         *,
         delay: float | timedelta | None = None,
         run_at: datetime | None = None,
-        max_attempts: int = 5,
+        max_attempts: int | None = None,
         context: JobContext | Mapping[str, Any] | None = None,
     ) -> list[int]:
         """Validate every payload first, then store them all in one round trip; ids in order.
 
-        Nothing is stored when any payload fails validation. No dedupe keys here.
+        Nothing is stored when any payload fails validation (or a policy refuses the
+        batch: all or nothing). No dedupe keys here.
         """
+        max_attempts = self._max_attempts(queue, max_attempts)
         values, wait = self._enqueue_many_args(
             queue, payloads, delay, run_at, max_attempts, context
         )
@@ -154,10 +168,17 @@ class Jobs(JobRules, RecordsMixin, ScheduleMixin):
 
     # -- claim / complete / fail / extend ------------------------------------------------
 
-    async def claim(self, queue: str, *, batch: int = 1, lease: float = 300) -> list[Job[Any]]:
-        """Lease up to ``batch`` ready jobs for ``lease`` seconds. Payloads are not validated."""
-        batch, length = self._claim_args(queue, batch, lease)
-        return await self.backend.read(queue, lease=length, batch=batch)
+    async def claim(
+        self, queue: str, *, batch: int = 1, lease: float | None = None
+    ) -> list[Job[Any]]:
+        """Lease up to ``batch`` ready jobs for ``lease`` seconds (300, or the queue policy's
+        ``lease``; over its ``max_lease`` → ``LEASE_TOO_LONG``). Payloads are not validated;
+        sealed ones are decrypted, and one that does not decrypt ends dead
+        (``PAYLOAD_UNREADABLE``) instead of being returned."""
+        batch, length = self._claim_args(queue, batch, 300 if lease is None else lease)
+        length = self._claim_lease(queue, None if lease is None else length)
+        jobs = await self.backend.read(queue, lease=length, batch=batch)
+        return jobs if self.keyring is None else await self._open_claimed(jobs)
 
     async def complete(self, job: Job[Any]) -> bool:
         """Archive a finished job. False: the lease was lost (claimed again), nothing changed."""
@@ -173,6 +194,12 @@ class Jobs(JobRules, RecordsMixin, ScheduleMixin):
         ``HANDLER_ERROR``."""
         text, wait = self._fail_args(job, error, retry_in)
         backend = self.backend
+        if job.queue in self._windowed:
+            ended, wait, outcome = await fail_within_window(
+                backend, self._policies[job.queue], job, text, wait
+            )
+            if ended:
+                return outcome
         if isinstance(backend, SupportsCodedSettle):
             return await backend.fail_coded(job, text, wait, code=code_of(error), discard=False)
         return await backend.fail(job, text, wait)
@@ -180,7 +207,8 @@ class Jobs(JobRules, RecordsMixin, ScheduleMixin):
     async def extend(self, job: Job[Any], lease: float | timedelta) -> bool:
         """Move the lease end to now + ``lease`` seconds. False once the lease was lost."""
         self._check_job(job)
-        return await self.backend.extend(job, seconds(lease, "lease"))
+        wanted = self._claim_lease(job.queue, seconds(lease, "lease"))
+        return await self.backend.extend(job, wanted)
 
     # -- workers -------------------------------------------------------------------------
 
@@ -191,7 +219,7 @@ class Jobs(JobRules, RecordsMixin, ScheduleMixin):
         *,
         concurrency: int = 1,
         batch: int = 1,
-        lease: float = 300,
+        lease: float | None = None,
         poll_interval: float = 1.0,
         max_poll_interval: float = 30.0,
         stop: Any = None,
@@ -215,7 +243,7 @@ class Jobs(JobRules, RecordsMixin, ScheduleMixin):
             handler,
             concurrency=concurrency,
             batch=batch,
-            lease=lease,
+            lease=self._worker_lease(queue, None if lease is None else seconds(lease, "lease")),
             poll_interval=poll_interval,
             max_poll_interval=max_poll_interval,
             stop=stop,
@@ -232,7 +260,7 @@ class Jobs(JobRules, RecordsMixin, ScheduleMixin):
         *,
         concurrency: int = 1,
         batch: int = 1,
-        lease: float | Callable[[], float] = 300,
+        lease: float | Callable[[], float] | None = None,
         budget: float | None = None,
         on_error: OnError | None = None,
         all_tenants: bool = False,
@@ -245,6 +273,8 @@ class Jobs(JobRules, RecordsMixin, ScheduleMixin):
         from .worker import Worker
 
         self._check_queue(queue)
+        if not callable(lease):
+            lease = self._worker_lease(queue, None if lease is None else seconds(lease, "lease"))
         return await Worker(
             self,
             queue,
@@ -277,7 +307,8 @@ class Jobs(JobRules, RecordsMixin, ScheduleMixin):
         backend = self.backend
         if not isinstance(backend, SupportsListDead):
             raise lacking(backend, "list_dead")
-        return list(await backend.list_dead(queue, limit=limit, before=cursor))
+        found = await backend.list_dead(queue, limit=limit, before=cursor)
+        return [self._opened(dead) for dead in found]
 
     async def retry_dead(
         self, queue: str, *, ids: Sequence[int] | None = None, limit: int = 1000

@@ -41,7 +41,7 @@ class Queue(Generic[T]):
         *,
         delay: float | timedelta | None = None,
         run_at: datetime | None = None,
-        max_attempts: int = 5,
+        max_attempts: int | None = None,
         dedupe_key: str | None = None,
         dedupe: DedupeMode = "always",
         context: JobContext | Mapping[str, Any] | None = None,
@@ -63,7 +63,7 @@ class Queue(Generic[T]):
         *,
         delay: float | timedelta | None = None,
         run_at: datetime | None = None,
-        max_attempts: int = 5,
+        max_attempts: int | None = None,
         context: JobContext | Mapping[str, Any] | None = None,
     ) -> list[int]:
         return await self.jobs.enqueue_many(
@@ -75,7 +75,7 @@ class Queue(Generic[T]):
             context=context,
         )
 
-    async def claim(self, *, batch: int = 1, lease: float = 300) -> list[Job[Any]]:
+    async def claim(self, *, batch: int = 1, lease: float | None = None) -> list[Job[Any]]:
         return await self.jobs.claim(self.name, batch=batch, lease=lease)
 
     async def complete(self, job: Job[Any]) -> bool:
@@ -95,7 +95,7 @@ class Queue(Generic[T]):
         *,
         concurrency: int = 1,
         batch: int = 1,
-        lease: float = 300,
+        lease: float | None = None,
         poll_interval: float = 1.0,
         max_poll_interval: float = 30.0,
         stop: asyncio.Event | None = None,
@@ -126,7 +126,7 @@ class Queue(Generic[T]):
         *,
         concurrency: int = 1,
         batch: int = 1,
-        lease: float | Callable[[], float] = 300,
+        lease: float | Callable[[], float] | None = None,
         budget: float | None = None,
         on_error: OnError | None = None,
         all_tenants: bool = False,

@@ -199,6 +199,7 @@ class JobRules:
         to_python = SchemaSerializer(
             self._adapter(queue).core_schema, core_schema.CoreConfig(ser_json_inf_nan="constants")
         ).to_python
+        max_bytes = self._payload_limit(queue)
 
         def serialise(payload: Any) -> Any:
             value = validate(payload)
@@ -214,7 +215,7 @@ class JobRules:
             # serialised once here for every backend: what jsonb cannot hold exactly (NaN, a
             # lone surrogate, NUL, a depth past 254) and a payload over 1 MiB are refused
             # before anything is sent; the size check is a len() of these bytes
-            data = dump_json(stored, max_bytes=MAX_PAYLOAD_BYTES)
+            data = dump_json(stored, max_bytes=max_bytes)
             # pydantic writes a dict key holding a lone surrogate as U+FFFD characters: a
             # payload whose JSON holds one is checked again, from its Python form
             if _REPLACEMENT in data:  # (a substring search: cheap)
@@ -224,6 +225,19 @@ class JobRules:
             return stored
 
         return serialise
+
+    # -- what a queue policy changes (drainpipe.jobs.guard.PolicyMixin overrides these) --
+
+    def _payload_limit(self, queue: str) -> int:
+        """The most bytes a payload of ``queue`` may serialise to."""
+        return MAX_PAYLOAD_BYTES
+
+    def _store(self, queue: str, payload: Any, context: JobContext | None) -> Any:
+        """The value stored for a serialised payload: its context envelope."""
+        return wrap_payload(payload, context)
+
+    def _check_delay(self, queue: str, delay: float) -> None:
+        """Refuse a job that would run too far ahead (no limit without a policy)."""
 
     def _delay(self, delay: Any, run_at: Any) -> float:
         if delay is not None:
@@ -248,8 +262,9 @@ class JobRules:
     ) -> tuple[Any, float]:
         """The stored value (validated, serialised, in its context envelope) and the delay."""
         self._check_queue(queue)
-        value = wrap_payload(self.serialise(queue, payload), coerce_context(context))
+        value = self._store(queue, self.serialise(queue, payload), coerce_context(context))
         wait = self._delay(delay, run_at)
+        self._check_delay(queue, wait)
         positive_int(max_attempts, "max_attempts")
         if dedupe not in ("always", "waiting"):
             raise validation_error(
@@ -293,12 +308,13 @@ class JobRules:
         values = []
         for index, payload in enumerate(payloads):
             try:
-                values.append(wrap_payload(self.serialise(queue, payload), recorded))
+                values.append(self._store(queue, self.serialise(queue, payload), recorded))
             except DrainpipeError as exc:
                 for issue in exc.issues or []:
                     issue["path"] = [index, *issue.get("path", [])]
                 raise
         wait = self._delay(delay, run_at)
+        self._check_delay(queue, wait)
         positive_int(max_attempts, "max_attempts")
         return values, wait
 

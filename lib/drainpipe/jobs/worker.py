@@ -22,9 +22,11 @@ from ..backends.capabilities import (
 from ..codes import CANCELLED
 from ..engine.core import CLAIM_RETRIES, JOB_HEARTBEAT_FLOOR, run_deadline
 from ..engine.runner import ClaimableSource, Runner, call_hook
-from ..models import Job, WorkReport
+from ..models import FailOutcome, Job, JobContext, WorkReport
 from ..telemetry import active_telemetry
 from ..validation import positive_int, seconds
+from .guard import bury, fail_within_window
+from .policy import PAYLOAD_UNREADABLE
 from .rules import hand_over
 
 if TYPE_CHECKING:
@@ -33,6 +35,11 @@ if TYPE_CHECKING:
 __all__ = ["CLAIM_RETRIES", "JobSource", "Worker", "call_hook"]
 
 log = logging.getLogger("drainpipe.jobs")
+
+
+def _is_sealed(value: Any) -> bool:
+    # sealing.is_sealed, inlined: the sealing module is imported only for sealed jobs
+    return isinstance(value, dict) and value.get("$dp") == 1 and "sealed" in value
 
 
 class JobSource:
@@ -63,6 +70,11 @@ class JobSource:
         if self._coded is not None:
             self.skip = self._coded.skip
         self._records = backend if isinstance(backend, SupportsGetRecord) else None
+        self._keyring = jobs.keyring
+        # ids whose payload did not decrypt in start(): their failure buries them
+        self._unreadable: set[int] = set()
+        self._policy = jobs.policy(queue)
+        self._window = None if self._policy is None else self._policy.attempt_window
 
     def claim(self, batch: int, lease: float) -> Awaitable[list[Job[Any]]]:
         return self._backend.read(self.queue, lease=lease, batch=batch)
@@ -90,9 +102,51 @@ class JobSource:
         code: str | None = None,
         discard: bool = False,
     ) -> Awaitable[Any]:
+        if self._unreadable and item.id in self._unreadable:
+            # its payload did not decrypt in start(): dead now, no retry
+            self._unreadable.discard(item.id)
+            return bury(self._backend, item, error, PAYLOAD_UNREADABLE)
+        if self._window is not None and not discard:
+            return self._fail_windowed(item, error, retry_in, code)
+        return self._settle_failure(item, error, retry_in, code, discard)
+
+    async def _fail_windowed(
+        self, item: Job[Any], error: str, retry_in: float | None, code: str | None
+    ) -> FailOutcome | None:
+        ended, wait, outcome = await fail_within_window(
+            self._backend, self._policy, item, error, retry_in
+        )
+        if ended:
+            return outcome
+        settled: FailOutcome | None = await self._settle_failure(item, error, wait, code, False)
+        return settled
+
+    def _settle_failure(
+        self, item: Job[Any], error: str, retry_in: float | None, code: str | None, discard: bool
+    ) -> Awaitable[Any]:
         if self._coded is not None and code is not None:
             return self._coded.fail_coded(item, error, retry_in, code=code, discard=discard)
         return self._backend.fail(item, error, retry_in)
+
+    def _open(self, item: Job[Any]) -> None:
+        """Decrypt a sealed payload in place; an unreadable one fails the job, which then
+        ends dead (``PAYLOAD_UNREADABLE``) instead of being retried."""
+        assert self._keyring is not None
+        from ..keyring import UnreadableCiphertext
+        from .sealing import open_stored, unreadable
+
+        try:
+            payload, context = open_stored(self._keyring, self.queue, item.payload)
+        except UnreadableCiphertext as exc:
+            self._unreadable.add(item.id)
+            raise unreadable(item.id, self.queue, str(exc)) from None
+        trace = item.context.trace
+        if trace is not None:
+            context = JobContext(actor=context.actor, tenant=context.tenant, trace=trace)
+        # the claimed Job has not left the worker yet: it takes the opened payload in place
+        fields = item.__dict__
+        fields["payload"] = payload
+        fields["context"] = context
 
     async def why_lost(self, items: Sequence[Job[Any]]) -> dict[int, str]:
         """``CANCELLED`` for the jobs an operator cancelled (read on the rare lost path)."""
@@ -106,6 +160,8 @@ class JobSource:
         return reasons
 
     def start(self, item: Job[Any]) -> Any:
+        if self._keyring is not None and _is_sealed(item.payload):
+            self._open(item)
         return self._handler(hand_over(item, self._validate, self._all_tenants), item)
 
     def fields(self, item: Job[Any] | None) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from ..backends.capabilities import (
     SupportsUnscheduleTenant,
     lacking,
 )
-from ..context import coerce_context, wrap_payload
+from ..context import coerce_context
 from ..errors import DrainpipeError, invalid_request, validation_error
 from ..models import DueSchedule, JobContext, ScheduleInfo
 from ..validation import (
@@ -125,6 +125,7 @@ class ScheduleRules:
 
         def _check_queue(self, queue: str) -> str: ...
         def serialise(self, queue: str, payload: Any) -> Any: ...
+        def _store(self, queue: str, payload: Any, context: JobContext | None) -> Any: ...
 
     # -- checks shared by schedule and ensure_schedules -----------------------------------
 
@@ -175,7 +176,9 @@ class ScheduleRules:
                     'use scheduler="drain" for tenant schedules'
                 )
         try:
-            value = wrap_payload(self.serialise(queue, payload), recorded)
+            # the stored form: sealed on an encrypted queue (jobs/guard.py), so neither the
+            # schedule nor the jobs it enqueues hold the payload in clear
+            value = self._store(queue, self.serialise(queue, payload), recorded)
         except DrainpipeError as exc:
             raise _prefixed(exc, name, "payload") from None
         try:

@@ -32,6 +32,7 @@ from ...codes import valid_code
 from ...context import unwrap_payload
 from ...models import DeadJob, DedupeMode, FailOutcome, Job, QueueStats, claimed_job
 from .clock import Clock, _real_now, _round_trip, retry_delay
+from .policies import MemoryPolicies
 from .records import MemoryRecords
 from .schedules import MemorySchedules, _Schedule
 from .store import AttemptRow
@@ -47,7 +48,7 @@ from .values import (
 _MAX_ERROR = 4000
 
 
-class MemoryBackend(MemoryRecords, MemorySchedules):
+class MemoryBackend(MemoryPolicies, MemoryRecords, MemorySchedules):
     """Jobs and schedules in this process's memory, with the SQL backends' semantics.
 
     ``now`` is the clock (default: real UTC time; a :class:`Clock` lets a test move time).
@@ -73,6 +74,7 @@ class MemoryBackend(MemoryRecords, MemorySchedules):
         self._queues: dict[str, _Queue] = {}
         self._schedules: dict[str, _Schedule] = {}
         self._next_id = 0
+        self._init_policies()
 
     def now(self) -> datetime:
         """This backend's current instant: its clock, plus what :meth:`advance_time` added
@@ -147,6 +149,7 @@ class MemoryBackend(MemoryRecords, MemorySchedules):
         dedupe_running: bool,
         now: datetime,
         parent_id: int | None = None,
+        counted: bool = False,
     ) -> int:
         state = self._queue(queue)
         if dedupe_key is not None:
@@ -156,6 +159,8 @@ class MemoryBackend(MemoryRecords, MemorySchedules):
                 gone = held.attempts >= held.max_attempts and held.visible_at <= now
                 if (dedupe_running or held.attempts == 0) and not gone:
                     return held.id
+        if not counted:  # (a dedupe hit above stores nothing and is not counted)
+            self._check_pending(queue, 1)
         self._next_id += 1
         job = _Live(
             id=self._next_id,
@@ -204,6 +209,7 @@ class MemoryBackend(MemoryRecords, MemorySchedules):
         _check_queue(queue)
         _check_max_attempts(max_attempts)
         stored = [_to_json(payload) for payload in payloads]
+        self._check_pending(queue, len(stored))  # a policy's cap: all or nothing
         now = self.now()
         return [
             self._insert(
@@ -214,6 +220,7 @@ class MemoryBackend(MemoryRecords, MemorySchedules):
                 dedupe_key=None,
                 dedupe_running=True,
                 now=now,
+                counted=True,
             )
             for one in stored
         ]
@@ -350,6 +357,23 @@ class MemoryBackend(MemoryRecords, MemorySchedules):
         return extended
 
     # -- dead letters, stats, archive ------------------------------------------------------
+
+    async def live_payloads(self, queue: str, *, after: int, limit: int) -> list[tuple[int, Any]]:
+        await _round_trip()
+        state = self._queues.get(queue)
+        if state is None:
+            return []
+        ids = sorted(job_id for job_id in state.live if job_id > after)[: max(1, limit)]
+        return [(job_id, json.loads(state.live[job_id].payload)) for job_id in ids]
+
+    async def rewrite_payload(self, queue: str, job_id: int, old: Any, new: Any) -> bool:
+        await _round_trip()
+        state = self._queues.get(queue)
+        job = None if state is None else state.live.get(job_id)
+        if job is None or json.loads(job.payload) != old:
+            return False
+        job.payload = _to_json(new)
+        return True
 
     async def replay(self, queue: str, job_id: int) -> int | None:
         await _round_trip()

@@ -1,0 +1,155 @@
+"""Per-queue policies (API.md section 9): limits checked by the client before sending and,
+after ``jobs.ensure_policies()``, by the database for every writer.
+
+The error each broken limit answers is built here, once, so the client and the
+translation of the database's refusals (SQLSTATEs ``DPQ01``-``DPQ04``, see
+:data:`drainpipe.errors.POLICY_SQLSTATES`) answer the same kind and code.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Final
+
+# the codes a job ends dead with are the records' (drainpipe.codes), re-exported here
+from ..codes import DEADLINE_PASSED, MAX_ATTEMPTS, PAYLOAD_UNREADABLE
+from ..errors import DrainpipeError, invalid_request, validation_error
+
+__all__ = [
+    "DEADLINE_PASSED",
+    "LEASE_TOO_LONG",
+    "MAX_ATTEMPTS",
+    "PAYLOAD_TOO_LARGE",
+    "PAYLOAD_UNREADABLE",
+    "QUEUE_FULL",
+    "SCHEDULE_TOO_FAR",
+    "QueuePolicy",
+    "check_policies",
+    "queue_full",
+]
+
+PAYLOAD_TOO_LARGE: Final = "PAYLOAD_TOO_LARGE"
+QUEUE_FULL: Final = "QUEUE_FULL"
+LEASE_TOO_LONG: Final = "LEASE_TOO_LONG"
+SCHEDULE_TOO_FAR: Final = "SCHEDULE_TOO_FAR"
+
+DAY: Final = 86400.0
+
+
+def _duration(value: Any, name: str, *, optional: bool = False) -> float | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, timedelta):
+        result = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        result = float(value)
+    else:
+        raise ValueError(f"QueuePolicy.{name} must be seconds or a timedelta")
+    if not math.isfinite(result) or result <= 0:
+        raise ValueError(f"QueuePolicy.{name} must be positive")
+    return result
+
+
+def _count(value: Any, name: str, maximum: int = 2**31 - 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+        raise ValueError(f"QueuePolicy.{name} must be an integer from 1 to {maximum}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    """The limits of one queue; ``QueuePolicy()`` carries the Job Inbox limits.
+
+    Durations are seconds (``timedelta`` accepted, stored as float seconds). Every field
+    must be positive and ``lease <= max_lease``, else ``ValueError``.
+    """
+
+    max_payload_bytes: int = 65536
+    max_pending: int = 10000
+    lease: float = 30.0
+    max_lease: float = 60.0
+    max_delay: float = 7 * DAY
+    max_attempts: int = 5
+    attempt_window: float | None = None
+    retention: float = 30 * DAY
+    encrypt: bool = False
+
+    def __post_init__(self) -> None:
+        # 1 MiB is what every queue accepts (validation.MAX_PAYLOAD_BYTES)
+        fields = {
+            "max_payload_bytes": _count(self.max_payload_bytes, "max_payload_bytes", 1 << 20),
+            "max_pending": _count(self.max_pending, "max_pending"),
+            "max_attempts": _count(self.max_attempts, "max_attempts"),
+            "lease": _duration(self.lease, "lease"),
+            "max_lease": _duration(self.max_lease, "max_lease"),
+            "max_delay": _duration(self.max_delay, "max_delay"),
+            "attempt_window": _duration(self.attempt_window, "attempt_window", optional=True),
+            "retention": _duration(self.retention, "retention"),
+        }
+        if not isinstance(self.encrypt, bool):
+            raise ValueError("QueuePolicy.encrypt must be True or False")
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)
+        if self.lease > self.max_lease:
+            raise ValueError("QueuePolicy.lease must be at most max_lease")
+
+    # -- the errors of each limit ----------------------------------------------------------
+
+    def check_delay(self, delay: float) -> None:
+        if delay > self.max_delay:
+            raise validation_error(
+                f"The job would run {delay:g} s from now, more than this queue's max_delay"
+                f" of {self.max_delay:g} s",
+                [{"message": f"At most {self.max_delay:g} s ahead", "path": ["delay"]}],
+                code=SCHEDULE_TOO_FAR,
+            )
+
+    def check_lease(self, lease: float) -> float:
+        if lease > self.max_lease:
+            raise invalid_request(
+                f"A lease of {lease:g} s is longer than this queue's max_lease of"
+                f" {self.max_lease:g} s",
+                code=LEASE_TOO_LONG,
+            )
+        return lease
+
+    def as_row(self, queue: str) -> tuple[Any, ...]:
+        """The parameters of ``drainpipe.ensure_queue_policy_v1``."""
+        return (
+            queue,
+            self.max_payload_bytes,
+            self.max_pending,
+            self.lease,
+            self.max_lease,
+            self.max_delay,
+            self.max_attempts,
+            self.attempt_window,
+            self.retention,
+            self.encrypt,
+        )
+
+
+def queue_full(queue: str, limit: int) -> DrainpipeError:
+    return DrainpipeError(
+        "rate_limited",
+        f'Queue "{queue}" already holds its max_pending of {limit} live jobs',
+        code=QUEUE_FULL,
+    )
+
+
+def check_policies(policies: Any, queues: Any) -> dict[str, QueuePolicy]:
+    """``Jobs(policies=...)``: a mapping of declared queue → :class:`QueuePolicy`."""
+    if policies is None:
+        return {}
+    if not hasattr(policies, "items"):
+        raise TypeError("policies must be a mapping of queue name to QueuePolicy")
+    checked: dict[str, QueuePolicy] = {}
+    for queue, policy in policies.items():
+        if queue not in queues:
+            raise ValueError(f'A policy for undeclared queue "{queue}"')
+        if not isinstance(policy, QueuePolicy):
+            raise TypeError(f'The policy of queue "{queue}" must be a QueuePolicy')
+        checked[queue] = policy
+    return checked
