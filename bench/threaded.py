@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import itertools
+import pstats
 import statistics
 import sys
 import threading
@@ -306,6 +308,7 @@ class Config:
     consumers: int
     batch: int
     rounds: int
+    profile: str | None = None
 
 
 def one_round(
@@ -385,6 +388,49 @@ def report(results: dict[str, list[Sample]], cfg: Config) -> None:
             print(f"  {ours:>13} / {theirs:<13} {statistics.median(ratios):5.2f}   rounds: {cells}")
 
 
+def profile(urls: dict[str, str], cfg: Config, storage: str) -> None:
+    """cProfile drainpipe's single enqueue (DSN) and its drain on one backend, and the raw
+    sync loops beside them: where the client CPU per job goes."""
+    url = urls[storage]
+    singles = [payload(i) for i in range(cfg.single)]
+    raw = "raw-send" if storage == "pgmq" else "raw-insert"
+    for system in (raw, f"dp-{storage}-dsn", f"dp-{storage}"):
+        asyncio.run(run_sql(url, f"TRUNCATE {tables_of(system)}"))
+        profiler = cProfile.Profile()
+        loop = asyncio.new_event_loop()
+        try:
+            if system == raw:
+                with psycopg.connect(url, autocommit=True) as conn:
+                    raw_singles(conn, system, singles[:50])
+                    profiler.enable()
+                    sample = timed(raw_singles, conn, system, singles)
+                    profiler.disable()
+            elif system.endswith("-dsn"):
+                enqueuer = loop.run_until_complete(Enqueuer.open(url, on_pool=False))
+                loop.run_until_complete(dp_singles(enqueuer, singles[:50]))
+                profiler.enable()
+                sample = timed(loop.run_until_complete, dp_singles(enqueuer, singles))
+                profiler.disable()
+                loop.run_until_complete(enqueuer.close())
+            else:
+                fill(url, system, cfg.n)
+                pool = loop.run_until_complete(open_pool(url, cfg.consumers + 1))
+                profiler.enable()
+                sample = timed(
+                    loop.run_until_complete,
+                    async_process(pool, url, system, cfg.consumers, cfg.batch),
+                )
+                profiler.disable()
+                loop.run_until_complete(pool.close())
+        finally:
+            loop.close()
+        print(
+            f"\n== cProfile {system}: {sample.jobs} jobs, {sample.rate:,.0f} jobs/s and"
+            f" {sample.client_cpu / sample.jobs * 1e6:.1f} us client CPU/job under the profiler =="
+        )
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(22)
+
+
 def parse_args(argv: Sequence[str] | None) -> Config:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", type=int, default=20_000, help="jobs per processing run")
@@ -393,8 +439,11 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="2,000 jobs, 200 singles, 2 rounds")
+    parser.add_argument(
+        "--profile", choices=["pgmq", "table"], help="cProfile enqueue and drain instead"
+    )
     args = parser.parse_args(argv)
-    cfg = Config(args.n, args.single, args.consumers, args.batch, args.rounds)
+    cfg = Config(args.n, args.single, args.consumers, args.batch, args.rounds, args.profile)
     if args.quick:
         cfg.n, cfg.single, cfg.rounds = 2_000, 200, 2
     return cfg
@@ -425,6 +474,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"# bench.threaded: {cfg.n:,} jobs, {cfg.consumers} consumers, batch {cfg.batch},"
             f" {cfg.rounds} rounds, python {sys.version.split()[0]}"
         )
+        if cfg.profile is not None:
+            profile(urls, cfg, cfg.profile)
+            return 0
         results: dict[str, list[Sample]] = {name: [] for name in PROCESSING + SINGLES}
         warm = Config(500, 50, cfg.consumers, cfg.batch, 1)
         one_round(urls, warm, 0, {name: [] for name in results})
