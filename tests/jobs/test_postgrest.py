@@ -135,11 +135,13 @@ async def test_heartbeat_keeps_a_long_job_from_being_claimed(jobs: Jobs, jobs_db
     stolen: list[Any] = []
 
     async def slow(payload: Any, job: Any) -> None:
-        for _ in range(3):
-            await asyncio.sleep(0.5)
+        for _ in range(4):  # 3 s: past the lease, which only the heartbeats keep alive
+            await asyncio.sleep(0.75)
             stolen.extend(await thief.claim("emails", lease=60))
 
-    report = await jobs.drain("emails", slow, lease=1)
+    # a 2 s lease: heartbeats every ~0.7 s over the emulated HTTPS hop, with room for a busy
+    # machine (a 1 s lease lost a heartbeat's race under load)
+    report = await jobs.drain("emails", slow, lease=2)
     assert (report.succeeded, report.failed, stolen) == (1, 0, [])
     await thief.backend.db.close()  # type: ignore[attr-defined]
 

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import DrainpipeError
 from . import (
-    _TRANSACTION_POOLER,
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_POOL_TIMEOUT,
     _database_error,
     _positive_seconds,
     connect_error,
     connect_options,
+    prepare_options,
 )
 from .json import _has_json_column, use_fast_json
 
@@ -53,6 +53,7 @@ class SyncDatabase:
         max_size: int = 10,
         timeout: float = DEFAULT_POOL_TIMEOUT,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        prepare: bool | None = None,
     ) -> None:
         self._dsn: str | None = None
         self._pool: psycopg_pool.ConnectionPool | None = None
@@ -63,9 +64,16 @@ class SyncDatabase:
         self._connect_timeout = _positive_seconds(connect_timeout, "connect_timeout")
         self._open_lock = threading.Lock()
         self._conn_lock = threading.RLock()
+        self._prepare: dict[str, Any] = {}  # prepare_threshold for a pool we open
         if isinstance(db, str):
             self._dsn = db
+            self._prepare = prepare_options(db, prepare)
         else:
+            if prepare is not None:
+                raise ValueError(
+                    "prepare applies to a DSN; a pool or connection of yours keeps its own"
+                    " prepare_threshold (pass prepare_threshold=None in its kwargs)"
+                )
             # by class name: psycopg is not imported until it is needed. The async classes
             # are refused here (a sync call cannot await them).
             bases = {(c.__module__.partition(".")[0], c.__qualname__) for c in type(db).__mro__}
@@ -100,8 +108,7 @@ class SyncDatabase:
                 assert self._dsn is not None
                 kwargs = connect_options(self._dsn, self._connect_timeout)
                 kwargs["autocommit"] = True
-                if _TRANSACTION_POOLER.search(self._dsn):
-                    kwargs["prepare_threshold"] = None
+                kwargs.update(self._prepare)
                 # one connection first, in this thread: a missing database or a wrong
                 # password fails now with libpq's cause, not after the pool's wait
                 try:

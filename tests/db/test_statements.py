@@ -1,0 +1,79 @@
+"""How one statement runs: prepared where the connection allows it, never behind a
+transaction pooler, and a caller's pool of transactional connections still committed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg_pool import AsyncConnectionPool
+
+from drainpipe import DrainpipeError, Jobs
+from drainpipe.db import Database, prepare_options
+from drainpipe.db.sync import SyncDatabase
+from tests.conftest import connect
+
+QUEUES: dict[str, Any] = {"q": dict[str, Any]}
+
+
+def test_prepare_follows_the_dsn_unless_told() -> None:
+    direct = "postgresql://app@db.example.com:5432/postgres"
+    pooler = "postgresql://app@pooler.example.com:6543/postgres"
+    assert prepare_options(direct, None) == {}
+    assert prepare_options(pooler, None) == {"prepare_threshold": None}
+    assert prepare_options("host=pooler port=6432", False) == {"prepare_threshold": None}
+    assert prepare_options(pooler, True) == {}
+    with pytest.raises(ValueError, match="prepare must be"):
+        prepare_options(direct, "no")  # type: ignore[arg-type]
+
+
+async def test_a_pool_of_yours_keeps_its_own_prepare_threshold(db_url: str) -> None:
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(db_url, open=False)
+    with pytest.raises(ValueError, match="prepare applies to a DSN"):
+        Database(pool, prepare=False)
+    with (
+        psycopg.connect(db_url, autocommit=True) as sync_conn,
+        pytest.raises(ValueError, match="prepare applies to a DSN"),
+    ):
+        SyncDatabase(sync_conn, prepare=True)
+
+
+async def prepared_after_enqueues(jobs_db_url: str, prepare: bool | None) -> int:
+    db = Database(jobs_db_url, max_size=1, prepare=prepare)  # one connection: its statements
+    try:
+        jobs = Jobs(db, QUEUES)
+        for i in range(8):  # psycopg prepares a statement from its 6th use
+            await jobs.enqueue("q", {"i": i})
+        count = await db.fetchval(
+            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
+            ("%enqueue_job_v1%",),
+        )
+        return int(count)
+    finally:
+        await db.close()
+
+
+async def test_enqueue_is_prepared_on_a_direct_connection(jobs_db_url: str) -> None:
+    assert await prepared_after_enqueues(jobs_db_url, None) == 1
+
+
+async def test_prepare_false_never_prepares(jobs_db_url: str) -> None:
+    # what a transaction pooler needs: a prepared statement would live on one server session
+    assert await prepared_after_enqueues(jobs_db_url, False) == 0
+
+
+async def test_a_pool_of_transactional_connections_is_committed(jobs_db_url: str) -> None:
+    # the caller's pool without autocommit: each statement commits as pool.connection() did
+    async with AsyncConnectionPool(jobs_db_url, min_size=1, max_size=1, open=False) as pool:
+        jobs = Jobs(pool, QUEUES)
+        job_id = await jobs.enqueue("q", {"i": 1})
+        async with await connect(jobs_db_url) as other:  # committed: another session claims it
+            cur = await other.execute("SELECT id FROM drainpipe.claim_jobs_v1('q', 30, 10)")
+            assert [row[0] for row in await cur.fetchall()] == [job_id]
+        # a failed statement is rolled back: the connection goes back idle and works on
+        with pytest.raises(DrainpipeError):
+            await jobs.backend.db.fetch("SELECT 1/0")  # type: ignore[attr-defined]
+        assert await jobs.enqueue("q", {"i": 2}) > job_id
+        async with pool.connection() as conn:
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
