@@ -247,11 +247,13 @@ def test_a_claimed_row_with_a_context_envelope_is_unwrapped() -> None:
     bare, wrapped = job_ops.parse_claim(
         "q",
         [
-            (1, 1, NOW, NOW, {"n": 0}, 5, None),
-            (2, 3, NOW, NOW, stored, 4, "earlier failure"),
+            # the claim statement reads the two times as epoch seconds
+            (1, 1, NOW.timestamp(), NOW.timestamp() + 30, {"n": 0}, 5, None),
+            (2, 3, NOW.timestamp(), NOW.timestamp(), stored, 4, "earlier failure"),
         ],
     )
     assert (bare.payload, bare.context) == ({"n": 0}, JobContext())
+    assert (bare.enqueued_at, bare.visible_until) == (NOW, NOW + timedelta(seconds=30))
     assert (wrapped.payload, wrapped.context, wrapped.attempts, wrapped.last_error) == (
         {"n": 1},
         context,

@@ -158,6 +158,8 @@ DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
     v_until timestamptz := v_now + make_interval(secs => greatest(p_lease, 0));
     v_batch integer := greatest(p_batch, 1);
+    v_ids bigint[];
+    v_lapsed boolean;
 BEGIN
     -- A job whose lease ran out on its last attempt is dead: its attempt expired.
     WITH swept AS (
@@ -176,30 +178,43 @@ BEGIN
       FROM swept s
     ON CONFLICT DO NOTHING;
 
-    RETURN QUERY
-    WITH picked AS (
-        -- oldest visible first; rows another worker is claiming right now are skipped
-        SELECT x.id, x.state, x.attempts, x.started_at, x.visible_at
-          FROM drainpipe.job_messages x
-         WHERE x.queue = p_queue AND x.finished_at IS NULL AND x.visible_at <= v_now
-           AND x.attempts < x.max_attempts
-         ORDER BY x.visible_at, x.id
-         LIMIT v_batch
-           FOR UPDATE SKIP LOCKED
-    ), taken_over AS (
+    -- The pick is a statement of its own, into arrays: the take-over record below is then
+    -- a branch taken only when a lapsed lease was picked. As a data-modifying CTE of the
+    -- claim's UPDATE it cost every claim a quarter of its server CPU (measured: 5
+    -- connections claiming 20,000 jobs, ~31 against ~25 µs a job), expired leases or not.
+    SELECT array_agg(p.id), bool_or(p.state = 'leased')
+      INTO v_ids, v_lapsed
+      FROM (
+          -- oldest visible first; rows another worker is claiming right now are skipped
+          SELECT x.id, x.state
+            FROM drainpipe.job_messages x
+           WHERE x.queue = p_queue AND x.finished_at IS NULL AND x.visible_at <= v_now
+             AND x.attempts < x.max_attempts
+           ORDER BY x.visible_at, x.id
+           LIMIT v_batch
+             FOR UPDATE SKIP LOCKED
+      ) p;
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+    IF v_lapsed THEN
         -- a lease that ran out: that attempt expired, and this claim takes the job over
+        -- (the rows are locked by the pick, so they still read as they were picked)
         INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
-        SELECT p_queue, p.id, p.attempts, p.started_at, p.visible_at, 'expired', 'LEASE_EXPIRED'
-          FROM picked p WHERE p.state = 'leased'
-        ON CONFLICT DO NOTHING
-    )
+        SELECT p_queue, x.id, x.attempts, x.started_at, x.visible_at, 'expired', 'LEASE_EXPIRED'
+          FROM drainpipe.job_messages x
+         WHERE x.id = ANY (v_ids) AND x.state = 'leased'
+        ON CONFLICT DO NOTHING;
+    END IF;
+
+    RETURN QUERY
     UPDATE drainpipe.job_messages j
        SET attempts = j.attempts + 1,
            visible_at = v_until,
            started_at = v_now,
            state = 'leased'
-     -- = ANY (ARRAY(...)): primary-key lookups even under a generic plan
-     WHERE j.id = ANY (ARRAY(SELECT p.id FROM picked p))
+     -- = ANY (array): primary-key lookups even under a generic plan
+     WHERE j.id = ANY (v_ids)
     RETURNING j.id, j.attempts, j.enqueued_at, j.visible_at, j.payload, j.max_attempts, j.last_error;
 END
 $$;
