@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from drainpipe import DrainpipeError, Jobs, QueuePolicy
+from drainpipe import DrainpipeError, Jobs, Keyring, QueuePolicy
 from drainpipe.backends.capabilities import SupportsPayloadRewrite, SupportsPolicies
 from drainpipe.backends.postgrest import PostgrestBackend
 from tests.conftest import connect
@@ -127,6 +127,23 @@ async def test_payload_reads_and_rewrites_over_https(backend: PostgrestBackend) 
     assert await backend.live_payloads("inbox", after=first, limit=10) == [live[1]]
     claimed = await jobs.claim("inbox", lease=5, batch=2)
     assert {job.id: job.payload for job in claimed} == {first: {"n": 10}, second: {"n": 2}}
+
+
+async def test_reencrypt_over_https_rewrites_old_keys_and_stays_readable(
+    backend: PostgrestBackend,
+) -> None:
+    k1, k2 = Keyring.new_entry("k1"), Keyring.new_entry("k2")
+    sealed = {"inbox": QueuePolicy(encrypt=True)}
+    old = Jobs(backend, QUEUES, policies=sealed, keyring=Keyring.parse(k1))
+    for n in range(3):
+        await old.enqueue("inbox", {"n": n})
+    rotated = Jobs(backend, QUEUES, policies=sealed, keyring=Keyring.parse(f"{k2},{k1}"))
+    await rotated.enqueue("inbox", {"n": 3})  # under k2 already
+    assert await rotated.reencrypt("inbox", batch=2) == 3  # pages through live_payloads_v1
+    assert await rotated.reencrypt("inbox") == 0
+    only_new = Jobs(backend, QUEUES, policies=sealed, keyring=Keyring.parse(k2))
+    claimed = await only_new.claim("inbox", lease=5, batch=10)
+    assert sorted(job.payload["n"] for job in claimed) == [0, 1, 2, 3]
 
 
 # -- the executor app on a PostgrestBackend ------------------------------------------------
