@@ -17,6 +17,7 @@ from drainpipe.backends.capabilities import SupportsPayloadRewrite, SupportsPoli
 from drainpipe.backends.postgrest import PostgrestBackend
 from tests.conftest import connect
 from tests.jobs.postgrest_emulation import (
+    ANON_KEY,
     BASE,
     SERVICE_KEY,
     PostgrestEmulation,
@@ -83,6 +84,19 @@ async def test_a_policy_stored_over_https_is_what_the_database_enforces(
     await over_https.enqueue("inbox", {"n": 4})  # the completed job freed its place
     await over_https.enqueue_many("free", [{"n": i} for i in range(10)])  # no policy there
     await direct.close()
+
+
+async def test_only_the_service_role_manages_policies(server: PostgrestEmulation) -> None:
+    async with PostgrestBackend(BASE, ANON_KEY) as anon:
+        for fn, params in (
+            ("ensure_policy_v1", {"queue": "inbox", "max_pending": 1}),
+            ("apply_retention_v1", {}),
+            ("live_payloads_v1", {"queue": "inbox"}),
+            ("rewrite_payload_v1", {"queue": "inbox", "id": 1, "old_payload": 1, "new_payload": 2}),
+        ):
+            with pytest.raises(DrainpipeError) as caught:
+                await anon.rpc(fn, params)
+            assert caught.value.kind == "forbidden", fn
 
 
 async def test_retention_runs_over_https(

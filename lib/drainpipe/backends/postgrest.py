@@ -5,8 +5,9 @@ The ``rest-api`` SQL module creates that schema: thin ``SECURITY DEFINER`` wrapp
 the ``drainpipe.*_v1`` functions with plain named arguments and JSON results, executable by
 the service role only (``sql/migrations/rest_api/``). So completion is fenced by the
 attempt, ``fail`` stores the error and schedules the retry, heartbeats extend leases, and
-dedupe keys, stats, dead letters, replay, purge and schedules all work, one HTTPS request
-per operation, batches as JSON arrays.
+dedupe keys, stats, dead letters, replay, purge, schedules, job records and queue policies
+(``ensure_policies``, retention, ``reencrypt``) all work, one HTTPS request per operation,
+batches as JSON arrays.
 
 Only httpx is imported (lazily, on the first request), so a function that speaks nothing
 but HTTPS to Supabase starts without psycopg or supabase-py.
