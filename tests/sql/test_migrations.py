@@ -92,6 +92,7 @@ def test_every_module_has_numbered_migrations_with_known_option_parts() -> None:
             assert [(m.name, m.contract) for m in found] == [
                 ("api_v1", False),
                 ("records_v1", False),
+                ("policies_v1", False),
             ]
             continue
         assert found[0].name == "release_0" and found[1].name == "v1_functions"

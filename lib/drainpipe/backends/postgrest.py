@@ -5,8 +5,9 @@ The ``rest-api`` SQL module creates that schema: thin ``SECURITY DEFINER`` wrapp
 the ``drainpipe.*_v1`` functions with plain named arguments and JSON results, executable by
 the service role only (``sql/migrations/rest_api/``). So completion is fenced by the
 attempt, ``fail`` stores the error and schedules the retry, heartbeats extend leases, and
-dedupe keys, stats, dead letters, replay, purge and schedules all work, one HTTPS request
-per operation, batches as JSON arrays.
+dedupe keys, stats, dead letters, replay, purge, schedules, job records and queue policies
+(``ensure_policies``, retention, ``reencrypt``) all work, one HTTPS request per operation,
+batches as JSON arrays.
 
 Only httpx is imported (lazily, on the first request), so a function that speaks nothing
 but HTTPS to Supabase starts without psycopg or supabase-py.
@@ -335,6 +336,34 @@ class PostgrestBackend:
             return data  # type: ignore[no-any-return]
         raise rows.malformed(self.schema, "cancel_v1", '"cancelled", "terminal" or null', data)
 
+    # -- queue policies and encrypted payloads (rest-api 0003_policies_v1) ----------------
+
+    async def ensure_policy(self, queue: str, row: Sequence[Any]) -> None:
+        """Store ``QueuePolicy.as_row(queue)`` where the ``drainpipe.*`` checks read it, so
+        every call through the API (and every direct writer) obeys it."""
+        params = dict(zip(_POLICY_COLUMNS, row, strict=True))
+        rows.flag(self.schema, "ensure_policy_v1", await self.rpc("ensure_policy_v1", params))
+
+    async def apply_retention(self, *, min_interval: float | None) -> int | None:
+        data = await self.rpc(
+            "apply_retention_v1",
+            {"min_interval": None if min_interval is None else float(min_interval)},
+        )
+        return None if data is None else rows.count(self.schema, "apply_retention_v1", data)
+
+    async def live_payloads(self, queue: str, *, after: int, limit: int) -> list[tuple[int, Any]]:
+        data = await self.rpc(
+            "live_payloads_v1", {"queue": queue, "after_id": after, "row_limit": limit}
+        )
+        return rows.live_payloads(self.schema, data)
+
+    async def rewrite_payload(self, queue: str, job_id: int, old: Any, new: Any) -> bool:
+        data = await self.rpc(
+            "rewrite_payload_v1",
+            {"queue": queue, "id": job_id, "old_payload": old, "new_payload": new},
+        )
+        return rows.flag(self.schema, "rewrite_payload_v1", data)
+
     # -- schedules ------------------------------------------------------------------------
 
     async def schedule(
@@ -392,6 +421,21 @@ class PostgrestBackend:
             },
         )
         return rows.flag(self.schema, "advance_schedule_v1", data)
+
+
+# ensure_policy_v1's argument names, in QueuePolicy.as_row's order
+_POLICY_COLUMNS = (
+    "queue",
+    "max_payload_bytes",
+    "max_pending",
+    "lease",
+    "max_lease",
+    "max_delay",
+    "max_attempts",
+    "attempt_window",
+    "retention",
+    "encrypt",
+)
 
 
 def _not_exposed_hint(schema: str) -> str:

@@ -92,6 +92,14 @@ def fail_outcome(schema: str, data: Any, fn: str = "fail_v1") -> FailOutcome | N
     raise malformed(schema, fn, '"queued", "dead" or null', data)
 
 
+def live_payloads(schema: str, data: Any) -> list[tuple[int, Any]]:
+    """``live_payloads_v1``: ``[{id, payload}]`` as stored (context envelope included)."""
+    fn = "live_payloads_v1"
+    if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
+        raise malformed(schema, fn, "a list of {id, payload}", data)
+    return [(job_id(schema, fn, item.get("id")), item.get("payload")) for item in data]
+
+
 def claimed(schema: str, queue: str, data: Any) -> list[Job[Any]]:
     """``claim_v1``'s rows ``[id, attempts, enqueued_at, visible_until, payload,
     max_attempts, last_error]`` → Jobs (payloads not validated yet)."""
