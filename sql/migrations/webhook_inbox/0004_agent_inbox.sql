@@ -737,9 +737,15 @@ CREATE OR REPLACE FUNCTION drainpipe.agent_ack_many_v1(
 RETURNS TABLE (n_at bigint, ok boolean, inbox text, state_now text, lease_ends timestamptz)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
+    -- a parameter, not the literal: "state = 'leased'" lets the planner prove the partial
+    -- due index applies and AND it with the id lookup, reading every open event's entry
+    -- (0.5 ms a call at 10000 open events); compared with a parameter, the generic plan
+    -- looks the ids up in the primary key only
+    v_leased text := 'leased';
     v_done bigint[];
     v_inboxes text[];
 BEGIN
@@ -747,19 +753,21 @@ BEGIN
      WHERE e.id = ANY (p_ids) AND (p_inboxes IS NULL OR e.inbox_id = ANY (p_inboxes))
      ORDER BY e.id
        FOR UPDATE;
-    WITH f AS (
-        SELECT * FROM unnest(p_ids, p_deliveries, p_tokens, p_outcomes) WITH ORDINALITY
-            AS f(id, delivery, token, outcome, n)
-    ), acked AS (
+    -- by id = ANY and array_position, not a join with unnest(...): the cached generic plan
+    -- of a join guessed a hash join over a scan of the whole table (2 ms a call); an id
+    -- listed twice is checked at its first position here, the other one falls through
+    WITH acked AS (
         UPDATE drainpipe.agent_events e
-           SET state = 'acked', last_op = 'ack', outcome = f.outcome, lease_until = NULL,
+           SET state = 'acked', last_op = 'ack',
+               outcome = p_outcomes[array_position(p_ids, e.id)], lease_until = NULL,
                settled_at = v_now
-          FROM f
-         WHERE e.id = f.id AND (p_inboxes IS NULL OR e.inbox_id = ANY (p_inboxes))
-           AND e.state = 'leased' AND e.delivery = f.delivery AND e.lease_token = f.token
+         WHERE e.id = ANY (p_ids) AND (p_inboxes IS NULL OR e.inbox_id = ANY (p_inboxes))
+           AND e.state = v_leased
+           AND e.delivery = p_deliveries[array_position(p_ids, e.id)]
+           AND e.lease_token = p_tokens[array_position(p_ids, e.id)]
            AND (e.due_at > v_now
                 OR drainpipe.agent_event_ends(e.hold_until, e.delivery, e.max_attempts, v_now) IS NULL)
-        RETURNING f.n, e.inbox_id
+        RETURNING array_position(p_ids, e.id)::bigint AS n, e.inbox_id
     )
     SELECT array_agg(a.n), array_agg(a.inbox_id) INTO v_done, v_inboxes FROM acked a;
     RETURN QUERY SELECT d.n, true, d.inbox_id, 'acked'::text, NULL::timestamptz
