@@ -113,3 +113,61 @@ async def test_a_long_poll_answers_within_200_ms_of_an_arrival(db_url: str) -> N
     finally:
         await agents.close()
         await webhooks.close()
+
+
+async def test_acks_awaited_together_are_each_fenced_by_their_own_lease(setup: Setup) -> None:
+    # one batch (agents/batch.py, one agent_ack_many_v1 call): a current lease, the same ack
+    # twice, a lease re-delivered since, a forged lease and an unknown event
+    for _ in range(4):
+        await setup.store()
+    inbox = setup.agents.inbox(setup.inbox_id)
+    current, twice, stale = await inbox.next(max=3)
+    setup.clock.advance(61)  # all three leases run out; stale's event goes to someone else
+    [fresh] = (await inbox.claim([stale.id])).claimed
+    assert fresh.delivery == stale.delivery + 1
+    [forged_event] = await inbox.next()
+    forged = (forged_event.lease_id or "")[:-3] + "AAA"
+    ack = setup.agents.ack
+    results = await asyncio.gather(
+        ack(current.id, current.lease_id or "", outcome={"n": 1}),
+        ack(twice.id, twice.lease_id or ""),
+        ack(twice.id, twice.lease_id or ""),
+        ack(stale.id, stale.lease_id or ""),
+        ack(forged_event.id, forged),
+        ack("evt_999999", current.lease_id or ""),
+        return_exceptions=True,
+    )
+    assert results[:5] == [True, True, True, False, False]
+    assert getattr(results[5], "code", None) == "EVENT_NOT_FOUND"
+    # the stale ack changed nothing: the new holder still acks; the forged one too
+    assert await ack(fresh.id, fresh.lease_id or "")
+    assert await ack(forged_event.id, forged_event.lease_id or "")
+    assert await ack(current.id, current.lease_id or "")  # a repeat, alone, still True
+    assert await inbox.next() == []
+
+
+async def test_ack_batches_racing_on_the_same_events_settle_each_once(setup: Setup) -> None:
+    for _ in range(30):
+        await setup.store()
+    other = AgentInboxes(setup.url, lease_secret=SECRET, now=setup.clock)
+    try:
+        await other.settings(setup.inbox_id)
+        events = []
+        inbox = setup.agents.inbox(setup.inbox_id)
+        while batch := await inbox.next(max=10):
+            events += batch
+        # two pools ack the same 30 events in opposite orders at once: no deadlock, each
+        # ack True (a repeat with the same lease), and every event acked
+        leases = [(e.id, e.lease_id or "") for e in events]
+        a, b = await asyncio.wait_for(
+            asyncio.gather(
+                asyncio.gather(*(setup.agents.ack(i, lease) for i, lease in leases)),
+                asyncio.gather(*(other.ack(i, lease) for i, lease in reversed(leases))),
+            ),
+            timeout=20,
+        )
+        assert all(a) and all(b) and len(a) == len(b) == 30
+        setup.clock.advance(120)
+        assert await inbox.next(max=10) == []
+    finally:
+        await other.close()

@@ -249,6 +249,7 @@ async def test_drainpipe_dev_serves_functions_and_drains(db_url: str) -> None:
     env["DATABASE_URL"] = db_url
     env.pop("WEBHOOK_SECRET", None)
     env.pop("MANAGEMENT_TOKENS", None)
+    env.pop("EXECUTOR_TOKENS", None)
     process, url, lines = _start_dev([], env)
     try:
         secret = next(line.split("CRON_SECRET=", 1)[1] for line in lines if "CRON_SECRET=" in line)
@@ -257,6 +258,8 @@ async def test_drainpipe_dev_serves_functions_and_drains(db_url: str) -> None:
         assert re.fullmatch(r"whsec_[A-Za-z0-9+/]{43}=", hook_secret)
         agent_token = next(line.split("=", 1)[1] for line in lines if "AGENT_TOKEN=" in line)
         assert re.fullmatch(r"agt_[A-Za-z0-9_-]{32}", agent_token)
+        executor_token = next(line.split("=", 1)[1] for line in lines if "EXECUTOR_TOKEN=" in line)
+        assert re.fullmatch(r"exe_[A-Za-z0-9_-]{32}", executor_token)
         for path in ("/api/drain", "/api/orders", "/api/billing_webhook", "/api/billing-webhook"):
             assert any(f"{url}{path}  (api/" in line for line in lines), path
         assert any(f"{url}/v1/:path*  (api/agent_inbox.py)" in line for line in lines)
@@ -295,6 +298,12 @@ async def test_drainpipe_dev_serves_functions_and_drains(db_url: str) -> None:
                 "ok": True,
                 "code": None,
             }
+            # the executors' function, with the token printed at start (scoped to every queue)
+            executor = {"authorization": f"Bearer {executor_token}"}
+            claim = await client.post(
+                "/api/executor/claim", json={"queues": ["emails"]}, headers=executor
+            )
+            assert claim.status_code == 200 and claim.json() == {"jobs": []}, claim.text
             # what Vercel would 404 is a 404 here too
             assert (await client.get("/api/drain/")).status_code == 404
             # the Job Inbox, with the admin token printed at start

@@ -35,12 +35,15 @@ ROUTES = {
     "/api/billing-webhook": "api/billing_webhook.py",  # a rewrite in vercel.json
     "/api/jobs": "api/jobs.py",
     "/api/jobs/:path*": "api/jobs.py",  # the Job Inbox's routes, rewritten to its function
+    "/api/executor": "api/executor.py",
+    "/api/executor/:path*": "api/executor.py",  # the executors' routes, rewritten to it
     "/api/agent_inbox": "api/agent_inbox.py",
     "/v1/:path*": "api/agent_inbox.py",  # the agent inbox's routes, rewritten with their path
 }
 UNCONFIGURED = (
     "DATABASE_URL", "CRON_SECRET", "WEBHOOK_SECRET", "DRAIN_BUDGET", "MANAGEMENT_TOKENS",
-    "AGENT_TOKEN", "AGENT_LEASE_SECRET", "AGENT_BUDGET",
+    "AGENT_TOKEN", "AGENT_LEASE_SECRET", "AGENT_BUDGET", "EXECUTOR_TOKENS",
+    "EXECUTOR_LEASE_SECRET", "EXECUTOR_BUDGET",
 )  # fmt: skip
 
 
@@ -49,7 +52,9 @@ def test_dev_serves_each_function_at_vercels_paths_only() -> None:
     assert app.routes() == ROUTES
     assert app.warnings == []
     for path in ROUTES:
-        sample = "jobs/emails/1" if path.startswith("/api/jobs") else "agent/inbox/x/next"
+        sample = "agent/inbox/x/next"
+        if path.startswith(("/api/jobs", "/api/executor")):
+            sample = "jobs/emails/1"
         assert app.match(path.replace(":path*", sample)) is not None, path
     # what Vercel would 404: a trailing slash, the private module, the app folder
     for path in ("/api/drain/", "/api/_app", "/api/drain.py", "/functions/drain", "/api"):
@@ -93,6 +98,7 @@ async def _post(app: Any, path: str) -> httpx.Response:
         ("/api/orders", "DATABASE_URL"),
         ("/api/billing-webhook", "DATABASE_URL, WEBHOOK_SECRET"),
         ("/api/jobs", "DATABASE_URL, MANAGEMENT_TOKENS"),
+        ("/api/executor", "DATABASE_URL, EXECUTOR_TOKENS"),
     ],
 )
 async def test_every_unconfigured_function_names_what_is_missing(

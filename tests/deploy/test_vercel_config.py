@@ -84,6 +84,7 @@ def test_each_function_has_a_config_and_each_config_a_function() -> None:
         "api/agent_inbox.py",
         "api/billing_webhook.py",
         "api/drain.py",
+        "api/executor.py",
         "api/jobs.py",
         "api/orders.py",
     ]

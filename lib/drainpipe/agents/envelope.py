@@ -8,6 +8,7 @@ the inbox's ``view_paths``, cut to at most ``view_max_bytes`` UTF-8 bytes of JSO
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -41,6 +42,7 @@ def parse_event_id(text: Any) -> int | None:
     return value if value <= _BIGINT_MAX else None
 
 
+@functools.lru_cache(maxsize=256)  # an inbox has a few sources, named in every envelope
 def source_id(name: str) -> str:
     """A source's stable id: derived from its name (the SQL filter computes the same)."""
     return "src_" + hashlib.md5(name.encode("utf-8"), usedforsecurity=False).hexdigest()[:16]

@@ -149,6 +149,17 @@ def dev_management_token(env: MutableMapping[str, str], name: str = "MANAGEMENT_
     return token
 
 
+def dev_executor_token(env: MutableMapping[str, str], name: str = "EXECUTOR_TOKENS") -> str:
+    """The job executors' token for ``drainpipe dev``: when ``env[name]`` is unset, a new
+    one is written there as ``<token>=*`` (every queue); else the first token listed."""
+    value = env.get(name)
+    if value:
+        return value.split(",", 1)[0].partition("=")[0].strip()
+    token = "exe_" + secrets.token_urlsafe(24)
+    env[name] = f"{token}=*"
+    return token
+
+
 def dev_token(env: MutableMapping[str, str], name: str, prefix: str) -> str:
     """``env[name]`` when set; otherwise ``prefix`` + 32 random URL-safe characters, written
     there (the agent inbox's ``AGENT_TOKEN`` and ``AGENT_LEASE_SECRET``)."""

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 from .console import (
     Console,
     console_logging,
+    dev_executor_token,
     dev_management_token,
     dev_token,
     dev_webhook_secret,
@@ -145,6 +146,7 @@ async def run_dev(
         management_token = dev_management_token(env)
         agent_token = dev_token(env, "AGENT_TOKEN", "agt_")
         dev_token(env, "AGENT_LEASE_SECRET", "")
+        executor_token = dev_executor_token(env)
         env.setdefault("AGENT_LISTEN", "1")  # a long-lived server: long polls wake by NOTIFY
         app = FunctionsApp.load(functions)
         server = await start_server(app, host=host, sock=sock)
@@ -165,6 +167,7 @@ async def run_dev(
                 "WEBHOOK_SECRET": webhook_secret,
                 "MANAGEMENT_TOKEN": management_token,
                 "AGENT_TOKEN": agent_token,
+                "EXECUTOR_TOKEN": executor_token,
             },
             start_drain=dev_drain,
         )

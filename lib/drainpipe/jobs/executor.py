@@ -45,6 +45,29 @@ QUEUE_FORBIDDEN: Final = "QUEUE_FORBIDDEN"
 Scope = frozenset[str] | Literal["*"]
 
 
+def executor_tokens(text: str, name: str = "EXECUTOR_TOKENS") -> dict[str, Scope]:
+    """The token table of an ``EXECUTOR_TOKENS`` value, comma separated ``token=q1|q2``
+    entries (``token=*``: every queue), as ``executor_app(tokens=...)`` takes it;
+    ``ValueError`` naming the entry's position (never its text) when one is malformed.
+    Whether the queues are declared is checked by the app."""
+    table: dict[str, Scope] = {}
+    for position, entry in enumerate((part.strip() for part in text.split(",")), start=1):
+        if not entry:
+            continue
+        token, equals, listed = (part.strip() for part in entry.partition("="))
+        queues = [queue.strip() for queue in listed.split("|")]
+        if not equals or not all(queues):
+            raise ValueError(f"{name} entry {position} must read token=queue|queue or token=*")
+        if len(token) < 16:
+            raise ValueError(f"{name} entry {position}: tokens are at least 16 characters")
+        if token in table:
+            raise ValueError(f"{name} entry {position} repeats an earlier token")
+        table[token] = "*" if queues == ["*"] else frozenset(queues)
+    if not table:
+        raise ValueError(f"{name} lists no token")
+    return table
+
+
 class _Coded(Exception):
     """An executor's failure as ``Jobs.fail`` reads it: the message and a safe code."""
 

@@ -206,13 +206,10 @@ def parse_flag(rows: list[Row]) -> bool:
     return bool(rows[0][0]) if rows else False
 
 
-# several acks in one statement (each fenced as ACK is); n: the 1-based position
+# several acks in one call (each fenced as ACK is); n: the 1-based position
 ACK_MANY = (
-    f"SELECT f.n, r.{SETTLEMENT_COLUMNS.replace(', ', ', r.')}"
-    " FROM unnest(%s::bigint[], %s::integer[], %s::uuid[], %s::jsonb[]) WITH ORDINALITY"
-    " AS f(id, delivery, token, outcome, n)"
-    " CROSS JOIN LATERAL drainpipe.agent_ack_v1(f.id, f.delivery, f.token, f.outcome,"
-    " %s::text[], %s) AS r ORDER BY f.n"
+    "SELECT * FROM drainpipe.agent_ack_many_v1("
+    "%s::bigint[], %s::integer[], %s::uuid[], %s::jsonb[], %s::text[], %s)"
 )
 
 
