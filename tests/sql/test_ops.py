@@ -54,7 +54,14 @@ def test_every_operation_module_contributes_statements() -> None:
             *("fail_webhook", "checkpoint_webhook", "list_webhooks", "purge_webhooks"),
             *("audited_cancel_job", "audited_replay_job", "list_management_audit"),
             *("agent_create_inbox", "agent_inbox", "agent_subscribe", "agent_next"),
-            *("agent_claim", "agent_events", "agent_ack", "agent_release", "agent_extend"),
+            *(
+                "agent_claim",
+                "agent_events",
+                "agent_ack",
+                "agent_ack_many",
+                "agent_release",
+                "agent_extend",
+            ),
             *("agent_raw", "agent_stream_acquire", "agent_stream_renew", "agent_stream_release"),
         )
     } | {"job_queue_stats_v2", "replay_dead_job_v2", "fail_job_v2", "receive_webhook_v2"}
