@@ -97,6 +97,8 @@ def test_sql_add_rest_api_writes_the_api_schema_that_applies_and_works(
         ).fetchall()
         [(claimed,)] = conn.execute("SELECT drainpipe_api.claim_v1('q', 30, 1)").fetchall()
         assert claimed[0][0] == job_id and claimed[0][4] == {"n": 1}
+        [(record,)] = conn.execute("SELECT drainpipe_api.get_job_v1('q', %s)", (job_id,)).fetchall()
+        assert (record["id"], record["state"], record["attempts"]) == (job_id, "leased", 1)
     assert (
         main(["sql", "verify", "--database-url", empty_db_url, "--modules", "jobs", "rest-api"])
         == 0
