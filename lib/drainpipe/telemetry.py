@@ -282,6 +282,8 @@ class TracedSource:
         for optional in ("skip", "why_lost"):
             if hasattr(inner, optional):
                 setattr(self, optional, getattr(inner, optional))
+        if hasattr(inner, "complete_and_claim"):
+            self.complete_and_claim = self._complete_and_claim
         jobs = inner.concept == "jobs"
         self.concept: str = inner.concept
         self._prefix = "drainpipe" if jobs else "drainpipe.webhook"
@@ -330,6 +332,26 @@ class TracedSource:
             span.set_attribute("drainpipe.refused", len(refused))
         self._processed.add(len(items) - len(refused), self._labels)
         return refused
+
+    async def _complete_and_claim(
+        self, items: Sequence[Any], batch: int, lease: float
+    ) -> tuple[Sequence[Any], Sequence[Any]]:
+        """One span for the fused call: what it settled, what it refused, what it claimed."""
+        attributes = {
+            **self._base,
+            "messaging.operation.type": "settle",
+            "messaging.operation.name": "complete_and_claim",
+            "messaging.batch.message_count": len(items),
+            "drainpipe.batch_size": batch,
+        }
+        with self.otel.span(
+            f"{self._prefix}.complete_and_claim", attributes, kind="CLIENT"
+        ) as span:
+            refused, claimed = await self.inner.complete_and_claim(items, batch, lease)
+            span.set_attribute("drainpipe.refused", len(refused))
+            span.set_attribute("drainpipe.claimed", len(claimed))
+        self._processed.add(len(items) - len(refused), self._labels)
+        return refused, claimed
 
     async def fail(
         self,

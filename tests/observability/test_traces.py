@@ -132,10 +132,15 @@ async def test_a_request_that_enqueues_and_the_drain_that_runs_the_job_form_one_
     claims = sdk.spans("drainpipe.claim")
     assert [c.attributes["messaging.batch.message_count"] for c in claims][:1] == [1]  # type: ignore[index]
     assert {c.parent.span_id for c in claims if c.parent} == {drain.context.span_id}
-    (complete,) = sdk.spans("drainpipe.complete")
+    # the batch's completion went with the next (empty) claim: one call, one span
+    assert sdk.spans("drainpipe.complete") == []
+    (complete,) = sdk.spans("drainpipe.complete_and_claim")
     assert complete.parent is not None and complete.parent.span_id == drain.context.span_id
     assert complete.attributes is not None
     assert complete.attributes["messaging.operation.type"] == "settle"
+    assert complete.attributes["messaging.batch.message_count"] == 1
+    assert complete.attributes["drainpipe.refused"] == 0
+    assert complete.attributes["drainpipe.claimed"] == 0
 
     # what the handler's job carried: the enqueue span's context
     assert seen[0].payload == Email(to="a@x.io")

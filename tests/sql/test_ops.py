@@ -43,6 +43,7 @@ def test_every_operation_module_contributes_statements() -> None:
         f"{name}_v1"
         for name in (
             *("enqueue_job", "enqueue_jobs", "claim_jobs", "complete_job", "complete_jobs"),
+            "complete_and_claim_jobs",
             *("fail_job", "extend_job_lease", "extend_job_leases"),
             *("list_dead_jobs", "retry_dead_jobs", "purge_job_archive"),
             *("get_job", "list_jobs", "cancel_job", "skip_job"),

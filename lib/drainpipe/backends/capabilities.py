@@ -44,6 +44,7 @@ __all__ = [
     "SupportsBury",
     "SupportsCancel",
     "SupportsCodedSettle",
+    "SupportsCompleteAndClaim",
     "SupportsCompleteMany",
     "SupportsDeadLetters",
     "SupportsDueSchedules",
@@ -84,6 +85,17 @@ class SupportsSendMany(Protocol):
 class SupportsCompleteMany(Protocol):
     async def complete_many(self, jobs: Sequence[Job[Any]]) -> list[bool]:
         """Complete jobs of one queue at once, each fenced by its attempt; one flag per job."""
+        ...
+
+
+@runtime_checkable
+class SupportsCompleteAndClaim(Protocol):
+    async def complete_and_claim(
+        self, queue: str, jobs: Sequence[Job[Any]], *, lease: float, batch: int
+    ) -> tuple[list[Job[Any]], list[Job[Any]]]:
+        """Complete ``jobs`` of ``queue`` (each fenced by its attempt; none is fine) and claim
+        up to ``batch`` jobs for ``lease`` seconds, atomically (both or neither happen);
+        returns (the jobs whose completion was refused, the claimed jobs)."""
         ...
 
 

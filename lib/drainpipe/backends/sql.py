@@ -79,6 +79,16 @@ class SqlQueueBackend:
         rows = await self.db.fetch(ops.COMPLETE_MANY, ops.complete_many_params(jobs))
         return ops.parse_complete_many(jobs, rows)
 
+    async def complete_and_claim(
+        self, queue: str, jobs: Sequence[Job[Any]], *, lease: float, batch: int
+    ) -> tuple[list[Job[Any]], list[Job[Any]]]:
+        """Complete ``jobs`` (each fenced) and claim up to ``batch`` more, in one call and one
+        transaction; returns (the jobs whose completion was refused, the claimed jobs)."""
+        rows = await self.db.fetch(
+            ops.COMPLETE_AND_CLAIM, ops.complete_and_claim_params(queue, jobs, lease, batch)
+        )
+        return ops.parse_complete_and_claim(queue, jobs, rows)
+
     async def fail(
         self, job: Job[Any], error: str, retry_in: float | None = None
     ) -> FailOutcome | None:

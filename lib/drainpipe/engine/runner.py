@@ -28,6 +28,12 @@ runs its items in order, and settles them. The semantics, decided once for every
   job was cancelled is lost like a taken-over lease, reported with code ``CANCELLED``. A complete or fail that raises goes to
   ``on_error``; the item comes back when its lease ends. A heartbeat that raises is logged
   and retried at the next beat: the items keep running.
+* **One call per batch.** A source with ``complete_and_claim`` gets a lane's successes
+  together with its next claim, in one call (one round trip, one transaction: both happen or
+  neither); a completion refused inside it is reported as above, and the rest of the call
+  stands. The first claim of a lane and its last settlement (empty claim, stop, budget) are
+  single calls. When the fused call fails, the successes are settled alone before the claim
+  error is handled, so a claim that cannot succeed never makes finished handlers run again.
 * **Budget.** The deadline is checked before each claim; claimed items always finish.
 * **Lazy lanes.** A run ``until_empty`` starts one lane and opens the others only when a
   claim comes back full, so an empty drain costs one round trip.
@@ -97,6 +103,8 @@ class ClaimableSource(Protocol[ItemT]):
     * ``heartbeat_floor``: the shortest time between heartbeats, in seconds.
     * ``complete_each``: settle each success at once (the source has no batch completion).
     * ``async_handler``: ``start`` always returns an awaitable (skips a check per item).
+    * optional ``complete_and_claim(items, batch, lease)``: settle ``items`` as done and
+      claim the next batch atomically; returns ``(refused items, claimed items)``.
     """
 
     leases: bool
@@ -267,13 +275,28 @@ class Runner:
         wait = self.poll_interval
         retries = 0
         outage_started: float | None = None
+        fuse = (
+            None if self.source.complete_each else getattr(self.source, "complete_and_claim", None)
+        )
+        # the successes of the batch just run, not settled yet: they travel with the next
+        # claim when the source can do both in one call (``fuse``), else they settle alone
+        done: list[Any] = []
         while not self._stopping():
             if budget_spent(loop.time(), self.deadline):
                 self.report.budget_exhausted = True
+                await self._settle(done)
                 return
             try:
-                claimed = await self.source.claim(self.batch, self._lease_seconds())
+                if done:
+                    claimed = await self._complete_and_claim(fuse, done)
+                else:
+                    claimed = await self.source.claim(self.batch, self._lease_seconds())
             except Exception as exc:
+                if done:
+                    # nothing of the fused call committed: the finished work is settled on
+                    # its own, so a failing claim never makes handlers run again
+                    await self._settle(done)
+                done = []
                 error = as_error(exc)
                 transient = error.kind in TRANSIENT_KINDS and (self.reached or self.retry_unreached)
                 if transient and self.max_outage is not None:
@@ -296,6 +319,7 @@ class Runner:
                     self._fatal = error
                 self._halt.set()
                 return
+            done = []
             self.reached = True
             retries = 0
             outage_started = None
@@ -308,7 +332,24 @@ class Runner:
             wait = self.poll_interval
             if len(claimed) >= self.batch:
                 self._open_other_lanes()
-            await self._run_batch(claimed, lane)
+            succeeded = await self._run_batch(claimed, lane)
+            if fuse is None or self._stopping():
+                await self._settle(succeeded)
+            else:
+                done = succeeded
+        await self._settle(done)
+
+    async def _complete_and_claim(
+        self, fuse: Callable[..., Awaitable[Any]] | None, done: list[Any]
+    ) -> Sequence[Any]:
+        """Settle ``done`` and claim the next batch: one call when the source fuses them."""
+        if fuse is None:
+            await self._settle(done)
+            return await self.source.claim(self.batch, self._lease_seconds())
+        refused, claimed = await fuse(done, self.batch, self._lease_seconds())
+        if refused:
+            await self._report_refused(refused)
+        return claimed  # type: ignore[no-any-return]
 
     async def _sleep(self, delay: float) -> None:
         """Sleep, waking early when the run is told to stop."""
@@ -323,7 +364,9 @@ class Runner:
 
     # -- one batch ----------------------------------------------------------------------
 
-    async def _run_batch(self, claimed: Sequence[Any], lane: asyncio.Task[Any] | None) -> None:
+    async def _run_batch(self, claimed: Sequence[Any], lane: asyncio.Task[Any] | None) -> list[Any]:
+        """Run a claimed batch; the items that succeeded and still hold their lease, for the
+        caller to settle (a ``complete_each`` source settled each already: none)."""
         source = self.source
         batch = _Batch({item.id: item for item in claimed}, lane)
         first_beat = None
@@ -359,8 +402,7 @@ class Runner:
                 succeeded = kept
             self.report.succeeded += len(succeeded)
             batch.unfinished.clear()  # nothing left to extend while the batch settles
-            if not source.complete_each:
-                await self._settle(succeeded)
+            return [] if source.complete_each else succeeded
         finally:
             batch.unfinished.clear()
             if first_beat is not None:
@@ -516,11 +558,13 @@ class Runner:
                 await self._report(exc, item)
             return
         if refused:
-            reasons = await self._reasons(list(refused))
-            for item in refused:
-                await self._report(
-                    lease_lost(self.source.describe(item), reasons.get(item.id)), item
-                )
+            await self._report_refused(refused)
+
+    async def _report_refused(self, refused: Sequence[Any]) -> None:
+        """Completions the source refused: each reported as a lost lease, with its reason."""
+        reasons = await self._reasons(list(refused))
+        for item in refused:
+            await self._report(lease_lost(self.source.describe(item), reasons.get(item.id)), item)
 
     async def _record_failure(
         self,

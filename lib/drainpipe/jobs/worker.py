@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..backends.capabilities import (
     SupportsCodedSettle,
+    SupportsCompleteAndClaim,
     SupportsCompleteMany,
     SupportsExtendMany,
     SupportsGetRecord,
@@ -64,6 +65,10 @@ class JobSource:
         self._complete_many = (
             backend.complete_many if isinstance(backend, SupportsCompleteMany) else None
         )
+        if isinstance(backend, SupportsCompleteAndClaim):
+            # the runner sends a batch's completions with the next claim (one round trip)
+            self._fused = backend.complete_and_claim
+            self.complete_and_claim = self._complete_and_claim
         self._validate = jobs.validator(queue)
         self._all_tenants = all_tenants
         self._coded = backend if isinstance(backend, SupportsCodedSettle) else None
@@ -78,6 +83,11 @@ class JobSource:
 
     def claim(self, batch: int, lease: float) -> Awaitable[list[Job[Any]]]:
         return self._backend.read(self.queue, lease=lease, batch=batch)
+
+    def _complete_and_claim(
+        self, items: Sequence[Job[Any]], batch: int, lease: float
+    ) -> Awaitable[tuple[list[Job[Any]], list[Job[Any]]]]:
+        return self._fused(self.queue, items, lease=lease, batch=batch)
 
     async def extend(self, items: Sequence[Job[Any]], lease: float) -> set[int]:
         if self._extend_many is not None:

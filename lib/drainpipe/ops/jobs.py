@@ -157,6 +157,41 @@ def parse_complete_many(jobs: Sequence[Job[Any]], rows: list[Row]) -> list[bool]
     return [job.id in done for job in jobs]
 
 
+#: A lane's turn: the completions of the batch it ran and the claim of its next batch, one
+#: statement and one transaction (jobs 0008). Refused completions come first, marked by the
+#: last column; the claimed rows have :data:`CLAIM`'s columns before it.
+COMPLETE_AND_CLAIM = (
+    "SELECT c.id, c.attempts, extract(epoch FROM c.enqueued_at)::float8,"
+    " extract(epoch FROM c.visible_until)::float8, c.payload, c.max_attempts, c.last_error,"
+    " c.refused"
+    " FROM drainpipe.complete_and_claim_jobs_v1(%s, %s::bigint[], %s::integer[], %s, %s) c"
+)
+
+
+def complete_and_claim_params(
+    queue: str, jobs: Sequence[Job[Any]], lease: float, batch: int
+) -> Params:
+    """The completions of ``jobs`` (of ``queue``; none is fine) and a claim of ``batch``."""
+    return (
+        queue,
+        int_array([job.id for job in jobs]),
+        int_array([job.attempts for job in jobs]),
+        float(lease),
+        batch,
+    )
+
+
+def parse_complete_and_claim(
+    queue: str, jobs: Sequence[Job[Any]], rows: list[Row]
+) -> tuple[list[Job[Any]], list[Job[Any]]]:
+    """(the jobs whose completion was refused, the newly claimed jobs)."""
+    if not rows or not rows[0][7]:  # the common case: nothing refused
+        return [], [parse_claimed(queue, row[:7]) for row in rows]
+    refused_ids = {int(row[0]) for row in rows if row[7]}
+    refused = [job for job in jobs if job.id in refused_ids]
+    return refused, [parse_claimed(queue, row[:7]) for row in rows if not row[7]]
+
+
 FAIL = "SELECT drainpipe.fail_job_v1(%s, %s, %s, %s, %s)"
 
 

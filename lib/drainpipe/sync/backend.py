@@ -75,6 +75,16 @@ class SyncSqlBackend:
         rows = self.db.fetch(ops.COMPLETE_MANY, ops.complete_many_params(jobs))
         return ops.parse_complete_many(jobs, rows)
 
+    def complete_and_claim(
+        self, queue: str, jobs: Sequence[Job[Any]], *, lease: float, batch: int
+    ) -> tuple[list[Job[Any]], list[Job[Any]]]:
+        """Complete ``jobs`` (each fenced) and claim up to ``batch`` more: one call, one
+        transaction; (the jobs whose completion was refused, the claimed jobs)."""
+        rows = self.db.fetch(
+            ops.COMPLETE_AND_CLAIM, ops.complete_and_claim_params(queue, jobs, lease, batch)
+        )
+        return ops.parse_complete_and_claim(queue, jobs, rows)
+
     def fail(self, job: Job[Any], error: str, retry_in: float | None = None) -> FailOutcome | None:
         return ops.parse_fail(self.db.fetch(ops.FAIL, ops.fail_params(job, error, retry_in)))
 

@@ -4,8 +4,11 @@ The semantics are the async runner's (:mod:`drainpipe.engine.runner`), computed 
 same pure core (:mod:`drainpipe.engine.core`) and reported the same way
 (:mod:`drainpipe.engine.reports`):
 
-* each lane claims ``batch`` jobs, runs them in order and completes the successes in one
-  fenced round trip; ``concurrency`` lanes are threads (the first one is the caller's),
+* each lane claims ``batch`` jobs, runs them in order and completes the successes fenced,
+  in the same call that claims its next batch (``complete_and_claim_jobs_v1``: one round
+  trip and one transaction per batch; the lane's last completion goes alone); when that
+  call fails, the successes are completed alone before the claim error is handled;
+  ``concurrency`` lanes are threads (the first one is the caller's),
   the others opened once a claim comes back full (an empty drain is one round trip);
 * while a batch runs, the lane's heartbeat thread extends every unsettled job of the batch every
   ``max(1, lease/2)`` seconds (or ``heartbeat_every``) in one round trip;
@@ -193,13 +196,25 @@ class SyncWorker:
 
     def _claim_loop(self, beats: _Beats) -> None:
         retries = 0
+        # the successes of the batch just run: completed by the next claim's call (one
+        # round trip, one transaction), or alone when the lane stops
+        done: list[Job[Any]] = []
         while not self._halt.is_set():
             if budget_spent(time.monotonic(), self.deadline):
                 self.report.budget_exhausted = True
-                return
+                break
             try:
-                claimed = self.backend.read(self.queue, lease=self.lease, batch=self.batch)
+                if done:
+                    refused, claimed = self.backend.complete_and_claim(
+                        self.queue, done, lease=self.lease, batch=self.batch
+                    )
+                    self._report_refused(refused)
+                else:
+                    claimed = self.backend.read(self.queue, lease=self.lease, batch=self.batch)
             except Exception as exc:
+                if done:  # nothing of the fused call committed: settle the finished work alone
+                    self._settle(done)
+                done = []
                 error = as_error(exc)
                 if should_retry_claim(error.kind in TRANSIENT_KINDS, retries):
                     retries += 1
@@ -209,16 +224,20 @@ class SyncWorker:
                     self._fatal = error
                 self._halt.set()
                 return
+            done = []
             retries = 0
             if not claimed:
                 return
             if len(claimed) >= self.batch and not self._spread:
                 self._open_other_lanes()
-            self._run_batch(claimed, beats)
+            done = self._run_batch(claimed, beats)
+        self._settle(done)
 
     # -- one batch ----------------------------------------------------------------------
 
-    def _run_batch(self, claimed: Sequence[Job[Any]], beats: _Beats) -> None:
+    def _run_batch(self, claimed: Sequence[Job[Any]], beats: _Beats) -> list[Job[Any]]:
+        """Run a claimed batch; the jobs that succeeded and still hold their lease (for the
+        caller to complete)."""
         batch = _Batch(claimed)
         beats.put(batch)
         succeeded: list[Job[Any]] = []
@@ -244,7 +263,7 @@ class SyncWorker:
                 kept.append(job)
         with self._count:
             self.report.succeeded += len(kept)
-        self._settle(kept)
+        return kept
 
     def _run_one(self, batch: _Batch, job: Job[Any]) -> bool:
         """Run one job's handler; True when it returned normally and still holds its lease."""
@@ -376,8 +395,13 @@ class SyncWorker:
             for job in succeeded:  # the handlers ran; the jobs come back after the lease
                 self._report(exc, job)
             return
-        refused = [job for job, ok in zip(succeeded, done, strict=True) if not ok]
-        reasons = self._why_lost(refused) if refused else {}
+        self._report_refused([job for job, ok in zip(succeeded, done, strict=True) if not ok])
+
+    def _report_refused(self, refused: list[Job[Any]]) -> None:
+        """Completions the database refused: each reported as a lost lease, with its reason."""
+        if not refused:
+            return
+        reasons = self._why_lost(refused)
         for job in refused:
             self._report(lease_lost(self._describe(job), reasons.get(job.id)), job)
 

@@ -227,6 +227,17 @@ class MemoryBackend(MemoryPolicies, MemoryRecords, MemorySchedules):
 
     async def read(self, queue: str, *, lease: float, batch: int) -> list[Job[Any]]:
         await _round_trip()
+        return self._claim(queue, lease, batch)
+
+    async def complete_and_claim(
+        self, queue: str, jobs: Sequence[Job[Any]], *, lease: float, batch: int
+    ) -> tuple[list[Job[Any]], list[Job[Any]]]:
+        """The completions, then the claim, with nothing in between (as one transaction)."""
+        await _round_trip()
+        refused = [job for job in jobs if not self._complete(job, queue)]
+        return refused, self._claim(queue, lease, batch)
+
+    def _claim(self, queue: str, lease: float, batch: int) -> list[Job[Any]]:
         state = self._queues.get(queue)
         if state is None:
             return []
