@@ -6,7 +6,7 @@ storage tables (fast), analysed, and the picking statements of ``drainpipe.claim
 are explained with the function's parameters inlined, both as a custom plan (what the
 first executions get) and as a generic plan (what plpgsql may switch to afterwards).
 Then ``auto_explain`` reports the plans of every statement the functions really run
-(``claim_jobs_v1`` and ``complete_jobs_v1``), so a join that falls back to a Seq Scan is caught too.
+(``claim_jobs_v1``, ``complete_jobs_v1`` and ``complete_and_claim_jobs_v1``), so a join that falls back to a Seq Scan is caught too.
 Those functions keep one generic plan per session, so plans made while the queue was still
 empty are checked again once it has grown.
 """
@@ -136,6 +136,16 @@ def assert_functions_on_index(
             (QUEUE, [r[0] for r in rows], [r[1] for r in rows]),
         )
         assert seq_scans(complete, table) == []
+        # a lane's turn: the completions of one batch and the claim of the next, one call
+        rows = conn.execute(
+            "SELECT id, attempts FROM drainpipe.claim_jobs_v1(%s, 30, 100)", (QUEUE,)
+        ).fetchall()
+        turn = run_explained(
+            conn,
+            "SELECT id FROM drainpipe.complete_and_claim_jobs_v1(%s, %s, %s, 30, 100)",
+            (QUEUE, [r[0] for r in rows], [r[1] for r in rows]),
+        )
+        assert seq_scans(turn, table) == []
 
 
 def insert_backlog(conn: psycopg.Connection[Any], backend: str) -> None:

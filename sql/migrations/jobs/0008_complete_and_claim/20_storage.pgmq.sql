@@ -1,22 +1,6 @@
--- jobs 0008: a lane that finished a batch settles it and takes the next one in one call
--- (issue 21). One statement, one transaction, one commit: the completions of batch N and the
--- claim of batch N+1 commit together or not at all. The completions are complete_jobs_v1's
--- (fenced by the attempt and the lease, a cancelled attempt's late_outcome recorded) and the
--- claim is claim_jobs_v1's (sweeps, take-over records, policy triggers), for both storages:
--- this file calls them, so whatever they do the fused call does, on either backend.
-
-DO $types$
-BEGIN
-    IF to_regtype('drainpipe.job_turn_row_v1') IS NULL THEN
-        -- a claimed job (refused = false: job_row_v1's columns), or a completion the
-        -- database refused (refused = true: id and attempts of the settlement, nothing else)
-        CREATE TYPE drainpipe.job_turn_row_v1 AS (
-            id bigint, attempts integer, enqueued_at timestamptz, visible_until timestamptz,
-            payload jsonb, max_attempts integer, last_error text, refused boolean
-        );
-    END IF;
-END
-$types$;
+-- pgmq: the queue's own generated functions do the work; this one calls
+-- complete_jobs_v1 and claim_jobs_v1 in that order (the completions must not see their jobs
+-- claimed again by their own turn's claim).
 
 -- The refused completions first (none, in the common case), then the claimed jobs.
 CREATE OR REPLACE FUNCTION drainpipe.complete_and_claim_jobs_v1(

@@ -1,0 +1,123 @@
+-- The table: the claim of jobs 0004 (sweep, flat pick into arrays, take-over records, the
+-- lease), run after complete_jobs_v1 for the turn's completions. The one change to the claim:
+-- the sweep of leases that ran out on their last attempt is a probe first, so a turn with
+-- nothing to sweep (nearly all of them) runs no UPDATE/INSERT statement for it.
+CREATE OR REPLACE FUNCTION drainpipe.complete_and_claim_jobs_v1(
+    p_queue text,
+    p_ids bigint[],
+    p_attempts integer[],
+    p_lease double precision DEFAULT 300,
+    p_batch integer DEFAULT 1,
+    p_now timestamptz DEFAULT NULL
+)
+RETURNS SETOF drainpipe.job_turn_row_v1
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+-- generic plan, no seqscans: see 0002 (the plan must not depend on the table's size)
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+DECLARE
+    v_done bigint[];
+    v_now timestamptz;
+    v_until timestamptz;
+    v_batch integer := greatest(p_batch, 1);
+    v_ids bigint[];
+    v_lapsed boolean;
+BEGIN
+    IF cardinality(p_ids) > 0 THEN
+        IF cardinality(p_ids) IS DISTINCT FROM cardinality(p_attempts) THEN
+            RAISE EXCEPTION 'complete_and_claim_jobs_v1: % ids but % attempts',
+                cardinality(p_ids), cardinality(p_attempts) USING ERRCODE = '22023';
+        END IF;
+        SELECT array_agg(c.c) INTO v_done
+          FROM drainpipe.complete_jobs_v1(p_queue, p_ids, p_attempts, p_now) AS c(c);
+        IF coalesce(cardinality(v_done), 0) < cardinality(p_ids) THEN
+            RETURN QUERY
+            SELECT f.id, f.attempt, NULL::timestamptz, NULL::timestamptz, NULL::jsonb,
+                   NULL::integer, NULL::text, true
+              FROM unnest(p_ids, p_attempts) AS f(id, attempt)
+             WHERE f.id <> ALL (coalesce(v_done, '{}'::bigint[]));
+        END IF;
+    END IF;
+
+    -- the claim's clock starts after the completions (as a claim sent after them would)
+    v_now := coalesce(p_now, clock_timestamp());
+    v_until := v_now + make_interval(secs => greatest(p_lease, 0));
+    -- A job whose lease ran out on its last attempt is dead: its attempt expired.
+    IF EXISTS (SELECT 1 FROM drainpipe.job_messages x
+                WHERE x.queue = p_queue AND x.finished_at IS NULL
+                  AND x.attempts >= x.max_attempts AND x.visible_at <= v_now) THEN
+        WITH swept AS (
+            UPDATE drainpipe.job_messages m
+               SET state = 'dead', finished_at = m.visible_at, last_code = 'MAX_ATTEMPTS',
+                   last_error = 'The lease ran out on the last attempt'
+             WHERE m.id = ANY (ARRAY(
+                   SELECT x.id FROM drainpipe.job_messages x
+                    WHERE x.queue = p_queue AND x.finished_at IS NULL
+                      AND x.attempts >= x.max_attempts AND x.visible_at <= v_now
+                    FOR UPDATE SKIP LOCKED))
+            RETURNING m.queue, m.id, m.attempts, m.started_at, m.visible_at
+        )
+        INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+        SELECT s.queue, s.id, s.attempts, s.started_at, s.visible_at, 'expired', 'LEASE_EXPIRED'
+          FROM swept s
+        ON CONFLICT DO NOTHING;
+    END IF;
+
+    -- The pick is a statement of its own, into arrays: the take-over record below is then a
+    -- branch taken only when a lapsed lease was picked (see jobs 0004).
+    SELECT array_agg(p.id), bool_or(p.state = 'leased')
+      INTO v_ids, v_lapsed
+      FROM (
+          -- oldest visible first; rows another worker is claiming right now are skipped
+          SELECT x.id, x.state
+            FROM drainpipe.job_messages x
+           WHERE x.queue = p_queue AND x.finished_at IS NULL AND x.visible_at <= v_now
+             AND x.attempts < x.max_attempts
+           ORDER BY x.visible_at, x.id
+           LIMIT v_batch
+             FOR UPDATE SKIP LOCKED
+      ) p;
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+    IF v_lapsed THEN
+        -- a lease that ran out: that attempt expired, and this claim takes the job over
+        -- (the rows are locked by the pick, so they still read as they were picked)
+        INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+        SELECT p_queue, x.id, x.attempts, x.started_at, x.visible_at, 'expired', 'LEASE_EXPIRED'
+          FROM drainpipe.job_messages x
+         WHERE x.id = ANY (v_ids) AND x.state = 'leased'
+        ON CONFLICT DO NOTHING;
+    END IF;
+
+    RETURN QUERY
+    UPDATE drainpipe.job_messages j
+       SET attempts = j.attempts + 1,
+           visible_at = v_until,
+           started_at = v_now,
+           state = 'leased'
+     -- = ANY (array): primary-key lookups even under a generic plan
+     WHERE j.id = ANY (v_ids)
+    RETURNING j.id, j.attempts, j.enqueued_at, j.visible_at, j.payload, j.max_attempts,
+              j.last_error, false;
+END
+$$;
+
+-- The plain claim is the turn with nothing to complete. Signature and rows unchanged, so
+-- the previous release's code keeps calling it during a rolling deploy.
+CREATE OR REPLACE FUNCTION drainpipe.claim_jobs_v1(
+    p_queue text,
+    p_lease double precision DEFAULT 300,
+    p_batch integer DEFAULT 1,
+    p_now timestamptz DEFAULT NULL
+)
+RETURNS SETOF drainpipe.job_row_v1
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT c.id, c.attempts, c.enqueued_at, c.visible_until, c.payload, c.max_attempts, c.last_error
+      FROM drainpipe.complete_and_claim_jobs_v1(p_queue, '{}'::bigint[], '{}'::integer[],
+                                                p_lease, p_batch, p_now) AS c
+$$;
