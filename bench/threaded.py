@@ -11,12 +11,19 @@ Processing (``--consumers`` consumers, claim batch ``--batch``, a no-op handler)
   of a queue that keeps its records (#11)
 * ``aio-pgmq`` / ``aio-skip-del`` the asyncio loops of :mod:`bench.run` (one task each)
 * ``dp-pgmq`` / ``dp-table`` ``drainpipe.Jobs.drain`` (async) on each backend
+* ``sync-pgmq`` / ``sync-table`` the sync twin's ``drainpipe.sync.Jobs.drain`` on a DSN
+  (``concurrency`` threads), for Django/Flask and sync Lambda handlers
+
+``thr-skip-keep`` has the index on ``done_at`` that :mod:`bench.run`'s
+``skiplocked-archive`` has (finished rows found by age, to purge them): the peer of a
+queue that keeps its records pays for finding them again, as drainpipe's table does.
 
 Single enqueue, one job per call, one caller, sequential:
 
 * ``raw-send`` / ``raw-insert`` ``pgmq.send`` / ``INSERT ... RETURNING id`` on one sync connection
 * ``dp-<backend>-dsn``  the public ``Jobs.enqueue`` on a DSN (drainpipe's own pool)
 * ``dp-<backend>-pool`` the public ``Jobs.enqueue`` on an ``AsyncConnectionPool`` of the caller's
+* ``sync-<backend>-dsn`` the sync twin's ``Jobs.enqueue`` on a DSN (its own pool)
 
 Rounds are interleaved (every system once per round, the order rotating); the tables show
 medians of the rounds and the per-round ratios drainpipe / raw. Client CPU per job is this
@@ -55,6 +62,7 @@ from bench.run import (
     payload,
     run_sql,
 )
+from drainpipe.sync import Jobs as SyncJobs
 
 KEEP_TABLE = "bench_keep"
 
@@ -209,6 +217,21 @@ async def dp_singles(enqueuer: Enqueuer, payloads: Sequence[dict[str, Any]]) -> 
     return len(payloads)
 
 
+def sync_singles(jobs: Any, payloads: Sequence[dict[str, Any]]) -> int:
+    for p in payloads:
+        jobs.enqueue(QUEUE, p)
+    return len(payloads)
+
+
+def sync_process(jobs: Any, consumers: int, batch: int) -> int:
+    report = jobs.drain(QUEUE, _sync_noop, concurrency=consumers, batch=batch)
+    return int(report.succeeded)
+
+
+def _sync_noop(payload: Any, job: Any) -> None:
+    return None
+
+
 # -- measurement ---------------------------------------------------------------------------
 
 
@@ -242,27 +265,35 @@ PROCESSING = (
     "thr-skip-keep",
     "aio-skip-del",
     "dp-table",
+    "sync-pgmq",
+    "sync-table",
 )
 SINGLES = (
     "raw-send",
     "dp-pgmq-dsn",
     "dp-pgmq-pool",
+    "sync-pgmq-dsn",
     "raw-insert",
     "dp-table-dsn",
     "dp-table-pool",
+    "sync-table-dsn",
 )
 PROCESS_PAIRS = (
     ("dp-pgmq", "thr-pgmq"),
     ("dp-pgmq", "aio-pgmq"),
+    ("sync-pgmq", "thr-pgmq"),
     ("dp-table", "thr-skip-keep"),
     ("dp-table", "thr-skip-del"),
     ("dp-table", "aio-skip-del"),
+    ("sync-table", "thr-skip-keep"),
 )
 SINGLE_PAIRS = (
     ("dp-pgmq-dsn", "raw-send"),
     ("dp-pgmq-pool", "raw-send"),
+    ("sync-pgmq-dsn", "raw-send"),
     ("dp-table-dsn", "raw-insert"),
     ("dp-table-pool", "raw-insert"),
+    ("sync-table-dsn", "raw-insert"),
 )
 
 
@@ -273,11 +304,11 @@ def storage_of(system: str) -> str:
 def tables_of(system: str) -> str:
     if system in ("thr-pgmq", "aio-pgmq", "raw-send"):
         return f"pgmq.q_{RAW_QUEUE}, pgmq.a_{RAW_QUEUE}"
-    if system.startswith("dp-pgmq"):
+    if system.startswith(("dp-pgmq", "sync-pgmq")):
         return f"pgmq.q_{QUEUE}, pgmq.a_{QUEUE}"
     if system == "thr-skip-keep":
         return KEEP_TABLE
-    if system.startswith("dp-table"):
+    if system.startswith(("dp-table", "sync-table")):
         return "drainpipe.job_messages, drainpipe.job_dead_letters"
     return "bench_raw"
 
@@ -290,7 +321,7 @@ def fill(url: str, system: str, n: int) -> None:
             chunk = values[start : start + 1000]
             if system in ("thr-pgmq", "aio-pgmq"):
                 conn.execute("SELECT pgmq.send_batch(%s, %s::jsonb[])", (RAW_QUEUE, chunk))
-            elif system == "dp-pgmq" or system == "dp-table":
+            elif system in ("dp-pgmq", "dp-table", "sync-pgmq", "sync-table"):
                 conn.execute(
                     "SELECT drainpipe.enqueue_jobs_v1(%s, %s, %s, %s)",
                     (QUEUE, Jsonb([payload(start + i) for i in range(len(chunk))]), 0.0, 5),
@@ -327,6 +358,10 @@ def one_round(
             finally:
                 for conn in conns:
                     conn.close()
+        elif system.startswith("sync-"):
+            with SyncJobs(url, {QUEUE: dict}) as jobs:
+                jobs.stats([QUEUE])  # opens its pool outside the clock
+                sample = timed(sync_process, jobs, cfg.consumers, cfg.batch)
         else:
             loop = asyncio.new_event_loop()
             try:
@@ -351,6 +386,11 @@ def one_round(
             with psycopg.connect(url, autocommit=True) as conn:
                 raw_singles(conn, system, singles[:50])  # warmed like ours
                 results[system].append(timed(raw_singles, conn, system, singles))
+            continue
+        if system.startswith("sync-"):
+            with SyncJobs(url, {QUEUE: dict}) as jobs:
+                sync_singles(jobs, singles[:50])
+                results[system].append(timed(sync_singles, jobs, singles))
             continue
         loop = asyncio.new_event_loop()
         try:
@@ -493,6 +533,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         done_at timestamptz)""",
                     f"CREATE INDEX {KEEP_TABLE}_ready_idx ON {KEEP_TABLE} (visible_at, id)"
                     " WHERE done_at IS NULL",
+                    f"CREATE INDEX {KEEP_TABLE}_done_idx ON {KEEP_TABLE} (done_at)"
+                    " WHERE done_at IS NOT NULL",
                 )
             )
         print(
