@@ -14,7 +14,9 @@ import pytest
 from drainpipe import DrainpipeError, Job, Jobs, QueuePolicy
 from drainpipe.backends.capabilities import SupportsCompleteAndClaim
 from drainpipe.backends.memory import Clock, MemoryBackend
+from drainpipe.backends.postgrest import PostgrestBackend
 from drainpipe.sync import Jobs as SyncJobs
+from tests.jobs.postgrest_emulation import BASE, SERVICE_KEY, postgrest_emulation
 
 QUEUES: dict[str, Any] = {"emails": dict[str, Any]}
 
@@ -38,12 +40,19 @@ class Env:
         return backend
 
 
-@pytest.fixture(params=["table", "pgmq", "memory"])
+@pytest.fixture(params=["table", "pgmq", "memory", "table-postgrest", "pgmq-postgrest"])
 async def env(request: pytest.FixtureRequest, fresh_database: Any) -> AsyncIterator[Env]:
     if request.param == "memory":
         clock = Clock()
         backend = MemoryBackend(now=clock)
         yield Env(Jobs(backend, QUEUES), Jobs(backend, QUEUES), None, clock)
+        return
+    if request.param.endswith("-postgrest"):  # drainpipe_api.complete_and_claim_v1 over HTTP
+        url = str(fresh_database(request.param.removesuffix("-postgrest")))
+        async with postgrest_emulation(url), PostgrestBackend(BASE, SERVICE_KEY) as http:
+            other = Jobs(url, QUEUES)
+            yield Env(Jobs(http, QUEUES), other, url, None)
+            await other.close()
         return
     url = str(fresh_database(request.param))
     jobs, other = Jobs(url, QUEUES), Jobs(url, QUEUES)

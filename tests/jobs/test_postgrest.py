@@ -270,7 +270,7 @@ async def test_the_drain_route_works_over_postgrest(jobs: Jobs, server: Postgres
     assert sorted(seen) == [0, 1, 2, 3]
     stats = (await jobs.stats(["emails"]))["emails"]
     assert (stats.ready, stats.in_flight) == (0, 1)  # waiting out its hour of backoff
-    assert {"claim_due_schedules_v1", "claim_v1", "complete_many_v1", "fail_coded_v1"} <= {
+    assert {"claim_due_schedules_v1", "claim_v1", "complete_and_claim_v1", "fail_coded_v1"} <= {
         fn for fn, _ in server.calls()
     }
 

@@ -206,6 +206,27 @@ class PostgrestBackend:
         done = rows.id_set(self.schema, "complete_many_v1", data)
         return [job.id in done for job in jobs]
 
+    async def complete_and_claim(
+        self, queue: str, jobs: Sequence[Job[Any]], *, lease: float, batch: int
+    ) -> tuple[list[Job[Any]], list[Job[Any]]]:
+        """Complete ``jobs`` (each fenced) and claim up to ``batch`` more in one request and
+        one transaction; (the jobs whose completion was refused, the claimed jobs)."""
+        data = await self.rpc(
+            "complete_and_claim_v1",
+            {
+                "queue": queue,
+                "ids": [job.id for job in jobs],
+                "attempts": [job.attempts for job in jobs],
+                "lease": float(lease),
+                "batch": batch,
+            },
+        )
+        if not isinstance(data, dict):
+            raise rows.malformed(self.schema, "complete_and_claim_v1", "refused and claimed", data)
+        refused = rows.id_set(self.schema, "complete_and_claim_v1", data.get("refused"))
+        claimed = rows.claimed(self.schema, queue, data.get("claimed"))
+        return [job for job in jobs if job.id in refused], claimed
+
     async def fail(
         self, job: Job[Any], error: str, retry_in: float | None = None
     ) -> FailOutcome | None:
