@@ -19,7 +19,7 @@ Systems, each on the same database and storage (pgmq), one queue each:
   batch archive in pgmq_public): what a hand-written loop over Supabase's RPCs does;
 * ``dp-pgmq_public``   ``Jobs.drain`` over ``PgmqPublicBackend`` (the fallback);
 * ``dp-postgrest``     ``Jobs.drain`` over ``PostgrestBackend``: fenced, one
-  ``complete_many_v1`` per batch.
+  ``complete_and_claim_v1`` request per batch (the completions and the next claim).
 
 Rounds are interleaved (each system once per round, rotating order); medians are shown,
 with the ratio to ``raw-pgmq_public`` of the same round.
