@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
+from ..db.json import load_json
 from ..engine.core import long_poll_wait, poll_backoff
 from ..errors import DrainpipeError
 from ..ops import agents as ops
@@ -92,12 +93,16 @@ class AgentInbox:
     # -- envelopes -------------------------------------------------------------------------
 
     def _envelope(self, row: tuple[Any, ...], settings: InboxSettings) -> Envelope:
-        (_, id_, _, source, app, event_type, received_at, verified, payload, _, delivery, ack,
-         token, lease_until, _) = row  # fmt: skip
+        """The envelope of an ``ops.EVENT_COLUMNS`` row."""
+        (_, id_, source, app, event_type, received_at, verified, body, delivery, ack, token,
+         lease_until) = row  # fmt: skip
         lease_id = None
         if token is not None and ack == "manual":
-            lease_id = self._agents.leases.mint(id_, delivery, token.bytes)
-        if payload is None:  # the webhook message was purged: nothing left to show
+            lease_id = self._agents.leases.mint(id_, delivery, token)
+        payload = None if body is None else load_json(body.encode())
+        if payload is None:
+            # the webhook message was purged: nothing left to show (a body of JSON null has
+            # always been shown so too, when the loaders turned both into None)
             view, truncated = None, True
         else:
             view, truncated = cap_view(
