@@ -11,7 +11,9 @@ Throughput (events/s through the consume loop only; the events are stored first)
   contract acks one event per call; the acks of one pull run concurrently on the pool)
 
 Each system runs with ``--workers`` concurrent loops, rounds interleaved; the table shows the
-median of the rounds and agents / raw per round. Then the long-poll wake-up latency: a
+median of the rounds, the client's CPU per event (this process: the database's share of
+the two cores is not in it) and agents / raw per round. ``--profile`` adds a cProfile of
+the agents loop's last round (the functions of most own time). Then the long-poll wake-up latency: a
 poller long-polls (``wait=10``) while a producer stores one webhook at a time; latency is
 from the store's commit (its call returning) to the poll's answer, with NOTIFY wake-ups
 (``listen=True``, a long-lived server) and without (the serverless 100 ms → 1 s steps).
@@ -21,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import pstats
 import statistics
 import sys
 import time
@@ -103,13 +107,17 @@ async def agents_loop(agents: drainpipe.AgentInboxes, inbox_id: str) -> int:
     return done
 
 
-async def timed(workers: int, loop: Any) -> float:
-    started = time.perf_counter()
+async def timed(workers: int, loop: Any) -> tuple[float, float]:
+    """Events per second, and the client's CPU seconds per event."""
+    started, cpu = time.perf_counter(), time.process_time()
     counts = await asyncio.gather(*(loop() for _ in range(workers)))
-    return sum(counts) / (time.perf_counter() - started)
+    done = sum(counts)
+    return done / (time.perf_counter() - started), (time.process_time() - cpu) / done
 
 
-async def throughput(url: str, rounds: int, count: int, workers: int) -> dict[str, list[float]]:
+async def throughput(
+    url: str, rounds: int, count: int, workers: int, profile: cProfile.Profile | None
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     pool = AsyncConnectionPool(
         url, min_size=10, max_size=10, open=False, kwargs={"autocommit": True}
     )
@@ -120,22 +128,31 @@ async def throughput(url: str, rounds: int, count: int, workers: int) -> dict[st
     async with pool.connection() as conn:
         await conn.execute("SELECT pgmq.create('agentbench')")
     rates: dict[str, list[float]] = {"raw-pgmq batch": [], "raw-pgmq each": [], "agents": []}
+    cpu: dict[str, list[float]] = {name: [] for name in rates}
     systems = list(rates)
     try:
         for round_ in range(rounds):
             for name in systems[round_ % 3 :] + systems[: round_ % 3]:
                 if name == "agents":
                     await fill_inbox(url, count)
-                    rate = await timed(workers, lambda: agents_loop(agents, inbox_id))
+                    watch = profile if round_ == rounds - 1 else None
+                    if watch is not None:
+                        watch.enable()
+                    rate, used = await timed(workers, lambda: agents_loop(agents, inbox_id))
+                    if watch is not None:
+                        watch.disable()
                 else:
                     await fill_raw(url, "agentbench", count)
                     batch = name == "raw-pgmq batch"
-                    rate = await timed(workers, lambda b=batch: raw_loop(pool, "agentbench", b))
+                    rate, used = await timed(
+                        workers, lambda b=batch: raw_loop(pool, "agentbench", b)
+                    )
                 rates[name].append(rate)
+                cpu[name].append(used)
     finally:
         await agents.close()
         await pool.close()
-    return rates
+    return rates, cpu
 
 
 async def wake_latency(url: str, listen: bool, samples: int) -> list[float]:
@@ -170,7 +187,9 @@ async def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--server", default=SERVER)
+    parser.add_argument("--profile", action="store_true", help="cProfile the agents loop")
     args = parser.parse_args()
+    profile = cProfile.Profile() if args.profile else None
     rounds, count, samples = (2, 500, 10) if args.quick else (5, 3000, 60)
     name = f"bench_agents_{uuid.uuid4().hex[:8]}"
     async with await psycopg.AsyncConnection.connect(args.server, autocommit=True) as admin:
@@ -178,11 +197,12 @@ async def main() -> None:
     url = with_database(args.server, name)
     try:
         await drainpipe.install(url, ["jobs", "webhook-inbox"], backend="pgmq")
-        rates = await throughput(url, rounds, count, args.workers)
+        rates, cpu = await throughput(url, rounds, count, args.workers, profile)
         print(f"throughput: {count} events per round, {rounds} rounds, {args.workers} workers")
-        print(f"  {'system':<16} {'median events/s':>16}")
+        print(f"  {'system':<16} {'median events/s':>16} {'client CPU us/event':>20}")
         for system, values in rates.items():
-            print(f"  {system:<16} {statistics.median(values):>16.0f}")
+            used = statistics.median(cpu[system]) * 1e6
+            print(f"  {system:<16} {statistics.median(values):>16.0f} {used:>20.1f}")
         for raw in ("raw-pgmq batch", "raw-pgmq each"):
             ratios = [a / r for a, r in zip(rates["agents"], rates[raw], strict=True)]
             print(f"  agents / {raw}: median {statistics.median(ratios):.2f}x (rounds: "
@@ -197,6 +217,9 @@ async def main() -> None:
     finally:
         async with await psycopg.AsyncConnection.connect(args.server, autocommit=True) as admin:
             await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    if profile is not None:
+        print("cProfile of the agents loop's last round (own time):")
+        pstats.Stats(profile).sort_stats("tottime").print_stats(25)
 
 
 if __name__ == "__main__":

@@ -19,46 +19,45 @@ from ..ops import agents as ops
 
 Fetch = Callable[[str, tuple[Any, ...]], Awaitable[list[tuple[Any, ...]]]]
 Key = tuple[tuple[str, ...] | None, datetime | None]
-Item = tuple[int, int, Any, str | None]
+Item = tuple[int, int, str | None, str | None]
+#: ``(ok, inbox id, state, lease_until)``; None: no such event within the inboxes
+Found = tuple[bool, str, str, datetime | None] | None
 
 
 class AckBatcher:
     def __init__(self, fetch: Fetch) -> None:
         self._fetch = fetch
-        self._pending: dict[Key, list[tuple[Item, asyncio.Future[Any]]]] = {}
-        self._scheduled = False
+        self._pending: dict[Key, list[tuple[Item, asyncio.Future[Found]]]] = {}
         self._running: set[asyncio.Task[None]] = set()
 
-    async def ack(
+    def ack(
         self,
         event_id: int,
         delivery: int,
-        token: Any,
+        token: str | None,
         outcome_json: str | None,
         inboxes: list[str] | None,
         now: datetime | None,
-    ) -> tuple[bool, str, str, datetime | None] | None:
+    ) -> asyncio.Future[Found]:
+        """Queue one ack; the future gets what the batch found for it (None: no such event
+        within ``inboxes``), or the batch's error."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
+        future: asyncio.Future[Found] = loop.create_future()
         key: Key = (None if inboxes is None else tuple(inboxes), now)
-        self._pending.setdefault(key, []).append(
-            ((event_id, delivery, token, outcome_json), future)
-        )
-        if not self._scheduled:
-            self._scheduled = True
-            loop.call_soon(self._flush)
-        result: tuple[bool, str, str, datetime | None] | None = await future
-        return result
-
-    def _flush(self) -> None:
-        self._scheduled = False
-        pending, self._pending = self._pending, {}
-        for key, items in pending.items():
-            task = asyncio.get_running_loop().create_task(self._send(key, items))
+        items = self._pending.get(key)
+        if items is None:
+            items = self._pending[key] = []
+            # the sender starts at the next turn of the loop: by then every ack issued in
+            # this turn (the tasks of one gather start in the same turn) is in its batch.
+            # A task of its own, not a call_soon that creates one: one turn less per ack.
+            task = loop.create_task(self._send(key))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
+        items.append(((event_id, delivery, token, outcome_json), future))
+        return future
 
-    async def _send(self, key: Key, items: list[tuple[Item, asyncio.Future[Any]]]) -> None:
+    async def _send(self, key: Key) -> None:
+        items = self._pending.pop(key)
         items.sort(key=lambda entry: entry[0][0])  # lock in id order: no deadlocks
         inboxes, now = key
         params = ops.ack_many_params(
@@ -80,5 +79,5 @@ class AckBatcher:
             return
         found = ops.parse_ack_many(rows)
         for index, (_, future) in enumerate(items, start=1):
-            if not future.done():
+            if not future.done():  # its caller may have been cancelled meanwhile
                 future.set_result(found.get(index))

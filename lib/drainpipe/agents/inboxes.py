@@ -12,14 +12,12 @@ the same lease answers ``True`` again.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ..db import as_database, dump_json
-from ..engine.core import read_lease_id
 from ..errors import DrainpipeError
 from ..ops import agents as ops
 from ..validation import MAX_NAME_LENGTH, aware, text_fault
@@ -40,7 +38,8 @@ from .checks import (
     path_parts,
     whole_number,
 )
-from .envelope import LEASE_PREFIX, event_id_text, parse_event_id
+from .envelope import event_id_text, parse_event_id
+from .lease import LeaseCodec
 from .listen import Wakeups
 
 if TYPE_CHECKING:
@@ -129,6 +128,7 @@ class AgentInboxes:
         if not isinstance(secret, bytes) or len(secret) < 16:
             raise ValueError("lease_secret must be a string or bytes of at least 16 bytes")
         self._secret = secret
+        self.leases = LeaseCodec(secret)
         self._db = as_database(db)
         self.now = now
         self._settings: dict[str, tuple[InboxSettings, float]] = {}
@@ -274,7 +274,12 @@ class AgentInboxes:
     async def ack(self, event_id: str, lease_id: str, outcome: Any = None) -> bool:
         """Done: True, or False when that lease is no longer the event's current one (nothing
         changed). ``outcome`` (any JSON, at most 64 KiB) is kept with the event."""
-        return (await self.settle("ack", event_id, lease_id, outcome=outcome)).ok
+        # the settle("ack") path without its Settlement: fence, queue, await the batch
+        _, pending = self._queue_ack(event_id, lease_id, outcome, None)
+        found = await pending
+        if found is None:
+            raise DrainpipeError("not_found", f"No event {event_id}", code=EVENT_NOT_FOUND)
+        return found[0]
 
     async def release(
         self, event_id: str, lease_id: str, *, delay_seconds: float = 0, error: str | None = None
@@ -290,6 +295,36 @@ class AgentInboxes:
         """Still working: the lease then ends ``seconds`` (1..3600) from now."""
         return (await self.settle("extend", event_id, lease_id, seconds=seconds)).ok
 
+    def _fence(self, event_id: Any, lease_id: Any) -> tuple[int, int, str | None]:
+        """``(event id, delivery, token)`` to fence a settlement with. A lease id that is not
+        one of this event's (altered, forged, another event's) can only be refused, but an
+        event outside the caller's inboxes must still be a 404: it fences with a delivery
+        and token no hand-out has (the SQL answers not found or not ok)."""
+        lease = lease_text(lease_id)
+        number_id = parse_event_id(event_id)
+        if number_id is None:
+            raise DrainpipeError("not_found", "No such event", code=EVENT_NOT_FOUND)
+        decoded = self.leases.read(lease)
+        if decoded is None or decoded[0] != number_id:
+            return number_id, -1, None
+        # the token as hex text (Postgres reads it as a uuid): no UUID object per ack
+        return number_id, decoded[1], decoded[2].hex()
+
+    def _queue_ack(
+        self, event_id: Any, lease_id: Any, outcome: Any, inboxes: Collection[str] | None
+    ) -> tuple[int, asyncio.Future[tuple[bool, str, str, datetime | None] | None]]:
+        """Checks an ack and queues it for this turn's batch: the event's id and the
+        future of what the batch finds (None: no such event within ``inboxes``)."""
+        number_id, delivery, token = self._fence(event_id, lease_id)
+        outcome_json = None
+        if outcome is not None:
+            outcome_json = dump_json(outcome, "outcome").decode()
+            if len(outcome_json.encode()) > MAX_OUTCOME_BYTES:
+                raise bad_parameter("outcome", "outcome must be at most 64 KiB of JSON")
+        scope = None if inboxes is None else sorted(inboxes)
+        now = self._instant()
+        return number_id, self._acks.ack(number_id, delivery, token, outcome_json, scope, now)
+
     async def settle(
         self,
         op: Op,
@@ -304,41 +339,24 @@ class AgentInboxes:
     ) -> Settlement:
         """One fenced settlement; ``inboxes`` (None: all) bounds what the caller may touch.
         An unknown event, or one outside ``inboxes``, is 404 ``EVENT_NOT_FOUND``."""
-        lease = lease_text(lease_id)
-        number_id = parse_event_id(event_id)
-        if number_id is None:
-            raise DrainpipeError("not_found", "No such event", code=EVENT_NOT_FOUND)
-        scope = None if inboxes is None else sorted(inboxes)
-        decoded = read_lease_id(self._secret, LEASE_PREFIX, lease)
-        if decoded is None or decoded[0] != number_id:
-            # not a lease of this event (altered, forged, another event's): it can only be
-            # refused, but an event outside the caller's inboxes must still be a 404
-            delivery, token = -1, None
-        else:
-            delivery, token = decoded[1], uuid.UUID(bytes=decoded[2])
-        now = self._instant()
         if op == "ack":
-            outcome_json = None
-            if outcome is not None:
-                outcome_json = dump_json(outcome, "outcome").decode()
-                if len(outcome_json.encode()) > MAX_OUTCOME_BYTES:
-                    raise bad_parameter("outcome", "outcome must be at most 64 KiB of JSON")
-            found = await self._acks.ack(number_id, delivery, token, outcome_json, scope, now)
-            if found is None:
-                raise DrainpipeError("not_found", f"No event {event_id}", code=EVENT_NOT_FOUND)
-            ok, inbox_id, state, until = found
-            return Settlement(ok, event_id_text(number_id), inbox_id, state, until)
-        elif op == "release":
-            delay = number(delay_seconds, "delay_seconds", 0, 7 * 86400)
-            params = ops.release_params(
-                number_id, delivery, token, delay, error_text(error), scope, now
-            )
-            statement = ops.RELEASE
+            number_id, pending = self._queue_ack(event_id, lease_id, outcome, inboxes)
+            found = await pending
         else:
-            extra = number(seconds, "seconds", 1, MAX_LEASE)
-            statement = ops.EXTEND
-            params = ops.extend_params(number_id, delivery, token, extra, scope, now)
-        found = ops.parse_settlement(await self._db.fetch(statement, params))
+            number_id, delivery, token = self._fence(event_id, lease_id)
+            scope = None if inboxes is None else sorted(inboxes)
+            now = self._instant()
+            if op == "release":
+                delay = number(delay_seconds, "delay_seconds", 0, 7 * 86400)
+                params = ops.release_params(
+                    number_id, delivery, token, delay, error_text(error), scope, now
+                )
+                statement = ops.RELEASE
+            else:
+                extra = number(seconds, "seconds", 1, MAX_LEASE)
+                statement = ops.EXTEND
+                params = ops.extend_params(number_id, delivery, token, extra, scope, now)
+            found = ops.parse_settlement(await self._db.fetch(statement, params))
         if found is None:
             raise DrainpipeError("not_found", f"No event {event_id}", code=EVENT_NOT_FOUND)
         ok, inbox_id, state, until = found

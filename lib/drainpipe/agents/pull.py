@@ -21,7 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
-from ..engine.core import long_poll_wait, mint_lease_id, poll_backoff
+from ..db.json import load_json
+from ..engine.core import long_poll_wait, poll_backoff
 from ..errors import DrainpipeError
 from ..ops import agents as ops
 from .checks import (
@@ -40,14 +41,13 @@ from .checks import (
     whole_number,
 )
 from .envelope import (
-    LEASE_PREFIX,
+    UNTRUSTED,
     Envelope,
-    Source,
     cap_view,
     event_id_text,
     parse_event_id,
     select_view,
-    source_id,
+    source_of,
 )
 
 if TYPE_CHECKING:
@@ -93,30 +93,27 @@ class AgentInbox:
     # -- envelopes -------------------------------------------------------------------------
 
     def _envelope(self, row: tuple[Any, ...], settings: InboxSettings) -> Envelope:
-        (_, id_, _, source, app, event_type, received_at, verified, payload, _, delivery, ack,
-         token, lease_until, _) = row  # fmt: skip
+        """The envelope of an ``ops.EVENT_COLUMNS`` row."""
+        (_, id_, source, app, event_type, received_at, verified, body, delivery, ack, token,
+         lease_until) = row  # fmt: skip
         lease_id = None
         if token is not None and ack == "manual":
-            lease_id = mint_lease_id(self._agents.secret, LEASE_PREFIX, id_, delivery, token.bytes)
-        if payload is None:  # the webhook message was purged: nothing left to show
+            lease_id = self._agents.leases.mint(id_, delivery, token)
+        payload = None if body is None else load_json(body.encode())
+        if payload is None:
+            # the webhook message was purged: nothing left to show (a body of JSON null has
+            # always been shown so too, when the loaders turned both into None)
             view, truncated = None, True
         else:
             view, truncated = cap_view(
                 select_view(payload, settings.view_paths), settings.view_max_bytes
             )
+        # positional: a frozen dataclass sets each field through object.__setattr__, and
+        # keywords cost a third more on top (ten envelopes a pull)
         return Envelope(
-            id=event_id_text(id_),
-            lease_id=lease_id,
-            delivery=delivery,
-            ack=ack,
-            source=Source(source_id(source), source, app),
-            type=event_type,
-            received_at=received_at,
-            verified=bool(verified),
-            view=view,
-            truncated=truncated,
-            lease_until=lease_until,
-        )
+            event_id_text(id_), lease_id, delivery, ack, source_of(source, app), event_type,
+            received_at, bool(verified), view, truncated, UNTRUSTED, lease_until,
+        )  # fmt: skip
 
     # -- next ------------------------------------------------------------------------------
 

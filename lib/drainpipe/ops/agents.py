@@ -9,10 +9,15 @@ from typing import Any
 
 from ._types import Params, Row
 
-#: The columns of ``drainpipe.agent_event_v1`` in order (see ``parse_event_rows``).
+#: What an envelope needs of a ``drainpipe.agent_event_v1`` row, in this order: outcome, id,
+#: source, app, event_type, received_at, verified, the body as JSON text, delivery, ack, the
+#: lease token's 16 bytes, lease_until. Fewer columns than the type has (inbox_id, state and
+#: subscription_id are not shown), the body as text (read by ``load_json``: a JSON column
+#: makes a caller's pool set up its JSON loaders again for every result) and the token as
+#: bytes (no UUID object on the way to the lease id).
 EVENT_COLUMNS = (
-    "outcome, id, inbox_id, source, app, event_type, received_at, verified, payload, state,"
-    " delivery, ack, lease_token, lease_until, subscription_id"
+    "outcome, id, source, app, event_type, received_at, verified, payload::text, delivery,"
+    " ack, uuid_send(lease_token), lease_until"
 )
 INBOX_COLUMNS = (
     "id, name, lease_seconds, hold_seconds, max_attempts, default_order, default_ack,"
