@@ -6,6 +6,10 @@
 Throughput (events/s through the consume loop only; the events are stored first):
 
 * ``raw-pgmq batch``  ``pgmq.read(q, vt, 10)`` + one ``pgmq.archive(q, ids[])`` per read
+  (the ids only: the messages are read on the server, never decoded)
+* ``raw-pgmq bodies`` the same loop fetching ``message`` too, decoded as psycopg decodes
+  jsonb: the peer of a consumer that looks at what it consumes, as ``bench.run``'s
+  ``raw-pgmq`` does (the agents loop gets every event's body as its ``view``)
 * ``raw-pgmq each``   ``pgmq.read(q, vt, 10)`` + ``pgmq.archive(q, id)`` per message
 * ``agents``          ``inbox.next(max=10)`` + ``agents.ack(id, lease_id)`` per event (the
   contract acks one event per call; the acks of one pull run concurrently on the pool)
@@ -73,13 +77,14 @@ async def fill_inbox(url: str, count: int) -> None:
         )
 
 
-async def raw_loop(pool: AsyncConnectionPool[Any], queue: str, batch_archive: bool) -> int:
+async def raw_loop(
+    pool: AsyncConnectionPool[Any], queue: str, batch_archive: bool, bodies: bool = False
+) -> int:
     done = 0
+    read = f"SELECT msg_id{', message' if bodies else ''} FROM pgmq.read(%s, 30, 10)"
     while True:
         async with pool.connection() as conn:
-            rows = await (
-                await conn.execute("SELECT msg_id FROM pgmq.read(%s, 30, 10)", (queue,))
-            ).fetchall()
+            rows = await (await conn.execute(read, (queue,))).fetchall()
             if not rows:
                 return done
             ids = [row[0] for row in rows]
@@ -127,12 +132,18 @@ async def throughput(
     await agents.subscribe(inbox_id, "bench")
     async with pool.connection() as conn:
         await conn.execute("SELECT pgmq.create('agentbench')")
-    rates: dict[str, list[float]] = {"raw-pgmq batch": [], "raw-pgmq each": [], "agents": []}
+    rates: dict[str, list[float]] = {
+        "raw-pgmq batch": [],
+        "raw-pgmq bodies": [],
+        "raw-pgmq each": [],
+        "agents": [],
+    }
     cpu: dict[str, list[float]] = {name: [] for name in rates}
     systems = list(rates)
     try:
         for round_ in range(rounds):
-            for name in systems[round_ % 3 :] + systems[: round_ % 3]:
+            shift = round_ % len(systems)
+            for name in systems[shift:] + systems[:shift]:
                 if name == "agents":
                     await fill_inbox(url, count)
                     watch = profile if round_ == rounds - 1 else None
@@ -143,9 +154,11 @@ async def throughput(
                         watch.disable()
                 else:
                     await fill_raw(url, "agentbench", count)
-                    batch = name == "raw-pgmq batch"
+                    batch = name != "raw-pgmq each"
+                    bodies = name == "raw-pgmq bodies"
                     rate, used = await timed(
-                        workers, lambda b=batch: raw_loop(pool, "agentbench", b)
+                        workers,
+                        lambda b=batch, m=bodies: raw_loop(pool, "agentbench", b, m),
                     )
                 rates[name].append(rate)
                 cpu[name].append(used)
@@ -203,7 +216,7 @@ async def main() -> None:
         for system, values in rates.items():
             used = statistics.median(cpu[system]) * 1e6
             print(f"  {system:<16} {statistics.median(values):>16.0f} {used:>20.1f}")
-        for raw in ("raw-pgmq batch", "raw-pgmq each"):
+        for raw in ("raw-pgmq batch", "raw-pgmq bodies", "raw-pgmq each"):
             ratios = [a / r for a, r in zip(rates["agents"], rates[raw], strict=True)]
             print(f"  agents / {raw}: median {statistics.median(ratios):.2f}x (rounds: "
                   + ", ".join(f"{x:.2f}" for x in ratios) + ")")  # fmt: skip
