@@ -71,6 +71,8 @@ INTERNAL_FUNCTIONS = {
     "agent_end_spent",
     "agent_hand_out",
     "agent_lock_event",
+    # a turn's completions (jobs 0008): called by complete_and_claim_jobs_v1 only
+    "complete_turn_jobs",
 }
 
 # what release 0 (0.1.0) shipped; later modules have no release-0 state to upgrade from
@@ -93,6 +95,7 @@ def test_every_module_has_numbered_migrations_with_known_option_parts() -> None:
                 ("api_v1", False),
                 ("records_v1", False),
                 ("policies_v1", False),
+                ("complete_and_claim_v1", False),
             ]
             continue
         assert found[0].name == "release_0" and found[1].name == "v1_functions"

@@ -103,34 +103,19 @@ def claim_params(queue: str, lease: float, batch: int) -> Params:
 
 def parse_claimed(queue: str, row: Row) -> Job[Any]:
     """A :data:`CLAIM` row ``(id, attempts, enqueued_at, visible_until, payload,
-    max_attempts, last_error)``, the two times as epoch seconds → Job. Runs once per
-    claimed job, so the common case (no context envelope) stays on a fast path."""
-    job_id, attempts, enqueued_epoch, lease_end_epoch, stored, max_attempts, last_error = row
-    if isinstance(stored, dict) and ENVELOPE_KEY in stored:
-        payload, context = unwrap_payload(stored)
-    else:
-        payload, context = stored, NO_CONTEXT
-    return claimed_job(
-        job_id,
-        queue,
-        payload,
-        context,
-        attempts,
-        max_attempts,
-        datetime.fromtimestamp(enqueued_epoch, UTC),
-        datetime.fromtimestamp(lease_end_epoch, UTC),
-        last_error,
-    )
+    max_attempts, last_error)``, the two times as epoch seconds → Job."""
+    return parse_claim(queue, (row,))[0]
 
 
 def parse_claim(queue: str, rows: Sequence[Row]) -> list[Job[Any]]:
     """The leased jobs (rows of :data:`CLAIM`, or :data:`COMPLETE_AND_CLAIM`'s claimed
     rows); payloads are not validated yet.
 
-    :func:`parse_claimed`'s work inlined, with one saving: the jobs of one claim share their
-    lease end (the claim sets one ``visible_at``) and often their enqueue time (a batch
-    enqueue), so a time equal to the previous row's reuses its ``datetime``: converting is
-    the dearest step of a no-op job's parsing."""
+    The loop runs once per claimed job, so the common case (no context envelope) stays on
+    a fast path. The jobs of one claim share their lease end (the claim sets one
+    ``visible_at``) and often their enqueue time (a batch enqueue), so a time equal to the
+    previous row's reuses its ``datetime``: converting is the dearest step of a no-op job's
+    parsing."""
     jobs: list[Job[Any]] = []
     append = jobs.append
     from_epoch = datetime.fromtimestamp

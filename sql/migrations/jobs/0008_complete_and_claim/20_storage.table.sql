@@ -18,27 +18,15 @@ SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 AS $$
 DECLARE
-    v_done bigint[];
     v_now timestamptz;
     v_until timestamptz;
     v_batch integer := greatest(p_batch, 1);
     v_ids bigint[];
     v_lapsed boolean;
 BEGIN
+    -- the completions first: a claim must not take back a job this turn completes
     IF cardinality(p_ids) > 0 THEN
-        IF cardinality(p_ids) IS DISTINCT FROM cardinality(p_attempts) THEN
-            RAISE EXCEPTION 'complete_and_claim_jobs_v1: % ids but % attempts',
-                cardinality(p_ids), cardinality(p_attempts) USING ERRCODE = '22023';
-        END IF;
-        SELECT array_agg(c.c) INTO v_done
-          FROM drainpipe.complete_jobs_v1(p_queue, p_ids, p_attempts, p_now) AS c(c);
-        IF coalesce(cardinality(v_done), 0) < cardinality(p_ids) THEN
-            RETURN QUERY
-            SELECT f.id, f.attempt, NULL::timestamptz, NULL::timestamptz, NULL::jsonb,
-                   NULL::integer, NULL::text, true
-              FROM unnest(p_ids, p_attempts) AS f(id, attempt)
-             WHERE f.id <> ALL (coalesce(v_done, '{}'::bigint[]));
-        END IF;
+        RETURN QUERY SELECT * FROM drainpipe.complete_turn_jobs(p_queue, p_ids, p_attempts, p_now);
     END IF;
 
     -- the claim's clock starts after the completions (as a claim sent after them would)
