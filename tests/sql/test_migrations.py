@@ -71,8 +71,9 @@ INTERNAL_FUNCTIONS = {
     "agent_end_spent",
     "agent_hand_out",
     "agent_lock_event",
-    # a turn's completions (jobs 0008): called by complete_and_claim_jobs_v1 only
-    "complete_turn_jobs",
+    # a turn's checks and refusals (jobs 0008): called by complete_and_claim_jobs_v1 only
+    "assert_turn_arrays",
+    "refused_turn_rows",
 }
 
 # what release 0 (0.1.0) shipped; later modules have no release-0 state to upgrade from

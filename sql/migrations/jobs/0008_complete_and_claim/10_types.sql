@@ -19,34 +19,33 @@ BEGIN
 END
 $types$;
 
--- A turn's completions (complete_jobs_v1, either storage): the ones it refused, as turn rows
--- (refused = true), none in the common case. Both storages' complete_and_claim_jobs_v1 start
--- with this.
-CREATE OR REPLACE FUNCTION drainpipe.complete_turn_jobs(
-    p_queue text, p_ids bigint[], p_attempts integer[], p_now timestamptz
+-- The completions of a turn that complete_jobs_v1 (or a pgmq queue's own complete function)
+-- refused, as turn rows (refused = true): the ids of p_ids not in p_done. Called only when
+-- fewer were done than asked (a lost or cancelled lease), so the common turn never runs it.
+CREATE OR REPLACE FUNCTION drainpipe.refused_turn_rows(
+    p_ids bigint[], p_attempts integer[], p_done bigint[]
 )
 RETURNS SETOF drainpipe.job_turn_row_v1
-LANGUAGE plpgsql SECURITY DEFINER
+LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_done bigint[];
+    SELECT f.id, f.attempt, NULL::timestamptz, NULL::timestamptz, NULL::jsonb,
+           NULL::integer, NULL::text, true
+      FROM unnest(p_ids, p_attempts) AS f(id, attempt)
+     WHERE f.id <> ALL (coalesce(p_done, '{}'::bigint[]))
+$$;
+
+-- p_ids and p_attempts pair up (a turn's own check, before anything is completed).
+CREATE OR REPLACE FUNCTION drainpipe.assert_turn_arrays(p_ids bigint[], p_attempts integer[])
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
 BEGIN
-    IF coalesce(cardinality(p_ids), 0) = 0 THEN
-        RETURN;
-    END IF;
-    IF cardinality(p_ids) IS DISTINCT FROM cardinality(p_attempts) THEN
+    IF coalesce(cardinality(p_ids), 0) IS DISTINCT FROM coalesce(cardinality(p_attempts), 0) THEN
         RAISE EXCEPTION 'complete_and_claim_jobs_v1: % ids but % attempts',
-            cardinality(p_ids), cardinality(p_attempts) USING ERRCODE = '22023';
-    END IF;
-    SELECT array_agg(c.c) INTO v_done
-      FROM drainpipe.complete_jobs_v1(p_queue, p_ids, p_attempts, p_now) AS c(c);
-    IF coalesce(cardinality(v_done), 0) < cardinality(p_ids) THEN
-        RETURN QUERY
-        SELECT f.id, f.attempt, NULL::timestamptz, NULL::timestamptz, NULL::jsonb,
-               NULL::integer, NULL::text, true
-          FROM unnest(p_ids, p_attempts) AS f(id, attempt)
-         WHERE f.id <> ALL (coalesce(v_done, '{}'::bigint[]));
+            coalesce(cardinality(p_ids), 0), coalesce(cardinality(p_attempts), 0)
+            USING ERRCODE = '22023';
     END IF;
 END
 $$;

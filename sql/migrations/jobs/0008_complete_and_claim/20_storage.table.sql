@@ -18,6 +18,7 @@ SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 AS $$
 DECLARE
+    v_done bigint[];
     v_now timestamptz;
     v_until timestamptz;
     v_batch integer := greatest(p_batch, 1);
@@ -26,7 +27,11 @@ DECLARE
 BEGIN
     -- the completions first: a claim must not take back a job this turn completes
     IF cardinality(p_ids) > 0 THEN
-        RETURN QUERY SELECT * FROM drainpipe.complete_turn_jobs(p_queue, p_ids, p_attempts, p_now);
+        PERFORM drainpipe.assert_turn_arrays(p_ids, p_attempts);
+        v_done := ARRAY(SELECT drainpipe.complete_jobs_v1(p_queue, p_ids, p_attempts, p_now));
+        IF cardinality(v_done) < cardinality(p_ids) THEN
+            RETURN QUERY SELECT * FROM drainpipe.refused_turn_rows(p_ids, p_attempts, v_done);
+        END IF;
     END IF;
 
     -- the claim's clock starts after the completions (as a claim sent after them would)
