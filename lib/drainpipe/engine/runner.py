@@ -286,9 +286,10 @@ class Runner:
                 self.report.budget_exhausted = True
                 await self._settle(done)
                 return
+            refused: Sequence[Any] = ()
             try:
                 if done:
-                    claimed = await self._complete_and_claim(fuse, done)
+                    refused, claimed = await self._complete_and_claim(fuse, done)
                 else:
                     claimed = await self.source.claim(self.batch, self._lease_seconds())
             except Exception as exc:
@@ -320,6 +321,8 @@ class Runner:
                 self._halt.set()
                 return
             done = []
+            if refused:  # outside the try: reporting is not claiming
+                await self._report_refused(refused)
             self.reached = True
             retries = 0
             outage_started = None
@@ -341,15 +344,14 @@ class Runner:
 
     async def _complete_and_claim(
         self, fuse: Callable[..., Awaitable[Any]] | None, done: list[Any]
-    ) -> Sequence[Any]:
-        """Settle ``done`` and claim the next batch: one call when the source fuses them."""
+    ) -> tuple[Sequence[Any], Sequence[Any]]:
+        """Settle ``done`` and claim the next batch, one call when the source fuses them:
+        (the completions the source refused, the claimed items)."""
         if fuse is None:
-            await self._settle(done)
-            return await self.source.claim(self.batch, self._lease_seconds())
+            await self._settle(done)  # reports its own refusals
+            return (), await self.source.claim(self.batch, self._lease_seconds())
         refused, claimed = await fuse(done, self.batch, self._lease_seconds())
-        if refused:
-            await self._report_refused(refused)
-        return claimed  # type: ignore[no-any-return]
+        return refused, claimed
 
     async def _sleep(self, delay: float) -> None:
         """Sleep, waking early when the run is told to stop."""

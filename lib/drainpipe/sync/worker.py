@@ -208,8 +208,8 @@ class SyncWorker:
                     refused, claimed = self.backend.complete_and_claim(
                         self.queue, done, lease=self.lease, batch=self.batch
                     )
-                    self._report_refused(refused)
                 else:
+                    refused = []
                     claimed = self.backend.read(self.queue, lease=self.lease, batch=self.batch)
             except Exception as exc:
                 if done:  # nothing of the fused call committed: settle the finished work alone
@@ -225,6 +225,7 @@ class SyncWorker:
                 self._halt.set()
                 return
             done = []
+            self._report_refused(refused)  # outside the try: reporting is not claiming
             retries = 0
             if not claimed:
                 return
