@@ -16,6 +16,7 @@ from drainpipe.backends.capabilities import SupportsCompleteAndClaim
 from drainpipe.backends.memory import Clock, MemoryBackend
 from drainpipe.backends.postgrest import PostgrestBackend
 from drainpipe.sync import Jobs as SyncJobs
+from tests.conftest import connect
 from tests.jobs.postgrest_emulation import BASE, SERVICE_KEY, postgrest_emulation
 
 QUEUES: dict[str, Any] = {"emails": dict[str, Any]}
@@ -274,3 +275,30 @@ def test_the_sync_twin_fuses_the_same_way(fresh_database: Any, backend: str) -> 
             jobs.enqueue("emails", {"n": n})
         report = jobs.drain("emails", lambda payload, job: ran.append(job.id), batch=3)
         assert report.succeeded == 7 and len(set(ran)) == 7
+
+
+async def test_first_turns_on_a_new_pgmq_queue_race_safely(fresh_database: Any) -> None:
+    """The first turn on a pgmq queue generates that queue's turn function: six sessions
+    taking their first turn at once all get an answer, and no job goes to two of them."""
+    url = str(fresh_database("pgmq"))
+    jobs = Jobs(url, {"fresh": dict[str, Any]})
+    await jobs.enqueue_many("fresh", [{"n": n} for n in range(40)])
+    sessions = [await connect(url) for _ in range(6)]
+    try:
+        answers = await asyncio.gather(
+            *(
+                session.execute(
+                    "SELECT id FROM drainpipe.complete_and_claim_jobs_v1(%s, '{}', '{}', 30, 5)",
+                    ("fresh",),
+                )
+                for session in sessions
+            )
+        )
+        claimed = [row[0] for answer in answers for row in await answer.fetchall()]
+    finally:
+        for session in sessions:
+            await session.close()
+    assert len(claimed) == 30 and len(set(claimed)) == 30
+    stats = (await jobs.stats(["fresh"]))["fresh"]
+    assert (stats.in_flight, stats.ready) == (30, 10)
+    await jobs.close()
