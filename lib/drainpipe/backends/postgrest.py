@@ -224,7 +224,7 @@ class PostgrestBackend:
         if not isinstance(data, dict):
             raise rows.malformed(self.schema, "complete_and_claim_v1", "refused and claimed", data)
         refused = rows.id_set(self.schema, "complete_and_claim_v1", data.get("refused"))
-        claimed = rows.claimed(self.schema, queue, data.get("claimed"))
+        claimed = rows.claimed(self.schema, queue, data.get("claimed"), "complete_and_claim_v1")
         return [job for job in jobs if job.id in refused], claimed
 
     async def fail(

@@ -100,11 +100,11 @@ def live_payloads(schema: str, data: Any) -> list[tuple[int, Any]]:
     return [(job_id(schema, fn, item.get("id")), item.get("payload")) for item in data]
 
 
-def claimed(schema: str, queue: str, data: Any) -> list[Job[Any]]:
-    """``claim_v1``'s rows ``[id, attempts, enqueued_at, visible_until, payload,
-    max_attempts, last_error]`` → Jobs (payloads not validated yet)."""
+def claimed(schema: str, queue: str, data: Any, fn: str = "claim_v1") -> list[Job[Any]]:
+    """``claim_v1``'s rows (or ``fn``'s, which has the same) ``[id, attempts, enqueued_at,
+    visible_until, payload, max_attempts, last_error]`` → Jobs (payloads not validated yet)."""
     if not isinstance(data, list):
-        raise malformed(schema, "claim_v1", "a list of jobs", data)
+        raise malformed(schema, fn, "a list of jobs", data)
     jobs = []
     for row in data:
         try:
@@ -127,7 +127,7 @@ def claimed(schema: str, queue: str, data: Any) -> list[Job[Any]]:
                 )
             )
         except (TypeError, ValueError) as exc:
-            raise malformed(schema, "claim_v1", f"job rows ({exc})", row) from None
+            raise malformed(schema, fn, f"job rows ({exc})", row) from None
     return jobs
 
 

@@ -288,8 +288,8 @@ class Runner:
                 return
             refused: Sequence[Any] = ()
             try:
-                if done:
-                    refused, claimed = await self._complete_and_claim(fuse, done)
+                if done and fuse is not None:  # ``done`` is only kept when the source fuses
+                    refused, claimed = await fuse(done, self.batch, self._lease_seconds())
                 else:
                     claimed = await self.source.claim(self.batch, self._lease_seconds())
             except Exception as exc:
@@ -341,17 +341,6 @@ class Runner:
             else:
                 done = succeeded
         await self._settle(done)
-
-    async def _complete_and_claim(
-        self, fuse: Callable[..., Awaitable[Any]] | None, done: list[Any]
-    ) -> tuple[Sequence[Any], Sequence[Any]]:
-        """Settle ``done`` and claim the next batch, one call when the source fuses them:
-        (the completions the source refused, the claimed items)."""
-        if fuse is None:
-            await self._settle(done)  # reports its own refusals
-            return (), await self.source.claim(self.batch, self._lease_seconds())
-        refused, claimed = await fuse(done, self.batch, self._lease_seconds())
-        return refused, claimed
 
     async def _sleep(self, delay: float) -> None:
         """Sleep, waking early when the run is told to stop."""
