@@ -109,6 +109,55 @@ class Envelope:
         }
 
 
+# A hand-out builds ten envelopes: the frozen dataclass's __init__ sets each of the twelve
+# fields through object.__setattr__ (3 us an envelope); the slots' own setters, called
+# straight, do the same in half the time. Same instance, same fields, still frozen.
+_new = object.__new__
+_slot_setters = {name: vars(Envelope)[name].__set__ for name in Envelope.__slots__}
+_set_id = _slot_setters["id"]
+_set_lease_id = _slot_setters["lease_id"]
+_set_delivery = _slot_setters["delivery"]
+_set_ack = _slot_setters["ack"]
+_set_source = _slot_setters["source"]
+_set_type = _slot_setters["type"]
+_set_received_at = _slot_setters["received_at"]
+_set_verified = _slot_setters["verified"]
+_set_view = _slot_setters["view"]
+_set_truncated = _slot_setters["truncated"]
+_set_untrusted = _slot_setters["untrusted"]
+_set_lease_until = _slot_setters["lease_until"]
+
+
+def new_envelope(
+    id: str,
+    lease_id: str | None,
+    delivery: int,
+    ack: AckMode | None,
+    source: Source,
+    type: str | None,
+    received_at: datetime,
+    verified: bool,
+    view: Any,
+    truncated: bool,
+    lease_until: datetime | None,
+) -> Envelope:
+    """``Envelope(...)`` (``untrusted`` the fixed text) for the hand-out path."""
+    envelope: Envelope = _new(Envelope)
+    _set_id(envelope, id)
+    _set_lease_id(envelope, lease_id)
+    _set_delivery(envelope, delivery)
+    _set_ack(envelope, ack)
+    _set_source(envelope, source)
+    _set_type(envelope, type)
+    _set_received_at(envelope, received_at)
+    _set_verified(envelope, verified)
+    _set_view(envelope, view)
+    _set_truncated(envelope, truncated)
+    _set_untrusted(envelope, UNTRUSTED)
+    _set_lease_until(envelope, lease_until)
+    return envelope
+
+
 def _utc_text(moment: datetime) -> str:
     text = moment.isoformat()
     return text[:-6] + "Z" if text.endswith("+00:00") else text
@@ -212,6 +261,20 @@ def _fit(value: Any, budget: int) -> tuple[bool, Any]:
             used += overhead + _size(part)
         return used <= budget, items
     return False, None  # a number, boolean or null cannot be cut
+
+
+#: What a JSON number's text can grow by from jsonb's text to Python's: jsonb writes a
+#: fraction positionally ("12345678901234567.8"), Python's repr may need an exponent
+#: ("1.2345678901234568e+16", 4 more characters). Integers and everything else come out
+#: the same or shorter (jsonb's text has a space after every ":" and ",").
+_FLOAT_GROWTH: Final = 8
+
+
+def body_fits(text: bytes, max_bytes: int) -> bool:
+    """Whether a whole body, as jsonb's text ``text``, is at most ``max_bytes`` bytes of
+    compact JSON: certain when the text with room for every possible fraction fits (a
+    fraction has a "."), without parsing or encoding it. False: measure it."""
+    return len(text) + _FLOAT_GROWTH * text.count(b".") <= max_bytes
 
 
 def cap_view(view: Any, max_bytes: int) -> tuple[Any, bool]:

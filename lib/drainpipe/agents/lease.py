@@ -33,6 +33,9 @@ _RAW_BYTES: Final = _LAYOUT.size + _MAC_BYTES  # 44 bytes: 59 base64 characters,
 _TEXT_CHARS: Final = len(_HEAD) + 59
 _TO_URLSAFE: Final = bytes.maketrans(b"+/", b"-_")
 _FROM_URLSAFE: Final = bytes.maketrans(b"-_", b"+/")
+_BLOCK: Final = 64  # SHA-256's block size
+_INNER_PAD: Final = bytes(byte ^ 0x36 for byte in range(256))
+_OUTER_PAD: Final = bytes(byte ^ 0x5C for byte in range(256))
 
 Lease = tuple[int, int, bytes]
 
@@ -41,15 +44,27 @@ Lease = tuple[int, int, bytes]
 REMEMBERED: Final = 2048
 
 
+def _text(raw: bytes) -> str:
+    """The lease id of its 44 bytes."""
+    text = binascii.b2a_base64(raw, newline=False).translate(_TO_URLSAFE).rstrip(b"=")
+    return _HEAD + text.decode("ascii")
+
+
 class LeaseCodec:
     """Mints and reads the lease ids of one secret."""
 
-    __slots__ = ("_earlier", "_keyed", "_minted")
+    __slots__ = ("_earlier", "_inner", "_minted", "_outer")
 
     def __init__(self, secret: bytes) -> None:
-        # the MAC input is prefix, NUL, body (engine.core's layout): the key and the first
-        # two are absorbed here once
-        self._keyed = hmac.new(secret, PREFIX.encode() + b"\0", hashlib.sha256)
+        # HMAC-SHA256 (RFC 2104) from its two keyed hash states, copied per id: hmac's own
+        # copy() and digest() are Python around the same two hashes (1.9 us an id against
+        # 1.1). The MAC input is prefix, NUL, body (engine.core's layout): the key and the
+        # first two are absorbed here once.
+        key = hashlib.sha256(secret).digest() if len(secret) > _BLOCK else secret
+        key = key.ljust(_BLOCK, b"\0")
+        self._inner = hashlib.sha256(key.translate(_INNER_PAD))
+        self._inner.update(PREFIX.encode() + b"\0")
+        self._outer = hashlib.sha256(key.translate(_OUTER_PAD))
         # two generations: when this one is full it becomes the earlier one and the one
         # before is dropped (deleting a dict's oldest keys one by one makes every iter()
         # walk the holes they leave)
@@ -57,14 +72,15 @@ class LeaseCodec:
         self._earlier: dict[str, Lease] = {}
 
     def _mac(self, body: bytes) -> bytes:
-        mac = self._keyed.copy()
-        mac.update(body)
-        return mac.digest()[:_MAC_BYTES]
+        inner = self._inner.copy()
+        inner.update(body)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()[:_MAC_BYTES]
 
     def mint(self, event_id: int, delivery: int, token: bytes) -> str:
         body = _LAYOUT.pack(event_id, delivery, token)
-        text = binascii.b2a_base64(body + self._mac(body), newline=False)
-        lease_id = _HEAD + text.translate(_TO_URLSAFE).rstrip(b"=").decode("ascii")
+        lease_id = _text(body + self._mac(body))
         minted = self._minted
         minted[lease_id] = (event_id, delivery, token)
         if len(minted) >= REMEMBERED:
@@ -92,7 +108,9 @@ class LeaseCodec:
             )
         except binascii.Error:
             return None
-        if len(raw) != _RAW_BYTES:
+        if len(raw) != _RAW_BYTES or _text(raw) != lease_id:
+            # one text per lease id: the last character's 2 unused low bits must be zero,
+            # or an id with another last character would read as the same lease
             return None
         body = raw[: _LAYOUT.size]
         if not hmac.compare_digest(raw[_LAYOUT.size :], self._mac(body)):

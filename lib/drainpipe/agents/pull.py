@@ -41,10 +41,11 @@ from .checks import (
     whole_number,
 )
 from .envelope import (
-    UNTRUSTED,
     Envelope,
+    body_fits,
     cap_view,
     event_id_text,
+    new_envelope,
     parse_event_id,
     select_view,
     source_of,
@@ -99,20 +100,23 @@ class AgentInbox:
         lease_id = None
         if token is not None and ack == "manual":
             lease_id = self._agents.leases.mint(id_, delivery, token)
-        payload = None if body is None else load_json(body.encode())
-        if payload is None:
-            # the webhook message was purged: nothing left to show (a body of JSON null has
-            # always been shown so too, when the loaders turned both into None)
-            view, truncated = None, True
-        else:
-            view, truncated = cap_view(
-                select_view(payload, settings.view_paths), settings.view_max_bytes
-            )
-        # positional: a frozen dataclass sets each field through object.__setattr__, and
-        # keywords cost a third more on top (ten envelopes a pull)
-        return Envelope(
+        # the webhook message was purged: nothing left to show (a body of JSON null has
+        # always been shown so too, when the loaders turned both into None)
+        view, truncated = None, True
+        if body is not None:
+            text = body.encode()
+            payload = load_json(text)
+            if payload is None:
+                pass
+            elif settings.view_paths is None and body_fits(text, settings.view_max_bytes):
+                view, truncated = payload, False  # the whole body, small enough unmeasured
+            else:
+                view, truncated = cap_view(
+                    select_view(payload, settings.view_paths), settings.view_max_bytes
+                )
+        return new_envelope(
             event_id_text(id_), lease_id, delivery, ack, source_of(source, app), event_type,
-            received_at, bool(verified), view, truncated, UNTRUSTED, lease_until,
+            received_at, bool(verified), view, truncated, lease_until,
         )  # fmt: skip
 
     # -- next ------------------------------------------------------------------------------

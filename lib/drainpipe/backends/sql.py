@@ -27,7 +27,8 @@ from ..models import (
 from ..ops import jobs as ops
 from ..ops import records as record_ops
 from ..ops import schedules as schedule_ops
-from ..ops.jobs import int_array, parse_claimed, parse_dead
+from ..ops._types import int_array
+from ..ops.jobs import parse_claimed, parse_dead
 
 __all__ = ["SqlQueueBackend", "int_array", "parse_claimed", "parse_dead"]
 

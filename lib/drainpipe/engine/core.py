@@ -134,6 +134,10 @@ def read_lease_id(secret: bytes, prefix: str, lease_id: str) -> tuple[int, int, 
         return None
     if len(raw) != _LEASE_BODY_BYTES + _LEASE_MAC_BYTES:
         return None
+    # one text per lease id: the last character's unused low bits must be zero, or an id
+    # with another last character would read as the same lease
+    if base64.urlsafe_b64encode(raw).rstrip(b"=").decode() != text:
+        return None
     body, mac = raw[:_LEASE_BODY_BYTES], raw[_LEASE_BODY_BYTES:]
     if not hmac.compare_digest(mac, _lease_mac(secret, prefix, body)):
         return None

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ._types import Params, Row
+from ._types import Params, Row, int_array, token_array
 
 #: What an envelope needs of a ``drainpipe.agent_event_v1`` row, in this order: outcome, id,
 #: source, app, event_type, received_at, verified, the body as JSON text, delivery, ack, the
@@ -96,7 +96,7 @@ CLAIM = f"SELECT {EVENT_COLUMNS} FROM drainpipe.agent_claim_v1(%s, %s::bigint[],
 
 
 def claim_params(inbox_id: str, event_ids: list[int], now: datetime | None) -> Params:
-    return (inbox_id, event_ids, now)
+    return (inbox_id, int_array(event_ids), now)
 
 
 EVENTS = f"SELECT {EVENT_COLUMNS} FROM drainpipe.agent_events_v1(%s, %s, %s, %s, %s, %s, %s, %s)"
@@ -221,12 +221,18 @@ ACK_MANY = (
 def ack_many_params(
     event_ids: list[int],
     deliveries: list[int],
-    tokens: list[Any],
+    tokens: list[str | None],
     outcomes_json: list[str | None],
     inboxes: list[str] | None,
     now: datetime | None,
 ) -> Params:
-    return (event_ids, deliveries, tokens, outcomes_json, inboxes, now)
+    """``tokens``: uuid texts (None: a lease id that fences nothing). The arrays go as
+    literals (:func:`int_array`); outcomes, mostly none, as NULL when there are none
+    (the function reads a missing outcome as NULL)."""
+    outcomes = None if all(o is None for o in outcomes_json) else outcomes_json
+    return (
+        int_array(event_ids), int_array(deliveries), token_array(tokens), outcomes, inboxes, now,
+    )  # fmt: skip
 
 
 def parse_ack_many(rows: list[Row]) -> dict[int, tuple[bool, str, str, datetime | None]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from ._types import Params, Row
+from ._types import Params, Row, int_array
 
 MESSAGE_COLUMNS = (
     "id, source, message_id, event_type, payload, headers, attempts, max_attempts,"
@@ -60,7 +60,7 @@ EXTEND = "SELECT drainpipe.extend_webhooks_v1(%s::bigint[], %s::integer[], %s, %
 
 
 def extend_params(ids: list[int], attempts: list[int], worker: str, lease: float) -> Params:
-    return (ids, attempts, worker, lease)
+    return (int_array(ids), int_array(attempts), worker, lease)
 
 
 def parse_extend(rows: list[Row]) -> set[int]:

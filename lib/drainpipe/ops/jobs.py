@@ -13,15 +13,9 @@ from typing import Any
 from ..context import ENVELOPE_KEY, unwrap_payload
 from ..db import jsonb
 from ..models import DeadJob, DedupeMode, FailOutcome, Job, JobContext, QueueStats, claimed_job
-from ._types import Params, Row
+from ._types import Params, Row, int_array
 
 NO_CONTEXT = JobContext()
-
-
-def int_array(values: Sequence[int]) -> str:
-    """A Postgres array literal for ints: much cheaper than psycopg's generic list dumper,
-    which inspects every element (this is on the completion hot path)."""
-    return "{" + ",".join(map(str, values)) + "}"
 
 
 def _flag(rows: list[Row]) -> bool:
