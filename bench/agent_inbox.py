@@ -233,7 +233,7 @@ async def main() -> None:
     )
     args = parser.parse_args()
     profile = cProfile.Profile() if args.profile else None
-    rounds, count, samples = (2, 500, 10) if args.quick else (5, 3000, 60)
+    rounds, count, samples = (2, 500, 10) if args.quick else (5, 6000, 60)
     count = args.count or count
     samples = 0 if args.no_latency else samples
     name = f"bench_agents_{uuid.uuid4().hex[:8]}"

@@ -63,6 +63,34 @@ async def test_fifo_lifo_and_priority_orders(setup: Setup) -> None:
     assert [e.id for e in await inbox.next(order="fifo", max=10)] == [ids[0], ids[3]]
 
 
+async def test_pulls_of_many_keep_their_order_and_leave_spent_events_out(setup: Setup) -> None:
+    # one statement picks, hands out and reads the bodies (webhook-inbox 0006): the answer
+    # keeps the pick's order, and a spent event among those picked is ended, not handed
+    inbox_id = await setup.agents.create("many", max_attempts=2, lease_seconds=30)
+    await setup.agents.subscribe(inbox_id, "billing")
+    for n in range(6):
+        await setup.store({"n": n}, type="odd" if n % 2 else "even")
+    inbox = setup.agents.inbox(inbox_id)
+    ids = [item.id for item in (await inbox.events()).items]
+    newest = await inbox.next(order="lifo", max=3)
+    assert [e.id for e in newest] == [ids[5], ids[4], ids[3]]
+    assert [e.view for e in newest] == [{"n": 5}, {"n": 4}, {"n": 3}]
+    oldest = await inbox.next(order="fifo", max=2, type="odd")
+    assert [e.id for e in oldest] == [ids[1]]  # 3 and 5 are held
+    setup.clock.advance(31)  # the leases ran out: 1, 3, 4, 5 are due from their (one) end
+    again = await inbox.next(order="fifo", max=10)
+    assert [e.id for e in again] == [ids[0], ids[2], ids[1], ids[3], ids[4], ids[5]]
+    assert [e.delivery for e in again] == [1, 1, 2, 2, 2, 2]
+    setup.clock.advance(31)  # 0 and 2 are due on a first delivery, the others are spent
+    last = await inbox.next(order="lifo", max=10)
+    assert [e.id for e in last] == [ids[2], ids[0]]
+    found = await states(setup.url)
+    spent = {ids[n] for n in (1, 3, 4, 5)}
+    assert {f"evt_{i}": state for i, (state, _) in found.items() if f"evt_{i}" in spent} == {
+        event_id: "failed" for event_id in spent
+    }
+
+
 async def test_where_types_and_correlation_filters(setup: Setup) -> None:
     inbox_id = await setup.agents.create("paid-only")
     sub = await setup.agents.subscribe(
