@@ -3,6 +3,8 @@ transaction pooler, and a caller's pool of transactional connections still commi
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
@@ -77,3 +79,101 @@ async def test_a_pool_of_transactional_connections_is_committed(jobs_db_url: str
         assert await jobs.enqueue("q", {"i": 2}) > job_id
         async with pool.connection() as conn:
             assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+# -- the parked connection of drainpipe's own pool ---------------------------------------
+
+PID = "SELECT pg_backend_pid()"
+
+
+async def test_one_caller_keeps_one_connection_between_statements(db_url: str) -> None:
+    db = Database(db_url, max_size=3)
+    try:
+        pids = {await db.fetchval(PID) for _ in range(5)}
+        assert len(pids) == 1
+        pool = db._pool
+        assert pool is not None
+        asked = pool.get_stats().get("requests_num", 0)
+        for _ in range(5):
+            await db.fetchval(PID)
+        # parked between statements: the pool was not asked again
+        assert pool.get_stats().get("requests_num", 0) == asked
+    finally:
+        await db.close()
+
+
+async def test_parked_connection_goes_back_after_its_idle_time(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import drainpipe.db
+
+    monkeypatch.setattr(drainpipe.db, "PARK_IDLE", 0.0)
+    db = Database(db_url, max_size=3)
+    try:
+        await db.fetchval(PID)
+        await db.fetchval(PID)
+        pool = db._pool
+        assert pool is not None
+        asked = pool.get_stats().get("requests_num", 0)
+        await db.fetchval(PID)
+        assert pool.get_stats().get("requests_num", 0) == asked + 1
+    finally:
+        await db.close()
+
+
+async def test_a_pool_of_one_never_starves_behind_the_parked_connection(db_url: str) -> None:
+    # concurrent statements and a borrowed connection share the pool's only connection:
+    # none may wait for the one parked (the pool timeout would end such a wait)
+    db = Database(db_url, max_size=1, timeout=2.0)
+    try:
+        pid = await db.fetchval(PID)
+        rows = await asyncio.wait_for(
+            asyncio.gather(
+                *(
+                    db.fetchval("SELECT pg_sleep(0.01)::text || '-' || pg_backend_pid()")
+                    for _ in range(6)
+                )
+            ),
+            10,
+        )
+        assert {row.split("-")[1] for row in rows} == {str(pid)}
+        await db.fetchval(PID)  # parked again
+        async with db.connection() as conn:
+            cur = await conn.execute(PID)
+            assert (await cur.fetchone()) == (pid,)
+        await asyncio.wait_for(
+            asyncio.gather(db.fetchval(PID), _borrow(db), db.fetchval(PID), _borrow(db)), 10
+        )
+    finally:
+        await db.close()
+
+
+async def _borrow(db: Database) -> None:
+    async with db.connection() as conn:
+        await conn.execute("SELECT pg_sleep(0.01)")
+
+
+def test_sync_one_caller_keeps_one_connection_and_threads_never_starve(db_url: str) -> None:
+    db = SyncDatabase(db_url, max_size=1, timeout=2.0)
+    try:
+        pids = {db.fetch(PID)[0][0] for _ in range(5)}
+        assert len(pids) == 1
+        pool = db._pool
+        assert pool is not None
+        asked = pool.get_stats().get("requests_num", 0)
+        for _ in range(5):
+            db.fetch(PID)
+        assert pool.get_stats().get("requests_num", 0) == asked
+
+        def work(i: int) -> None:
+            if i % 3 == 0:
+                with db.connection() as conn:
+                    conn.execute("SELECT pg_sleep(0.01)")
+            else:
+                db.fetch("SELECT pg_sleep(0.01)")
+
+        with ThreadPoolExecutor(4) as executor:
+            list(executor.map(work, range(12)))
+        assert {db.fetch(PID)[0][0]} == pids
+    finally:
+        db.close()

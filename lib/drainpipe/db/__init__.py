@@ -12,6 +12,7 @@ import math
 import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from time import monotonic
 from typing import TYPE_CHECKING, Any, Final
 
 # asyncio is imported where the async Database uses it, not here: the sync twin
@@ -94,6 +95,15 @@ DEFAULT_CONNECT_TIMEOUT: Final = 5.0
 #: Seconds a call waits for a pooled connection (all busy, or the server away) before
 #: ``network``.
 DEFAULT_POOL_TIMEOUT: Final = 5.0
+
+#: A connection drainpipe's own pool (a DSN's) lent to a statement stays with the
+#: :class:`Database` between statements while nothing else waits for one ("parked"), so a
+#: caller that sends one statement after another skips the pool's checkout and return.
+#: It goes back to the pool when it has been idle this many seconds ...
+PARK_IDLE: Final = 1.0
+#: ... and, in a steady stream of statements, when it left the pool this long ago (the
+#: pool then applies its max_lifetime and hands out another or the same one).
+PARK_ROUND: Final = 30.0
 
 #: Codes of connection failures that retrying cannot fix: the configuration is wrong.
 PERMANENT_CONNECT_CODES: Final = frozenset(
@@ -239,6 +249,11 @@ class Database:
         self._first_connect_done: asyncio.Event | None = None
         self._open_lock = asyncio.Lock()
         self._prepare: dict[str, Any] = {}  # prepare_threshold for a pool we open
+        # the parked connection of our own pool (see PARK_IDLE): (connection, its cursor,
+        # when it left the pool, when it was parked); and how many statements or borrowed
+        # connections are out right now (one parks only when it is the last)
+        self._parked: tuple[Any, Any, float, float] | None = None
+        self._busy = 0
         if isinstance(db, str):
             self._dsn = db
             self._prepare = prepare_options(db, prepare)
@@ -370,13 +385,26 @@ class Database:
                 yield self._conn
                 return
             pool = await self._ensure_pool()
-            async with pool.connection() as conn:
-                yield conn
+            # counted as out, so no statement parks a connection while this one waits for
+            # one; and a parked one goes back first (with a pool of one it is the only one)
+            self._busy += 1
+            try:
+                await self._unpark()
+                async with pool.connection() as conn:
+                    yield conn
+            finally:
+                self._busy -= 1
         except Exception as exc:
             error = self._error(exc)
             if error is None:
                 raise
             raise error from exc
+
+    async def _unpark(self) -> None:
+        """Give the parked connection back to the pool (it decides whether it stays)."""
+        parked, self._parked = self._parked, None
+        if parked is not None and self._pool is not None:
+            await self._pool.putconn(parked[0])
 
     async def fetch(self, sql: str, params: Sequence[Any] | None = None) -> list[Row]:
         """Run one statement and return all its rows (as tuples)."""
@@ -387,6 +415,8 @@ class Database:
         try:
             if self._conn is not None:
                 return await self._run(self._conn, sql, params)
+            if self._owns_pool and self._pool is not None:
+                return await self._fetch_own(sql, params)
             pool = self._pool or await self._ensure_pool()
             conn = await pool.getconn()
             try:
@@ -420,9 +450,47 @@ class Database:
         if pool is None:
             return
         try:
+            await self._unpark()  # it may be as dead as the one that failed: checked too
             await asyncio.wait_for(pool.check(), self._connect_timeout)
         except Exception:  # best effort: the retry (or the pool itself) finds out anyway
             return
+
+    async def _fetch_own(self, sql: str, params: Sequence[Any] | None) -> list[Row]:
+        """:meth:`fetch` on the pool drainpipe opened for a DSN (autocommit connections):
+        on the parked connection when there is one, else on one from the pool, which is
+        parked afterwards when no other statement is out (PARK_IDLE, PARK_ROUND)."""
+        pool = self._pool
+        assert pool is not None
+        # counted before any wait: a statement that finishes meanwhile must not park the
+        # connection this one would wait for in the pool
+        self._busy += 1
+        try:
+            now = monotonic()
+            parked, self._parked = self._parked, None
+            if parked is not None and now - parked[3] < PARK_IDLE:
+                conn, cur, since, _ = parked
+            else:
+                if parked is not None:
+                    await pool.putconn(parked[0])  # idle too long: the pool's again
+                conn = await pool.getconn()
+                cur, since = conn.cursor(), now
+        except BaseException:
+            self._busy -= 1
+            raise
+        try:
+            await cur.execute(sql, params)
+            result = cur.pgresult
+            rows: list[Row] = [] if result is None or result.nfields == 0 else await cur.fetchall()
+        except BaseException:
+            self._busy -= 1
+            await pool.putconn(conn)  # the pool sees what state it is in
+            raise
+        self._busy -= 1
+        if self._busy or self._parked is not None or monotonic() - since >= PARK_ROUND:
+            await pool.putconn(conn)
+        else:
+            self._parked = (conn, cur, since, monotonic())
+        return rows
 
     async def _run(self, conn: Any, sql: str, params: Sequence[Any] | None) -> list[Row]:
         cur = conn.cursor()
@@ -448,6 +516,7 @@ class Database:
     async def close(self) -> None:
         """Close the pool drainpipe opened for a DSN (a pool or connection you gave stays open)."""
         if self._owns_pool and self._pool is not None:
+            await self._unpark()
             await self._pool.close()
             self._pool = None
 

@@ -10,15 +10,19 @@ psycopg is imported on first use, as for the async executor.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from time import monotonic
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DrainpipeError
 from . import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_POOL_TIMEOUT,
+    PARK_IDLE,
+    PARK_ROUND,
     _database_error,
     _positive_seconds,
     connect_error,
@@ -65,6 +69,12 @@ class SyncDatabase:
         self._open_lock = threading.Lock()
         self._conn_lock = threading.RLock()
         self._prepare: dict[str, Any] = {}  # prepare_threshold for a pool we open
+        # the parked connection of our own pool, as in the async Database (PARK_IDLE):
+        # (connection, its cursor, when it left the pool, when it was parked), and how many
+        # statements or borrowed connections are out; both under _park_lock (threads)
+        self._parked: tuple[Any, Any, float, float] | None = None
+        self._busy = 0
+        self._park_lock = threading.Lock()
         if isinstance(db, str):
             self._dsn = db
             self._prepare = prepare_options(db, prepare)
@@ -138,13 +148,30 @@ class SyncDatabase:
                 with self._conn_lock:
                     yield self._conn
                 return
-            with self._ensure_pool().connection() as conn:
-                yield conn
+            pool = self._ensure_pool()
+            # counted as out, so no statement parks a connection while this one waits for
+            # one; and a parked one goes back first (with a pool of one it is the only one)
+            with self._park_lock:
+                self._busy += 1
+            try:
+                self._unpark()
+                with pool.connection() as conn:
+                    yield conn
+            finally:
+                with self._park_lock:
+                    self._busy -= 1
         except Exception as exc:
             error = _database_error(exc)
             if error is None:
                 raise
             raise error from exc
+
+    def _unpark(self) -> None:
+        """Give the parked connection back to the pool (it decides whether it stays)."""
+        with self._park_lock:
+            parked, self._parked = self._parked, None
+        if parked is not None and self._pool is not None:
+            self._pool.putconn(parked[0])
 
     def fetch(self, sql: str, params: Sequence[Any] | None = None) -> list[Row]:
         """Run one statement and return all its rows (as tuples)."""
@@ -152,9 +179,24 @@ class SyncDatabase:
             if self._conn is not None:
                 with self._conn_lock:
                     return self._run(self._conn, sql, params)
+            if self._owns_pool and self._pool is not None:
+                return self._fetch_own(self._pool, sql, params)
+            # getconn/putconn rather than pool.connection(): no generator, no commit of an
+            # autocommit connection; a pool of transactional ones is committed as it did
             pool = self._pool or self._ensure_pool()
-            with pool.connection() as conn:
-                return self._run(conn, sql, params)
+            conn = pool.getconn()
+            try:
+                rows = self._run(conn, sql, params)
+                if not conn.autocommit:
+                    conn.commit()
+            except BaseException:
+                if not conn.autocommit and not conn.closed:
+                    with contextlib.suppress(Exception):
+                        conn.rollback()
+                raise
+            finally:
+                pool.putconn(conn)
+            return rows
         except DrainpipeError:
             raise
         except Exception as exc:
@@ -162,8 +204,51 @@ class SyncDatabase:
             if error is None:
                 raise
             if error.kind == "network" and self._owns_pool and self._pool is not None:
+                self._unpark()  # it may be as dead as the one that failed: checked too
                 self._pool.check()  # drop the dead idle connections before a retry
             raise error from exc
+
+    def _fetch_own(
+        self, pool: psycopg_pool.ConnectionPool, sql: str, params: Sequence[Any] | None
+    ) -> list[Row]:
+        """:meth:`fetch` on the pool drainpipe opened for a DSN (autocommit connections):
+        on the parked connection when there is one, else on one from the pool, which is
+        parked afterwards when no other statement is out (PARK_IDLE, PARK_ROUND)."""
+        with self._park_lock:
+            # counted before any wait: a statement that finishes meanwhile must not park
+            # the connection this one would wait for in the pool
+            self._busy += 1
+            parked, self._parked = self._parked, None
+        try:
+            now = monotonic()
+            if parked is not None and now - parked[3] < PARK_IDLE:
+                conn, cur, since, _ = parked
+            else:
+                if parked is not None:
+                    pool.putconn(parked[0])  # idle too long: the pool's again
+                conn = pool.getconn()
+                cur, since = conn.cursor(), now
+        except BaseException:
+            with self._park_lock:
+                self._busy -= 1
+            raise
+        try:
+            cur.execute(sql, params)
+            result = cur.pgresult
+            rows: list[Row] = [] if result is None or result.nfields == 0 else cur.fetchall()
+        except BaseException:
+            with self._park_lock:
+                self._busy -= 1
+            pool.putconn(conn)  # the pool sees what state it is in
+            raise
+        with self._park_lock:
+            self._busy -= 1
+            park = not self._busy and self._parked is None and monotonic() - since < PARK_ROUND
+            if park:
+                self._parked = (conn, cur, since, monotonic())
+        if not park:
+            pool.putconn(conn)
+        return rows
 
     def _run(self, conn: Any, sql: str, params: Sequence[Any] | None) -> list[Row]:
         cur = conn.cursor()
@@ -179,6 +264,7 @@ class SyncDatabase:
     def close(self) -> None:
         """Close the pool drainpipe opened for a DSN (a pool or connection you gave stays open)."""
         if self._owns_pool and self._pool is not None:
+            self._unpark()
             self._pool.close()
             self._pool = None
 

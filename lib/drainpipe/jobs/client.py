@@ -92,6 +92,28 @@ class Jobs(PolicyMixin, JobRules, RecordsMixin, ScheduleMixin):
         coalesces onto any live job with the key; ``"waiting"`` only onto a never-claimed one.
         ``max_attempts``: 5, or the queue policy's (a larger value is capped at it).
         """
+        otel = active_telemetry()
+        if (
+            otel is None
+            and delay is None
+            and run_at is None
+            and max_attempts is None
+            and dedupe_key is None
+            and dedupe == "always"
+            and context is None
+            and queue in self._schemas
+            and queue not in self._policies
+        ):
+            # the common call (every option at its default, a declared queue without a
+            # policy, no tracing): of _enqueue_args' checks only the payload's are left
+            return await self.backend.send(
+                queue,
+                self._store(queue, self.serialise(queue, payload), None),
+                delay=0.0,
+                max_attempts=5,
+                dedupe_key=None,
+                dedupe="always",
+            )
         max_attempts = self._max_attempts(queue, max_attempts)
         value, wait = self._enqueue_args(
             queue,
@@ -105,7 +127,7 @@ class Jobs(PolicyMixin, JobRules, RecordsMixin, ScheduleMixin):
             getattr(self.backend, "name", ""),
         )
         dedupe_key = self._stored_dedupe_key(queue, dedupe_key)
-        if (otel := active_telemetry()) is not None:
+        if otel is not None:
             backend = self.backend
             return await otel.enqueue(
                 queue,

@@ -63,6 +63,26 @@ class Jobs(JobRules, SyncRecordsMixin, SyncScheduleMixin):
         context: JobContext | Mapping[str, Any] | None = None,
     ) -> int:
         """Validate and store a job; its id (the existing id on a dedupe hit)."""
+        if (
+            delay is None
+            and run_at is None
+            and type(max_attempts) is int
+            and max_attempts == 5
+            and dedupe_key is None
+            and dedupe == "always"
+            and context is None
+            and queue in self._schemas
+        ):
+            # the common call (every option at its default, a declared queue): of
+            # _enqueue_args' checks only the payload's are left
+            return self.backend.send(
+                queue,
+                self._store(queue, self.serialise(queue, payload), None),
+                delay=0.0,
+                max_attempts=5,
+                dedupe_key=None,
+                dedupe="always",
+            )
         value, wait = self._enqueue_args(
             queue, payload, delay, run_at, max_attempts, dedupe_key, dedupe, context
         )
