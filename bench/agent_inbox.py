@@ -6,7 +6,8 @@
 Throughput (events/s through the consume loop only; the events are stored first, after
 a ``VACUUM`` of that side's tables, as autovacuum would between bursts; ``--no-vacuum``
 leaves them as they are: the agents' table then carries every earlier round's dead row
-versions, and its hand-outs walk their index entries):
+versions, and its hand-outs walk their index entries; ``--history N`` writes N settled
+events and N archived raw messages first, the records of a system that has run a while):
 
 * ``raw-pgmq batch``  ``pgmq.read(q, vt, 10)`` + one ``pgmq.archive(q, ids[])`` per read
   (the ids only: the messages are read on the server, never decoded)
@@ -83,6 +84,30 @@ async def fill_raw(url: str, queue: str, count: int, clean: bool = True) -> None
         )
 
 
+async def add_history(url: str, inbox_id: str, queue: str, count: int) -> None:
+    """``count`` settled events in the inbox and as many archived messages in the raw
+    queue, written straight into storage: a system that has run for a while keeps its
+    records (the agents' acked events until they are purged, pgmq's archive). The table
+    then has the size at which plans made from stale statistics go wrong."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute(
+            "INSERT INTO drainpipe.agent_events (inbox_id, message_id, subscription_id,"
+            " source, state, hold_until, due_at, received_at, settled_at, last_op)"
+            " SELECT %s, -g, s.id, 'bench', 'acked', now() + interval '7 days',"
+            " now() - interval '2 days', now() - interval '2 days', now() - interval '1 day',"
+            " 'ack' FROM generate_series(1, %s) g,"
+            " (SELECT id FROM drainpipe.agent_subscriptions WHERE inbox_id = %s) s",
+            (inbox_id, count, inbox_id),
+        )
+        await conn.execute(
+            f"INSERT INTO pgmq.a_{queue} (msg_id, read_ct, enqueued_at, archived_at, vt, message)"
+            " SELECT -g, 1, now() - interval '2 days', now() - interval '1 day',"
+            " now() - interval '2 days', jsonb_build_object('n', g)"
+            " FROM generate_series(1, %s) g",
+            (count,),
+        )
+
+
 async def fill_inbox(url: str, count: int, clean: bool = True) -> None:
     """Stores ``count`` webhooks of the bench source: the trigger fans each out."""
     tag = uuid.uuid4().hex[:8]
@@ -147,6 +172,7 @@ async def throughput(
     workers: int,
     profile: cProfile.Profile | None,
     clean: bool = True,
+    history: int = 0,
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     pool = AsyncConnectionPool(
         url, min_size=10, max_size=10, open=False, kwargs={"autocommit": True}
@@ -157,6 +183,8 @@ async def throughput(
     await agents.subscribe(inbox_id, "bench")
     async with pool.connection() as conn:
         await conn.execute("SELECT pgmq.create('agentbench')")
+    if history:
+        await add_history(url, inbox_id, "agentbench", history)
     rates: dict[str, list[float]] = {
         "raw-pgmq batch": [],
         "raw-pgmq bodies": [],
@@ -231,6 +259,11 @@ async def main() -> None:
     parser.add_argument(
         "--no-vacuum", action="store_true", help="no VACUUM between rounds (either side)"
     )
+    parser.add_argument(
+        "--history", type=int, default=0,
+        help="settled events (and archived raw messages) written first, as a system that"
+        " has run a while keeps",
+    )  # fmt: skip
     args = parser.parse_args()
     profile = cProfile.Profile() if args.profile else None
     rounds, count, samples = (2, 500, 10) if args.quick else (5, 6000, 60)
@@ -242,15 +275,21 @@ async def main() -> None:
     url = with_database(args.server, name)
     try:
         await drainpipe.install(url, ["jobs", "webhook-inbox"], backend="pgmq")
-        rates, cpu = await throughput(url, rounds, count, args.workers, profile, not args.no_vacuum)
+        rates, cpu = await throughput(
+            url, rounds, count, args.workers, profile, not args.no_vacuum, args.history
+        )
         print(
             f"throughput: {count} events per round, {rounds} rounds, {args.workers} workers,"
-            f" {'no VACUUM' if args.no_vacuum else 'VACUUM before each round'}"
+            f" {'no VACUUM' if args.no_vacuum else 'VACUUM before each round'},"
+            f" {args.history} settled events of history"
         )
         print(f"  {'system':<16} {'median events/s':>16} {'client CPU us/event':>20}")
         for system, values in rates.items():
             used = statistics.median(cpu[system]) * 1e6
-            print(f"  {system:<16} {statistics.median(values):>16.0f} {used:>20.1f}")
+            print(
+                f"  {system:<16} {statistics.median(values):>16.0f} {used:>20.1f}"
+                "   (rounds: " + ", ".join(f"{v:.0f}" for v in values) + ")"
+            )
         for raw in ("raw-pgmq batch", "raw-pgmq bodies", "raw-pgmq each"):
             ratios = [a / r for a, r in zip(rates["agents"], rates[raw], strict=True)]
             print(f"  agents / {raw}: median {statistics.median(ratios):.2f}x (rounds: "
