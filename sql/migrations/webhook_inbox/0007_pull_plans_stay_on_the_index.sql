@@ -1,5 +1,5 @@
--- webhook-inbox 0007: pulls and peeks read their index in order, whatever the statistics
--- say (issue 17). agent_next_v1 keeps one generic plan per session, made from the table's
+-- webhook-inbox 0007: pulls, peeks and webhook claims read their index in order, whatever
+-- the statistics say (issue 17). agent_next_v1 keeps one generic plan per session, made from the table's
 -- statistics at that moment. After a VACUUM or ANALYZE taken while the inbox was empty
 -- (autovacuum does exactly that when agents keep up), the due index looks empty and, on a
 -- table of some 150,000 settled events, the planner picks a Bitmap Heap Scan of every due
@@ -10,7 +10,10 @@
 -- (fifo forwards, lifo backwards) and agent_events_ranked_idx (priority); the peek's scan
 -- of agent_events_open_idx (by id) is kept the same way. Turning sorts off instead is no fix: its
 -- penalty cost pushes the plan past jit_above_cost, and JIT then compiles for ~0.8 s.
--- tests/agents/test_pull_plan.py builds that state and checks every plan. Runs again as it is.
+-- claim_webhooks_v1 had the same plan, and its dead-letter sweep (messages whose lease ran
+-- out on their last attempt) read every due message of the source to find none: it now
+-- reads an index of just those. tests/agents/test_pull_plan.py builds that state and
+-- checks every plan. Runs again as it is.
 
 ALTER FUNCTION drainpipe.agent_next_v1(
     text, text, integer, text, text, text, text, text, text, text, timestamptz)
@@ -18,3 +21,9 @@ ALTER FUNCTION drainpipe.agent_next_v1(
 ALTER FUNCTION drainpipe.agent_events_v1(
     text, bigint, integer, text, text, text, text, timestamptz)
     SET enable_bitmapscan = off;
+ALTER FUNCTION drainpipe.claim_webhooks_v1(text, text, integer, double precision, timestamptz)
+    SET enable_bitmapscan = off;
+-- the sweep's rows only: a message enters it on the claim of its last attempt
+CREATE INDEX IF NOT EXISTS webhook_inbox_exhausted_idx
+    ON drainpipe.webhook_inbox (source, available_at)
+    WHERE status = 'processing' AND attempts >= max_attempts;
