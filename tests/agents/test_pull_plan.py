@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from tests.agents.conftest import Setup
-from tests.sql.test_query_plan import auto_explain, run_explained
+from tests.sql.test_query_plan import auto_explain, run_explained, scans_of
 
 SETTLED = 200_000
 BACKLOG = 2_000
@@ -48,19 +48,6 @@ def leased(conn: psycopg.Connection[Any]) -> set[int]:
     return {row[0] for row in rows.fetchall()}
 
 
-def event_scans(plans: list[Any]) -> list[tuple[str, str | None]]:
-    """``(node type, index)`` of every scan of agent_events in the nested statements; a
-    bitmap scan names its index on the Bitmap Index Scan below its heap scan."""
-    found = []
-    for _, nodes in plans:
-        for node in nodes:
-            if node.get("Relation Name") == "agent_events" or node["Node Type"] == (
-                "Bitmap Index Scan"
-            ):
-                found.append((node["Node Type"], node.get("Index Name")))
-    return found
-
-
 @pytest.mark.slow
 async def test_pulls_and_peeks_stay_on_their_index_after_a_vacuum_of_an_empty_inbox(
     setup: Setup,
@@ -87,7 +74,7 @@ async def test_pulls_and_peeks_stay_on_their_index_after_a_vacuum_of_an_empty_in
                 (setup.inbox_id, order),
             )
             nested = [(text, nodes) for text, nodes in plans if "agent_next_v1(" not in text]
-            scans = event_scans(nested)
+            scans = scans_of(nested, "agent_events")
             assert pick in scans, (order, scans)
             assert all(kind not in ("Seq Scan", "Bitmap Heap Scan") for kind, _ in scans), (
                 order,
@@ -98,6 +85,6 @@ async def test_pulls_and_peeks_stay_on_their_index_after_a_vacuum_of_an_empty_in
         plans = run_explained(
             conn, "SELECT id FROM drainpipe.agent_events_v1(%s, 0, 50)", (setup.inbox_id,)
         )
-        scans = event_scans(plans)
+        scans = scans_of(plans, "agent_events")
         assert ("Index Scan", "agent_events_open_idx") in scans, scans
         assert all(kind not in ("Seq Scan", "Bitmap Heap Scan") for kind, _ in scans), scans

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.sql.test_query_plan import auto_explain, run_explained
+from tests.sql.test_query_plan import auto_explain, run_explained, scans_of
 
 PROCESSED = 200_000
 BACKLOG = 2_000
@@ -48,17 +48,6 @@ def fill(conn: psycopg.Connection[Any]) -> None:
     conn.execute("SET session_replication_role = origin")
 
 
-def inbox_scans(plans: list[Any]) -> list[tuple[str, str | None]]:
-    found = []
-    for _, nodes in plans:
-        for node in nodes:
-            if node.get("Relation Name") == "webhook_inbox" or node["Node Type"] == (
-                "Bitmap Index Scan"
-            ):
-                found.append((node["Node Type"], node.get("Index Name")))
-    return found
-
-
 @pytest.mark.slow
 def test_the_claim_and_its_sweep_stay_on_their_indexes_after_a_vacuum_of_an_idle_source(
     db_url: str,
@@ -73,7 +62,7 @@ def test_the_claim_and_its_sweep_stay_on_their_indexes_after_a_vacuum_of_an_idle
                 (SOURCE,),
             )
             nested = [(t, n) for t, n in plans if "claim_webhooks_v1(" not in t]
-            scans = inbox_scans(nested)
+            scans = scans_of(nested, "webhook_inbox")
             assert ("Index Scan", "webhook_inbox_ready_idx") in scans, scans
             assert ("Index Scan", "webhook_inbox_exhausted_idx") in scans, scans
             assert all(kind not in ("Seq Scan", "Bitmap Heap Scan") for kind, _ in scans), scans

@@ -103,6 +103,18 @@ def auto_explain(conn: psycopg.Connection[Any]) -> None:
         conn.execute("SET " + setting)
 
 
+def scans_of(plans: list[Any], table: str) -> list[tuple[str, str | None]]:
+    """``(node type, index)`` of every scan of ``table`` (its name without schema) in
+    ``run_explained``'s plans; a bitmap scan names its index on the Bitmap Index Scan
+    below its heap scan, so those are listed too."""
+    return [
+        (node["Node Type"], node.get("Index Name"))
+        for _, nodes in plans
+        for node in nodes
+        if node.get("Relation Name") == table or node["Node Type"] == "Bitmap Index Scan"
+    ]
+
+
 def seq_scans(plans: list[Any], table: str) -> list[str]:
     return [
         text
