@@ -309,3 +309,64 @@ def test_plans_cached_while_the_queue_was_empty_hold_as_it_grows(
             ("SELECT drainpipe.extend_job_leases(%s, %s, %s, 30)", (QUEUE, [7], [0])),
         ):
             assert seq_scans(run_explained(conn, sql, params), table) == [], sql
+
+
+FINISHED = 150_000
+DUE = 12_000
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["table", "pgmq"])
+def test_a_claim_after_a_vacuum_of_the_drained_queue_reads_its_index_in_order(
+    fresh_database: Callable[[str], str], backend: str
+) -> None:
+    """A VACUUM taken while the queue is empty (what autovacuum does when the workers keep
+    up) records the claim's partial index as empty. The functions plan generically
+    (``force_generic_plan``) from those statistics; with many finished rows kept and a
+    backlog enqueued afterwards, the pick must still walk its index in order and stop at the
+    batch. A pick that collects every due row and sorts them (a Bitmap Heap Scan + Sort,
+    the agent inbox's pick before its fix: 17 ms at 12,000 due rows) reads ``DUE`` rows."""
+    url = fresh_database(backend)
+    with psycopg.connect(url, autocommit=True) as conn:
+        if backend == "pgmq":
+            conn.execute("SELECT drainpipe.ensure_job_queue_v1(%s)", (QUEUE,))
+        conn.execute(
+            "SELECT count(*) FROM drainpipe.enqueue_jobs_v1(%s,"
+            " (SELECT jsonb_agg(jsonb_build_object('n', g)) FROM generate_series(1, %s) g))",
+            (QUEUE, FINISHED),
+        )
+        done = 0
+        while done < FINISHED:  # all of them claimed and completed: records, nothing live
+            rows = conn.execute(
+                "SELECT id, attempts FROM drainpipe.claim_jobs_v1(%s, 30, 10000)", (QUEUE,)
+            ).fetchall()
+            assert rows
+            conn.execute(
+                "SELECT count(*) FROM drainpipe.complete_jobs_v1(%s, %s, %s)",
+                (QUEUE, [r[0] for r in rows], [r[1] for r in rows]),
+            )
+            done += len(rows)
+        conn.execute("VACUUM ANALYZE")
+        conn.execute(
+            "SELECT count(*) FROM drainpipe.enqueue_jobs_v1(%s,"
+            " (SELECT jsonb_agg(jsonb_build_object('n', g)) FROM generate_series(1, %s) g))",
+            (QUEUE, DUE),
+        )
+        auto_explain(conn)
+        conn.execute("SET auto_explain.log_analyze = on")
+        for _ in range(7):  # past plpgsql's first executions
+            plans = run_explained(
+                conn, "SELECT id FROM drainpipe.claim_jobs_v1(%s, 30, 10)", (QUEUE,)
+            )
+            picks = [
+                nodes
+                for text, nodes in plans
+                if "SKIP LOCKED" in text and "ORDER BY" in text and "claim_jobs_v1" not in text
+            ]
+            assert picks, [text for text, _ in plans]
+            for nodes in picks:
+                summary = [
+                    (n["Node Type"], n.get("Index Name"), n.get("Actual Rows")) for n in nodes
+                ]
+                assert all(n["Node Type"] != "Sort" for n in nodes), summary
+                assert max(int(n.get("Actual Rows", 0)) for n in nodes) <= 10, summary
