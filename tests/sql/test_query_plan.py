@@ -370,3 +370,19 @@ def test_a_claim_after_a_vacuum_of_the_drained_queue_reads_its_index_in_order(
                 ]
                 assert all(n["Node Type"] != "Sort" for n in nodes), summary
                 assert max(int(n.get("Actual Rows", 0)) for n in nodes) <= 10, summary
+
+
+def test_every_vacuum_of_the_jobs_table_cleans_its_indexes(
+    fresh_database: Callable[[str], str],
+) -> None:
+    """Finished jobs stay in ``job_messages`` (records), so the table is large and a vacuum
+    would skip its indexes (PostgreSQL's bypass under 2% of pages with dead rows), leaving
+    the entries every claim steps over at the front of its index (jobs 0009; the agent
+    inbox's test of the same shape: tests/agents/test_pull_plan.py)."""
+    with psycopg.connect(fresh_database("table")) as conn:
+        row = conn.execute(
+            "SELECT reloptions FROM pg_class WHERE oid = 'drainpipe.job_messages'::regclass"
+        ).fetchone()
+    assert row is not None
+    assert "vacuum_index_cleanup=on" in row[0], row
+    assert "autovacuum_vacuum_scale_factor=0" in row[0], row
