@@ -20,7 +20,9 @@ events and N archived raw messages first, the records of a system that has run a
 
 Each system runs with ``--workers`` concurrent loops, rounds interleaved; the table shows the
 median of the rounds, the client's CPU per event (this process: the database's share of
-the two cores is not in it) and agents / raw per round. ``--profile`` adds a cProfile of
+the two cores is not in it), the server's CPU per event (the local Postgres processes')
+and agents / raw per round; then the CPU an event costs client and server together, raw /
+agents, steadier than events/s on a busy machine. ``--profile`` adds a cProfile of
 the agents loop's last round (the functions of most own time). Then the long-poll wake-up latency: a
 poller long-polls (``wait=10``) while a producer stores one webhook at a time; latency is
 from the store's commit (its call returning) to the poll's answer, with NOTIFY wake-ups
@@ -157,12 +159,34 @@ async def agents_loop(agents: drainpipe.AgentInboxes, inbox_id: str) -> int:
     return done
 
 
-async def timed(workers: int, loop: Any) -> tuple[float, float]:
-    """Events per second, and the client's CPU seconds per event."""
+def postgres_cpu() -> dict[int, int]:
+    """CPU nanoseconds of each Postgres process on this machine (Linux's schedstat); empty
+    where there is no /proc. Every local cluster counts: keep the others idle."""
+    spent: dict[int, int] = {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if (proc / "comm").read_text().strip() == "postgres":
+                spent[int(proc.name)] = int((proc / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return spent
+
+
+async def timed(workers: int, loop: Any) -> tuple[float, float, float | None]:
+    """Events per second, and the client's and the local server's CPU seconds per event
+    (None: no Postgres process visible here). The server's is what the processes alive at
+    the end spent meanwhile: a backend that exits during the round (the fill's, closing)
+    would otherwise take its whole life's CPU out of the sum."""
+    before = postgres_cpu()
     started, cpu = time.perf_counter(), time.process_time()
     counts = await asyncio.gather(*(loop() for _ in range(workers)))
     done = sum(counts)
-    return done / (time.perf_counter() - started), (time.process_time() - cpu) / done
+    rate, used = done / (time.perf_counter() - started), (time.process_time() - cpu) / done
+    after = postgres_cpu()
+    if not after:
+        return rate, used, None
+    server = sum(ns - before.get(pid, 0) for pid, ns in after.items()) / 1e9
+    return rate, used, server / done
 
 
 async def throughput(
@@ -173,7 +197,7 @@ async def throughput(
     profile: cProfile.Profile | None,
     clean: bool = True,
     history: int = 0,
-) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, list[float]]]:
     pool = AsyncConnectionPool(
         url, min_size=10, max_size=10, open=False, kwargs={"autocommit": True}
     )
@@ -192,6 +216,7 @@ async def throughput(
         "agents": [],
     }
     cpu: dict[str, list[float]] = {name: [] for name in rates}
+    server: dict[str, list[float]] = {name: [] for name in rates}
     systems = list(rates)
     try:
         for round_ in range(rounds):
@@ -202,23 +227,27 @@ async def throughput(
                     watch = profile if round_ == rounds - 1 else None
                     if watch is not None:
                         watch.enable()
-                    rate, used = await timed(workers, lambda: agents_loop(agents, inbox_id))
+                    rate, used, on_server = await timed(
+                        workers, lambda: agents_loop(agents, inbox_id)
+                    )
                     if watch is not None:
                         watch.disable()
                 else:
                     await fill_raw(url, "agentbench", count, clean)
                     batch = name != "raw-pgmq each"
                     bodies = name == "raw-pgmq bodies"
-                    rate, used = await timed(
+                    rate, used, on_server = await timed(
                         workers,
                         lambda b=batch, m=bodies: raw_loop(pool, "agentbench", b, m),
                     )
                 rates[name].append(rate)
                 cpu[name].append(used)
+                if on_server is not None:
+                    server[name].append(on_server)
     finally:
         await agents.close()
         await pool.close()
-    return rates, cpu
+    return rates, cpu, server
 
 
 async def wake_latency(url: str, listen: bool, samples: int) -> list[float]:
@@ -275,7 +304,7 @@ async def main() -> None:
     url = with_database(args.server, name)
     try:
         await drainpipe.install(url, ["jobs", "webhook-inbox"], backend="pgmq")
-        rates, cpu = await throughput(
+        rates, cpu, server = await throughput(
             url, rounds, count, args.workers, profile, not args.no_vacuum, args.history
         )
         print(
@@ -283,17 +312,37 @@ async def main() -> None:
             f" {'no VACUUM' if args.no_vacuum else 'VACUUM before each round'},"
             f" {args.history} settled events of history"
         )
-        print(f"  {'system':<16} {'median events/s':>16} {'client CPU us/event':>20}")
+        print(
+            f"  {'system':<16} {'median events/s':>16} {'client CPU us/event':>20}"
+            f" {'server CPU us/event':>20}"
+        )
         for system, values in rates.items():
             used = statistics.median(cpu[system]) * 1e6
+            spent = f"{statistics.median(server[system]) * 1e6:.1f}" if server[system] else "-"
             print(
-                f"  {system:<16} {statistics.median(values):>16.0f} {used:>20.1f}"
+                f"  {system:<16} {statistics.median(values):>16.0f} {used:>20.1f} {spent:>20}"
                 "   (rounds: " + ", ".join(f"{v:.0f}" for v in values) + ")"
             )
         for raw in ("raw-pgmq batch", "raw-pgmq bodies", "raw-pgmq each"):
             ratios = [a / r for a, r in zip(rates["agents"], rates[raw], strict=True)]
             print(f"  agents / {raw}: median {statistics.median(ratios):.2f}x (rounds: "
                   + ", ".join(f"{x:.2f}" for x in ratios) + ")")  # fmt: skip
+        if server["agents"] and len(server["agents"]) == len(server["raw-pgmq batch"]):
+            # the work each event costs both processes: steadier than events/s on a busy
+            # machine, since time spent waiting for a core counts in neither
+            for raw in ("raw-pgmq batch", "raw-pgmq bodies"):
+                shares = [
+                    (rc + rs) / (ac + as_)
+                    for rc, rs, ac, as_ in zip(
+                        cpu[raw], server[raw], cpu["agents"], server["agents"], strict=True
+                    )
+                ]
+                print(
+                    f"  CPU per event (client + server), {raw} / agents: median"
+                    f" {statistics.median(shares):.2f} (rounds: "
+                    + ", ".join(f"{x:.2f}" for x in shares)
+                    + ")"
+                )
         for listen in (True, False) if samples else ():
             found = await wake_latency(url, listen, samples)
             label = "NOTIFY (listen=True)" if listen else "poll steps (serverless)"
