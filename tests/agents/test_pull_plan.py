@@ -185,9 +185,10 @@ async def test_two_inboxes_whose_ids_share_a_hash_keep_their_own_events(setup: S
     for inbox_id in ids:
         inbox = setup.agents.inbox(inbox_id)
         peeked = (await inbox.events()).items
-        pulled = await inbox.next(max=10)
-        for order in ("lifo", "priority"):
-            pulled += await inbox.next(max=10, order=order)
+        pulled = []
+        for order in ("fifo", "lifo", "priority"):  # each scan meets the other's entries
+            pulled += await inbox.next(max=2, order=order)
+        pulled += await inbox.next(max=10)  # nothing of this inbox is left
         assert len(peeked) == 6 and len(pulled) == 6, (len(peeked), len(pulled))
         for envelope in peeked + pulled:
             assert owners[int(envelope.id.removeprefix("evt_"))] == inbox_id
