@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "lib"))
 
 import drainpipe  # noqa: E402
+from bench.run import postgres_cpu  # noqa: E402
 
 SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 SECRET = "bench-lease-secret-0123456789"  # noqa: S105 - a throwaway database
@@ -157,19 +158,6 @@ async def agents_loop(agents: drainpipe.AgentInboxes, inbox_id: str) -> int:
         assert all(results)
         done += len(events)
     return done
-
-
-def postgres_cpu() -> dict[int, int]:
-    """CPU nanoseconds of each Postgres process on this machine (Linux's schedstat); empty
-    where there is no /proc. Every local cluster counts: keep the others idle."""
-    spent: dict[int, int] = {}
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            if (proc / "comm").read_text().strip() == "postgres":
-                spent[int(proc.name)] = int((proc / "schedstat").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-    return spent
 
 
 async def timed(workers: int, loop: Any) -> tuple[float, float, float | None]:

@@ -422,21 +422,25 @@ async def xact_count(url: str) -> int:
         return int(row[0])
 
 
-def server_cpu_seconds() -> float | None:
-    """CPU seconds of the Postgres processes on this machine, from Linux's per-process
-    scheduler statistics (nanoseconds; the pool's backends live through the measured
-    body); None where there is no /proc or no Postgres process is visible. Every local
-    cluster counts, so keep other clusters idle while measuring."""
-    total, seen = 0, False
+def postgres_cpu() -> dict[int, int]:
+    """CPU nanoseconds of each Postgres process on this machine, from Linux's per-process
+    scheduler statistics; empty where there is no /proc. Every local cluster counts, so
+    keep other clusters idle while measuring."""
+    spent: dict[int, int] = {}
     for proc in Path("/proc").glob("[0-9]*"):
         try:
-            if (proc / "comm").read_text().strip() != "postgres":
-                continue
-            total += int((proc / "schedstat").read_text().split()[0])
-            seen = True
+            if (proc / "comm").read_text().strip() == "postgres":
+                spent[int(proc.name)] = int((proc / "schedstat").read_text().split()[0])
         except (OSError, ValueError, IndexError):
             continue
-    return total / 1e9 if seen else None
+    return spent
+
+
+def server_cpu_seconds() -> float | None:
+    """CPU seconds of the Postgres processes on this machine (:func:`postgres_cpu`; the
+    pool's backends live through the measured body); None where none is visible."""
+    spent = postgres_cpu()
+    return sum(spent.values()) / 1e9 if spent else None
 
 
 async def measured(
