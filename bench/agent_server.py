@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import shutil
 import statistics
@@ -111,7 +112,12 @@ def run_pgbench(url: str, script: Path, clients: int, cycles: int) -> float:
         "-h", str(params.get("host", "127.0.0.1")), "-p", str(params.get("port", 5432)),
         "-U", str(params.get("user", "postgres")), str(params["dbname"]),
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, check=False)  # noqa: S603
+    env = dict(os.environ)
+    if params.get("password"):
+        env["PGPASSWORD"] = str(params["password"])
+    done = subprocess.run(  # noqa: S603 - pgbench, with arguments made here
+        command, capture_output=True, text=True, check=False, env=env
+    )
     found = re.search(r"tps = ([0-9.]+)", done.stdout)
     if done.returncode != 0 or found is None or "error" in done.stderr:
         raise SystemExit(f"pgbench failed on {script.name}:\n{done.stdout}\n{done.stderr}")
