@@ -361,20 +361,25 @@ async def apply_migrations(
     return ran
 
 
+async def _rows(conn: Any, sql: str, params: Sequence[Any] | None = None) -> list[Any]:
+    """The statement's rows as tuples, whatever rows the caller's connection makes."""
+    from psycopg.rows import tuple_row
+
+    cur = conn.cursor(row_factory=tuple_row)
+    await cur.execute(sql, params)
+    return list(await cur.fetchall())
+
+
 async def _recorded(conn: Any, modules: Sequence[str]) -> dict[str, dict[int, str]] | None:
     """Applied migrations per module (version → checksum); None without the registry."""
-    row = await (
-        await conn.execute("SELECT to_regclass('drainpipe.schema_migrations') IS NOT NULL")
-    ).fetchone()
-    if not row or not row[0]:
+    [row] = await _rows(conn, "SELECT to_regclass('drainpipe.schema_migrations') IS NOT NULL")
+    if not row[0]:
         return None
-    rows = await (
-        await conn.execute(
-            "SELECT module, version, checksum FROM drainpipe.schema_migrations"
-            " WHERE module = ANY(%s)",
-            (list(modules),),
-        )
-    ).fetchall()
+    rows = await _rows(
+        conn,
+        "SELECT module, version, checksum FROM drainpipe.schema_migrations WHERE module = ANY(%s)",
+        (list(modules),),
+    )
     recorded: dict[str, dict[int, str]] = {}
     for module, version, checksum in rows:
         recorded.setdefault(module, {})[version] = checksum
@@ -399,13 +404,9 @@ async def verify(
     try:
         async with database.connection() as conn:
             installed: dict[str, dict[str, Any]] = {}
-            row = await (
-                await conn.execute("SELECT to_regclass('drainpipe.modules') IS NOT NULL")
-            ).fetchone()
-            if row and row[0]:
-                rows = await (
-                    await conn.execute("SELECT name, options FROM drainpipe.modules")
-                ).fetchall()
+            [row] = await _rows(conn, "SELECT to_regclass('drainpipe.modules') IS NOT NULL")
+            if row[0]:
+                rows = await _rows(conn, "SELECT name, options FROM drainpipe.modules")
                 installed = {name: dict(options or {}) for name, options in rows}
             if modules is None:
                 names = [m for m in MODULES if m in installed] or list(MODULES)
@@ -446,13 +447,11 @@ def record_sql(migration: Migration, backend: str, scheduler: str) -> str:
 
 
 async def _ensure_pgmq(conn: Any) -> None:
-    row = await (
-        await conn.execute(
-            "SELECT to_regclass('pgmq.meta') IS NOT NULL,"
-            " EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'pgmq')"
-        )
-    ).fetchone()
-    has_meta, extension_available = row
+    [(has_meta, extension_available)] = await _rows(
+        conn,
+        "SELECT to_regclass('pgmq.meta') IS NOT NULL,"
+        " EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'pgmq')",
+    )
     if has_meta:
         return
     if extension_available:

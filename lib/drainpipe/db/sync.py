@@ -75,6 +75,9 @@ class SyncDatabase:
         self._parked: tuple[Any, Any, float, float] | None = None
         self._busy = 0
         self._park_lock = threading.Lock()
+        # tuples, whatever rows a connection or pool of the caller's makes (a dict_row
+        # pool is common in apps); None: the connection's own (ours make tuples)
+        self._rows: Any = None
         if isinstance(db, str):
             self._dsn = db
             self._prepare = prepare_options(db, prepare)
@@ -97,6 +100,9 @@ class SyncDatabase:
                     f"ConnectionPool, not {type(db).__name__} (the async ones belong to "
                     "drainpipe.Jobs and friends)"
                 )
+            from psycopg.rows import tuple_row  # psycopg is loaded: db is one of its objects
+
+            self._rows = tuple_row
 
     @property
     def dsn(self) -> str | None:
@@ -251,7 +257,7 @@ class SyncDatabase:
         return rows
 
     def _run(self, conn: Any, sql: str, params: Sequence[Any] | None) -> list[Row]:
-        cur = conn.cursor()
+        cur = conn.cursor(row_factory=self._rows)
         cur.execute(sql, params)
         result = cur.pgresult
         if result is None or result.nfields == 0:
