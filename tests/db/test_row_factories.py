@@ -5,6 +5,7 @@ Before this, every statement on such a pool failed with ``KeyError: 0``."""
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
@@ -14,6 +15,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 import drainpipe
 from drainpipe import sync
 from drainpipe.db import Database
+from drainpipe.db.sync import SyncDatabase
 
 QUEUES: dict[str, Any] = {"q": dict[str, Any]}
 
@@ -85,3 +87,20 @@ def test_a_dict_row_pool_of_yours_runs_the_sync_twin(jobs_db_url: str) -> None:
         assert jobs.stats(["q"])["q"].ready == 1
         with pool.connection() as conn:
             assert conn.execute("SELECT 1 AS one").fetchone() == {"one": 1}
+
+
+def test_a_borrowed_connection_keeps_one_cursor_in_the_sync_twin(db_url: str) -> None:
+    with ConnectionPool(
+        db_url, min_size=1, max_size=1, open=False, kwargs={"autocommit": True}
+    ) as pool:
+        db = SyncDatabase(pool)
+        assert db.fetch("SELECT 1") == [(1,)]
+        with pool.connection() as conn:
+            cursor = conn._drainpipe_cursor  # type: ignore[attr-defined]
+        # threads share the pool of one: each statement has the connection (and the
+        # cursor) to itself while it runs
+        with ThreadPoolExecutor(4) as threads:
+            values = list(threads.map(lambda n: db.fetch("SELECT %s::int", (n,)), range(20)))
+        assert values == [[(n,)] for n in range(20)]
+        with pool.connection() as conn:
+            assert conn._drainpipe_cursor is cursor  # type: ignore[attr-defined]

@@ -210,8 +210,24 @@ def _positive_seconds(value: float, name: str) -> float:
     return float(value)
 
 
-#: The attribute of a connection borrowed from a caller's pool that holds drainpipe's cursor
-_BORROWED_CURSOR: Final = "_drainpipe_cursor"
+#: The attribute of a pooled connection that holds drainpipe's cursor on it (kept_cursor)
+_KEPT_CURSOR: Final = "_drainpipe_cursor"
+
+
+def kept_cursor(conn: Any, row_factory: Any, fast_json: bool) -> Any:
+    """drainpipe's cursor on a pooled connection (sync or async): made the first time the
+    connection runs a statement of ours, and kept on the connection for the next, so it
+    goes when the pool drops the connection. A new cursor for every statement cost a single
+    enqueue 18-38 us of client CPU (docs/benchmarks.md). Only for a connection checked out
+    of a pool, which has one user at a time; ``fast_json`` for a connection of the
+    caller's (our cursor decodes JSON with orjson, their connection is left as it is)."""
+    cur = getattr(conn, _KEPT_CURSOR, None)
+    if cur is None or cur.closed:
+        cur = conn.cursor(row_factory=row_factory)
+        if fast_json:
+            use_fast_json(cur)
+        setattr(conn, _KEPT_CURSOR, cur)
+    return cur
 
 
 class Database:
@@ -483,7 +499,7 @@ class Database:
                 if parked is not None:
                     await pool.putconn(parked[0])  # idle too long: the pool's again
                 conn = await pool.getconn()
-                cur, since = conn.cursor(), now
+                cur, since = kept_cursor(conn, None, False), now
         except BaseException:
             self._busy -= 1
             raise
@@ -503,16 +519,8 @@ class Database:
         return rows
 
     async def _run_borrowed(self, conn: Any, sql: str, params: Sequence[Any] | None) -> list[Row]:
-        """:meth:`_run` on a connection borrowed from the caller's pool, with the cursor
-        drainpipe made on that connection before: a new cursor for every statement cost a
-        single enqueue on such a pool 18-38 us of client CPU (docs/benchmarks.md). Safe to
-        share because the pool lends a connection to one caller at a time; the cursor is
-        kept on the connection, so it goes when the pool drops the connection."""
-        cur = getattr(conn, _BORROWED_CURSOR, None)
-        if cur is None or cur.closed:
-            cur = conn.cursor(row_factory=self._rows)
-            use_fast_json(cur)  # faster JSON for our cursor only (the caller's connection)
-            setattr(conn, _BORROWED_CURSOR, cur)
+        """:meth:`_run` on a connection borrowed from a pool, with its kept cursor."""
+        cur = kept_cursor(conn, self._rows, not self._owns_pool)
         await cur.execute(sql, params)
         result = cur.pgresult
         if result is None or result.nfields == 0:

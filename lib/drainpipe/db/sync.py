@@ -27,6 +27,7 @@ from . import (
     _positive_seconds,
     connect_error,
     connect_options,
+    kept_cursor,
     prepare_options,
 )
 from .json import _has_json_column, use_fast_json
@@ -192,7 +193,7 @@ class SyncDatabase:
             pool = self._pool or self._ensure_pool()
             conn = pool.getconn()
             try:
-                rows = self._run(conn, sql, params)
+                rows = self._run_borrowed(conn, sql, params)
                 if not conn.autocommit:
                     conn.commit()
             except BaseException:
@@ -233,7 +234,7 @@ class SyncDatabase:
                 if parked is not None:
                     pool.putconn(parked[0])  # idle too long: the pool's again
                 conn = pool.getconn()
-                cur, since = conn.cursor(), now
+                cur, since = kept_cursor(conn, None, False), now
         except BaseException:
             with self._park_lock:
                 self._busy -= 1
@@ -254,6 +255,16 @@ class SyncDatabase:
                 self._parked = (conn, cur, since, monotonic())
         if not park:
             pool.putconn(conn)
+        return rows
+
+    def _run_borrowed(self, conn: Any, sql: str, params: Sequence[Any] | None) -> list[Row]:
+        """:meth:`_run` on a connection borrowed from a pool, with its kept cursor."""
+        cur = kept_cursor(conn, self._rows, not self._owns_pool)
+        cur.execute(sql, params)
+        result = cur.pgresult
+        if result is None or result.nfields == 0:
+            return []
+        rows: list[Row] = cur.fetchall()
         return rows
 
     def _run(self, conn: Any, sql: str, params: Sequence[Any] | None) -> list[Row]:
