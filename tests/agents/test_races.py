@@ -171,3 +171,38 @@ async def test_ack_batches_racing_on_the_same_events_settle_each_once(setup: Set
         assert await inbox.next(max=10) == []
     finally:
         await other.close()
+
+
+async def test_ack_batches_with_crossed_stale_leases_never_deadlock(setup: Setup) -> None:
+    """Two holders, each with the current lease of one event and a stale lease of the
+    other, ack both at once. Each batch's UPDATE locks its current event; the stale one is
+    then answered without a lock (a stale lease never becomes current again), so neither
+    batch waits for the other's row: no deadlock (webhook-inbox 0010)."""
+    other = AgentInboxes(setup.url, lease_secret=SECRET, now=setup.clock)
+    try:
+        await other.settings(setup.inbox_id)
+        x, y = setup.agents.inbox(setup.inbox_id), other.inbox(setup.inbox_id)
+        for _ in range(12):
+            await setup.store()
+            await setup.store()
+            [a_stale] = await x.next()  # delivery 1 of A to x, of B to y
+            [b_stale] = await y.next()
+            setup.clock.advance(61)  # both leases run out; each event goes to the other
+            [b_current] = (await x.claim([b_stale.id])).claimed
+            [a_current] = (await y.claim([a_stale.id])).claimed
+            results = await asyncio.wait_for(
+                asyncio.gather(
+                    asyncio.gather(
+                        setup.agents.ack(a_stale.id, a_stale.lease_id or ""),
+                        setup.agents.ack(b_current.id, b_current.lease_id or ""),
+                    ),
+                    asyncio.gather(
+                        other.ack(b_stale.id, b_stale.lease_id or ""),
+                        other.ack(a_current.id, a_current.lease_id or ""),
+                    ),
+                ),
+                timeout=20,
+            )
+            assert results == [[False, True], [False, True]]
+    finally:
+        await other.close()

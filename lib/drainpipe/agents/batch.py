@@ -3,9 +3,10 @@ tick (an agent acking the ten events of a pull with ``asyncio.gather``, a server
 concurrent requests) are sent as one statement, each still fenced by its own lease.
 
 One ``ack`` is one call and one answer, as the contract has it; only the round trips are
-shared. Inside the statement the events are locked in id order, so two batches never
-deadlock on each other. A database error fails every ack of its batch (nothing of a
-failed statement commits).
+shared. Inside the statement the events it acks are locked in id order, and a stale lease
+is answered without a lock, so two batches never deadlock on each other
+(webhook-inbox 0010). A database error fails every ack of its batch (nothing of a failed
+statement commits).
 """
 
 from __future__ import annotations
