@@ -4,7 +4,7 @@
 -- current leases in one UPDATE, then settled the rest one by one through agent_ack_v1. The
 -- lock pass was there so that two batches over the same events could not deadlock. It
 -- writes a row lock (and its WAL record) for every event, and the UPDATE then locks the
--- rows again: in bench.agent_server, 4 clients, the pull+ack cycle ran 4% faster without
+-- rows again: in bench.agent_server, 4 clients, the pull+ack cycle ran 2-4% faster without
 -- it (docs/benchmarks.md, "Fifth round").
 --
 -- Without the lock pass, the UPDATE alone is not enough. Take two batches, each holding the
