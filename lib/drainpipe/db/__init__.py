@@ -440,7 +440,9 @@ class Database:
         # connections); what that commit did is kept for a pool of transactional ones.
         try:
             if self._conn is not None:
-                return await self._run(self._conn, sql, params)
+                # a cursor per statement: coroutines sharing this connection may interleave
+                cur = self._conn.cursor(row_factory=self._rows)
+                return await self._run(cur, sql, params, late_json=True)
             if self._owns_pool and self._pool is not None:
                 return await self._fetch_own(sql, params)
             pool = self._pool or await self._ensure_pool()
@@ -519,24 +521,20 @@ class Database:
         return rows
 
     async def _run_borrowed(self, conn: Any, sql: str, params: Sequence[Any] | None) -> list[Row]:
-        """:meth:`_run` on a connection borrowed from a pool, with its kept cursor."""
+        """A statement on a connection borrowed from a pool, with its kept cursor."""
         cur = kept_cursor(conn, self._rows, not self._owns_pool)
-        await cur.execute(sql, params)
-        result = cur.pgresult
-        if result is None or result.nfields == 0:
-            return []
-        rows: list[Row] = await cur.fetchall()
-        return rows
+        return await self._run(cur, sql, params, late_json=False)
 
-    async def _run(self, conn: Any, sql: str, params: Sequence[Any] | None) -> list[Row]:
-        cur = conn.cursor(row_factory=self._rows)
+    async def _run(
+        self, cur: Any, sql: str, params: Sequence[Any] | None, *, late_json: bool
+    ) -> list[Row]:
+        """``late_json``: a new cursor on a connection of the caller's, which gets the faster
+        JSON loaders only when the result holds JSON (psycopg applies them to this result)."""
         await cur.execute(sql, params)
         result = cur.pgresult
         if result is None or result.nfields == 0:
             return []
-        if not self._owns_pool and _has_json_column(result):
-            # a connection or pool of the caller's: faster JSON for our cursor only, set up
-            # only when the result holds JSON (psycopg applies it to this result)
+        if late_json and _has_json_column(result):
             use_fast_json(cur)
         rows: list[Row] = await cur.fetchall()
         return rows

@@ -185,7 +185,8 @@ class SyncDatabase:
         try:
             if self._conn is not None:
                 with self._conn_lock:
-                    return self._run(self._conn, sql, params)
+                    cur = self._conn.cursor(row_factory=self._rows)
+                    return self._run(cur, sql, params, late_json=True)
             if self._owns_pool and self._pool is not None:
                 return self._fetch_own(self._pool, sql, params)
             # getconn/putconn rather than pool.connection(): no generator, no commit of an
@@ -258,23 +259,21 @@ class SyncDatabase:
         return rows
 
     def _run_borrowed(self, conn: Any, sql: str, params: Sequence[Any] | None) -> list[Row]:
-        """:meth:`_run` on a connection borrowed from a pool, with its kept cursor."""
+        """A statement on a connection borrowed from a pool, with its kept cursor."""
         cur = kept_cursor(conn, self._rows, not self._owns_pool)
-        cur.execute(sql, params)
-        result = cur.pgresult
-        if result is None or result.nfields == 0:
-            return []
-        rows: list[Row] = cur.fetchall()
-        return rows
+        return self._run(cur, sql, params, late_json=False)
 
-    def _run(self, conn: Any, sql: str, params: Sequence[Any] | None) -> list[Row]:
-        cur = conn.cursor(row_factory=self._rows)
+    def _run(
+        self, cur: Any, sql: str, params: Sequence[Any] | None, *, late_json: bool
+    ) -> list[Row]:
+        """``late_json``: a new cursor on the caller's connection, which gets the faster JSON
+        loaders only when the result holds JSON (our cursor only)."""
         cur.execute(sql, params)
         result = cur.pgresult
         if result is None or result.nfields == 0:
             return []
-        if not self._owns_pool and _has_json_column(result):
-            use_fast_json(cur)  # the caller's connection: our cursor only
+        if late_json and _has_json_column(result):
+            use_fast_json(cur)
         rows: list[Row] = cur.fetchall()
         return rows
 
