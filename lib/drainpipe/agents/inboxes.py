@@ -12,7 +12,7 @@ the same lease answers ``True`` again.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -271,15 +271,28 @@ class AgentInboxes:
 
     # -- settlements ----------------------------------------------------------------------
 
-    async def ack(self, event_id: str, lease_id: str, outcome: Any = None) -> bool:
+    def ack(self, event_id: str, lease_id: str, outcome: Any = None) -> Coroutine[Any, Any, bool]:
         """Done: True, or False when that lease is no longer the event's current one (nothing
-        changed). ``outcome`` (any JSON, at most 64 KiB) is kept with the event."""
-        # the settle("ack") path without its Settlement: fence, queue, await the batch
-        _, pending = self._queue_ack(event_id, lease_id, outcome, None)
-        found = await pending
-        if found is None:
-            raise DrainpipeError("not_found", f"No event {event_id}", code=EVENT_NOT_FOUND)
-        return found[0]
+        changed). ``outcome`` (any JSON, at most 64 KiB) is kept with the event.
+
+        Await it as the coroutine it is typed as (``await agents.ack(...)``,
+        ``asyncio.create_task``, ``asyncio.run``). Inside a running loop it is queued when
+        called, for the batch the acks of this loop turn share, and is that batch's future
+        too (:class:`~drainpipe.agents.batch.Pending`): ``asyncio.gather`` over a pull's acks
+        needs no task per ack. A malformed argument raises at the call; an unknown event
+        raises 404 at the await."""
+        checked = self._checked_ack(event_id, lease_id, outcome)
+        now = self._instant()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # made outside a loop, for asyncio.run: queued once it runs
+            return self._ack_in_loop(checked, now)
+        return self._acks.ack_ok(loop, *checked, now)
+
+    async def _ack_in_loop(
+        self, checked: tuple[int, int, str | None, str | None], now: datetime | None
+    ) -> bool:
+        return await self._acks.ack_ok(asyncio.get_running_loop(), *checked, now)
 
     async def release(
         self, event_id: str, lease_id: str, *, delay_seconds: float = 0, error: str | None = None
@@ -310,20 +323,17 @@ class AgentInboxes:
         # the token as hex text (Postgres reads it as a uuid): no UUID object per ack
         return number_id, decoded[1], decoded[2].hex()
 
-    def _queue_ack(
-        self, event_id: Any, lease_id: Any, outcome: Any, inboxes: Collection[str] | None
-    ) -> tuple[int, asyncio.Future[tuple[bool, str, str, datetime | None] | None]]:
-        """Checks an ack and queues it for this turn's batch: the event's id and the
-        future of what the batch finds (None: no such event within ``inboxes``)."""
+    def _checked_ack(
+        self, event_id: Any, lease_id: Any, outcome: Any
+    ) -> tuple[int, int, str | None, str | None]:
+        """An ack's fence (:meth:`_fence`) and its outcome as JSON text."""
         number_id, delivery, token = self._fence(event_id, lease_id)
         outcome_json = None
         if outcome is not None:
             outcome_json = dump_json(outcome, "outcome").decode()
             if len(outcome_json.encode()) > MAX_OUTCOME_BYTES:
                 raise bad_parameter("outcome", "outcome must be at most 64 KiB of JSON")
-        scope = None if inboxes is None else sorted(inboxes)
-        now = self._instant()
-        return number_id, self._acks.ack(number_id, delivery, token, outcome_json, scope, now)
+        return number_id, delivery, token, outcome_json
 
     async def settle(
         self,
@@ -340,8 +350,13 @@ class AgentInboxes:
         """One fenced settlement; ``inboxes`` (None: all) bounds what the caller may touch.
         An unknown event, or one outside ``inboxes``, is 404 ``EVENT_NOT_FOUND``."""
         if op == "ack":
-            number_id, pending = self._queue_ack(event_id, lease_id, outcome, inboxes)
-            found = await pending
+            number_id, delivery, token, outcome_json = self._checked_ack(
+                event_id, lease_id, outcome
+            )
+            scope = None if inboxes is None else sorted(inboxes)
+            found = await self._acks.ack(
+                number_id, delivery, token, outcome_json, scope, self._instant()
+            )
         else:
             number_id, delivery, token = self._fence(event_id, lease_id)
             scope = None if inboxes is None else sorted(inboxes)
