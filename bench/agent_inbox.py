@@ -16,7 +16,10 @@ events and N archived raw messages first, the records of a system that has run a
   ``raw-pgmq`` does (the agents loop gets every event's body as its ``view``)
 * ``raw-pgmq each``   ``pgmq.read(q, vt, 10)`` + ``pgmq.archive(q, id)`` per message
 * ``agents``          ``inbox.next(max=10)`` + ``agents.ack(id, lease_id)`` per event (the
-  contract acks one event per call; the acks of one pull run concurrently on the pool)
+  contract acks one event per call; the acks of one pull are awaited together and go as
+  one batch)
+* ``agents riding``   the same calls, each pull's acks made before the next pull and
+  awaited after it: they ride with that pull, one call and one transaction for both
 
 Each system runs with ``--workers`` concurrent loops, rounds interleaved; the table shows the
 median of the rounds, the client's CPU per event (this process: the database's share of
@@ -52,6 +55,7 @@ sys.path.insert(0, str(ROOT / "lib"))
 import drainpipe  # noqa: E402
 from bench.run import postgres_cpu  # noqa: E402
 
+RAW_SYSTEMS = ("raw-pgmq batch", "raw-pgmq bodies", "raw-pgmq each")
 SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 SECRET = "bench-lease-secret-0123456789"  # noqa: S105 - a throwaway database
 
@@ -160,6 +164,23 @@ async def agents_loop(agents: drainpipe.AgentInboxes, inbox_id: str) -> int:
     return done
 
 
+async def agents_riding_loop(agents: drainpipe.AgentInboxes, inbox_id: str) -> int:
+    """The same work, the acks of each pull made before the next pull and awaited after
+    it: they ride with it, one call and one transaction (webhook-inbox 0011)."""
+    done = 0
+    inbox = agents.inbox(inbox_id)
+    events = await inbox.next(max=10)
+    while events:
+        acks = [agents.ack(event.id, event.lease_id or "") for event in events]
+        done += len(events)
+        events = await inbox.next(max=10)
+        assert all(await asyncio.gather(*acks))
+    return done
+
+
+AGENT_LOOPS = {"agents": agents_loop, "agents riding": agents_riding_loop}
+
+
 async def timed(workers: int, loop: Any) -> tuple[float, float, float | None]:
     """Events per second, and the client's and the local server's CPU seconds per event
     (None: no Postgres process visible here). The server's is what the processes alive at
@@ -202,6 +223,7 @@ async def throughput(
         "raw-pgmq bodies": [],
         "raw-pgmq each": [],
         "agents": [],
+        "agents riding": [],
     }
     cpu: dict[str, list[float]] = {name: [] for name in rates}
     server: dict[str, list[float]] = {name: [] for name in rates}
@@ -210,13 +232,13 @@ async def throughput(
         for round_ in range(rounds):
             shift = round_ % len(systems)
             for name in systems[shift:] + systems[:shift]:
-                if name == "agents":
+                if name in AGENT_LOOPS:
                     await fill_inbox(url, count, clean)
-                    watch = profile if round_ == rounds - 1 else None
+                    watch = profile if round_ == rounds - 1 and name == "agents" else None
                     if watch is not None:
                         watch.enable()
                     rate, used, on_server = await timed(
-                        workers, lambda: agents_loop(agents, inbox_id)
+                        workers, lambda loop=AGENT_LOOPS[name]: loop(agents, inbox_id)
                     )
                     if watch is not None:
                         watch.disable()
@@ -311,22 +333,22 @@ async def main() -> None:
                 f"  {system:<16} {statistics.median(values):>16.0f} {used:>20.1f} {spent:>20}"
                 "   (rounds: " + ", ".join(f"{v:.0f}" for v in values) + ")"
             )
-        for raw in ("raw-pgmq batch", "raw-pgmq bodies", "raw-pgmq each"):
-            ratios = [a / r for a, r in zip(rates["agents"], rates[raw], strict=True)]
-            print(f"  agents / {raw}: median {statistics.median(ratios):.2f}x (rounds: "
+        for mine, raw in [(m, r) for m in AGENT_LOOPS for r in RAW_SYSTEMS]:
+            ratios = [a / r for a, r in zip(rates[mine], rates[raw], strict=True)]
+            print(f"  {mine} / {raw}: median {statistics.median(ratios):.2f}x (rounds: "
                   + ", ".join(f"{x:.2f}" for x in ratios) + ")")  # fmt: skip
-        if server["agents"] and len(server["agents"]) == len(server["raw-pgmq batch"]):
+        if all(server[name] and len(server[name]) == rounds for name in rates):
             # the work each event costs both processes: steadier than events/s on a busy
             # machine, since time spent waiting for a core counts in neither
-            for raw in ("raw-pgmq batch", "raw-pgmq bodies"):
+            for mine, raw in [(m, r) for m in AGENT_LOOPS for r in RAW_SYSTEMS[:2]]:
                 shares = [
                     (rc + rs) / (ac + as_)
                     for rc, rs, ac, as_ in zip(
-                        cpu[raw], server[raw], cpu["agents"], server["agents"], strict=True
+                        cpu[raw], server[raw], cpu[mine], server[mine], strict=True
                     )
                 ]
                 print(
-                    f"  CPU per event (client + server), {raw} / agents: median"
+                    f"  CPU per event (client + server), {raw} / {mine}: median"
                     f" {statistics.median(shares):.2f} (rounds: "
                     + ", ".join(f"{x:.2f}" for x in shares)
                     + ")"

@@ -116,8 +116,19 @@ class AckBatcher:
             task.add_done_callback(self._running.discard)
         items.append((item, future, plain))
 
-    async def _send(self, key: Key) -> None:
-        items = self._pending.pop(key)
+    def take(self, loop: asyncio.AbstractEventLoop) -> Taken | None:
+        """A batch of acks queued in ``loop`` and not sent yet, now the caller's to send
+        (a pull sends it with its own statement, :data:`ops.ACK_NEXT`); its sender task
+        then finds nothing to do."""
+        for key, items in self._pending.items():
+            if items[0][1].get_loop() is loop:
+                return self._prepare(key)
+        return None
+
+    def _prepare(self, key: Key) -> Taken | None:
+        items = self._pending.pop(key, None)
+        if items is None:
+            return None  # a pull took this batch
         items.sort(key=lambda entry: entry[0][0])  # lock in id order: no deadlocks
         inboxes, now = key
         params = ops.ack_many_params(
@@ -128,17 +139,41 @@ class AckBatcher:
             None if inboxes is None else list(inboxes),
             now,
         )
+        return Taken(params, items)
+
+    async def _send(self, key: Key) -> None:
+        taken = self._prepare(key)
+        if taken is None:
+            return
         try:
-            rows = await self._fetch(ops.ACK_MANY, params)
+            rows = await self._fetch(ops.ACK_MANY, taken.params)
         except BaseException as exc:
-            for _, future, _ in items:
-                if not future.done():
-                    future.set_exception(exc)
+            taken.fail(exc)
             if not isinstance(exc, Exception):
                 raise
             return
-        found = ops.parse_ack_many(rows)
-        for index, (item, future, plain) in enumerate(items, start=1):
+        taken.deliver(ops.parse_ack_many(rows))
+
+
+class Taken:
+    """One batch of acks on its way: the parameters of its statement, and the futures its
+    answer goes to."""
+
+    __slots__ = ("_items", "params")
+
+    def __init__(self, params: tuple[Any, ...], items: list[tuple[Item, Pending[Any], bool]]):
+        self.params = params
+        self._items = items
+
+    def fail(self, exc: BaseException) -> None:
+        """Nothing of the statement committed: every ack of the batch gets its error."""
+        for _, future, _ in self._items:
+            if not future.done():
+                future.set_exception(exc)
+
+    def deliver(self, found: dict[int, tuple[bool, str, str, datetime | None]]) -> None:
+        """What the statement found, by 1-based position (none: no such event)."""
+        for index, (item, future, plain) in enumerate(self._items, start=1):
             if future.done():  # its caller may have been cancelled meanwhile
                 continue
             result = found.get(index)

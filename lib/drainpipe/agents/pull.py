@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import hashlib
 import hmac
 import struct
@@ -25,6 +26,7 @@ from ..db.json import load_json
 from ..engine.core import long_poll_wait, poll_backoff
 from ..errors import DrainpipeError
 from ..ops import agents as ops
+from .batch import Taken
 from .checks import (
     ACK_MODE_NOT_ALLOWED,
     ACK_MODES,
@@ -82,6 +84,15 @@ def _filters(type: Any, source: Any, subscription: Any, correlation: Any) -> Fil
         optional_name(subscription, "subscription"),
         optional_name(correlation, "correlation"),
     )
+
+
+def _answer_acks(taken: Taken, call: asyncio.Future[list[tuple[Any, ...]]]) -> None:
+    if call.cancelled():
+        taken.fail(asyncio.CancelledError())
+    elif (error := call.exception()) is not None:
+        taken.fail(error)
+    else:
+        taken.deliver(ops.split_ack_next(call.result())[0])
 
 
 class AgentInbox:
@@ -188,7 +199,11 @@ class AgentInbox:
                     self.id, order_text, count, mode, checked, principal, key_text,
                     self._agents._instant(),
                 )  # fmt: skip
-                rows = await self._agents.fetch(ops.NEXT, params)
+                taken = self._agents._acks.take(loop)
+                if taken is None:
+                    rows = await self._agents.fetch(ops.NEXT, params)
+                else:
+                    rows = await self._with_acks(taken, params)
                 if rows and rows[0][0] == "consumed":
                     raise DrainpipeError(
                         "conflict",
@@ -210,6 +225,15 @@ class AgentInbox:
             finally:
                 if waiter is not None and wakeups is not None:
                     wakeups.disarm(self.id, waiter)
+
+    async def _with_acks(self, taken: Taken, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        """The pull's rows, fetched in one call with the acks queued since the last round
+        trip (:data:`ops.ACK_NEXT`). The acks get their answer even when this pull is
+        cancelled meanwhile: the call goes on as a task of its own, as their batch's would."""
+        call = asyncio.ensure_future(self._agents.fetch(ops.ACK_NEXT, taken.params + params))
+        call.add_done_callback(functools.partial(_answer_acks, taken))
+        rows = await asyncio.shield(call)
+        return ops.split_ack_next(rows)[1]
 
     # -- peek and claim --------------------------------------------------------------------
 

@@ -235,6 +235,32 @@ def ack_many_params(
     )  # fmt: skip
 
 
+# a batch of acks (ACK_MANY's parameters first) and then a pull (NEXT's) in one call and one
+# transaction: the ack rows (outcome 'ack') come first, in EVENT_COLUMNS' shape (webhook-inbox
+# 0011), then the pull's rows
+ACK_NEXT = (
+    f"SELECT {EVENT_COLUMNS} FROM drainpipe.agent_ack_next_v1("
+    "%s::bigint[], %s::integer[], %s::uuid[], %s::jsonb[], %s::text[], %s,"
+    " %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+)
+#: an ack row's outcome in ACK_NEXT's answer
+ACKED_ROW = "ack"
+
+
+def split_ack_next(
+    rows: list[Row],
+) -> tuple[dict[int, tuple[bool, str, str, datetime | None]], list[Row]]:
+    """ACK_NEXT's answer: the acks as :func:`parse_ack_many` reads them, and the pull's rows
+    (as NEXT returns them)."""
+    acked = 0
+    while acked < len(rows) and rows[acked][0] == ACKED_ROW:
+        acked += 1
+    # an ack row: outcome, position, source = inbox, app, event_type = state, received_at,
+    # verified = ok, ..., lease_until
+    found = {int(row[1]): (bool(row[6]), str(row[2]), str(row[4]), row[11]) for row in rows[:acked]}
+    return found, rows[acked:] if acked else rows
+
+
 def parse_ack_many(rows: list[Row]) -> dict[int, tuple[bool, str, str, datetime | None]]:
     """Position → ``(ok, inbox id, state, lease_until)``; a position without a row names
     an event that does not exist (within the inboxes)."""
