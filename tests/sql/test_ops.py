@@ -60,6 +60,7 @@ def test_every_operation_module_contributes_statements() -> None:
                 "agent_events",
                 "agent_ack",
                 "agent_ack_many",
+                "agent_ack_next",
                 "agent_release",
                 "agent_extend",
             ),
