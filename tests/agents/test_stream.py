@@ -16,6 +16,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from drainpipe import AgentInboxes, Principal, bearer_tokens
+from drainpipe.ops import agents as ops
 from tests.agents.conftest import SECRET, Setup
 
 TOKEN = "stream-token-0123456789abcdef"
@@ -151,3 +152,58 @@ async def test_a_stream_without_a_token_or_outside_its_inboxes_is_refused(setup:
         bad = f"{base}/v1/agent/inbox/{setup.inbox_id}/stream?credit=11"
         async with connect(bad, additional_headers=AUTH) as ws:
             assert (await frame(ws))["code"] == "INVALID_PARAMETER"
+
+
+async def test_a_burst_of_ack_frames_is_answered_in_order_and_sent_together(
+    setup: Setup,
+) -> None:
+    """Ack frames are queued as they are read: a burst goes to the database as one batch
+    (not one statement a frame), each still fenced, and the results come in frame order. A
+    release or extend after an ack of the same socket is settled after it."""
+    for _ in range(6):
+        await setup.store()
+    sent: list[str] = []
+    fetch = setup.agents._acks._fetch
+
+    async def counted(statement: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        sent.append(statement)
+        return await fetch(statement, params)
+
+    setup.agents._acks._fetch = counted
+    async with serve(setup.agents) as base:
+        url = f"{base}/v1/agent/inbox/{setup.inbox_id}/stream?credit=6"
+        async with connect(url, additional_headers=AUTH) as ws:
+            events = [(await frame(ws))["event"] for _ in range(6)]
+            acks = [{"type": "ack", "id": e["id"], "lease_id": e["lease_id"]} for e in events]
+            burst = [
+                acks[0],
+                acks[1],
+                {**acks[2], "lease_id": acks[2]["lease_id"][:-3] + "AAA"},  # forged
+                {"type": "ack", "id": "evt_999999", "lease_id": acks[3]["lease_id"]},
+                {"type": "ack", "id": "not-an-event", "lease_id": acks[3]["lease_id"]},
+                acks[3],
+                acks[0],  # the same ack again
+                {"type": "extend", "id": events[1]["id"], "lease_id": events[1]["lease_id"],
+                 "seconds": 60},  # after its ack: the lease is spent
+                acks[4],
+            ]  # fmt: skip
+            # the frames reach the server together: it reads them in one turn of its loop
+            for message in burst:
+                ws.protocol.send_text(json.dumps(message).encode())
+            ws.send_data()
+            results = [await frame(ws) for _ in burst]
+    assert [(r["op"], r["id"], r["ok"], r["code"]) for r in results] == [
+        ("ack", events[0]["id"], True, None),
+        ("ack", events[1]["id"], True, None),
+        ("ack", events[2]["id"], False, "LEASE_LOST"),
+        ("ack", "evt_999999", False, "EVENT_NOT_FOUND"),
+        ("ack", "not-an-event", False, "EVENT_NOT_FOUND"),
+        ("ack", events[3]["id"], True, None),
+        ("ack", events[0]["id"], True, None),
+        ("extend", events[1]["id"], False, "LEASE_LOST"),
+        ("ack", events[4]["id"], True, None),
+    ]
+    # six acks before the extend in one statement, the one after it in another
+    assert sent == [ops.ACK_MANY, ops.ACK_MANY]
+    open_ids = {e.id for e in (await setup.agents.inbox(setup.inbox_id).events()).items}
+    assert open_ids == {events[2]["id"], events[5]["id"]}

@@ -21,7 +21,7 @@ from ..db import as_database, dump_json
 from ..errors import DrainpipeError
 from ..ops import agents as ops
 from ..validation import MAX_NAME_LENGTH, aware, text_fault
-from .batch import AckBatcher
+from .batch import AckBatcher, Found, Pending
 from .checks import (
     ACK_MODES,
     EVENT_NOT_FOUND,
@@ -335,6 +335,17 @@ class AgentInboxes:
                 raise bad_parameter("outcome", "outcome must be at most 64 KiB of JSON")
         return number_id, delivery, token, outcome_json
 
+    def _queue_ack(
+        self, event_id: Any, lease_id: Any, outcome: Any, inboxes: Collection[str] | None
+    ) -> tuple[int, Pending[Found]]:
+        """``settle("ack")`` up to its await: checked (a malformed argument raises here) and
+        queued for this turn's batch. The event's id, and the future of what the batch finds
+        (None: no such event within ``inboxes``)."""
+        number_id, delivery, token, outcome_json = self._checked_ack(event_id, lease_id, outcome)
+        scope = None if inboxes is None else sorted(inboxes)
+        queued = self._acks.ack(number_id, delivery, token, outcome_json, scope, self._instant())
+        return number_id, queued
+
     async def settle(
         self,
         op: Op,
@@ -350,13 +361,8 @@ class AgentInboxes:
         """One fenced settlement; ``inboxes`` (None: all) bounds what the caller may touch.
         An unknown event, or one outside ``inboxes``, is 404 ``EVENT_NOT_FOUND``."""
         if op == "ack":
-            number_id, delivery, token, outcome_json = self._checked_ack(
-                event_id, lease_id, outcome
-            )
-            scope = None if inboxes is None else sorted(inboxes)
-            found = await self._acks.ack(
-                number_id, delivery, token, outcome_json, scope, self._instant()
-            )
+            number_id, queued = self._queue_ack(event_id, lease_id, outcome, inboxes)
+            found = await queued
         else:
             number_id, delivery, token = self._fence(event_id, lease_id)
             scope = None if inboxes is None else sorted(inboxes)

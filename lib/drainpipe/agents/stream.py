@@ -4,7 +4,9 @@ Events are pushed only against the client's credit (``?credit=``, then ``{"type"
 "credit", "n": k}`` frames), each handed out (and its lease started) right before it is
 sent, so nothing waits in a buffer while its lease runs. Acks, releases and extends come
 back as frames (``{"type": "ack", "id", "lease_id", ...}``, answered by ``{"type":
-"result", "op", "id", "ok", "code"}``) or through the HTTP API. At most
+"result", "op", "id", "ok", "code"}``, in the order the frames came) or through the HTTP
+API. Ack frames are queued as they are read, so the acks of a burst go to the database as
+one batch; a release or extend waits for the socket's acks before it. At most
 :data:`MAX_STREAMS` streams per inbox are open across processes: each holds a slot row
 leased for :data:`SLOT_SECONDS` and renewed while the socket is open, so a crashed
 process's slots free themselves. When the socket closes, its events' leases run out as
@@ -27,7 +29,16 @@ from typing import TYPE_CHECKING, Any, Final
 from ..errors import DrainpipeError
 from ..ops import agents as ops
 from .app import check_inbox, principal_of, scope_of
-from .checks import ACK_MODES, MAX_EVENTS, ORDERS, choice, optional_name, whole_number
+from .batch import Found
+from .checks import (
+    ACK_MODES,
+    EVENT_NOT_FOUND,
+    MAX_EVENTS,
+    ORDERS,
+    choice,
+    optional_name,
+    whole_number,
+)
 
 if TYPE_CHECKING:
     from starlette.websockets import WebSocket
@@ -65,6 +76,8 @@ class _Stream:
         self.credit = credit
         self.credit_given = asyncio.Event()
         self.send_lock = asyncio.Lock()
+        # the socket's acks not answered yet, in the order their frames came
+        self.acks: asyncio.Queue[tuple[Any, asyncio.Future[Found]]] = asyncio.Queue()
 
     async def send(self, frame: dict[str, Any]) -> None:
         async with self.send_lock:
@@ -114,7 +127,10 @@ class _Stream:
                     await self.send({"type": "error", "code": error.code, "detail": str(error)})
                     continue
                 self.credit_given.set()
-            elif kind in ("ack", "release", "extend"):
+            elif kind == "ack":
+                self.queue_ack(frame)
+            elif kind in ("release", "extend"):
+                await self.acks.join()  # after this socket's acks, as the frames came
                 await self.settle(kind, frame)
             elif kind == "ping":
                 await self.send({"type": "pong"})
@@ -123,11 +139,38 @@ class _Stream:
                     {"type": "error", "code": INVALID_FRAME, "detail": "unknown frame type"}
                 )
 
+    def queue_ack(self, frame: dict[str, Any]) -> None:
+        """Queues the ack now, without waiting for it: the ack frames of a burst go to the
+        database as one batch (and with the next pull, when a credit frame came with them).
+        :meth:`answer` sends their results in the order the frames came."""
+        event_id = frame.get("id")
+        queued: asyncio.Future[Found]
+        try:
+            _, queued = self.agents._queue_ack(
+                event_id, frame.get("lease_id"), frame.get("outcome"), self.scope
+            )
+        except DrainpipeError as error:  # malformed: answered in its turn, as the others
+            queued = asyncio.get_running_loop().create_future()
+            queued.set_exception(error)
+        self.acks.put_nowait((event_id, queued))
+
+    async def answer(self) -> None:
+        """Sends the result of each ack frame, in the order the frames came. A database
+        failure (5xx) ends the stream, as it did when the reader awaited each ack."""
+        while True:
+            event_id, queued = await self.acks.get()
+            try:
+                ok, code = await _ack_result(queued)
+                await self.send(
+                    {"type": "result", "op": "ack", "id": event_id, "ok": ok, "code": code}
+                )
+            finally:
+                self.acks.task_done()
+
     async def settle(self, op: str, frame: dict[str, Any]) -> None:
+        """A release or extend frame, answered when it is settled."""
         fields: dict[str, Any] = {}
-        if op == "ack":
-            fields["outcome"] = frame.get("outcome")
-        elif op == "release":
+        if op == "release":
             fields["delay_seconds"] = frame.get("delay_seconds", 0)
             fields["error"] = frame.get("error")
         else:
@@ -147,6 +190,19 @@ class _Stream:
                 raise
             ok, code = False, error.code or error.kind
         await self.send({"type": "result", "op": op, "id": event_id, "ok": ok, "code": code})
+
+
+async def _ack_result(queued: asyncio.Future[Found]) -> tuple[bool, str | None]:
+    """``(ok, code)`` of an ack frame's result; a 5xx error raises."""
+    try:
+        found = await queued
+    except DrainpipeError as error:
+        if error.status >= 500:
+            raise
+        return False, error.code or error.kind
+    if found is None:
+        return False, EVENT_NOT_FOUND
+    return found[0], None if found[0] else "LEASE_LOST"
 
 
 async def _refuse(websocket: WebSocket, error: DrainpipeError) -> None:
@@ -209,6 +265,7 @@ async def stream_endpoint(agents: AgentInboxes, authorize: Any, websocket: WebSo
     tasks = [
         asyncio.create_task(stream.push(renew), name="drainpipe-stream-push"),
         asyncio.create_task(stream.read(), name="drainpipe-stream-read"),
+        asyncio.create_task(stream.answer(), name="drainpipe-stream-answer"),
     ]
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
