@@ -12,7 +12,11 @@ What an ack call returns is a :class:`Pending`: the batch's future for that ack,
 also a coroutine. ``asyncio.gather`` over ten coroutines wraps each in a task (a task, its
 first step and its wake-up: ~5 us an ack, a third of an ack's client CPU); over ten futures
 it only waits. Being a coroutine too keeps every other use of an ``async def`` working:
-``await``, ``asyncio.create_task``, ``asyncio.wait_for``, ``asyncio.run``'s peers.
+``await``, ``asyncio.create_task``, ``asyncio.wait_for``, task groups.
+
+A batch not sent yet may be taken by a pull that starts in the same loop turn
+(:meth:`AckBatcher.take`): the pull sends it with its own statement (webhook-inbox 0011),
+and the batch's sender task then finds nothing to send.
 """
 
 from __future__ import annotations
