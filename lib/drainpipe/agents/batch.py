@@ -92,12 +92,14 @@ class AckBatcher:
         delivery: int,
         token: str | None,
         outcome_json: str | None,
+        inboxes: list[str] | None,
         now: datetime | None,
     ) -> Pending[bool]:
         """Queue one ack of ``AgentInboxes.ack``: the future gets whether the lease was
-        current, or 404 ``EVENT_NOT_FOUND``, or the batch's error."""
+        current, or 404 ``EVENT_NOT_FOUND`` (also for an event outside ``inboxes``), or the
+        batch's error."""
         future: Pending[bool] = Pending(loop=loop)
-        self._queue((event_id, delivery, token, outcome_json), future, True, None, now)
+        self._queue((event_id, delivery, token, outcome_json), future, True, inboxes, now)
         return future
 
     def _queue(

@@ -281,18 +281,31 @@ class AgentInboxes:
         too (:class:`~drainpipe.agents.batch.Pending`): ``asyncio.gather`` over a pull's acks
         needs no task per ack. A malformed argument raises at the call; an unknown event
         raises 404 at the await."""
-        checked = self._checked_ack(event_id, lease_id, outcome)
-        now = self._instant()
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # made outside a loop, for asyncio.run: queued once it runs
-            return self._ack_in_loop(checked, now)
-        return self._acks.ack_ok(loop, *checked, now)
+            checked = self._checked_ack(event_id, lease_id, outcome)
+            return self._ack_in_loop(checked, self._instant())
+        return self._queue_ack_ok(loop, event_id, lease_id, outcome, None)
 
     async def _ack_in_loop(
         self, checked: tuple[int, int, str | None, str | None], now: datetime | None
     ) -> bool:
-        return await self._acks.ack_ok(asyncio.get_running_loop(), *checked, now)
+        return await self._acks.ack_ok(asyncio.get_running_loop(), *checked, None, now)
+
+    def _queue_ack_ok(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        event_id: Any,
+        lease_id: Any,
+        outcome: Any,
+        inboxes: Collection[str] | None,
+    ) -> Pending[bool]:
+        """:meth:`ack` within ``inboxes`` (None: all) in a running loop: checked (a malformed
+        argument raises here) and queued for this turn's batch."""
+        checked = self._checked_ack(event_id, lease_id, outcome)
+        scope = None if inboxes is None else sorted(inboxes)
+        return self._acks.ack_ok(loop, *checked, scope, self._instant())
 
     async def release(
         self, event_id: str, lease_id: str, *, delay_seconds: float = 0, error: str | None = None

@@ -92,7 +92,8 @@ def _answer_acks(taken: Taken, call: asyncio.Future[list[tuple[Any, ...]]]) -> N
     elif (error := call.exception()) is not None:
         taken.fail(error)
     else:
-        taken.deliver(ops.split_ack_next(call.result())[0])
+        rows = call.result()
+        taken.deliver(ops.parse_ack_rows(rows[: ops.ack_rows_end(rows)]))
 
 
 class AgentInbox:
@@ -233,7 +234,7 @@ class AgentInbox:
         call = asyncio.ensure_future(self._agents.fetch(ops.ACK_NEXT, taken.params + params))
         call.add_done_callback(functools.partial(_answer_acks, taken))
         rows = await asyncio.shield(call)
-        return ops.split_ack_next(rows)[1]
+        return rows[ops.ack_rows_end(rows) :]
 
     # -- peek and claim --------------------------------------------------------------------
 

@@ -24,21 +24,13 @@ import contextlib
 import json
 import logging
 import os
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import DrainpipeError
 from ..ops import agents as ops
 from .app import check_inbox, principal_of, scope_of
-from .batch import Found
-from .checks import (
-    ACK_MODES,
-    EVENT_NOT_FOUND,
-    MAX_EVENTS,
-    ORDERS,
-    choice,
-    optional_name,
-    whole_number,
-)
+from .checks import ACK_MODES, MAX_EVENTS, ORDERS, choice, optional_name, whole_number
 
 if TYPE_CHECKING:
     from starlette.websockets import WebSocket
@@ -77,7 +69,7 @@ class _Stream:
         self.credit_given = asyncio.Event()
         self.send_lock = asyncio.Lock()
         # the socket's acks not answered yet, in the order their frames came
-        self.acks: asyncio.Queue[tuple[Any, asyncio.Future[Found]]] = asyncio.Queue()
+        self.acks: asyncio.Queue[tuple[Any, asyncio.Future[bool]]] = asyncio.Queue()
 
     async def send(self, frame: dict[str, Any]) -> None:
         async with self.send_lock:
@@ -143,14 +135,15 @@ class _Stream:
         """Queues the ack now, without waiting for it: the ack frames of a burst go to the
         database as one batch (and with the next pull, when a credit frame came with them).
         :meth:`answer` sends their results in the order the frames came."""
+        loop = asyncio.get_running_loop()
         event_id = frame.get("id")
-        queued: asyncio.Future[Found]
+        queued: asyncio.Future[bool]
         try:
-            _, queued = self.agents._queue_ack(
-                event_id, frame.get("lease_id"), frame.get("outcome"), self.scope
+            queued = self.agents._queue_ack_ok(
+                loop, event_id, frame.get("lease_id"), frame.get("outcome"), self.scope
             )
         except DrainpipeError as error:  # malformed: answered in its turn, as the others
-            queued = asyncio.get_running_loop().create_future()
+            queued = loop.create_future()
             queued.set_exception(error)
         self.acks.put_nowait((event_id, queued))
 
@@ -160,7 +153,7 @@ class _Stream:
         while True:
             event_id, queued = await self.acks.get()
             try:
-                ok, code = await _ack_result(queued)
+                ok, code = await _frame_result(queued)
                 await self.send(
                     {"type": "result", "op": "ack", "id": event_id, "ok": ok, "code": code}
                 )
@@ -176,7 +169,8 @@ class _Stream:
         else:
             fields["seconds"] = frame.get("seconds")
         event_id = frame.get("id")
-        try:
+
+        async def settled() -> bool:
             result = await self.agents.settle(
                 op,  # type: ignore[arg-type]
                 event_id,
@@ -184,25 +178,22 @@ class _Stream:
                 inboxes=self.scope,
                 **fields,
             )
-            ok, code = result.ok, None if result.ok else "LEASE_LOST"
-        except DrainpipeError as error:
-            if error.status >= 500:
-                raise
-            ok, code = False, error.code or error.kind
+            return result.ok
+
+        ok, code = await _frame_result(settled())
         await self.send({"type": "result", "op": op, "id": event_id, "ok": ok, "code": code})
 
 
-async def _ack_result(queued: asyncio.Future[Found]) -> tuple[bool, str | None]:
-    """``(ok, code)`` of an ack frame's result; a 5xx error raises."""
+async def _frame_result(settled: Awaitable[bool]) -> tuple[bool, str | None]:
+    """``(ok, code)`` of a settlement frame's result (``LEASE_LOST`` when not ok, the
+    error's code for a client's mistake); a 5xx error raises and ends the stream."""
     try:
-        found = await queued
+        ok = await settled
     except DrainpipeError as error:
         if error.status >= 500:
             raise
         return False, error.code or error.kind
-    if found is None:
-        return False, EVENT_NOT_FOUND
-    return found[0], None if found[0] else "LEASE_LOST"
+    return ok, None if ok else "LEASE_LOST"
 
 
 async def _refuse(websocket: WebSocket, error: DrainpipeError) -> None:

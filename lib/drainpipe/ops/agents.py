@@ -247,18 +247,20 @@ ACK_NEXT = (
 ACKED_ROW = "ack"
 
 
-def split_ack_next(
-    rows: list[Row],
-) -> tuple[dict[int, tuple[bool, str, str, datetime | None]], list[Row]]:
-    """ACK_NEXT's answer: the acks as :func:`parse_ack_many` reads them, and the pull's rows
-    (as NEXT returns them)."""
-    acked = 0
-    while acked < len(rows) and rows[acked][0] == ACKED_ROW:
-        acked += 1
-    # an ack row: outcome, position, source = inbox, app, event_type = state, received_at,
-    # verified = ok, ..., lease_until
-    found = {int(row[1]): (bool(row[6]), str(row[2]), str(row[4]), row[11]) for row in rows[:acked]}
-    return found, rows[acked:] if acked else rows
+def ack_rows_end(rows: list[Row]) -> int:
+    """Where ACK_NEXT's ack rows end: ``rows[:end]`` are the acks (:func:`parse_ack_rows`),
+    ``rows[end:]`` the pull's rows, as NEXT returns them."""
+    end = 0
+    while end < len(rows) and rows[end][0] == ACKED_ROW:
+        end += 1
+    return end
+
+
+def parse_ack_rows(rows: list[Row]) -> dict[int, tuple[bool, str, str, datetime | None]]:
+    """ACK_NEXT's ack rows as :func:`parse_ack_many` reads its own: an ack row is outcome,
+    position, source = inbox, app, event_type = state, received_at, verified = ok, ...,
+    lease_until."""
+    return {int(row[1]): (bool(row[6]), str(row[2]), str(row[4]), row[11]) for row in rows}
 
 
 def parse_ack_many(rows: list[Row]) -> dict[int, tuple[bool, str, str, datetime | None]]:
