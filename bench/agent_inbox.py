@@ -218,13 +218,7 @@ async def throughput(
         await conn.execute("SELECT pgmq.create('agentbench')")
     if history:
         await add_history(url, inbox_id, "agentbench", history)
-    rates: dict[str, list[float]] = {
-        "raw-pgmq batch": [],
-        "raw-pgmq bodies": [],
-        "raw-pgmq each": [],
-        "agents": [],
-        "agents riding": [],
-    }
+    rates: dict[str, list[float]] = {name: [] for name in (*RAW_SYSTEMS, *AGENT_LOOPS)}
     cpu: dict[str, list[float]] = {name: [] for name in rates}
     server: dict[str, list[float]] = {name: [] for name in rates}
     systems = list(rates)
