@@ -11,6 +11,9 @@ Processing (``--consumers`` consumers, claim batch ``--batch``, a no-op handler)
   of a queue that keeps its records (#11)
 * ``aio-pgmq`` / ``aio-skip-del`` the asyncio loops of :mod:`bench.run` (one task each)
 * ``dp-pgmq`` / ``dp-table`` ``drainpipe.Jobs.drain`` (async) on each backend
+* ``thr-dp-pgmq`` / ``thr-dp-table`` drainpipe's own turn (``complete_and_claim_jobs_v1``)
+  sent from the hand-written thread loop: the same SQL as ``dp-*`` without drainpipe's
+  client, so each run splits the gap to the raw loop into the SQL's part and the client's
 * ``sync-pgmq`` / ``sync-table`` the sync twin's ``drainpipe.sync.Jobs.drain`` on a DSN
   (``concurrency`` threads), for Django/Flask and sync Lambda handlers
 
@@ -124,6 +127,8 @@ def thread_consumer(conn: psycopg.Connection[Any], system: str, batch: int) -> i
         claim = SKIP_CLAIM.format(table=KEEP_TABLE, open=" AND done_at IS NULL")
         claim_params = (batch, LEASE)
         finish = f"UPDATE {KEEP_TABLE} SET done_at = now() WHERE id = ANY(%s)"
+    if system.startswith("thr-dp-"):
+        return thread_turns(conn, batch)
     while True:
         rows = conn.execute(claim, claim_params).fetchall()
         if not rows:
@@ -136,6 +141,25 @@ def thread_consumer(conn: psycopg.Connection[Any], system: str, batch: int) -> i
         else:
             conn.execute(finish, (ids,))
         done += len(rows)
+
+
+TURN = "SELECT id, attempts, payload FROM drainpipe.complete_and_claim_jobs_v1(%s, %s, %s, %s, %s)"
+
+
+def thread_turns(conn: psycopg.Connection[Any], batch: int) -> int:
+    """drainpipe's turn by hand: each call completes the batch before and claims the next."""
+    done = 0
+    ids: list[int] = []
+    attempts: list[int] = []
+    while True:
+        rows = conn.execute(TURN, (QUEUE, ids, attempts, LEASE, batch)).fetchall()
+        done += len(ids)
+        if not rows:
+            return done
+        for row in rows:
+            _handle(row[2])
+        ids = [row[0] for row in rows]
+        attempts = [row[1] for row in rows]
 
 
 def _handle(value: Any) -> None:
@@ -261,10 +285,12 @@ PROCESSING = (
     "thr-pgmq",
     "aio-pgmq",
     "dp-pgmq",
+    "thr-dp-pgmq",
     "thr-skip-del",
     "thr-skip-keep",
     "aio-skip-del",
     "dp-table",
+    "thr-dp-table",
     "sync-pgmq",
     "sync-table",
 )
@@ -286,6 +312,10 @@ PROCESS_PAIRS = (
     ("dp-table", "thr-skip-del"),
     ("dp-table", "aio-skip-del"),
     ("sync-table", "thr-skip-keep"),
+    ("thr-dp-pgmq", "thr-pgmq"),
+    ("dp-pgmq", "thr-dp-pgmq"),
+    ("thr-dp-table", "thr-skip-keep"),
+    ("dp-table", "thr-dp-table"),
 )
 SINGLE_PAIRS = (
     ("dp-pgmq-dsn", "raw-send"),
@@ -304,11 +334,11 @@ def storage_of(system: str) -> str:
 def tables_of(system: str) -> str:
     if system in ("thr-pgmq", "aio-pgmq", "raw-send"):
         return f"pgmq.q_{RAW_QUEUE}, pgmq.a_{RAW_QUEUE}"
-    if system.startswith(("dp-pgmq", "sync-pgmq")):
+    if system.startswith(("dp-pgmq", "sync-pgmq", "thr-dp-pgmq")):
         return f"pgmq.q_{QUEUE}, pgmq.a_{QUEUE}"
     if system == "thr-skip-keep":
         return KEEP_TABLE
-    if system.startswith(("dp-table", "sync-table")):
+    if system.startswith(("dp-table", "sync-table", "thr-dp-table")):
         return "drainpipe.job_messages, drainpipe.job_dead_letters"
     return "bench_raw"
 
@@ -321,7 +351,7 @@ def fill(url: str, system: str, n: int) -> None:
             chunk = values[start : start + 1000]
             if system in ("thr-pgmq", "aio-pgmq"):
                 conn.execute("SELECT pgmq.send_batch(%s, %s::jsonb[])", (RAW_QUEUE, chunk))
-            elif system in ("dp-pgmq", "dp-table", "sync-pgmq", "sync-table"):
+            elif system.startswith(("dp-", "sync-", "thr-dp-")):
                 conn.execute(
                     "SELECT drainpipe.enqueue_jobs_v1(%s, %s, %s, %s)",
                     (QUEUE, Jsonb([payload(start + i) for i in range(len(chunk))]), 0.0, 5),
