@@ -32,24 +32,11 @@
 --      statements on their own table (docs/benchmarks.md, "The table's processing on the
 --      server", shows them).
 
+-- drainpipe's row, with two more columns. visible_at is when the job became due (delay end,
+-- backoff end) and state is 'queued', 'retry_wait' or terminal: a claim writes neither.
 CREATE TABLE IF NOT EXISTS proto_hot_jobs (
-    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    queue text NOT NULL,
-    payload jsonb NOT NULL,
-    attempts integer NOT NULL DEFAULT 0,
-    max_attempts integer NOT NULL DEFAULT 5,
-    dedupe_key text,
-    last_error text,
-    enqueued_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-    -- when the job became due (delay end, backoff end): a claim leaves it alone
-    visible_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-    -- 'queued', 'retry_wait' or terminal: a claim leaves it alone
-    state text NOT NULL DEFAULT 'queued',
-    started_at timestamptz,
-    finished_at timestamptz,
-    last_code text,
-    parent_id bigint,
-    replayed_by bigint,
+    LIKE drainpipe.job_messages INCLUDING DEFAULTS INCLUDING IDENTITY,
+    PRIMARY KEY (id),
     -- the lease end of the attempt held now; no index names it
     leased_until timestamptz,
     -- the dedupe key of a job never claimed (the waiting-dedupe uniqueness)
