@@ -114,6 +114,8 @@ RETURNING b.id, b.payload"""
 
 def thread_consumer(conn: psycopg.Connection[Any], system: str, batch: int) -> int:
     """One consumer thread's loop on its own autocommit connection, until the queue is empty."""
+    if system.startswith("thr-dp-"):
+        return thread_turns(conn, batch)
     done = 0
     claim_params: tuple[Any, ...]
     if system == "thr-pgmq":
@@ -127,8 +129,6 @@ def thread_consumer(conn: psycopg.Connection[Any], system: str, batch: int) -> i
         claim = SKIP_CLAIM.format(table=KEEP_TABLE, open=" AND done_at IS NULL")
         claim_params = (batch, LEASE)
         finish = f"UPDATE {KEEP_TABLE} SET done_at = now() WHERE id = ANY(%s)"
-    if system.startswith("thr-dp-"):
-        return thread_turns(conn, batch)
     while True:
         rows = conn.execute(claim, claim_params).fetchall()
         if not rows:
