@@ -53,6 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "lib"))
 
 import drainpipe  # noqa: E402
+from bench.results import Row, append_run, describe_machine  # noqa: E402
 from bench.run import postgres_cpu  # noqa: E402
 
 RAW_SYSTEMS = ("raw-pgmq batch", "raw-pgmq bodies", "raw-pgmq each")
@@ -281,6 +282,55 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
+def recorded_rows(
+    metric: str,
+    rates: dict[str, list[float]],
+    cpu: dict[str, list[float]],
+    server: dict[str, list[float]],
+    latencies: dict[str, list[float]],
+) -> list[Row]:
+    """What ``bench.results`` keeps of a run: each loop's median rate and CPU per event, each
+    agents loop over each raw loop (median and range of the rounds), the wake-up latency."""
+
+    def cost(system: str) -> str:
+        used = f"client CPU {statistics.median(cpu[system]) * 1e6:.1f} µs"
+        if server[system]:
+            used += f", server CPU {statistics.median(server[system]) * 1e6:.1f} µs"
+        return used + " an event"
+
+    rows = [
+        Row(
+            metric, raw, value=round(statistics.median(rates[raw])), unit="events/s", note=cost(raw)
+        )
+        for raw in RAW_SYSTEMS
+    ]
+    for mine, raw in [(m, r) for m in AGENT_LOOPS for r in RAW_SYSTEMS]:
+        ratios = [a / r for a, r in zip(rates[mine], rates[raw], strict=True)]
+        rows.append(
+            Row(
+                metric,
+                mine,
+                raw,
+                ratio=round(statistics.median(ratios), 3),
+                ratio_range=(round(min(ratios), 3), round(max(ratios), 3)),
+                value=round(statistics.median(rates[mine])),
+                unit="events/s",
+                note=cost(mine),
+            )
+        )
+    for label, found in latencies.items():
+        rows.append(
+            Row(
+                "long-poll wake-up p50",
+                label,
+                value=round(percentile(found, 0.5) * 1000, 1),
+                unit="ms",
+                note=f"p99 {percentile(found, 0.99) * 1000:.0f} ms, {len(found)} arrivals",
+            )
+        )
+    return rows
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
@@ -289,6 +339,9 @@ async def main() -> None:
     parser.add_argument("--profile", action="store_true", help="cProfile the agents loop")
     parser.add_argument("--count", type=int, default=0, help="events per round")
     parser.add_argument("--no-latency", action="store_true", help="skip the wake-up latency")
+    parser.add_argument(
+        "--no-record", action="store_true", help="do not append the run to bench/results/"
+    )
     parser.add_argument(
         "--no-vacuum", action="store_true", help="no VACUUM between rounds (either side)"
     )
@@ -347,12 +400,25 @@ async def main() -> None:
                     + ", ".join(f"{x:.2f}" for x in shares)
                     + ")"
                 )
+        latencies: dict[str, list[float]] = {}
         for listen in (True, False) if samples else ():
             found = await wake_latency(url, listen, samples)
             label = "NOTIFY (listen=True)" if listen else "poll steps (serverless)"
+            latencies[label] = found
             print(
                 f"long-poll wake-up, {label}: p50 {percentile(found, 0.5) * 1000:.0f} ms,"
                 f" p99 {percentile(found, 0.99) * 1000:.0f} ms ({len(found)} arrivals)"
+            )
+        if not (args.quick or args.no_record):
+            async with await psycopg.AsyncConnection.connect(url) as conn:
+                version = await (await conn.execute("SHOW server_version")).fetchone()
+            metric = "events/s" + (", no VACUUM" if args.no_vacuum else "")
+            metric += f", {args.history:,} settled events first" if args.history else ""
+            rows = recorded_rows(metric, rates, cpu, server, latencies)
+            machine = describe_machine(str(version[0]).split()[0] if version else None)
+            path = append_run("bench.agent_inbox", rows, machine=machine)
+            print(
+                f"recorded in {path}; refresh: python -m bench.results --write docs/benchmarks.md"
             )
     finally:
         async with await psycopg.AsyncConnection.connect(args.server, autocommit=True) as admin:

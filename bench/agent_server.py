@@ -18,7 +18,7 @@ Each system is one pgbench script of two statements, run by ``--clients`` connec
 Before every round each database gets as many events (and raw messages) again as the
 round consumes, then a ``VACUUM``; the systems' order shifts every round. Prints the
 cycles/s of every round, the medians and the ratios to raw. bench/agent_inbox.py is the
-end-to-end bench; docs/benchmarks.md ("Fifth round") shows what this one found.
+end-to-end bench; what this one found: ``git show 9b265e0:docs/benchmarks.md`` ("Fifth round").
 """
 
 from __future__ import annotations

@@ -55,6 +55,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 import drainpipe
+from bench.results import Row, append_run, describe_machine
 from bench.run import (
     LEASE,
     QUEUE,
@@ -370,6 +371,7 @@ class Config:
     batch: int
     rounds: int
     profile: str | None = None
+    record: bool = True  # append the run to bench/results/threaded.jsonl
 
 
 def one_round(
@@ -458,6 +460,35 @@ def report(results: dict[str, list[Sample]], cfg: Config) -> None:
             print(f"  {ours:>13} / {theirs:<13} {statistics.median(ratios):5.2f}   rounds: {cells}")
 
 
+def recorded_rows(results: dict[str, list[Sample]]) -> list[Row]:
+    """Each pair's median ratio (and its rounds' range), with drainpipe's side's median rate
+    and client CPU: what ``bench.results`` keeps of a run."""
+    rows: list[Row] = []
+    for metric, pairs in (("processing", PROCESS_PAIRS), ("single enqueue", SINGLE_PAIRS)):
+        for ours, theirs in pairs:
+            ratios = [a.rate / b.rate for a, b in zip(results[ours], results[theirs], strict=True)]
+            cpu = statistics.median(s.client_cpu / s.jobs for s in results[ours]) * 1e6
+            rows.append(
+                Row(
+                    metric,
+                    ours,
+                    theirs,
+                    ratio=round(statistics.median(ratios), 3),
+                    ratio_range=(round(min(ratios), 3), round(max(ratios), 3)),
+                    value=round(statistics.median(s.rate for s in results[ours])),
+                    unit="jobs/s",
+                    note=f"client CPU {cpu:.1f} µs a job",
+                )
+            )
+    return rows
+
+
+def server_version(url: str) -> str:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SHOW server_version").fetchone()
+    return str(row[0]).split()[0] if row else "?"
+
+
 def profile(urls: dict[str, str], cfg: Config, storage: str) -> None:
     """cProfile drainpipe's single enqueue (DSN) and its drain on one backend, and the raw
     sync loops beside them: where the client CPU per job goes."""
@@ -537,8 +568,12 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     parser.add_argument(
         "--profile", choices=["pgmq", "table"], help="cProfile enqueue and drain instead"
     )
+    parser.add_argument(
+        "--no-record", action="store_true", help="do not append the run to bench/results/"
+    )
     args = parser.parse_args(argv)
-    cfg = Config(args.n, args.single, args.consumers, args.batch, args.rounds, args.profile)
+    record = not (args.no_record or args.quick)
+    cfg = Config(args.n, args.single, args.consumers, args.batch, args.rounds, args.profile, record)
     if args.quick:
         cfg.n, cfg.single, cfg.rounds = 2_000, 200, 2
     return cfg
@@ -581,6 +616,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             one_round(urls, cfg, index, results)
             print(f"  round {index + 1}/{cfg.rounds} ({time.perf_counter() - started:.0f} s)")
         report(results, cfg)
+        if cfg.record:
+            machine = describe_machine(server_version(urls["table"]))
+            path = append_run("bench.threaded", recorded_rows(results), machine=machine)
+            print(
+                f"\nrecorded in {path}; refresh the page: python -m bench.results --write docs/benchmarks.md"
+            )
     finally:
         asyncio.run(drop_databases(urls))
     print(f"\ntotal {time.perf_counter() - started:.0f} s")

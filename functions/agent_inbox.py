@@ -1,4 +1,4 @@
-"""The agent inbox's HTTP API (API.md section 11), deployed as ``/api/agent_inbox`` with
+"""The agent inbox's HTTP API (docs/reference.md, section 11), deployed as ``/api/agent_inbox`` with
 vercel.json rewriting ``/v1/:path*`` to it: ``GET /v1/agent/inbox/{id}/next``, ``/events``,
 ``POST .../claim``, ``POST /v1/events/{id}/ack|release|extend``, ``GET /v1/events/{id}/raw``.
 

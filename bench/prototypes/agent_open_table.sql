@@ -1,6 +1,6 @@
 -- A storage shape for the agent inbox, measured on the server only (issue 17). This is NOT
 -- installed by anything: a prototype to measure the next step, written down so it can be
--- run again. docs/benchmarks.md ("A storage shape, measured on the server") has the
+-- run again. `git show 9b265e0:docs/benchmarks.md` ("A storage shape, measured on the server") has the
 -- numbers. Built in full as a migration with every rule of the contract (the "Fifth
 -- round" there, branch experiment/open-events), the shape was no faster than today's:
 -- its cheaper hand-out was paid back by a costlier ack.

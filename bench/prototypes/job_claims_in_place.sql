@@ -1,6 +1,6 @@
 -- Claims as HOT updates on the table backend, measured on the server only (issue 21). NOT
 -- installed by anything: a prototype written down so it can be run again.
--- docs/benchmarks.md ("Claims that update their row in place") has the numbers. Built in
+-- The numbers: `git show 9b265e0:docs/benchmarks.md` ("Claims that update their row in place"). Built in
 -- full as jobs migration 0010 (every function of the contract moved to the new shape), it
 -- passed the jobs, policies and admin suites and failed issue 19's flat-claim test: a claim
 -- has to step over every job held at the front of its index. It was not shipped.
@@ -29,7 +29,7 @@
 --               count(c.payload), sum(date_part('epoch', c.enqueued_at) + date_part('epoch', c.visible_until))
 --          FROM proto_hot_turn('q', :ids::bigint[], :att::integer[], 30, 100) c \gset
 --      the same over drainpipe.complete_and_claim_jobs_v1, and bench.threaded's thr-skip-keep
---      statements on their own table (docs/benchmarks.md, "The table's processing on the
+--      statements on their own table (`git show 9b265e0:docs/benchmarks.md`, "The table's processing on the
 --      server", shows them).
 
 -- drainpipe's row, with two more columns. visible_at is when the job became due (delay end,

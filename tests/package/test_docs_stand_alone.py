@@ -1,0 +1,59 @@
+"""The documentation stands alone: every relative link in the README, the changelog and
+docs/ reaches a file of the repository (and a heading of it, when it names one), and no
+page points to a contract document kept outside the repository."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
+
+
+def pages() -> list[Path]:
+    return [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def anchors(page: Path) -> set[str]:
+    """The heading anchors a Markdown renderer makes (GitHub's rule): lower case, spaces to
+    hyphens, everything but letters, digits, hyphens and underscores dropped."""
+    text = FENCE.sub("", page.read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for heading in re.findall(r"^#{1,6} (.+?)\s*$", text, flags=re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        found.add(slug)
+    return found
+
+
+def test_no_page_refers_to_a_contract_outside_the_repository() -> None:
+    named = [p.name for p in pages() if re.search(r"\bAPI\.md\b", p.read_text(encoding="utf-8"))]
+    assert named == []
+
+
+def test_every_relative_link_reaches_a_file_and_its_heading() -> None:
+    broken: list[str] = []
+    for page in pages():
+        text = FENCE.sub("", page.read_text(encoding="utf-8"))
+        for target in LINK.findall(text):
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # https:, mailto: ...
+                continue
+            path_part, _, anchor = target.partition("#")
+            linked = (page.parent / path_part).resolve() if path_part else page
+            if not linked.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such file)")
+            elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
+    assert broken == []
+
+
+def test_the_readme_is_a_front_door_and_the_changelog_says_nothing_is_published() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 250
+    assert "./scripts/dev" in readme and "./scripts/test" in readme
+    for function_file in sorted((ROOT / "api").glob("*.py")):
+        assert f"`api/{function_file.name}`" in readme, f"Deploy does not list {function_file}"
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    assert "## [Unreleased]" in changelog
+    assert "No release has been published yet" in changelog
