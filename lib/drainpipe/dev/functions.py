@@ -80,8 +80,9 @@ class FunctionsApp:
     Each function answers at its file's path exactly (no trailing slash, no ``-`` for
     ``_``: Vercel would 404 those), and at each ``rewrites`` source of the ``vercel.json``
     next to the folder whose destination is a function's path. The request keeps the path
-    the client asked for, as on Vercel. Lifespan shutdown closes every app that has an
-    ``aclose()``.
+    the client asked for, as on Vercel. Lifespan startup awaits every app's ``startup()``
+    (when it has one; a line it returns is kept in :attr:`notes` for the banner) and
+    lifespan shutdown closes every app that has an ``aclose()``.
     """
 
     directory: Path
@@ -90,6 +91,7 @@ class FunctionsApp:
     rewrites: list[tuple[str, re.Pattern[str], str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     stopping: bool = False  # set on Ctrl-C: calls cancelled from then on are expected
+    notes: list[str] = field(default_factory=list)  # what the apps' startup() reported
 
     @classmethod
     def load(cls, directory: Path | str) -> FunctionsApp:
@@ -143,7 +145,7 @@ class FunctionsApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await serve_lifespan(receive, send, self.aclose)
+            await serve_lifespan(receive, send, self.aclose, on_startup=self.startup)
             return
         if scope["type"] not in ("http", "websocket"):
             return
@@ -163,6 +165,22 @@ class FunctionsApp:
             # the server's graceful timeout ran out on Ctrl-C: one line, not a traceback;
             # the call's jobs return to their queue when their leases end
             log.warning("%s: the call in flight was cancelled (stopping)", scope.get("path"))
+
+    async def startup(self) -> None:
+        """Run each app's ``startup()`` once, as the server starts (the example's agent
+        inbox is created then, so webhooks reach it before any agent calls). A failure is
+        logged and leaves that app to do its work on its first request instead."""
+        for route, app in self.apps.items():
+            start = getattr(app, "startup", None)
+            if not callable(start):
+                continue
+            try:
+                note = await start()
+            except Exception as exc:
+                log.warning("%s: startup failed: %s", self.files[route].name, exc)
+                continue
+            if note:
+                self.notes.append(str(note))
 
     async def aclose(self) -> None:
         for app in self.apps.values():

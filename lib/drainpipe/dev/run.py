@@ -210,6 +210,8 @@ async def _serve(
             f"  job inbox  {server.url}/{app.directory.name}/jobs"
             " (paste MANAGEMENT_TOKEN, an admin's)"
         )
+    for note in app.notes:
+        console.say(f"  started    {note}")
     for warning in app.warnings:
         console.say(f"  warning    {warning}")
     if drain_path in routes:
