@@ -95,7 +95,9 @@ def test_flask_app_run_serves_orders_and_webhooks_as_the_readme_says(db_url: str
             cwd=folder, env=env, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert applied.returncode == 0, applied.stderr
-        assert applied.stdout.startswith("up to date" if attempt == 2 else ("up to date", "applied"))
+        assert applied.stdout.startswith(
+            "up to date" if attempt == 2 else ("up to date", "applied")
+        )
         port = _free_port()
         process = subprocess.Popen(  # noqa: S603 - the installed CLI, fixed arguments
             [str(BIN / "flask"), "--app", "app", "run", "--port", str(port)],
