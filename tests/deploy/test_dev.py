@@ -171,12 +171,12 @@ async def test_a_non_ascii_secret_works_from_dev_drain_to_the_route() -> None:
 
 
 def _start_dev(
-    args: list[str], env: dict[str, str]
+    args: list[str], env: dict[str, str], cwd: Path = ROOT
 ) -> tuple[subprocess.Popen[str], str, list[str]]:
-    """Start ``drainpipe dev`` and read its banner; (process, URL, lines)."""
+    """Start ``drainpipe dev`` in ``cwd`` and read its banner; (process, URL, lines)."""
     process = subprocess.Popen(  # noqa: S603 - our own interpreter and arguments
         [sys.executable, "-m", "drainpipe.cli", "dev", "--port", "0", "--every", "0.5", *args],
-        cwd=ROOT,
+        cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("drainpipe.dev")
 
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-DEFAULT_PGDATA = Path("~/.cache/drainpipe/dev-pgdata")
 
 
 # -- serving api/ like Vercel ------------------------------------------------------------
