@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("drainpipe.dev")
 
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+#: how long a function's ``startup()`` may take before the server listens without it
+STARTUP_SECONDS = 10.0
 
 
 # -- serving api/ like Vercel ------------------------------------------------------------
@@ -169,14 +171,18 @@ class FunctionsApp:
         """Run each app's ``startup()`` once, as the server starts (the example's agent
         inbox is created then, so webhooks reach it before any agent calls). A failure is
         logged and leaves that app to do its work on its first request instead."""
+        started: set[int] = set()  # two files may serve one app: start it once
         for route, app in self.apps.items():
             start = getattr(app, "startup", None)
-            if not callable(start):
+            if not callable(start) or id(app) in started:
                 continue
+            started.add(id(app))
             try:
-                note = await start()
-            except Exception as exc:
-                log.warning("%s: startup failed: %s", self.files[route].name, exc)
+                # bounded: an unreachable database must not keep the server from listening
+                note = await asyncio.wait_for(start(), STARTUP_SECONDS)
+            except Exception as exc:  # TimeoutError included
+                reason = str(exc) or f"no answer within {STARTUP_SECONDS:g} s"
+                log.warning("%s: startup failed: %s", self.files[route].name, reason)
                 continue
             if note:
                 self.notes.append(str(note))
