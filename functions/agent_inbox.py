@@ -10,8 +10,12 @@ Environment: ``DATABASE_URL``; ``AGENT_TOKEN`` (the bearer token agents send, at
 characters); ``AGENT_LEASE_SECRET`` (signs lease ids and cursors, at least 16 characters, the
 same on every instance); optional ``AGENT_BUDGET`` (seconds a long poll may use, default 25,
 under the function's ``maxDuration`` of 30) and ``AGENT_LISTEN=1`` where a process lives on
-(``drainpipe serve``, ``drainpipe dev``: long polls then wake by NOTIFY; never on Vercel). The inbox ``billing-agent`` is created on the
-first request and subscribed to the billing webhooks; its id is logged then.
+(``drainpipe serve``, ``drainpipe dev``: long polls then wake by NOTIFY; never on Vercel).
+
+The inbox ``billing-agent`` is created and subscribed to the billing webhooks when a server
+starts (ASGI lifespan startup: ``drainpipe dev`` and ``drainpipe serve`` print its id with
+their routes), so webhooks that arrive before any agent calls reach it. Where no lifespan
+runs, the first request creates it and logs its id.
 """
 
 from __future__ import annotations
@@ -36,22 +40,41 @@ log = logging.getLogger("drainpipe.functions")
 
 
 class _EnsureInbox:
-    """Creates the example's inbox once, before the first request is served."""
+    """Creates the example's inbox once: at server startup, else before the first request."""
 
     def __init__(self, agents: AgentInboxes, app: Any) -> None:
         self.agents, self.app = agents, app
         self.ready: asyncio.Lock | None = None
-        self.done = False
+        self.inbox_id: str | None = None
+
+    async def ensure(self) -> tuple[str, bool]:
+        """The inbox's id, and whether this call created (or found) it."""
+        if self.inbox_id is not None:
+            return self.inbox_id, False
+        self.ready = self.ready or asyncio.Lock()
+        async with self.ready:
+            if self.inbox_id is not None:
+                return self.inbox_id, False
+            self.inbox_id = await ensure_agent_inbox(self.agents)
+            return self.inbox_id, True
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if not self.done and scope["type"] in ("http", "websocket"):
-            self.ready = self.ready or asyncio.Lock()
-            async with self.ready:
-                if not self.done:
-                    inbox_id = await ensure_agent_inbox(self.agents)
-                    log.info("agent inbox billing-agent is %s (subscribed to billing)", inbox_id)
-                    self.done = True
+        if self.inbox_id is None and scope["type"] in ("http", "websocket"):
+            inbox_id, now = await self.ensure()
+            if now:
+                log.info("agent inbox billing-agent is %s (subscribed to billing)", inbox_id)
         await self.app(scope, receive, send)
+
+
+class _AgentInboxFunction(LazyApp):
+    async def startup(self) -> str | None:
+        """Build the app and create the inbox as the server starts; the line to show.
+        Unconfigured (no ``AGENT_TOKEN`` ...), it does nothing: requests then say why."""
+        app = await self.built()
+        if not isinstance(app, _EnsureInbox):
+            return None
+        inbox_id, _ = await app.ensure()
+        return f"agent inbox billing-agent is {inbox_id} (subscribed to billing)"
 
 
 def build(env: Mapping[str, str]) -> tuple[ASGIApp, Closer | None]:
@@ -75,4 +98,4 @@ def build(env: Mapping[str, str]) -> tuple[ASGIApp, Closer | None]:
     return _EnsureInbox(agents, agents.app(authorize=authorize, budget=budget)), agents.close
 
 
-app = LazyApp(build, needs=("DATABASE_URL", "AGENT_TOKEN", "AGENT_LEASE_SECRET"))
+app = _AgentInboxFunction(build, needs=("DATABASE_URL", "AGENT_TOKEN", "AGENT_LEASE_SECRET"))

@@ -2,8 +2,8 @@
 
     AGENT_URL=http://127.0.0.1:3000 AGENT_TOKEN=agt_... AGENT_INBOX=inb_... python agent.py
 
-(``drainpipe dev`` prints ``AGENT_TOKEN`` and logs the example inbox's id on its first
-request.) ``--once`` stops when the inbox is empty instead of long-polling forever.
+(``drainpipe dev`` prints ``AGENT_TOKEN`` and, as it starts, the example inbox's id:
+``started    agent inbox billing-agent is inb_...``.) ``--once`` stops when the inbox is empty instead of long-polling forever.
 
 What it does so it never acts twice on one event, nor on a forged one:
 

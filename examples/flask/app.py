@@ -1,7 +1,14 @@
 """drainpipe in a Flask app: an order and its job in one transaction, idempotent POSTs
 through the WSGI wrapper, and a webhook inbox answering from a view.
 
-    DATABASE_URL=postgresql://... flask --app app run
+    export DATABASE_URL=postgresql://postgres@127.0.0.1/shop
+    export WEBHOOK_SECRET=whsec_...     # the billing provider's signing secret
+    drainpipe sql apply                 # drainpipe's SQL, once per release
+    flask --app app run
+
+Environment: ``DATABASE_URL`` (the app's Postgres, drainpipe's SQL applied) and
+``WEBHOOK_SECRET`` (Standard Webhooks ``whsec_...``; several separated by spaces during a
+rotation). ``flask --app app run`` calls ``create_app()``, which reads both.
 """
 
 from __future__ import annotations
@@ -21,12 +28,22 @@ class Receipt(BaseModel):
     email: str
 
 
-def create_app(database_url: str, webhook_secret: str) -> Flask:
+def create_app(database_url: str | None = None, webhook_secret: str | None = None) -> Flask:
+    """The app; ``DATABASE_URL`` and ``WEBHOOK_SECRET`` are read for the arguments not given."""
+    database_url = database_url or os.environ.get("DATABASE_URL")
+    webhook_secret = webhook_secret or os.environ.get("WEBHOOK_SECRET")
+    missing = [
+        name
+        for name, value in (("DATABASE_URL", database_url), ("WEBHOOK_SECRET", webhook_secret))
+        if not value
+    ]
+    if missing or database_url is None or webhook_secret is None:
+        raise RuntimeError(f"set {' and '.join(missing)} (see the docstring of app.py)")
     app = Flask(__name__)
     # one pool for the app's own writes; drainpipe's statements join its transactions
     pool = psycopg_pool.ConnectionPool(database_url, min_size=1, max_size=5, open=True)
     jobs = sync.Jobs(pool, {"receipts": Receipt})
-    inbox = sync.WebhookInbox(pool, source="billing", secrets=webhook_secret)
+    inbox = sync.WebhookInbox(pool, source="billing", secrets=webhook_secret.split())
     idempotency = sync.Idempotency(database_url)  # keys on a pool of their own (autocommit)
     with pool.connection() as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, email text)")
@@ -56,4 +73,4 @@ def create_app(database_url: str, webhook_secret: str) -> Flask:
 
 
 if __name__ == "__main__":
-    create_app(os.environ["DATABASE_URL"], os.environ["WEBHOOK_SECRET"]).run()
+    create_app().run()

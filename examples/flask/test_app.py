@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import time
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,12 +28,12 @@ def client() -> Any:
 def test_an_order_enqueues_with_its_transaction_and_drains(client: Any) -> None:
     http, parts = client
     jobs = parts["jobs"]
-    created = http.post(
-        "/orders", json={"email": "a@example.com"}, headers={"Idempotency-Key": "o1"}
-    )
+    jobs.drain("receipts", lambda receipt, job: None)  # what an earlier run left behind
+    key = f"order-{uuid.uuid4().hex}"  # a new key per run: the database outlives the test
+    created = http.post("/orders", json={"email": "a@example.com"}, headers={"Idempotency-Key": key})
     assert created.status_code == 201
     replayed = http.post(
-        "/orders", json={"email": "a@example.com"}, headers={"Idempotency-Key": "o1"}
+        "/orders", json={"email": "a@example.com"}, headers={"Idempotency-Key": key}
     )
     assert (replayed.status_code, replayed.headers["Idempotency-Replayed"]) == (201, "true")
     assert http.post("/orders", json={"email": "b@example.com", "fail": True}).status_code == 500
@@ -46,10 +47,11 @@ def test_the_webhook_view_stores_once(client: Any) -> None:
     http, _ = client
     body = json.dumps({"type": "invoice.paid"})
     stamp = datetime.fromtimestamp(int(time.time()), UTC)
+    message_id = f"msg_{uuid.uuid4().hex}"  # a new delivery per run
     headers = {
-        "webhook-id": "msg_1",
+        "webhook-id": message_id,
         "webhook-timestamp": str(int(stamp.timestamp())),
-        "webhook-signature": Webhook(SECRET).sign("msg_1", stamp, body),
+        "webhook-signature": Webhook(SECRET).sign(message_id, stamp, body),
         "content-type": "application/json",
     }
     assert http.post("/hooks/billing", data=body, headers=headers).status_code == 202

@@ -269,12 +269,19 @@ async def run_asgi(
 
 
 async def serve_lifespan(
-    receive: Receive, send: Send, on_shutdown: Callable[[], Awaitable[Any]] | None = None
+    receive: Receive,
+    send: Send,
+    on_shutdown: Callable[[], Awaitable[Any]] | None = None,
+    *,
+    on_startup: Callable[[], Awaitable[Any]] | None = None,
 ) -> None:
-    """Acknowledge ASGI lifespan startup and shutdown, running ``on_shutdown`` before the latter."""
+    """Acknowledge ASGI lifespan startup and shutdown, running ``on_startup`` before the
+    former and ``on_shutdown`` before the latter."""
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
+            if on_startup is not None:
+                await on_startup()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             if on_shutdown is not None:

@@ -137,6 +137,8 @@ async def serve(
                 for path, file in app.routes().items():
                     print(f"  {path}  ({file})", flush=True)
                 print(f"  {HEALTH_PATH}  (health check)", flush=True)
+                for note in app.notes:
+                    print(f"  started: {note}", flush=True)
                 if ready is not None:
                     ready.set()
             await serving

@@ -99,6 +99,12 @@ class LazyApp:
         env = os.environ if self._env is None else self._env
         return [name for name in self.needs if not env.get(name)]
 
+    async def built(self) -> ASGIApp | str:
+        """The app, built now if no request has built it yet; or, while it cannot be built,
+        the reason (the unset variables, or the message of ``build``'s ``ValueError``).
+        For work a server does when it starts (ASGI lifespan startup), before any request."""
+        return await self._get()
+
     async def _get(self) -> ASGIApp | str:
         if self._app is not None:
             return self._app

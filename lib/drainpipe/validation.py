@@ -109,6 +109,18 @@ def pydantic_issues(exc: Any) -> list[dict[str, Any]]:
     ]
 
 
+def issue_summary(issues: list[dict[str, Any]], error: Any = "") -> str:
+    """The first issue as one line naming its field (``to: Field required``,
+    ``items.0.sku: ...``), with how many more there are; the error's text without issues."""
+    if not issues:
+        return str(error)
+    first = issues[0]
+    path = ".".join(str(part) for part in first.get("path") or ())
+    text = f"{path}: {first['message']}" if path else str(first["message"])
+    more = len(issues) - 1
+    return text + (f" (and {more} more issue{'s' if more > 1 else ''})" if more else "")
+
+
 # -- bounds on what reaches an index or a jsonb column ------------------------------------
 
 #: Longest id, key, scope, name, tenant or source (characters). A btree entry holds at most

@@ -171,12 +171,12 @@ async def test_a_non_ascii_secret_works_from_dev_drain_to_the_route() -> None:
 
 
 def _start_dev(
-    args: list[str], env: dict[str, str]
+    args: list[str], env: dict[str, str], cwd: Path = ROOT
 ) -> tuple[subprocess.Popen[str], str, list[str]]:
-    """Start ``drainpipe dev`` and read its banner; (process, URL, lines)."""
+    """Start ``drainpipe dev`` in ``cwd`` and read its banner; (process, URL, lines)."""
     process = subprocess.Popen(  # noqa: S603 - our own interpreter and arguments
         [sys.executable, "-m", "drainpipe.cli", "dev", "--port", "0", "--every", "0.5", *args],
-        cwd=ROOT,
+        cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -264,12 +264,11 @@ async def test_drainpipe_dev_serves_functions_and_drains(db_url: str) -> None:
             assert any(f"{url}{path}  (api/" in line for line in lines), path
         assert any(f"{url}/v1/:path*  (api/agent_inbox.py)" in line for line in lines)
         async with httpx.AsyncClient(base_url=url) as client:
-            # the agent inbox function creates its inbox on its first request and logs its id
+            # the agent inbox function created its inbox as the server started; the banner
+            # shows its id, and a webhook stored before any /v1 request reaches it
             agent = {"authorization": f"Bearer {agent_token}"}
-            first = await client.get("/v1/agent/inbox/inb_unknown/next", headers=agent)
-            assert first.status_code == 404 and first.json()["code"] == "INBOX_NOT_FOUND"
-            assert _read_until(process, lines, r"agent inbox billing-agent is inb_"), lines
-            inbox_id = re.findall(r"billing-agent is (inb_[0-9a-f]+)", "\n".join(lines))[0]
+            [started] = [line for line in lines if line.startswith("  started    ")]
+            inbox_id = re.findall(r"agent inbox billing-agent is (inb_[0-9a-f]+)", started)[0]
             # the billing function is configured in dev (it answered 503 without a secret)
             body = '{"type": "invoice.paid"}'
             stamp = datetime.now(UTC)
@@ -281,6 +280,8 @@ async def test_drainpipe_dev_serves_functions_and_drains(db_url: str) -> None:
             }
             stored = await client.post("/api/billing-webhook", content=body, headers=headers)
             assert stored.status_code == 202, stored.text
+            unknown = await client.get("/v1/agent/inbox/inb_unknown/next", headers=agent)
+            assert unknown.status_code == 404 and unknown.json()["code"] == "INBOX_NOT_FOUND"
             pulled = await client.get(f"/v1/agent/inbox/{inbox_id}/next", headers=agent)
             [event] = pulled.json()["events"]
             assert event["type"] == "invoice.paid" and event["verified"] is True

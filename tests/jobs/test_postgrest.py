@@ -493,3 +493,9 @@ async def test_the_https_only_example_drains_over_postgrest(
     assert response.status_code == 200, response.text
     assert response.json()["queues"]["emails"] == {"succeeded": 1, "failed": 0}
     await example.app.aclose()
+    # the next minute's call, after a cold start (aclose: the next request builds again)
+    await jobs.enqueue("emails", {"to": "b@example.com", "subject": "again"})
+    response = await call()
+    assert response.status_code == 200, response.text
+    assert response.json()["queues"]["emails"] == {"succeeded": 1, "failed": 0}
+    await example.app.aclose()

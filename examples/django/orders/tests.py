@@ -5,6 +5,7 @@ import io
 import json
 import subprocess
 import sys
+import uuid
 from datetime import UTC, datetime
 
 from django.core.management import call_command
@@ -39,11 +40,13 @@ class OrderJobsTest(TransactionTestCase):
 
     def test_enqueue_commits_with_the_order_and_drains(self) -> None:
         self.client.raise_request_exception = False
+        jobs().drain("receipts", send_receipt)  # what an earlier run left behind
+        key = f"order-{uuid.uuid4().hex}"  # a new key per run: the keys outlive the test
         created = self.client.post(
             "/orders",
             {"email": "a@example.com"},
             content_type="application/json",
-            headers={"Idempotency-Key": "order-a"},
+            headers={"Idempotency-Key": key},
         )
         self.assertEqual(created.status_code, 201)
         self.assertEqual(jobs().stats(["receipts"])["receipts"].ready, 1)
@@ -52,7 +55,7 @@ class OrderJobsTest(TransactionTestCase):
             "/orders",
             {"email": "a@example.com"},
             content_type="application/json",
-            headers={"Idempotency-Key": "order-a"},
+            headers={"Idempotency-Key": key},
         )
         self.assertEqual(replayed.status_code, 201)
         self.assertEqual(replayed["Idempotency-Replayed"], "true")
@@ -75,10 +78,11 @@ class OrderJobsTest(TransactionTestCase):
     def test_the_webhook_view_stores_a_delivery_once(self) -> None:
         body = json.dumps({"type": "invoice.paid", "amount": 12})
         stamp = datetime.now(UTC).replace(microsecond=0)
+        message_id = f"msg_{uuid.uuid4().hex}"  # a new delivery per run
         headers = {
-            "webhook-id": "msg_1",
+            "webhook-id": message_id,
             "webhook-timestamp": str(int(stamp.timestamp())),
-            "webhook-signature": Webhook(WEBHOOK_SECRET).sign("msg_1", stamp, body),
+            "webhook-signature": Webhook(WEBHOOK_SECRET).sign(message_id, stamp, body),
         }
         first = self.client.post(
             "/hooks/billing", body, content_type="application/json", headers=headers

@@ -145,7 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument(
         "--pgdata",
         default=None,
-        help="embedded Postgres data folder (default ~/.cache/drainpipe/dev-pgdata)",
+        help=(
+            "embedded Postgres data folder (default ~/.cache/drainpipe/dev-pgdata-NAME-HASH,"
+            " one per checkout; a folder in use by another session is refused)"
+        ),
     )
     cli_ops.add_commands(commands)
 

@@ -17,12 +17,13 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from ..errors import not_installed
+from ..errors import DrainpipeError, not_installed
 from .arguments import positive_int
 
 #: Seconds allowed for connecting, and for each statement or lock wait, by default.
 DEFAULT_TIMEOUT = 30.0
 
+QUEUE_NOT_FOUND = "QUEUE_NOT_FOUND"
 _QUEUE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,46}$")
 _INBOX_STATUSES = ("pending", "processing", "processed", "dead")
 # the longest last_error shown in a table cell; --json has all of it
@@ -243,7 +244,46 @@ async def list_queues(conn: Any) -> list[str]:
     return [row[0] for row in rows if _QUEUE_NAME.match(row[0])]
 
 
+async def require_queues(conn: Any, queues: Sequence[str]) -> None:
+    """``not_found`` ``QUEUE_NOT_FOUND`` for the first of ``queues`` this database has never
+    held: a mistyped name fails loudly instead of printing an empty answer."""
+    known = set(await list_queues(conn))
+    unknown = [queue for queue in queues if queue not in known]
+    if unknown and await _table_backend(conn):
+        # the table backend keeps no queue list: a queue with no rows left may still be
+        # named by its attempts' history or its policy
+        unknown = [queue for queue in unknown if not await _table_queue_seen(conn, queue)]
+    if unknown:
+        raise DrainpipeError(
+            "not_found",
+            f'No queue "{unknown[0]}" in this database (drainpipe jobs stats lists its queues)',
+            code=QUEUE_NOT_FOUND,
+        )
+
+
+async def _table_backend(conn: Any) -> bool:
+    row = await (
+        await conn.execute(
+            "SELECT options ->> 'backend' = 'table' FROM drainpipe.modules WHERE name = 'jobs'"
+        )
+    ).fetchone()
+    return bool(row and row[0])
+
+
+async def _table_queue_seen(conn: Any, queue: str) -> bool:
+    row = await (
+        await conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM drainpipe.job_attempts WHERE queue = %(q)s)"
+            " OR EXISTS (SELECT 1 FROM drainpipe.queue_policies WHERE queue = %(q)s)",
+            {"q": queue},
+        )
+    ).fetchone()
+    return bool(row and row[0])
+
+
 async def _jobs_stats(conn: Any, args: argparse.Namespace) -> str:
+    if args.queues:
+        await require_queues(conn, args.queues)
     queues = list(dict.fromkeys(args.queues)) if args.queues else await list_queues(conn)
     stats = await _jobs_for(conn, queues).stats() if queues else {}
     if args.json:
@@ -267,6 +307,7 @@ async def _jobs_stats(conn: Any, args: argparse.Namespace) -> str:
 
 
 async def _jobs_dead(conn: Any, args: argparse.Namespace) -> str:
+    await require_queues(conn, [args.queue])
     dead = await _jobs_for(conn, [args.queue]).list_dead(
         args.queue, limit=args.limit, cursor=args.before
     )
@@ -291,6 +332,7 @@ async def _jobs_dead(conn: Any, args: argparse.Namespace) -> str:
 
 
 async def _jobs_retry(conn: Any, args: argparse.Namespace) -> str:
+    await require_queues(conn, [args.queue])
     ids = [job_id for group in args.ids for job_id in group] if args.ids else None
     count = await _jobs_for(conn, [args.queue]).retry_dead(args.queue, ids=ids, limit=args.limit)
     if args.json:

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("drainpipe.dev")
 
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-DEFAULT_PGDATA = Path("~/.cache/drainpipe/dev-pgdata")
+#: how long a function's ``startup()`` may take before the server listens without it
+STARTUP_SECONDS = 10.0
 
 
 # -- serving api/ like Vercel ------------------------------------------------------------
@@ -80,8 +81,9 @@ class FunctionsApp:
     Each function answers at its file's path exactly (no trailing slash, no ``-`` for
     ``_``: Vercel would 404 those), and at each ``rewrites`` source of the ``vercel.json``
     next to the folder whose destination is a function's path. The request keeps the path
-    the client asked for, as on Vercel. Lifespan shutdown closes every app that has an
-    ``aclose()``.
+    the client asked for, as on Vercel. Lifespan startup awaits every app's ``startup()``
+    (when it has one; a line it returns is kept in :attr:`notes` for the banner) and
+    lifespan shutdown closes every app that has an ``aclose()``.
     """
 
     directory: Path
@@ -90,6 +92,7 @@ class FunctionsApp:
     rewrites: list[tuple[str, re.Pattern[str], str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     stopping: bool = False  # set on Ctrl-C: calls cancelled from then on are expected
+    notes: list[str] = field(default_factory=list)  # what the apps' startup() reported
 
     @classmethod
     def load(cls, directory: Path | str) -> FunctionsApp:
@@ -143,7 +146,7 @@ class FunctionsApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await serve_lifespan(receive, send, self.aclose)
+            await serve_lifespan(receive, send, self.aclose, on_startup=self.startup)
             return
         if scope["type"] not in ("http", "websocket"):
             return
@@ -163,6 +166,26 @@ class FunctionsApp:
             # the server's graceful timeout ran out on Ctrl-C: one line, not a traceback;
             # the call's jobs return to their queue when their leases end
             log.warning("%s: the call in flight was cancelled (stopping)", scope.get("path"))
+
+    async def startup(self) -> None:
+        """Run each app's ``startup()`` once, as the server starts (the example's agent
+        inbox is created then, so webhooks reach it before any agent calls). A failure is
+        logged and leaves that app to do its work on its first request instead."""
+        started: set[int] = set()  # two files may serve one app: start it once
+        for route, app in self.apps.items():
+            start = getattr(app, "startup", None)
+            if not callable(start) or id(app) in started:
+                continue
+            started.add(id(app))
+            try:
+                # bounded: an unreachable database must not keep the server from listening
+                note = await asyncio.wait_for(start(), STARTUP_SECONDS)
+            except Exception as exc:  # TimeoutError included
+                reason = str(exc) or f"no answer within {STARTUP_SECONDS:g} s"
+                log.warning("%s: startup failed: %s", self.files[route].name, reason)
+                continue
+            if note:
+                self.notes.append(str(note))
 
     async def aclose(self) -> None:
         for app in self.apps.values():

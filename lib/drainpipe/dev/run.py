@@ -1,6 +1,7 @@
 """``drainpipe dev``: the whole serverless setup on one machine.
 
-A database (``DATABASE_URL``, or an embedded Postgres kept under ``~/.cache/drainpipe``)
+A database (``DATABASE_URL``, or an embedded Postgres kept under ``~/.cache/drainpipe``, one
+data folder per checkout: :mod:`drainpipe.dev.pgdata`)
 with the SQL modules applied, the ``api/`` folder served by uvicorn exactly as Vercel
 serves it (``api/drain.py`` → ``/api/drain``, plus vercel.json's ``rewrites``), and
 :func:`drainpipe.dev_drain` playing Vercel Cron against ``/api/drain``. Each failing job
@@ -39,12 +40,12 @@ from .console import (
     stats_line,
 )
 from .functions import FunctionsApp
+from .pgdata import PgdataInUse, PgdataLock, default_pgdata
 from .server import PortInUse, RunningServer, bind, start_server
 
 log = logging.getLogger("drainpipe.dev")
 
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-DEFAULT_PGDATA = Path("~/.cache/drainpipe/dev-pgdata")
 
 
 # -- the database ----------------------------------------------------------------------------
@@ -210,6 +211,8 @@ async def _serve(
             f"  job inbox  {server.url}/{app.directory.name}/jobs"
             " (paste MANAGEMENT_TOKEN, an admin's)"
         )
+    for note in app.notes:
+        console.say(f"  started    {note}")
     for warning in app.warnings:
         console.say(f"  warning    {warning}")
     if drain_path in routes:
@@ -312,11 +315,17 @@ def main(
         )
         return 2
     embedded = None
+    lock: PgdataLock | None = None
     note = ""
     with console_logging(console):
         try:
             if not database_url:
-                folder = Path(pgdata) if pgdata else DEFAULT_PGDATA
+                folder = Path(pgdata) if pgdata else default_pgdata(Path(functions).parent)
+                try:
+                    lock = PgdataLock(folder).acquire()
+                except PgdataInUse as exc:
+                    print(f"drainpipe dev: {exc}", file=sys.stderr)
+                    return 1
                 print(f"starting embedded Postgres in {folder.expanduser()} ...", flush=True)
                 embedded = EmbeddedPostgres(folder)
                 database_url = embedded.uri()
@@ -346,4 +355,6 @@ def main(
             if embedded is not None:
                 embedded.stop()
                 print("embedded Postgres stopped", flush=True)
+            if lock is not None:
+                lock.release()
     return 0

@@ -9,7 +9,6 @@ import logging
 import socket
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..http import Receive, Scope, Send
@@ -21,7 +20,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("drainpipe.dev")
 
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-DEFAULT_PGDATA = Path("~/.cache/drainpipe/dev-pgdata")
 
 
 # -- uvicorn in the current event loop -----------------------------------------------------

@@ -23,6 +23,7 @@ from ..validation import (
     aware,
     check_queue_name,
     error_text,
+    issue_summary,
     json_error,
     positive_int,
     pydantic_issues,
@@ -164,9 +165,9 @@ class JobRules:
                 return validate_python(payload)
             except ValidationError as exc:
                 issues = pydantic_issues(exc)
-                first = issues[0]["message"] if issues else str(exc)
                 raise validation_error(
-                    f'Payload for queue "{queue}" is invalid: {first}', issues
+                    f'Payload for queue "{queue}" is invalid: {issue_summary(issues, exc)}',
+                    issues,
                 ) from exc
             except Exception as exc:
                 # pydantic lets anything but ValueError/AssertionError out of a custom
