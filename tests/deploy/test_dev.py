@@ -29,7 +29,7 @@ import drainpipe
 from drainpipe.dev.server import start_server
 from tests.conftest import ROOT
 
-SECRET = "dev-secret"
+SECRET = "dev-secret-0123456789abcdef0123456789abcdef"
 CLOSED_PORT_DSN = "postgresql://postgres@127.0.0.1:1/nowhere?connect_timeout=2"
 
 

@@ -30,7 +30,7 @@ from tests.conftest import ROOT
 from tests.inbox.test_inbox import SECRET as WEBHOOK_SECRET
 from tests.inbox.test_inbox import signed
 
-CRON_SECRET = "platform-cron-secret"
+CRON_SECRET = "platform-cron-secret-0123456789abcdef0123456789abcdef"
 CLOSED_PORT_DSN = "postgresql://postgres@127.0.0.1:1/nowhere?connect_timeout=1"
 
 

@@ -19,7 +19,7 @@ from drainpipe.dev.server import start_server
 from drainpipe.drain import DrainRoute, MonitorRequest
 from tests.conftest import connect
 
-SECRET = "s3cret-token"
+SECRET = "s3cret-token-0123456789abcdef0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {SECRET}"}
 CLOSED_PORT_DSN = "postgresql://postgres@127.0.0.1:1/nowhere?connect_timeout=2"
 

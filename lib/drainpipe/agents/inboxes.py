@@ -408,11 +408,19 @@ class AgentInboxes:
             raise DrainpipeError("not_found", f"No event {event_id}", code=EVENT_NOT_FOUND)
         return str(rows[0][1]).encode("utf-8")
 
-    def app(self, *, authorize: Any, budget: float = 25.0) -> Any:
-        """The HTTP routes and the WebSocket stream of section 11 (a Starlette app)."""
+    def app(
+        self,
+        *,
+        authorize: Any,
+        budget: float = 25.0,
+        allowed_origins: Collection[str] | None = None,
+    ) -> Any:
+        """The HTTP routes and the WebSocket stream of section 11 (a Starlette app).
+        ``allowed_origins``: the origins whose pages may write with cookies (default: the
+        request's own host; docs/reference.md, "Hardening")."""
         from .app import build_app
 
-        return build_app(self, authorize=authorize, budget=budget)
+        return build_app(self, authorize=authorize, budget=budget, allowed_origins=allowed_origins)
 
     async def close(self) -> None:
         """Stop the wake-up listener and close the pool opened for a DSN."""
