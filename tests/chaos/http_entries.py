@@ -228,6 +228,7 @@ def entry_env(database_url: str) -> dict[str, str]:
         "AGENT_TOKEN": AGENT_TOKEN,
         "AGENT_LEASE_SECRET": AGENT_LEASE_SECRET,
         "AGENT_BUDGET": "2",
+        "DRAINPIPE_SCOPE_KEY": "chaos-idempotency-scope-key-0123",
     }
 
 
