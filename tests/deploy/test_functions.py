@@ -270,7 +270,9 @@ async def test_the_workflow_shows_why_a_call_failed_and_stops() -> None:
     server = await start_server(route)
     try:
         wrong = await _run_workflow(server.url + "/api/drain", "wrong")
-        right = await _run_workflow(server.url + "/api/drain", "right")
+        right = await _run_workflow(
+            server.url + "/api/drain", "right-0123456789abcdef0123456789abcdef"
+        )
     finally:
         await server.stop()
     # a wrong secret: the status and the Problem body, one error annotation, one call only

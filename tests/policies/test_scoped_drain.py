@@ -92,8 +92,8 @@ def test_every_token_is_compared_and_the_single_secret_drains_everything() -> No
     assert scoped.scope(PUSH_TOKEN) == frozenset({"push"})
     assert scoped.scope(EMAILS_TOKEN[:-1]) is None
     assert scoped.scope(None) is None
-    single = DrainCredentials("just-one-secret", QUEUES)
-    assert single.scope("Bearer just-one-secret") is EVERYTHING
+    single = DrainCredentials("just-one-secret-0123456789abcdef0123456789abcdef", QUEUES)
+    assert single.scope("Bearer just-one-secret-0123456789abcdef0123456789abcdef") is EVERYTHING
 
 
 async def test_policy_queue_is_leased_by_policy_and_heartbeated_past_it(db_url: str) -> None:
