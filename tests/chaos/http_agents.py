@@ -184,8 +184,10 @@ def executor_request(rng: random.Random, env: Mapping[str, str]) -> Any:
     elif choice == 4:
         document.update(action="fail", error="boom", retry_in=rng.choice([0.1, 5, None]))
     else:
-        document.update(action=rng.choice(["extend", "extend", "bogus", None]), seconds=30)
-    if rng.random() < 0.05:  # the per-lease routes of earlier releases answer 410
+        document.update(action="extend", seconds=30)
+    if rng.random() < 0.05:  # an action that is not one
+        document["action"] = rng.choice(["bogus", None, ["complete"], "COMPLETE"])
+    if rng.random() < 0.03:  # the per-lease routes of earlier releases answer 410
         return Draft("POST", f"/jobs/{lease}/complete", headers, b"{}")
     return Draft("POST", "/settle", headers, json.dumps(document).encode())
 
