@@ -663,7 +663,7 @@ t1 = time.perf_counter()
 async def handler(payload, job):
     return None
 jobs = drainpipe.Jobs({url!r}, {{"q": dict}})
-route = jobs.drain_route(secret="x", handlers={{"q": handler}})
+route = jobs.drain_route(secret="x-0123456789abcdef0123456789abcdef", handlers={{"q": handler}})
 t2 = time.perf_counter()
 import sys
 heavy = sorted(m for m in ("psycopg", "psycopg_pool", "pydantic", "starlette", "httpx",

@@ -1,7 +1,7 @@
 """Job executors over HTTP at ``/api/executor`` (``api/executor.py``; vercel.json rewrites
-``/api/executor/:path*`` to it): ``POST /api/executor/claim``, ``POST
-/api/executor/jobs/{lease_id}/complete|fail|extend`` over the example app's queues
-(``jobs.executor_app``, docs/agent-inbox.md).
+``/api/executor/:path*`` to it): ``POST /api/executor/claim`` and ``POST
+/api/executor/settle`` (the lease id and the action in the body, never in the URL) over the
+example app's queues (``jobs.executor_app``, docs/agent-inbox.md).
 
 Environment: ``DATABASE_URL``; ``EXECUTOR_TOKENS``, comma separated ``token=queue|queue``
 entries (``token=*`` for every queue; tokens of at least 16 characters, e.g. from

@@ -2,8 +2,11 @@
 
 A retried request with the same key and body gets the first response again (with
 ``Idempotency-Replayed: true``); the same key with another body gets 422; a request without
-a key gets 400. Needs ``DATABASE_URL`` (the service role's connection string) and the
-``idempotency`` SQL module (``drainpipe sql add idempotency``). Importing this file touches
+a key gets 400. Needs ``DATABASE_URL`` (the service role's connection string),
+``DRAINPIPE_SCOPE_KEY`` (16+ random bytes: the key of the stored callers' hashes; ``drainpipe
+dev`` makes one) and the ``idempotency`` SQL module (``drainpipe sql add idempotency``).
+Orders are open to anonymous callers, who share one scope (``anonymous=True``); a caller
+with an ``Authorization`` header gets its own. Importing this file touches
 neither: the app is built on the first request; until ``DATABASE_URL`` is set, requests get
 a 503 Problem with code ``NOT_CONFIGURED``. A plain ASGI function (no web framework to
 import at cold start).
@@ -80,10 +83,15 @@ idempotency: Idempotency | None = None  # the one the first request built
 def build(env: Mapping[str, str]) -> tuple[ASGIApp, Closer | None]:
     """``orders`` behind required idempotency keys, on the service role's database."""
     global idempotency
-    idempotency = Idempotency(env["DATABASE_URL"], required=True)
+    idempotency = Idempotency(
+        env["DATABASE_URL"],
+        required=True,
+        anonymous=True,  # a public demo: callers without credentials share one scope
+        scope_key=env["DRAINPIPE_SCOPE_KEY"],
+    )
     return idempotency.wrap(orders), idempotency.db.close
 
 
 # Until DATABASE_URL is set, requests get a 503 Problem with code NOT_CONFIGURED (not a
 # bare 500); concurrent first requests build one pool, closed on lifespan shutdown.
-app = LazyApp(build, needs=("DATABASE_URL",))
+app = LazyApp(build, needs=("DATABASE_URL", "DRAINPIPE_SCOPE_KEY"))

@@ -44,6 +44,9 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from drainpipe.sqlmodules import MODULES, install, sql_dir
 
 ROOT = Path(__file__).resolve().parents[1]
+# the HMAC key of stored idempotency scopes (an Idempotency with the default scope needs one);
+# tests of the key's absence remove it with monkeypatch
+os.environ.setdefault("DRAINPIPE_SCOPE_KEY", "scope-key-of-the-tests-0123456789")
 SUPABASE_ROLES = ("anon", "authenticated", "service_role")
 BACKENDS = ("pgmq", "table")
 LOCAL_TEST_SERVERS = (

@@ -44,7 +44,14 @@ def create_app(database_url: str | None = None, webhook_secret: str | None = Non
     pool = psycopg_pool.ConnectionPool(database_url, min_size=1, max_size=5, open=True)
     jobs = sync.Jobs(pool, {"receipts": Receipt})
     inbox = sync.WebhookInbox(pool, source="billing", secrets=webhook_secret.split())
-    idempotency = sync.Idempotency(database_url)  # keys on a pool of their own (autocommit)
+    # keys on a pool of their own (autocommit); this shop has no sign-in, so its callers share
+    # one scope (anonymous=True); a caller's Authorization header, when sent, is its own
+    # scope, stored as an HMAC under DRAINPIPE_SCOPE_KEY
+    idempotency = sync.Idempotency(
+        database_url,
+        anonymous=True,
+        scope_key=os.environ.get("DRAINPIPE_SCOPE_KEY", "example-only-scope-key-not-secret"),
+    )
     with pool.connection() as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, email text)")
 

@@ -75,9 +75,11 @@ class Request:
         headers: Headers,
         stream: Callable[[], AsyncIterator[bytes]],
         original: Any = None,
+        query: str = "",
     ) -> None:
         self.method = method.upper()
         self.path = path
+        self.query = query  # the raw query string, without "?"
         self.headers = headers
         self._stream = stream
         self._body: bytes | None = None
@@ -110,11 +112,13 @@ class Request:
                 if not message.get("more_body", False):
                     return
 
+        query = scope.get("query_string") or b""
         return cls(
             scope.get("method", "GET"),
             scope.get("path", "/"),
             Headers(scope.get("headers", [])),
             chunks,
+            query=query.decode("latin-1") if isinstance(query, bytes) else str(query),
         )
 
 
@@ -156,8 +160,14 @@ def as_request(request: Any) -> Request:
                 raise body_incomplete() from exc
             raise
 
+    query = getattr(url, "query", "") or ""
     return Request(
-        request.method, path, Headers(getattr(request, "headers", {}).items()), chunks, request
+        request.method,
+        path,
+        Headers(getattr(request, "headers", {}).items()),
+        chunks,
+        request,
+        query=str(query),
     )
 
 

@@ -178,13 +178,18 @@ def executor_request(rng: random.Random, env: Mapping[str, str]) -> Any:
         }
         return Draft("POST", "/claim", headers, json.dumps(body).encode())
     lease = EXECUTOR.lease(rng)
+    document: dict[str, Any] = {"lease_id": lease}
     if choice == 3:
-        document: dict[str, Any] = rng.choice([{}, {"code": "SKIPPED_DUPLICATE"}])
-        return Draft("POST", f"/jobs/{lease}/complete", headers, json.dumps(document).encode())
-    if choice == 4:
-        document = {"error": "boom", "retry_in": rng.choice([0.1, 5, None])}
-        return Draft("POST", f"/jobs/{lease}/fail", headers, json.dumps(document).encode())
-    return Draft("POST", f"/jobs/{lease}/extend", headers, json.dumps({"seconds": 30}).encode())
+        document.update(action="complete", **rng.choice([{}, {"code": "SKIPPED_DUPLICATE"}]))
+    elif choice == 4:
+        document.update(action="fail", error="boom", retry_in=rng.choice([0.1, 5, None]))
+    else:
+        document.update(action="extend", seconds=30)
+    if rng.random() < 0.05:  # an action that is not one
+        document["action"] = rng.choice(["bogus", None, ["complete"], "COMPLETE"])
+    if rng.random() < 0.03:  # the per-lease routes of earlier releases answer 410
+        return Draft("POST", f"/jobs/{lease}/complete", headers, b"{}")
+    return Draft("POST", "/settle", headers, json.dumps(document).encode())
 
 
 def executor_learn(body: bytes) -> None:

@@ -25,7 +25,7 @@ from drainpipe.serve import WithHealthCheck
 from drainpipe.serverless import ASGIApp, LazyApp
 
 ROOT = Path(__file__).resolve().parents[2]
-CRON_SECRET = "chaos-cron-secret"
+CRON_SECRET = "chaos-cron-secret-0123456789abcdef0123456789abcdef"
 WEBHOOK_KEY = b"drainpipe-chaos-webhook-key-01"
 WEBHOOK_SECRET = "whsec_" + base64.b64encode(WEBHOOK_KEY).decode()
 # a few keys only, so the fuzz replays, races and conflicts on the same key
@@ -228,6 +228,7 @@ def entry_env(database_url: str) -> dict[str, str]:
         "AGENT_TOKEN": AGENT_TOKEN,
         "AGENT_LEASE_SECRET": AGENT_LEASE_SECRET,
         "AGENT_BUDGET": "2",
+        "DRAINPIPE_SCOPE_KEY": "chaos-idempotency-scope-key-0123",
     }
 
 

@@ -29,7 +29,7 @@ METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "TRACE", 
 HEADER_NAMES = [
     "content-type", "content-length", "authorization", "idempotency-key", "webhook-id",
     "webhook-timestamp", "webhook-signature", "svix-id", "svix-signature", "x-tenant",
-    "transfer-encoding", "accept", "user-agent",
+    "transfer-encoding", "accept", "user-agent", "cookie", "origin", "sec-fetch-site", "host",
 ]  # fmt: skip
 
 
@@ -51,6 +51,13 @@ def _value(rng: random.Random) -> str:
         return "Bearer " + rng.choice(["", "x", "chaos-cron-secret ", "\x7f"])
     if choice == 5:
         return "v1," + "".join(rng.choice("AZaz09+/=, ") for _ in range(rng.randrange(60)))
+    if choice == 6:  # what the cross-site check reads: origins, hosts, fetch sites, cookies
+        return rng.choice(
+            [
+                "https://chaos", "null", "https://evil.example", "http://[::1]:99999",
+                "https://chaos:443/path", "same-origin", "cross-site", "session=1", "a=b; c",
+            ]
+        )  # fmt: skip
     return "".join(rng.choice(" abc-_.:;/\t") for _ in range(rng.randrange(1, 12)))
 
 
@@ -84,8 +91,10 @@ def _json_body(rng: random.Random) -> bytes:
         return bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200)))
     if choice == 11:
         return b'{"item": "\xff\xfe"}'
-    if choice == 12:
-        return b"x" * rng.choice([1_048_576, 1_048_577, 3_000_000])
+    if choice == 12:  # around the entries' caps: 64 KiB, 80 KiB, 128 KiB, 1 MiB
+        return b"x" * rng.choice(
+            [65_536, 65_537, 81_921, 131_072, 131_073, 1_048_576, 1_048_577, 3_000_000]
+        )
     return b""
 
 

@@ -29,7 +29,7 @@ import drainpipe
 from drainpipe.dev.server import start_server
 from tests.conftest import ROOT
 
-SECRET = "dev-secret"
+SECRET = "dev-secret-0123456789abcdef0123456789abcdef"
 CLOSED_PORT_DSN = "postgresql://postgres@127.0.0.1:1/nowhere?connect_timeout=2"
 
 
@@ -151,7 +151,7 @@ async def test_dev_drain_reports_a_bad_url_to_on_error_instead_of_raising() -> N
 
 async def test_a_non_ascii_secret_works_from_dev_drain_to_the_route() -> None:
     # the server hands the header over as latin-1 text; httpx refuses a non-ASCII str header
-    secret = "sécret-ключ"
+    secret = "sécret-ключ-0123456789abcdef0123456789abcdef"
     jobs = drainpipe.Jobs(CLOSED_PORT_DSN, {"emails": Email})
     route = jobs.drain_route(secret=secret, handlers={}, schedules=False)
     server = await start_server(route)

@@ -66,12 +66,20 @@ async def test_executor_function_claims_and_settles_over_http(
                     "/claim", json={"queues": ["emails"], "wait": 0.3}, headers=worker
                 )
                 extended = await client.post(
-                    f"/jobs/{lease}/extend", json={"seconds": 30}, headers=worker
+                    "/settle",
+                    json={"lease_id": lease, "action": "extend", "seconds": 30},
+                    headers=worker,
                 )
-                done = await client.post(f"/jobs/{lease}/complete", json={}, headers=worker)
-                again = await client.post(f"/jobs/{lease}/complete", json={}, headers=worker)
+                done = await client.post(
+                    "/settle", json={"lease_id": lease, "action": "complete"}, headers=worker
+                )
+                again = await client.post(
+                    "/settle", json={"lease_id": lease, "action": "complete"}, headers=worker
+                )
                 forged = await client.post(
-                    f"/jobs/{lease[:-2]}xx/complete", json={}, headers=worker
+                    "/settle",
+                    json={"lease_id": lease[:-2] + "xx", "action": "complete"},
+                    headers=worker,
                 )
         finally:
             await server.stop()
@@ -86,7 +94,8 @@ async def test_executor_function_claims_and_settles_over_http(
         assert extended.status_code == 200 and extended.json()["state"] == "running"
         assert done.status_code == 200
         assert done.json() == {"id": job_id, "queue": "emails", "state": "succeeded"}
-        assert again.status_code == 409 and again.json()["code"] == "LEASE_LOST"
+        # the lease that completed the job completes it again: 200, as an agent's repeated ack
+        assert again.status_code == 200 and again.json() == done.json()
         assert forged.status_code == 409 and forged.json()["code"] == "LEASE_LOST"
         stats = (await jobs.stats(["emails"]))["emails"]
         assert (stats.ready, stats.in_flight, stats.succeeded) == (0, 0, 1)

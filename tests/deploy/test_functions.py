@@ -43,7 +43,7 @@ ROUTES = {
 UNCONFIGURED = (
     "DATABASE_URL", "CRON_SECRET", "WEBHOOK_SECRET", "DRAIN_BUDGET", "MANAGEMENT_TOKENS",
     "AGENT_TOKEN", "AGENT_LEASE_SECRET", "AGENT_BUDGET", "EXECUTOR_TOKENS",
-    "EXECUTOR_LEASE_SECRET", "EXECUTOR_BUDGET",
+    "EXECUTOR_LEASE_SECRET", "EXECUTOR_BUDGET", "DRAINPIPE_SCOPE_KEY",
 )  # fmt: skip
 
 
@@ -95,7 +95,7 @@ async def _post(app: Any, path: str) -> httpx.Response:
     ("path", "missing"),
     [
         ("/api/drain", "DATABASE_URL, CRON_SECRET"),
-        ("/api/orders", "DATABASE_URL"),
+        ("/api/orders", "DATABASE_URL, DRAINPIPE_SCOPE_KEY"),
         ("/api/billing-webhook", "DATABASE_URL, WEBHOOK_SECRET"),
         ("/api/jobs", "DATABASE_URL, MANAGEMENT_TOKENS"),
         ("/api/executor", "DATABASE_URL, EXECUTOR_TOKENS"),
@@ -130,7 +130,7 @@ async def test_every_unconfigured_function_names_what_is_missing(
 
 async def test_a_malformed_setting_is_named_never_shown(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DATABASE_URL", "postgresql://127.0.0.1:1/nowhere")
-    monkeypatch.setenv("CRON_SECRET", "s")
+    monkeypatch.setenv("CRON_SECRET", "s-0123456789abcdef0123456789abcdef")
     monkeypatch.setenv("DRAIN_BUDGET", "soon")
     body = (await _post(load_function(ROOT / "api/drain.py"), "/api/drain")).json()
     assert body["code"] == "NOT_CONFIGURED"
@@ -190,7 +190,7 @@ async def test_drain_function_drains_the_queue_and_the_billing_inbox(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DATABASE_URL", db_url)
-    monkeypatch.setenv("CRON_SECRET", "function-secret")
+    monkeypatch.setenv("CRON_SECRET", "function-secret-0123456789abcdef0123456789abcdef")
     monkeypatch.setenv("DRAIN_BUDGET", "10")
     jobs = drainpipe.Jobs(db_url, {"emails": Email})
     inbox = drainpipe.WebhookInbox(db_url, source="billing")
@@ -202,7 +202,10 @@ async def test_drain_function_drains_the_queue_and_the_billing_inbox(
             async with httpx.AsyncClient(base_url=server.url) as client:
                 denied = await client.get("/api/drain")
                 response = await client.get(
-                    "/api/drain", headers={"Authorization": "Bearer function-secret"}
+                    "/api/drain",
+                    headers={
+                        "Authorization": "Bearer function-secret-0123456789abcdef0123456789abcdef"
+                    },
                 )
                 missing = await client.get("/api/nope")
         finally:
@@ -258,11 +261,18 @@ async def test_the_workflow_shows_why_a_call_failed_and_stops() -> None:
             calls.append("call")
 
     jobs = drainpipe.Jobs("postgresql://127.0.0.1:1/nowhere", {"emails": Email})
-    route = jobs.drain_route(secret="right", handlers={}, schedules=False, monitor=Monitor())
+    route = jobs.drain_route(
+        secret="right-0123456789abcdef0123456789abcdef",
+        handlers={},
+        schedules=False,
+        monitor=Monitor(),
+    )
     server = await start_server(route)
     try:
         wrong = await _run_workflow(server.url + "/api/drain", "wrong")
-        right = await _run_workflow(server.url + "/api/drain", "right")
+        right = await _run_workflow(
+            server.url + "/api/drain", "right-0123456789abcdef0123456789abcdef"
+        )
     finally:
         await server.stop()
     # a wrong secret: the status and the Problem body, one error annotation, one call only

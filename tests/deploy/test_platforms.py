@@ -30,7 +30,7 @@ from tests.conftest import ROOT
 from tests.inbox.test_inbox import SECRET as WEBHOOK_SECRET
 from tests.inbox.test_inbox import signed
 
-CRON_SECRET = "platform-cron-secret"
+CRON_SECRET = "platform-cron-secret-0123456789abcdef0123456789abcdef"
 CLOSED_PORT_DSN = "postgresql://postgres@127.0.0.1:1/nowhere?connect_timeout=1"
 
 
@@ -186,7 +186,7 @@ def test_function_url_event_serves_an_idempotent_post(db_url: str) -> None:
         )
         await send({"type": "http.response.body", "body": b'{"id": %d}' % len(calls)})
 
-    idempotency = drainpipe.Idempotency(db_url, required=True)
+    idempotency = drainpipe.Idempotency(db_url, required=True, anonymous=True)
     handler = lambda_handler(idempotency.wrap(create))
     body = json.dumps({"item": "book"}).encode()
     headers = {"idempotency-key": "order-1", "content-type": "application/json"}

@@ -23,7 +23,7 @@ import pytest
 import drainpipe
 from tests.conftest import ROOT
 
-SECRET = "serve-secret"
+SECRET = "serve-secret-0123456789abcdef0123456789abcdef"
 
 FUNCTION = '''
 import asyncio
@@ -46,7 +46,7 @@ class Drain:
 
     def __init__(self):
         self.jobs = Jobs(os.environ["DATABASE_URL"], {"emails": dict})
-        self.route = self.jobs.drain_route(secret="serve-secret", handlers={"emails": handler})
+        self.route = self.jobs.drain_route(secret="serve-secret-0123456789abcdef0123456789abcdef", handlers={"emails": handler})
 
     async def __call__(self, scope, receive, send):
         await self.route(scope, receive, send)

@@ -19,7 +19,7 @@ from drainpipe.dev.server import start_server
 from drainpipe.drain import DrainRoute, MonitorRequest
 from tests.conftest import connect
 
-SECRET = "s3cret-token"
+SECRET = "s3cret-token-0123456789abcdef0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {SECRET}"}
 CLOSED_PORT_DSN = "postgresql://postgres@127.0.0.1:1/nowhere?connect_timeout=2"
 
@@ -768,3 +768,13 @@ async def test_monitor_gets_the_callers_request_or_one_with_url_path_and_headers
     assert (request.method, request.url.path, request.url.query) == ("GET", "/api/drain", "run=7")
     assert request.headers["x-run"] == "42" and request.headers.get("X-RUN") == "42"
     assert request.scope["type"] == "http"
+
+
+def test_a_single_secret_is_at_least_32_characters_and_tokens_at_least_16() -> None:
+    # issue 36, 7: any non-empty secret was taken, and compared over its own length
+    jobs = drainpipe.Jobs(CLOSED_PORT_DSN, {"emails": Email})
+    with pytest.raises(ValueError, match="at least 32 characters"):
+        jobs.drain_route(secret="x" * 31, handlers={})
+    assert isinstance(jobs.drain_route(secret="x" * 32, handlers={}), DrainRoute)
+    with pytest.raises(ValueError, match="at least 16 characters"):
+        drainpipe.bearer_tokens({"y" * 15: drainpipe.Principal("short")})

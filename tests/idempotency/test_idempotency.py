@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
 import importlib.util
 import json
+import os
 import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -155,6 +157,8 @@ def build_app(idem: drainpipe.Idempotency, shop: Shop, mode: str) -> Any:
 async def site(
     db_url: str, mode: str, **options: Any
 ) -> AsyncIterator[tuple[httpx.AsyncClient, Shop, drainpipe.Idempotency]]:
+    # these tests' callers send no credentials: one shared scope, as before scopes were required
+    options.setdefault("anonymous", True)
     idem = drainpipe.Idempotency(db_url, **options)
     shop = Shop()
     try:
@@ -347,7 +351,7 @@ async def test_without_required_a_request_without_key_runs_unprotected(
 async def test_takeover_fences_the_first_holder(
     db_url: str, conn: psycopg.AsyncConnection[Any]
 ) -> None:
-    idem = drainpipe.Idempotency(db_url, lock=30)
+    idem = drainpipe.Idempotency(db_url, lock=30, anonymous=True)
     fp = fingerprint("POST", "/orders", b'{"item":"tea"}')
     try:
         first = await idem.begin("k-take", fp)
@@ -430,10 +434,15 @@ async def test_keys_of_different_callers_never_collide(
         assert shop.calls["orders"] == 3
     cur = await conn.execute("SELECT scope FROM drainpipe.idempotency_keys ORDER BY scope")
     scopes = [row[0] for row in await cur.fetchall()]
+    # keyed hashes (HMAC under the server's scope key), never a bare digest of a credential
+    key_bytes = os.environ["DRAINPIPE_SCOPE_KEY"].encode()
     expected = [
-        "caller:" + hashlib.sha256(b"Bearer " + who).hexdigest() for who in (b"alice", b"bob")
+        "caller:" + hmac.new(key_bytes, b"caller\0Bearer " + who, hashlib.sha256).hexdigest()
+        for who in (b"alice", b"bob")
     ]
     assert scopes == sorted(["", *expected])
+    bare = {"caller:" + hashlib.sha256(b"Bearer " + who).hexdigest() for who in (b"alice", b"bob")}
+    assert not bare & set(scopes)
 
 
 async def test_scope_option_string_or_callable(db_url: str) -> None:
@@ -478,7 +487,7 @@ async def test_a_database_error_answers_its_problem_and_skips_the_handler(
 
 
 async def test_low_level_begin_complete_release(db_url: str) -> None:
-    idem = drainpipe.Idempotency(db_url)
+    idem = drainpipe.Idempotency(db_url, anonymous=True)
     try:
         started = await idem.begin("low", "fp1", scope="s")
         assert started.state == "started" and started.status is None
@@ -515,7 +524,7 @@ async def test_low_level_begin_complete_release(db_url: str) -> None:
 async def test_a_json_body_is_stored_and_replayed_as_the_same_value(
     db_url: str, value: Any
 ) -> None:
-    idem = drainpipe.Idempotency(db_url)
+    idem = drainpipe.Idempotency(db_url, anonymous=True)
     try:
         started = await idem.begin("json", "fp", scope="s")
         assert started.holder is not None
@@ -532,7 +541,7 @@ async def test_a_json_body_is_stored_and_replayed_as_the_same_value(
 
 
 async def test_bytes_bodies_and_their_content_type_are_kept(db_url: str) -> None:
-    idem = drainpipe.Idempotency(db_url)
+    idem = drainpipe.Idempotency(db_url, anonymous=True)
     try:
         started = await idem.begin("raw", "fp")
         assert started.holder is not None
@@ -555,7 +564,7 @@ async def test_bytes_bodies_and_their_content_type_are_kept(db_url: str) -> None
 async def test_a_body_json_cannot_hold_is_refused_and_nothing_is_stored(
     db_url: str, body: Any, kind: str
 ) -> None:
-    idem = drainpipe.Idempotency(db_url)
+    idem = drainpipe.Idempotency(db_url, anonymous=True)
     try:
         started = await idem.begin("bad-body", "fp")
         assert started.holder is not None
@@ -573,7 +582,7 @@ async def test_a_body_json_cannot_hold_is_refused_and_nothing_is_stored(
 
 
 async def test_an_http_replay_of_a_json_value_sends_json_bytes(db_url: str) -> None:
-    idem = drainpipe.Idempotency(db_url, scope="")
+    idem = drainpipe.Idempotency(db_url, scope="", anonymous=True)
     try:
         body = b"{}"
         started = await idem.begin("http", fingerprint("POST", "/orders", body))
@@ -729,7 +738,7 @@ class RawApp:
 async def test_wrap_handles_chunked_empty_and_crashing_inner_apps(
     db_url: str, conn: psycopg.AsyncConnection[Any]
 ) -> None:
-    idem = drainpipe.Idempotency(db_url, max_body_bytes=500)
+    idem = drainpipe.Idempotency(db_url, max_body_bytes=500, anonymous=True)
     raw = RawApp()
     try:
         async with serve(idem.wrap(raw)) as client:
@@ -767,7 +776,7 @@ async def test_a_key_with_surrounding_whitespace_is_the_same_key(
 ) -> None:
     # a proxy may trim the header value (RFC 9110 field values exclude it); a retry must
     # not run again because one hop kept the spaces and another did not
-    idem = drainpipe.Idempotency(db_url)
+    idem = drainpipe.Idempotency(db_url, anonymous=True)
     shop = Shop()
     transport = httpx.ASGITransport(app=build_app(idem, shop, mode))
     try:
@@ -790,7 +799,7 @@ async def test_a_request_whose_body_is_cut_short_never_runs_the_handler(
 ) -> None:
     # the client disconnects half way through its body: running the handler on half a
     # body (and storing that as the key's answer) would be worse than not answering
-    idem = drainpipe.Idempotency(db_url)
+    idem = drainpipe.Idempotency(db_url, anonymous=True)
     shop = Shop()
     app = build_app(idem, shop, mode)
     incoming = [
@@ -892,7 +901,7 @@ async def test_an_app_raising_after_its_whole_response_still_stores_and_sends_it
 ) -> None:
     # unwrapped, the client would have had the 201; wrapped, a 500 would make it retry and
     # create the order twice
-    idem = drainpipe.Idempotency(db_url)
+    idem = drainpipe.Idempotency(db_url, anonymous=True)
     raw = RawApp()
     try:
         async with serve(idem.wrap(raw)) as client:

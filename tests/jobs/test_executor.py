@@ -41,14 +41,20 @@ async def test_claim_complete_and_a_stale_lease(client: tuple[httpx.AsyncClient,
     await asyncio.sleep(1.1)  # the 1 s lease runs out (the smallest the contract allows)
     [again] = (await http.post("/claim", json={"queues": ["emails"]})).json()["jobs"]
     assert again["id"] == job["id"] and again["attempt"] == 2
-    stale = await http.post(f"/jobs/{job['lease_id']}/complete", json={})
+    stale = await http.post("/settle", json={"lease_id": job["lease_id"], "action": "complete"})
     assert stale.status_code == 409 and stale.json()["code"] == "LEASE_LOST"
-    extend = await http.post(f"/jobs/{again['lease_id']}/extend", json={"seconds": 60})
+    extend = await http.post(
+        "/settle", json={"lease_id": again["lease_id"], "action": "extend", "seconds": 60}
+    )
     assert extend.status_code == 200 and extend.json()["lease_until"]
-    done = await http.post(f"/jobs/{again['lease_id']}/complete", json={})
+    done = await http.post("/settle", json={"lease_id": again["lease_id"], "action": "complete"})
     assert done.status_code == 200 and done.json()["state"] == "succeeded"
-    repeat = await http.post(f"/jobs/{again['lease_id']}/complete", json={})
-    assert repeat.status_code == 409
+    repeat = await http.post("/settle", json={"lease_id": again["lease_id"], "action": "complete"})
+    assert repeat.status_code == 200 and repeat.json() == done.json()
+    # the first attempt's lease stays lost after the job succeeded
+    assert (
+        await http.post("/settle", json={"lease_id": job["lease_id"], "action": "complete"})
+    ).status_code == 409
 
 
 async def test_fail_with_a_code_and_retry_in(client: tuple[httpx.AsyncClient, Any]) -> None:
@@ -56,15 +62,27 @@ async def test_fail_with_a_code_and_retry_in(client: tuple[httpx.AsyncClient, An
     await jobs.enqueue("emails", {"to": "b@x"})
     [job] = (await http.post("/claim", json={"queues": "emails"})).json()["jobs"]
     failed = await http.post(
-        f"/jobs/{job['lease_id']}/fail",
-        json={"error": "smtp down", "code": "SMTP_DOWN", "retry_in": 0},
+        "/settle",
+        json={
+            "lease_id": job["lease_id"],
+            "action": "fail",
+            "error": "smtp down",
+            "code": "SMTP_DOWN",
+            "retry_in": 0,
+        },
     )
     assert failed.status_code == 200 and failed.json()["state"] == "queued"
     [again] = (await http.post("/claim", json={"queues": ["emails"]})).json()["jobs"]
     assert again["attempt"] == 2
-    bad = await http.post(f"/jobs/{again['lease_id']}/fail", json={"error": "x", "code": "lower"})
+    bad = await http.post(
+        "/settle",
+        json={"lease_id": again["lease_id"], "action": "fail", "error": "x", "code": "lower"},
+    )
     assert bad.status_code == 400
-    skipped = await http.post(f"/jobs/{again['lease_id']}/complete", json={"code": "NOTHING_TO_DO"})
+    skipped = await http.post(
+        "/settle",
+        json={"lease_id": again["lease_id"], "action": "complete", "code": "NOTHING_TO_DO"},
+    )
     assert skipped.status_code == 200
 
 
@@ -89,10 +107,12 @@ async def test_token_scoping_and_bounds(client: tuple[httpx.AsyncClient, Any]) -
         "jobs"
     ]
     # the emails token may not settle a reports lease either
-    denied = await http.post(f"/jobs/{job['lease_id']}/complete", json={})
+    denied = await http.post("/settle", json={"lease_id": job["lease_id"], "action": "complete"})
     assert denied.status_code == 403
     forged = await http.post(
-        f"/jobs/{job['lease_id'][:-4]}AAAA/complete", json={}, headers=everything
+        "/settle",
+        json={"lease_id": job["lease_id"][:-4] + "AAAA", "action": "complete"},
+        headers=everything,
     )
     assert forged.status_code == 409
 

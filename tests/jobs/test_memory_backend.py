@@ -396,16 +396,27 @@ async def test_the_drain_route_runs_schedules_and_handlers(jobs: Jobs, clock: Cl
     outbox = Outbox()
     await jobs.schedule("digest", "@hourly", "emails", Email(to="digest@x"))
     await jobs.enqueue("emails", Email(to="a@x"))
-    route = jobs.drain_route(secret="s3cret", handlers={"emails": outbox})
+    route = jobs.drain_route(
+        secret="s3cret-0123456789abcdef0123456789abcdef", handlers={"emails": outbox}
+    )
     transport = httpx.ASGITransport(app=route)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
         denied = await client.get("/api/drain")
         assert denied.status_code == 401
-        first = await client.get("/api/drain", headers={"Authorization": "Bearer s3cret"})
+        first = await client.get(
+            "/api/drain",
+            headers={"Authorization": "Bearer s3cret-0123456789abcdef0123456789abcdef"},
+        )
         clock.advance(3600)
-        second = await client.post("/api/drain", headers={"Authorization": "Bearer s3cret"})
+        second = await client.post(
+            "/api/drain",
+            headers={"Authorization": "Bearer s3cret-0123456789abcdef0123456789abcdef"},
+        )
         clock.advance(60)
-        third = await client.get("/api/drain", headers={"Authorization": "Bearer s3cret"})
+        third = await client.get(
+            "/api/drain",
+            headers={"Authorization": "Bearer s3cret-0123456789abcdef0123456789abcdef"},
+        )
     assert first.status_code == 200
     assert first.json() == {
         "schedules": 0,

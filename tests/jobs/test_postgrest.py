@@ -258,12 +258,19 @@ async def test_the_drain_route_works_over_postgrest(jobs: Jobs, server: Postgres
         if payload["n"] == 3:
             raise Retry(after=3600)
 
-    route = jobs.drain_route(secret="s3cret", handlers={"emails": handle}, budget=5, batch=2)
+    route = jobs.drain_route(
+        secret="s3cret-0123456789abcdef0123456789abcdef",
+        handlers={"emails": handle},
+        budget=5,
+        batch=2,
+    )
     transport = httpx.ASGITransport(app=route)
     async with httpx.AsyncClient(transport=transport, base_url="http://route") as client:
         with respx.mock(assert_all_called=False) as local:
             local.route(host="route").pass_through()
-            response = await client.post("/", headers={"Authorization": "Bearer s3cret"})
+            response = await client.post(
+                "/", headers={"Authorization": "Bearer s3cret-0123456789abcdef0123456789abcdef"}
+            )
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["queues"]["emails"] == {"succeeded": 3, "failed": 1}
@@ -439,12 +446,16 @@ async def test_a_drain_route_that_cannot_work_over_postgrest_answers_503(
         postgrest_emulation(jobs_db_url, exposed=exposed),
         PostgrestBackend(BASE, SERVICE_KEY) as backend,
     ):
-        route = Jobs(backend, QUEUES).drain_route(secret="s3cret", handlers={"emails": _noop})
+        route = Jobs(backend, QUEUES).drain_route(
+            secret="s3cret-0123456789abcdef0123456789abcdef", handlers={"emails": _noop}
+        )
         transport = httpx.ASGITransport(app=route)
         async with httpx.AsyncClient(transport=transport, base_url="http://route") as client:
             with respx.mock(assert_all_called=False) as local:
                 local.route(host="route").pass_through()
-                response = await client.post("/", headers={"Authorization": "Bearer s3cret"})
+                response = await client.post(
+                    "/", headers={"Authorization": "Bearer s3cret-0123456789abcdef0123456789abcdef"}
+                )
     assert response.status_code == 503, response.text
     problem = response.json()
     assert problem["more"] is False
@@ -478,7 +489,9 @@ async def test_the_https_only_example_drains_over_postgrest(
         async with httpx.AsyncClient(transport=transport, base_url="http://fn") as client:
             with respx.mock(assert_all_called=False) as local:
                 local.route(host="fn").pass_through()
-                return await client.get("/", headers={"Authorization": "Bearer s3cret"})
+                return await client.get(
+                    "/", headers={"Authorization": "Bearer s3cret-0123456789abcdef0123456789abcdef"}
+                )
 
     monkeypatch.delenv("SUPABASE_URL", raising=False)
     unconfigured = await call()
@@ -488,7 +501,7 @@ async def test_the_https_only_example_drains_over_postgrest(
 
     monkeypatch.setenv("SUPABASE_URL", BASE)
     monkeypatch.setenv("SUPABASE_SERVICE_ROLE_KEY", SERVICE_KEY)
-    monkeypatch.setenv("CRON_SECRET", "s3cret")
+    monkeypatch.setenv("CRON_SECRET", "s3cret-0123456789abcdef0123456789abcdef")
     response = await call()
     assert response.status_code == 200, response.text
     assert response.json()["queues"]["emails"] == {"succeeded": 1, "failed": 0}

@@ -189,27 +189,41 @@ async def test_the_executor_claims_and_settles_through_postgrest(
     await asyncio.sleep(1.1)  # the 1 s lease runs out (the smallest the contract allows)
     [again] = (await http.post("/claim", json={"queues": ["emails"]})).json()["jobs"]
     assert again["id"] == job["id"] and again["attempt"] == 2
-    stale = await http.post(f"/jobs/{job['lease_id']}/complete", json={})
+    stale = await http.post("/settle", json={"lease_id": job["lease_id"], "action": "complete"})
     assert stale.status_code == 409 and stale.json()["code"] == "LEASE_LOST"
-    extend = await http.post(f"/jobs/{again['lease_id']}/extend", json={"seconds": 60})
+    extend = await http.post(
+        "/settle", json={"lease_id": again["lease_id"], "action": "extend", "seconds": 60}
+    )
     assert extend.status_code == 200 and extend.json()["lease_until"], extend.text
-    stale_extend = await http.post(f"/jobs/{job['lease_id']}/extend", json={"seconds": 60})
+    stale_extend = await http.post(
+        "/settle", json={"lease_id": job["lease_id"], "action": "extend", "seconds": 60}
+    )
     assert stale_extend.status_code == 409 and stale_extend.json()["code"] == "LEASE_LOST"
-    done = await http.post(f"/jobs/{again['lease_id']}/complete", json={})
+    done = await http.post("/settle", json={"lease_id": again["lease_id"], "action": "complete"})
     assert done.status_code == 200 and done.json()["state"] == "succeeded", done.text
-    assert (await http.post(f"/jobs/{again['lease_id']}/complete", json={})).status_code == 409
+    repeat = await http.post("/settle", json={"lease_id": again["lease_id"], "action": "complete"})
+    assert repeat.status_code == 200, repeat.text
     # fail with a code, then a Skip-coded completion of the retry
     await jobs.enqueue("emails", {"to": "b@x"})
     [held] = (await http.post("/claim", json={"queues": "emails"})).json()["jobs"]
     failed = await http.post(
-        f"/jobs/{held['lease_id']}/fail",
-        json={"error": "smtp down", "code": "SMTP_DOWN", "retry_in": 0},
+        "/settle",
+        json={
+            "lease_id": held["lease_id"],
+            "action": "fail",
+            "error": "smtp down",
+            "code": "SMTP_DOWN",
+            "retry_in": 0,
+        },
     )
     assert failed.status_code == 200 and failed.json()["state"] == "queued", failed.text
     assert any(name == "fail_coded_v1" for name, _ in server.calls())
     [retry] = (await http.post("/claim", json={"queues": ["emails"]})).json()["jobs"]
     assert retry["attempt"] == 2
-    skipped = await http.post(f"/jobs/{retry['lease_id']}/complete", json={"code": "NOTHING_TO_DO"})
+    skipped = await http.post(
+        "/settle",
+        json={"lease_id": retry["lease_id"], "action": "complete", "code": "NOTHING_TO_DO"},
+    )
     assert skipped.status_code == 200, skipped.text
     record = await jobs.get("emails", retry["id"])
     assert record is not None and record.state == "succeeded"

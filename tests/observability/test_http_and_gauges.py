@@ -74,7 +74,7 @@ async def test_a_webhook_is_received_and_processed_in_the_senders_trace(
 
 
 async def test_an_idempotent_request_has_a_span(db_url: str, sdk: Sdk) -> None:
-    idem = drainpipe.Idempotency(db_url)
+    idem = drainpipe.Idempotency(db_url, anonymous=True)
     calls = 0
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
@@ -99,7 +99,7 @@ async def test_an_idempotent_request_has_a_span(db_url: str, sdk: Sdk) -> None:
 
 
 async def test_the_idempotency_middleware_has_a_span(db_url: str, sdk: Sdk) -> None:
-    idem = drainpipe.Idempotency(db_url)
+    idem = drainpipe.Idempotency(db_url, anonymous=True)
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         await drainpipe.http.json_response({"ok": True}, 201)(scope, receive, send)

@@ -89,7 +89,9 @@ async def test_the_drain_route_logs_on_drainpipe_drain(caplog: pytest.LogCapture
     jobs = drainpipe.Jobs(
         "postgresql://postgres@127.0.0.1:1/nowhere?connect_timeout=2", {"emails": Email}
     )
-    route = drainpipe.DrainRoute(jobs, secret="s", handlers={"emails": lambda p, j: None})
+    route = drainpipe.DrainRoute(
+        jobs, secret="s-0123456789abcdef0123456789abcdef", handlers={"emails": lambda p, j: None}
+    )
     try:
         with caplog.at_level(logging.ERROR, logger="drainpipe"), pytest.raises(Exception):  # noqa: B017, PT011
             await route.run()

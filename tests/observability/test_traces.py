@@ -25,7 +25,7 @@ from drainpipe import telemetry
 from drainpipe.drain import DrainRoute
 from tests.observability.conftest import Sdk
 
-SECRET = "drain-secret"
+SECRET = "drain-secret-0123456789abcdef0123456789abcdef"
 PROPAGATOR = TraceContextTextMapPropagator()
 
 

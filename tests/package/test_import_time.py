@@ -125,7 +125,7 @@ import drainpipe
 async def handler(payload, job):
     return None
 jobs = drainpipe.Jobs({db}, {{"q": dict}})
-route = jobs.drain_route(secret="x", handlers={{"q": handler}})
+route = jobs.drain_route(secret="x-0123456789abcdef0123456789abcdef", handlers={{"q": handler}})
 ms = (time.perf_counter() - t0) * 1000
 print(json.dumps({{"ms": ms, "modules_full": sorted(sys.modules)}}))
 """

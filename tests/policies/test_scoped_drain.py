@@ -92,8 +92,8 @@ def test_every_token_is_compared_and_the_single_secret_drains_everything() -> No
     assert scoped.scope(PUSH_TOKEN) == frozenset({"push"})
     assert scoped.scope(EMAILS_TOKEN[:-1]) is None
     assert scoped.scope(None) is None
-    single = DrainCredentials("just-one-secret", QUEUES)
-    assert single.scope("Bearer just-one-secret") is EVERYTHING
+    single = DrainCredentials("just-one-secret-0123456789abcdef0123456789abcdef", QUEUES)
+    assert single.scope("Bearer just-one-secret-0123456789abcdef0123456789abcdef") is EVERYTHING
 
 
 async def test_policy_queue_is_leased_by_policy_and_heartbeated_past_it(db_url: str) -> None:
@@ -109,9 +109,13 @@ async def test_policy_queue_is_leased_by_policy_and_heartbeated_past_it(db_url: 
         stolen.extend(await thief.claim("emails", lease=1))
 
     await jobs.enqueue("emails", {"n": 1})
-    route = jobs.drain_route(secret="route-secret", handlers={"emails": slow}, budget=20)
+    route = jobs.drain_route(
+        secret="route-secret-0123456789abcdef0123456789abcdef", handlers={"emails": slow}, budget=20
+    )
     async with serve(route) as client:
-        answer = await client.get("/", headers=bearer("route-secret"))
+        answer = await client.get(
+            "/", headers=bearer("route-secret-0123456789abcdef0123456789abcdef")
+        )
     assert answer.status_code == 200
     assert answer.json()["queues"]["emails"] == {"succeeded": 1, "failed": 0}
     assert leases and leases[0] < 5  # the policy's lease, not the 50 s of the budget
@@ -123,7 +127,9 @@ async def test_policy_queue_is_leased_by_policy_and_heartbeated_past_it(db_url: 
 async def test_the_route_applies_retention_at_most_hourly(db_url: str) -> None:
     jobs = Jobs(db_url, QUEUES, policies={"emails": QueuePolicy(retention=60)})
     await jobs.ensure_policies()
-    route = jobs.drain_route(secret="route-secret", handlers={}, budget=1)
+    route = jobs.drain_route(
+        secret="route-secret-0123456789abcdef0123456789abcdef", handlers={}, budget=1
+    )
     assert drainpipe  # the package the route comes from
     await route.run()
     async with jobs.backend.db.connection() as conn:  # type: ignore[attr-defined]

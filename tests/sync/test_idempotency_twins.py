@@ -136,7 +136,7 @@ def test_twenty_concurrent_requests_with_one_key_run_the_view_once(
     db_url: str, serve: Callable[[Any], int]
 ) -> None:
     runs: list[bytes] = []
-    with sync.Idempotency(db_url) as idem:
+    with sync.Idempotency(db_url, anonymous=True) as idem:
         port = serve(idem.wrap_wsgi(order_view(runs, hold=0.5)))
         barrier = threading.Barrier(20)
         answers: list[Any] = [None] * 20
@@ -190,7 +190,7 @@ def test_a_raising_or_failing_view_releases_the_key(db_url: str) -> None:
         start_response("200 OK", [("Content-Type", "text/plain")])
         return [b"done"]
 
-    with sync.Idempotency(db_url, required=True) as idem:
+    with sync.Idempotency(db_url, required=True, anonymous=True) as idem:
         app = idem.wrap_wsgi(flaky)
         with pytest.raises(RuntimeError):
             call_wsgi(app, b"x", {"HTTP_IDEMPOTENCY_KEY": "k"})

@@ -23,7 +23,7 @@ import hashlib
 import inspect
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +37,12 @@ from ..http import (
     json_response,
     problem_response,
     serve_lifespan,
+)
+from ..http_guards import (
+    MANAGEMENT_MAX_BODY_BYTES,
+    check_origins,
+    cross_site_refusal,
+    read_starlette_body,
 )
 from ..models import Position
 from ..ops import management as ops
@@ -120,6 +126,10 @@ class ManagementApp:
     * ``problem``: rewrites Problem bodies (status and auth headers stay).
     * ``idempotency_ttl``: how long a replay's Idempotency-Key is remembered (default 24 h).
     * ``page_refresh``: seconds between the admin page's refreshes of its list (default 15).
+    * ``allowed_origins``: origins (``https://admin.example.com``) whose pages may send
+      writes carrying cookies; default: the request's own host. A write with a ``Cookie``
+      header from elsewhere → 403 ``CROSS_SITE_REQUEST``; request bodies over 64 KiB → 413
+      ``BODY_TOO_LARGE`` (docs/reference.md, "Hardening").
     """
 
     def __init__(
@@ -133,6 +143,7 @@ class ManagementApp:
         problem: ProblemFormatter | None = None,
         idempotency_ttl: float = 24 * 3600,
         page_refresh: float = 15,
+        allowed_origins: Collection[str] | None = None,
     ) -> None:
         if not callable(authorize):
             raise TypeError("authorize must be a callable(request) -> Principal | None")
@@ -154,6 +165,7 @@ class ManagementApp:
         if not isinstance(page_refresh, int | float) or not 1 <= page_refresh <= 3600:
             raise ValueError("page_refresh must be from 1 to 3600 seconds")
         self.page_refresh = page_refresh
+        self.allowed_origins = check_origins(allowed_origins)
         self.idempotency: Idempotency = Idempotency(
             db,
             required=True,
@@ -196,6 +208,7 @@ class ManagementApp:
         path = self.route_path(request.scope)
         instance = request.url.path
         try:
+            await self._guard(request)
             response = await self._route(request, path)
         except DrainpipeError as exc:
             response = self._problem(exc, instance)
@@ -247,6 +260,15 @@ class ManagementApp:
         if action == "cancel":
             return await self._cancel(queue, job_id, principal)
         return await self._replay(request, queue, job_id, principal)
+
+    async def _guard(self, request: Any) -> None:
+        """Before any route: a cookie-carrying write from another origin is refused, and a
+        body is read as a capped stream (no route reads more than a small JSON body)."""
+        refusal = cross_site_refusal(request.method, request.headers, self.allowed_origins)
+        if refusal is not None:
+            raise refusal
+        if request.method.upper() not in ("GET", "HEAD"):
+            await read_starlette_body(request, MANAGEMENT_MAX_BODY_BYTES)
 
     @staticmethod
     def _allow(method: str, allowed: str) -> None:

@@ -12,11 +12,17 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DrainpipeError
-from ..http import body_incomplete, is_client_disconnect, problem_response
+from ..http import problem_response
+from ..http_guards import (
+    AGENT_MAX_BODY_BYTES,
+    check_origins,
+    cross_site_refusal,
+    read_starlette_body,
+)
 from ..principals import Principal
 from .checks import INBOX_FORBIDDEN, bad_parameter
 from .pull import RESERVE
@@ -58,14 +64,8 @@ def check_inbox(principal: Principal, inbox_id: str) -> None:
 
 
 async def _json_body(request: Request) -> dict[str, Any]:
-    try:
-        raw = await request.body()
-    except Exception as exc:  # the client hung up mid-body: a 400, not an exception out
-        if is_client_disconnect(exc):
-            raise body_incomplete() from exc
-        raise
-    if len(raw) > 131072:
-        raise bad_parameter("body", "The body must be at most 128 KiB of JSON")
+    # read as a capped stream: 413 BODY_TOO_LARGE past 128 KiB, the rest never held
+    raw = await read_starlette_body(request, AGENT_MAX_BODY_BYTES)
     try:
         body = json.loads(raw or b"{}")
     except (ValueError, RecursionError):  # also JSON nested past Python's recursion limit
@@ -82,7 +82,13 @@ def _query(request: Request, name: str) -> str | None:
     return values[0] if values else None
 
 
-def build_app(agents: AgentInboxes, *, authorize: Any, budget: float = 25.0) -> Any:
+def build_app(
+    agents: AgentInboxes,
+    *,
+    authorize: Any,
+    budget: float = 25.0,
+    allowed_origins: Collection[str] | None = None,
+) -> Any:
     from starlette.applications import Starlette
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route, WebSocketRoute
@@ -97,10 +103,14 @@ def build_app(agents: AgentInboxes, *, authorize: Any, budget: float = 25.0) -> 
         or not RESERVE < budget <= 900
     ):
         raise ValueError(f"budget must be seconds, more than {RESERVE:g} and at most 900")
+    origins = check_origins(allowed_origins)
 
     def route(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             try:
+                refusal = cross_site_refusal(request.method, request.headers, origins)
+                if refusal is not None:
+                    raise refusal
                 principal = await principal_of(authorize, request)
                 return await handler(request, principal)
             except DrainpipeError as error:
@@ -218,7 +228,7 @@ def build_app(agents: AgentInboxes, *, authorize: Any, budget: float = 25.0) -> 
         Route(f"{event_path}/raw", route(raw), methods=["GET"]),
         WebSocketRoute(
             f"{inbox_path}/stream",
-            lambda websocket: stream_endpoint(agents, authorize, websocket),
+            lambda websocket: stream_endpoint(agents, authorize, websocket, origins),
         ),
     ]
     return Starlette(routes=routes)

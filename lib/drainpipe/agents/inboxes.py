@@ -397,8 +397,10 @@ class AgentInboxes:
         return Settlement(ok, event_id_text(number_id), inbox_id, state, until)
 
     async def raw(self, event_id: str, *, inboxes: Collection[str] | None = None) -> bytes:
-        """The whole stored body of an event, as JSON bytes (404 when unknown, outside
-        ``inboxes``, or its webhook message was purged)."""
+        """The whole body of an event as the webhook inbox received it, byte for byte, so a
+        signature can be checked again (a ``store()``d message: its payload as serialised at
+        store time; one stored before webhook-inbox 0012: its payload's JSON text). 404 when
+        unknown, outside ``inboxes``, or its webhook message was purged."""
         number_id = parse_event_id(event_id)
         if number_id is None:
             raise DrainpipeError("not_found", "No such event", code=EVENT_NOT_FOUND)
@@ -406,13 +408,21 @@ class AgentInboxes:
         rows = await self._db.fetch(ops.RAW, ops.raw_params(number_id, scope))
         if not rows or rows[0][1] is None:
             raise DrainpipeError("not_found", f"No event {event_id}", code=EVENT_NOT_FOUND)
-        return str(rows[0][1]).encode("utf-8")
+        return bytes(rows[0][1])
 
-    def app(self, *, authorize: Any, budget: float = 25.0) -> Any:
-        """The HTTP routes and the WebSocket stream of section 11 (a Starlette app)."""
+    def app(
+        self,
+        *,
+        authorize: Any,
+        budget: float = 25.0,
+        allowed_origins: Collection[str] | None = None,
+    ) -> Any:
+        """The HTTP routes and the WebSocket stream of section 11 (a Starlette app).
+        ``allowed_origins``: the origins whose pages may write with cookies (default: the
+        request's own host; docs/reference.md, "Hardening")."""
         from .app import build_app
 
-        return build_app(self, authorize=authorize, budget=budget)
+        return build_app(self, authorize=authorize, budget=budget, allowed_origins=allowed_origins)
 
     async def close(self) -> None:
         """Stop the wake-up listener and close the pool opened for a DSN."""

@@ -28,6 +28,7 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import DrainpipeError
+from ..http_guards import cross_site_refusal
 from ..ops import agents as ops
 from .app import check_inbox, principal_of, scope_of
 from .checks import ACK_MODES, MAX_EVENTS, ORDERS, choice, optional_name, whole_number
@@ -59,6 +60,7 @@ class _Stream:
         scope: list[str] | None,
         options: dict[str, Any],
         credit: int,
+        lease_seconds: float,
     ) -> None:
         self.agents = agents
         self.inbox = inbox
@@ -66,6 +68,10 @@ class _Stream:
         self.scope = scope
         self.options = options
         self.credit = credit
+        self.lease_seconds = lease_seconds
+        # events handed out over this socket and not settled over it, with the loop time
+        # their lease ends: credit never goes past what leaves MAX_EVENTS of them unsettled
+        self.unsettled: dict[str, float] = {}
         self.credit_given = asyncio.Event()
         self.send_lock = asyncio.Lock()
         # the socket's acks not answered yet, in the order their frames came
@@ -74,6 +80,29 @@ class _Stream:
     async def send(self, frame: dict[str, Any]) -> None:
         async with self.send_lock:
             await self.websocket.send_text(json.dumps(frame, separators=(",", ":")))
+
+    def room(self) -> int:
+        """How many more events this socket may hold unsettled (leases that ran out free
+        their place: the event is anybody's again)."""
+        now = asyncio.get_running_loop().time()
+        for event_id in [key for key, until in self.unsettled.items() if until <= now]:
+            del self.unsettled[event_id]
+        return MAX_EVENTS - len(self.unsettled)
+
+    def add_credit(self, n: int) -> None:
+        """Credit past the ceiling is not kept: credit plus unsettled events stay <= 10."""
+        self.credit = max(0, min(self.credit + n, self.room()))
+
+    def settled(self, event_id: Any, ok: bool, code: str | None, seconds: Any = None) -> None:
+        """A settlement frame's result: the event leaves the socket's unsettled ones when
+        it was settled here or its lease is no longer ours; an extend moves its end."""
+        if not isinstance(event_id, str) or event_id not in self.unsettled:
+            return
+        if ok and seconds is not None:
+            until = asyncio.get_running_loop().time() + float(seconds)
+            self.unsettled[event_id] = until
+        elif ok or code in ("LEASE_LOST", "EVENT_NOT_FOUND"):
+            del self.unsettled[event_id]
 
     async def push(self, renew: Any) -> None:
         """Hand out and send events while there is credit; renew the slot between polls."""
@@ -89,6 +118,9 @@ class _Stream:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.credit_given.wait(), SLOT_SECONDS / 3)
                 continue
+            self.credit = min(self.credit, self.room())
+            if self.credit <= 0:
+                continue
             events = await self.inbox.pull(
                 max=min(self.credit, MAX_EVENTS),
                 wait=POLL_SECONDS,
@@ -99,22 +131,35 @@ class _Stream:
             )
             for event in events:
                 self.credit -= 1
+                if event.lease_id is not None:  # pickup events are settled at hand-out
+                    until = loop.time() + self.lease_seconds
+                    self.unsettled[event.id] = until
                 await self.send({"type": "event", "event": event.to_json()})
 
     async def read(self) -> None:
         """Client frames: credit, ack/release/extend, ping. A bad frame is answered with an
         error frame; the stream stays open."""
         while True:
-            text = await self.websocket.receive_text()
+            message = await self.websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                from starlette.websockets import WebSocketDisconnect
+
+                raise WebSocketDisconnect(message.get("code", 1000), message.get("reason"))
+            text = message.get("text")
+            if not isinstance(text, str):  # a binary frame: the protocol is JSON text
+                await self.send(
+                    {"type": "error", "code": INVALID_FRAME, "detail": "frames are JSON text"}
+                )
+                continue
             try:
                 frame = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):  # also JSON nested past the recursion limit
                 await self.send({"type": "error", "code": INVALID_FRAME, "detail": "not JSON"})
                 continue
             kind = frame.get("type") if isinstance(frame, dict) else None
             if kind == "credit":
                 try:
-                    self.credit += whole_number(frame.get("n"), "n", 1, MAX_EVENTS)
+                    self.add_credit(whole_number(frame.get("n"), "n", 1, MAX_EVENTS))
                 except DrainpipeError as error:
                     await self.send({"type": "error", "code": error.code, "detail": str(error)})
                     continue
@@ -154,6 +199,7 @@ class _Stream:
             event_id, queued = await self.acks.get()
             try:
                 ok, code = await _frame_result(queued)
+                self.settled(event_id, ok, code)
                 await self.send(
                     {"type": "result", "op": "ack", "id": event_id, "ok": ok, "code": code}
                 )
@@ -181,6 +227,7 @@ class _Stream:
             return result.ok
 
         ok, code = await _frame_result(settled())
+        self.settled(event_id, ok, code, fields.get("seconds") if op == "extend" else None)
         await self.send({"type": "result", "op": op, "id": event_id, "ok": ok, "code": code})
 
 
@@ -204,11 +251,20 @@ async def _refuse(websocket: WebSocket, error: DrainpipeError) -> None:
     await websocket.close(code=_CLOSE_FOR_STATUS.get(error.status, 1011))
 
 
-async def stream_endpoint(agents: AgentInboxes, authorize: Any, websocket: WebSocket) -> None:
+async def stream_endpoint(
+    agents: AgentInboxes,
+    authorize: Any,
+    websocket: WebSocket,
+    allowed_origins: frozenset[str] | None = None,
+) -> None:
     inbox_id = websocket.path_params["inbox_id"]
     holder = f"stream-{os.urandom(8).hex()}"
     query = websocket.query_params
     try:
+        # a browser opens a WebSocket to any site with that site's cookies: Origin decides
+        refusal = cross_site_refusal("GET", websocket.headers, allowed_origins, websocket=True)
+        if refusal is not None:
+            raise refusal
         principal = await principal_of(authorize, websocket)
         check_inbox(principal, inbox_id)
         settings = await agents.settings(inbox_id)
@@ -251,7 +307,13 @@ async def stream_endpoint(agents: AgentInboxes, authorize: Any, websocket: WebSo
 
     await websocket.accept()
     stream = _Stream(
-        agents, agents.inbox(inbox_id), websocket, scope_of(principal), options, credit
+        agents,
+        agents.inbox(inbox_id),
+        websocket,
+        scope_of(principal),
+        options,
+        credit,
+        float(settings.lease_seconds),
     )
     tasks = [
         asyncio.create_task(stream.push(renew), name="drainpipe-stream-push"),

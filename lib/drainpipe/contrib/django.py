@@ -22,6 +22,8 @@ transaction the view opens. Django (4.2+, on psycopg 3) is imported on first use
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -94,22 +96,53 @@ class IdempotencyMiddleware:
     409/422/400 answers of :class:`drainpipe.Idempotency`. Options from
     ``settings.DRAINPIPE_IDEMPOTENCY`` (those of :class:`drainpipe.sync.Idempotency`,
     plus ``db``); a ``scope`` callable gets Django's ``HttpRequest``. A view that raises or
-    answers 5xx releases the key (Django turns an exception into a 500 inside the chain)."""
+    answers 5xx releases the key (Django turns an exception into a 500 inside the chain).
+
+    The default scope is the signed-in user, else the session (a keyed hash of either:
+    ``scope_key``, else ``$DRAINPIPE_SCOPE_KEY``, else a key derived from ``SECRET_KEY``);
+    a request with a key and neither → 400 ``IDEMPOTENCY_SCOPE_REQUIRED`` unless
+    ``anonymous``. Bodies over ``max_body_bytes`` → 413 ``BODY_TOO_LARGE``."""
 
     def __init__(self, get_response: Callable[[Any], Any]) -> None:
         from django.conf import settings
 
+        from ..idempotency.keys import scope_key_bytes
         from ..sync.idempotency import Idempotency
 
         options: dict[str, Any] = dict(getattr(settings, "DRAINPIPE_IDEMPOTENCY", None) or {})
         db = options.pop("db", None) or database_url()
+        key = scope_key_bytes(options.pop("scope_key", None))
+        if key is None:  # Django's own secret, never used as is: a key derived for this
+            secret = str(settings.SECRET_KEY).encode("utf-8")
+            key = hmac.new(secret, b"drainpipe-idempotency-scope", hashlib.sha256).digest()
+        self.scope_key = key
+        options.setdefault("scope", self.user_or_session)
         self.get_response = get_response
-        self.idempotency: Idempotency = Idempotency(db, **options)
+        self.idempotency: Idempotency = Idempotency(db, scope_key=key, **options)
+
+    def user_or_session(self, request: Any) -> str | None:
+        """The default scope: the signed-in user, else the session, as a keyed hash; None
+        (no caller) for an anonymous request without a session."""
+        from ..idempotency.keys import keyed_scope
+
+        user = getattr(request, "user", None)
+        if user is not None and getattr(user, "is_authenticated", False):
+            return keyed_scope(self.scope_key, "user", str(user.pk))
+        session = getattr(request, "session", None)
+        session_key = getattr(session, "session_key", None)
+        if session_key:
+            return keyed_scope(self.scope_key, "session", str(session_key))
+        return None
 
     def __call__(self, request: Any) -> Any:
         idem = self.idempotency
         decision = idem.before(
-            request.method, request.path, _headers(request), lambda: bytes(request.body), request
+            request.method,
+            request.path,
+            _headers(request),
+            lambda: _capped_body(request, idem.max_body_bytes),
+            request,
+            str(request.META.get("QUERY_STRING") or ""),
         )
         if decision is None:
             return self.get_response(request)
@@ -129,6 +162,20 @@ class IdempotencyMiddleware:
             decision, int(response.status_code), body, response.get("Content-Type"), request.path
         )
         return response if refusal is None else _django_response(refusal)
+
+
+def _capped_body(request: Any, max_bytes: int) -> bytes:
+    """The body, refused (413) before Django reads it when its declared length is over the
+    cap; Django itself refuses a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE``."""
+    from ..http_guards import body_too_large
+
+    length = str(request.META.get("CONTENT_LENGTH") or "").strip()
+    if length.isdigit() and int(length) > max_bytes:
+        raise body_too_large(max_bytes)
+    data = bytes(request.body)
+    if len(data) > max_bytes:
+        raise body_too_large(max_bytes)
+    return data
 
 
 def _headers(request: Any) -> Mapping[str, str]:

@@ -147,6 +147,7 @@ async def run_dev(
         management_token = dev_management_token(env)
         agent_token = dev_token(env, "AGENT_TOKEN", "agt_")
         dev_token(env, "AGENT_LEASE_SECRET", "")
+        dev_token(env, "DRAINPIPE_SCOPE_KEY", "")  # the idempotency scopes' HMAC key
         executor_token = dev_executor_token(env)
         env.setdefault("AGENT_LISTEN", "1")  # a long-lived server: long polls wake by NOTIFY
         app = FunctionsApp.load(functions)

@@ -1,19 +1,28 @@
 """The drain route's credentials: one secret that drains everything, or scoped executor
 tokens (``{token: queues}``) that each drain only their own queues (API.md section 9).
 
-Every check compares the presented token with **every** configured token, in constant time
-per comparison and without stopping at a match, so the time taken says neither whether a
-token is close nor which one matched. Tokens are never logged or put in errors.
+Every check compares the SHA-256 digest of the presented token with the digest of **every**
+configured token, in constant time per comparison and without stopping at a match, so the
+time taken says neither whether a token is close, how long the secret is, nor which one
+matched. The single secret is at least 32 characters. Tokens are never logged or put in
+errors.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 #: The scope of the single route secret: every source.
 EVERYTHING: frozenset[str] = frozenset({"*"})
+#: The shortest single drain secret (``dev_drain_secret`` writes 64 hex characters).
+MIN_SECRET_LENGTH = 32
+
+
+def _digest(token: bytes) -> bytes:
+    return hashlib.sha256(token).digest()
 
 
 def _forms(header: str | None) -> tuple[bytes, bytes]:
@@ -27,7 +36,7 @@ def _forms(header: str | None) -> tuple[bytes, bytes]:
         wire = token.encode("latin-1")
     except UnicodeEncodeError:
         wire = b""
-    return wire, token.encode("utf-8", "surrogatepass")
+    return _digest(wire), _digest(token.encode("utf-8", "surrogatepass"))
 
 
 class DrainCredentials:
@@ -39,7 +48,14 @@ class DrainCredentials:
         if isinstance(secret, str):
             if not secret:
                 raise ValueError("drain_route needs a secret, such as os.environ['CRON_SECRET']")
-            self._entries: list[tuple[bytes, frozenset[str]]] = [(secret.encode(), EVERYTHING)]
+            if len(secret) < MIN_SECRET_LENGTH:
+                raise ValueError(
+                    f"The drain secret must be at least {MIN_SECRET_LENGTH} characters"
+                    " (e.g. 64 random hex characters: python -c 'import secrets;"
+                    " print(secrets.token_hex(32))')"
+                )
+            digest = _digest(secret.encode("utf-8", "surrogatepass"))
+            self._entries: list[tuple[bytes, frozenset[str]]] = [(digest, EVERYTHING)]
             self.scoped = False
             return
         if not isinstance(secret, Mapping) or not secret:
@@ -62,7 +78,7 @@ class DrainCredentials:
                     f"drain token {position} names {', '.join(unknown)}: not a queue or inbox"
                     " this route drains"
                 )
-            entries.append((token.encode(), names))
+            entries.append((_digest(token.encode("utf-8", "surrogatepass")), names))
         self._entries = entries
         self.scoped = True
 

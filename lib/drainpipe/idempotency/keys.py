@@ -4,6 +4,8 @@ and the codes of the refusals."""
 from __future__ import annotations
 
 import hashlib
+import hmac
+import os
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -19,23 +21,52 @@ REPLAYED_HEADER = "Idempotency-Replayed"
 KEY_MISSING = "IDEMPOTENCY_KEY_MISSING"
 KEY_INVALID = "IDEMPOTENCY_KEY_INVALID"
 SCOPE_INVALID = "IDEMPOTENCY_SCOPE_INVALID"
+SCOPE_REQUIRED = "IDEMPOTENCY_SCOPE_REQUIRED"
+#: Where the key of the stored scopes' keyed hashes comes from when ``scope_key`` is not given.
+SCOPE_KEY_ENV = "DRAINPIPE_SCOPE_KEY"
+MIN_SCOPE_KEY_BYTES = 16
 KEY_IN_USE = "IDEMPOTENCY_KEY_IN_USE"
 KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
 RESPONSE_TOO_LARGE = "IDEMPOTENCY_RESPONSE_TOO_LARGE"
 
 
-def fingerprint(method: str, path: str, body: bytes) -> str:
-    """sha256 hex of ``"<METHOD> <path>\\n<body>"`` (no query string; body as raw bytes)."""
-    head = f"{method.upper()} {path}\n".encode("utf-8", "surrogateescape")
+def fingerprint(method: str, path: str, body: bytes, query: str = "") -> str:
+    """sha256 hex of ``"<METHOD> <path>?<query>\\n<body>"`` (body as raw bytes); without a
+    query string ``"<METHOD> <path>\\n<body>"``, as before the query counted, so a key
+    stored by an earlier release still matches its retry."""
+    target = f"{path}?{query}" if query else path
+    head = f"{method.upper()} {target}\n".encode("utf-8", "surrogateescape")
     return hashlib.sha256(head + body).hexdigest()
 
 
-def caller_scope(headers: Mapping[str, str]) -> str:
-    """``"caller:" + sha256 hex of the Authorization header``, or ``""`` without one."""
+def scope_key_bytes(value: Any, env: Mapping[str, str] | None = None) -> bytes | None:
+    """The key of the scopes' keyed hashes: ``value``, else ``$DRAINPIPE_SCOPE_KEY``, else
+    None. ``ValueError`` for one shorter than 16 bytes (or not text/bytes)."""
+    if value is None:
+        value = (os.environ if env is None else env).get(SCOPE_KEY_ENV) or None
+        if value is None:
+            return None
+    if isinstance(value, str):
+        value = value.encode("utf-8")
+    if not isinstance(value, bytes) or len(value) < MIN_SCOPE_KEY_BYTES:
+        raise ValueError(f"scope_key must be text or bytes of at least {MIN_SCOPE_KEY_BYTES} bytes")
+    return value
+
+
+def keyed_scope(key: bytes, label: str, credential: str) -> str:
+    """``"<label>:" + HMAC-SHA256 hex`` of what identifies a caller: a database reader can
+    neither read the credential back nor confirm a guess without the server's key."""
+    mac = hmac.new(key, label.encode() + b"\0" + _wire_bytes(credential), hashlib.sha256)
+    return f"{label}:{mac.hexdigest()}"
+
+
+def caller_scope(headers: Mapping[str, str], key: bytes) -> str:
+    """``"caller:" + HMAC-SHA256 hex of the Authorization header`` under ``key``, or ``""``
+    without one."""
     credential = headers.get("authorization")
     if not credential:
         return ""
-    return "caller:" + hashlib.sha256(_wire_bytes(credential)).hexdigest()
+    return keyed_scope(key, "caller", credential)
 
 
 def parse_key(raw: str) -> str:

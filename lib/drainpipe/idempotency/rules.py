@@ -28,11 +28,15 @@ from .keys import (
     MAX_SCOPE_LENGTH,
     REPLAYED_HEADER,
     RESPONSE_TOO_LARGE,
+    SCOPE_KEY_ENV,
+    SCOPE_REQUIRED,
     _check_scope,
     _holder,
     _positive_seconds,
+    caller_scope,
     check_key,
     parse_key,
+    scope_key_bytes,
 )
 
 ScopeOption = str | Callable[[Any], Any] | None
@@ -78,6 +82,8 @@ class IdempotencyRules:
         problem: ProblemFormatter | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         now: Callable[[], datetime] | None = None,
+        anonymous: bool = False,
+        scope_key: str | bytes | None = None,
     ) -> None:
         if not isinstance(header, str) or not header.strip():
             raise ValueError("header must be a non-empty header name")
@@ -102,6 +108,16 @@ class IdempotencyRules:
         self.scope = scope
         self.problem = problem
         self.max_body_bytes = max_body_bytes
+        self.anonymous = bool(anonymous)
+        # the default scope is a keyed hash of the caller's Authorization header: its key
+        # is the server's, so the stored scopes give a database reader no credential
+        self.scope_key = scope_key_bytes(scope_key)
+        if self.scope is None and self.scope_key is None:
+            raise ValueError(
+                "The default idempotency scope (the Authorization header) is stored as a keyed"
+                f" hash: pass scope_key= or set {SCOPE_KEY_ENV} (16+ random bytes, the same on"
+                " every instance), or pass scope="
+            )
         # the clock key expiry and lock takeover are measured on (None: the database's);
         # a test moves it instead of waiting a lock out
         self.now = now
@@ -145,6 +161,26 @@ class IdempotencyRules:
         return ops.purge_params(batch)
 
     # -- decisions around a request ------------------------------------------------------
+
+    def _default_scope(self, headers: Mapping[str, str]) -> str:
+        assert self.scope_key is not None  # checked at construction
+        return caller_scope(headers, self.scope_key)
+
+    def _scope_answer(self, value: Any) -> str:
+        """The scope a request runs under, from the scope function's (or the default's)
+        answer: no caller (None or "") → 400 ``IDEMPOTENCY_SCOPE_REQUIRED`` unless
+        ``anonymous``, so one caller's stored response never replays to another."""
+        if value is None or value == "":
+            if self.anonymous:
+                return ""
+            raise invalid_request(
+                "This request names no caller to keep its idempotency key apart from other"
+                " callers' (send Authorization, or sign in)",
+                code=SCOPE_REQUIRED,
+            )
+        if not isinstance(value, str):
+            raise TypeError(f"scope(request) must return a str, not {type(value).__name__}")
+        return value
 
     def _key_of(self, method: str, headers: Mapping[str, str], path: str) -> str | Response | None:
         """The request's key; None: run without idempotency (a safe method, or no key and

@@ -29,15 +29,13 @@ from ..http import (
     Scope,
     Send,
     as_request,
-    body_incomplete,
-    is_client_disconnect,
 )
+from ..http_guards import read_capped, read_starlette_body
 from ..models import Begin as Begin  # re-exported: drainpipe.Begin lives here for users
 from ..ops import idempotency as ops
 from ..telemetry import active_telemetry
 from .keys import (
     DEFAULT_MAX_BODY_BYTES,
-    caller_scope,
     fingerprint,
 )
 from .responses import _read_response, _stored_status, _to_starlette
@@ -65,10 +63,18 @@ class Idempotency(IdempotencyRules):
     * ``header``: the key's header name (matched case-insensitively).
     * ``scope``: a string, or ``scope(request) -> str`` (plain or async; it receives the
       request given to ``handle``, our :class:`~drainpipe.http.Request` under ``wrap``).
-      Default: the caller, from the ``Authorization`` header.
-    * ``max_body_bytes``: the largest response body stored (default 1 MiB). A larger 2xx-4xx
-      response releases the key and answers 500 ``IDEMPOTENCY_RESPONSE_TOO_LARGE`` instead
-      (it is logged), because passing it through unstored would silently run a retry twice.
+      Default: the caller, from the ``Authorization`` header, stored as a keyed hash
+      (HMAC-SHA256 under ``scope_key``). A request with a key and no caller (no header, or
+      the function answers None or "") → 400 ``IDEMPOTENCY_SCOPE_REQUIRED``.
+    * ``anonymous``: callers without credentials share one scope instead of that 400 (a
+      public endpoint: anyone who sends another's key, path, query and body gets its answer).
+    * ``scope_key``: the HMAC key of the default scope (16+ bytes, the same on every
+      instance); default ``$DRAINPIPE_SCOPE_KEY``. Required when ``scope`` is not given.
+    * ``max_body_bytes``: the largest request body read (413 ``BODY_TOO_LARGE`` as soon as
+      it is passed, before fingerprinting) and response body stored (default 1 MiB). A larger
+      2xx-4xx response releases the key and answers 500 ``IDEMPOTENCY_RESPONSE_TOO_LARGE``
+      instead (it is logged), because passing it through unstored would silently run a retry
+      twice.
     """
 
     def __init__(
@@ -83,6 +89,8 @@ class Idempotency(IdempotencyRules):
         problem: ProblemFormatter | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         now: Callable[[], datetime] | None = None,
+        anonymous: bool = False,
+        scope_key: str | bytes | None = None,
     ) -> None:
         super().__init__(
             ttl=ttl,
@@ -93,6 +101,8 @@ class Idempotency(IdempotencyRules):
             problem=problem,
             max_body_bytes=max_body_bytes,
             now=now,
+            anonymous=anonymous,
+            scope_key=scope_key,
         )
         self.db = as_database(db)
 
@@ -164,15 +174,10 @@ class Idempotency(IdempotencyRules):
         native = ours is request
 
         async def read_body() -> bytes:
-            # Starlette caches body(), so the handler can read it again; our stream would not
+            # a capped stream, kept for the handler: Starlette's ``_body``, our ``_body``
             if native:
-                return await ours.body()
-            try:
-                return bytes(await request.body())
-            except Exception as exc:
-                if is_client_disconnect(exc):
-                    raise body_incomplete() from exc
-                raise
+                return await _read_ours(ours, self.max_body_bytes)
+            return await read_starlette_body(request, self.max_body_bytes)
 
         decision = await self._prepare(ours, request, read_body)
         if decision is None:
@@ -210,7 +215,11 @@ class Idempotency(IdempotencyRules):
 
         async def idempotent(scope: Scope, receive: Receive, send: Send) -> None:
             request = Request.from_asgi(scope, receive)
-            decision = await self._prepare(request, request, request.body)
+
+            async def read_body() -> bytes:
+                return await _read_ours(request, self.max_body_bytes)
+
+            decision = await self._prepare(request, request, read_body)
             if decision is None:  # the body was not read: the app gets the original stream
                 await app(scope, receive, send)
                 return
@@ -317,9 +326,10 @@ class Idempotency(IdempotencyRules):
         key = self._key_of(request.method, request.headers, request.path)
         if not isinstance(key, str):
             return key  # None (no idempotency) or the Problem to answer
-        scope = await self._scope_for(original, request)
         try:
-            fp = fingerprint(request.method, request.path, await read_body())
+            scope = await self._scope_for(original, request)
+            body = await read_body()  # after the scope: an anonymous refusal reads nothing
+            fp = fingerprint(request.method, request.path, body, request.query)
             begun = await self.begin(key, fp, scope)
         except DrainpipeError as exc:
             return self._problem(exc, request.path)
@@ -364,12 +374,20 @@ class Idempotency(IdempotencyRules):
 
     async def _scope_for(self, original: Any, request: Request) -> str:
         if self.scope is None:
-            return caller_scope(request.headers)
+            return self._scope_answer(self._default_scope(request.headers))
         if isinstance(self.scope, str):
-            return self.scope
+            return self._scope_answer(self.scope)
         value = self.scope(original)
         if inspect.isawaitable(value):
             value = await value
-        if not isinstance(value, str):
-            raise TypeError(f"scope(request) must return a str, not {type(value).__name__}")
-        return value
+        return self._scope_answer(value)
+
+
+async def _read_ours(request: Request, max_bytes: int) -> bytes:
+    """Our request's body as a capped stream (413 past ``max_bytes``), kept for re-reads."""
+    cached = request._body
+    if cached is not None:
+        return cached
+    data = await read_capped(request.stream(), max_bytes, request.headers)
+    request._body = data
+    return data

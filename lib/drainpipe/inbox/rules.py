@@ -112,8 +112,10 @@ class InboxRules:
         text: str,
         tenant: Any,
         headers: Mapping[str, str],
+        raw: bytes | None = None,
     ) -> Params:
-        """The store statement's parameters for a verified delivery; what the sender
+        """The store statement's parameters for a verified delivery (``raw``: the body's
+        bytes as received, kept for agents that check the signature again); what the sender
         controls is refused with a 400 of its own (``WEBHOOK_INVALID_*``), never a database
         error. ``tenant`` is :data:`MISSING` unless ``verify`` named one."""
         message_id = delivery_text(message_id, "id", "WEBHOOK_INVALID_ID", required=True)
@@ -131,7 +133,9 @@ class InboxRules:
         tenant = delivery_text(tenant, "tenant", "WEBHOOK_INVALID_TENANT", required=False)
         event_type = delivery_text(event_type, "type", "WEBHOOK_INVALID_TYPE", required=False)
         kept = {name: headers[name] for name in self.keep_headers if name in headers}
-        return self._receive_params(message_id, text, event_type, tenant, kept, verified=True)
+        return self._receive_params(
+            message_id, text, event_type, tenant, kept, verified=True, raw=raw
+        )
 
     def _store_params(
         self,
@@ -158,8 +162,16 @@ class InboxRules:
                 check_text(value, label, allow_empty=label != "id")
         if not isinstance(verified, bool):
             raise TypeError("verified must be True or False")
+        # serialised once: these bytes are the stored payload and what a raw read answers
+        serialised = dump_json(payload)
         return self._receive_params(
-            id, dump_json(payload).decode("utf-8"), event_type, tenant, kept, verified=verified
+            id,
+            serialised.decode("utf-8"),
+            event_type,
+            tenant,
+            kept,
+            verified=verified,
+            raw=serialised,
         )
 
     def _receive_params(
@@ -171,6 +183,7 @@ class InboxRules:
         headers: dict[str, Any],
         *,
         verified: bool,
+        raw: bytes | None = None,
     ) -> Params:
         if isinstance(message_id, int) and not isinstance(message_id, bool):
             message_id = str(message_id)
@@ -184,6 +197,7 @@ class InboxRules:
             self.max_attempts,
             self.app_name,
             verified,
+            raw,
         )
 
     def _list_params(self, tenant: Any, status: Any, limit: Any) -> Params:

@@ -175,7 +175,7 @@ class WebhookInbox(InboxRules):
         else:
             message_id = verify_signature(self._webhooks, request.headers, body, self._clock())
             text, payload = parse_body(body)
-        params = self._delivery_params(message_id, payload, text, tenant, request.headers)
+        params = self._delivery_params(message_id, payload, text, tenant, request.headers, body)
         return await self._receive(params)
 
     # -- storage -------------------------------------------------------------------------

@@ -424,9 +424,16 @@ class Jobs(PolicyMixin, JobRules, RecordsMixin, ScheduleMixin):
         tokens: Mapping[str, Collection[str] | Literal["*"]],
         budget: float = 25.0,
         lease_secret: str | bytes | None = None,
+        allowed_origins: Collection[str] | None = None,
     ) -> Any:
         """Private endpoints for executors that claim and settle jobs over HTTP with the
         agent inbox's pull protocol (API.md section 11): see :mod:`drainpipe.jobs.executor`."""
         from .executor import build_executor_app
 
-        return build_executor_app(self, tokens=tokens, budget=budget, lease_secret=lease_secret)
+        return build_executor_app(
+            self,
+            tokens=tokens,
+            budget=budget,
+            lease_secret=lease_secret,
+            allowed_origins=allowed_origins,
+        )

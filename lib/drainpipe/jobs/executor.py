@@ -3,16 +3,23 @@
 
     POST /claim {"queues", "max", "wait", "lease"}  → {"jobs": [{"id", "queue", "payload",
                                                        "attempt", "lease_id", "lease_until"}]}
-    POST /jobs/{lease_id}/complete {code?}          a code: the job succeeds as skipped
-    POST /jobs/{lease_id}/fail {error, code?, retry_in?}
-    POST /jobs/{lease_id}/extend {seconds}
+    POST /settle {"lease_id", "action": "complete", "code"?}   a code: succeeds as skipped
+    POST /settle {"lease_id", "action": "fail", "error", "code"?, "retry_in"?}
+    POST /settle {"lease_id", "action": "extend", "seconds"}
 
-Each token is scoped to queues (``{token: ["emails", ...]}`` or ``"*"``): a queue outside it
-→ 403 ``QUEUE_FORBIDDEN``. A lease id (``lse_…``) names the job, its queue and the claimed
-attempt, signed (``lease_secret``, else a key derived from the tokens, so every instance
-with the same tokens reads the same ids); settling is fenced by the attempt, so a stale
-lease → 409 ``LEASE_LOST`` and changes nothing. Claims long-poll like ``next``: short claims
-with 100 ms → 1 s pauses between them, never past ``budget`` minus 1 s.
+Lease ids travel in bodies only, never in a URL (access logs, a Problem's ``instance``):
+the per-lease routes of earlier releases (``/jobs/{lease_id}/complete|fail|extend``)
+answer 410 ``SETTLE_MOVED`` without reading the id. Each token is scoped to queues
+(``{token: ["emails", ...]}`` or ``"*"``): a queue outside it → 403 ``QUEUE_FORBIDDEN``. A
+lease id (``lse_…``) names the job, its queue and the claimed attempt, with 8 random bytes
+of its own, and is signed (``lease_secret``, else a key derived from the tokens, so every
+instance with the same tokens reads the same ids): it differs per claim and cannot be
+guessed. Settling is fenced by the attempt, so a stale lease → 409 ``LEASE_LOST`` and
+changes nothing; a ``complete`` repeated with the lease that completed the job → 200 again.
+Claims long-poll like ``next``: short claims with 100 ms → 1 s pauses between them, never
+past ``budget`` minus 1 s. Bodies are capped at the largest ``max_payload_bytes`` of the
+queues plus 16 KiB (413 ``BODY_TOO_LARGE``), and a write carrying cookies must come from an
+allowed ``Origin`` (403 ``CROSS_SITE_REQUEST``; docs/reference.md, "Hardening").
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import asyncio
 import hashlib
 import hmac
 import json
+import os
 from collections.abc import Collection, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -29,7 +37,13 @@ from ..agents.checks import bad_parameter, error_text, number, whole_number
 from ..codes import valid_code
 from ..engine.core import long_poll_wait, mint_lease_id, poll_backoff, read_lease_id
 from ..errors import DrainpipeError
-from ..http import body_incomplete, is_client_disconnect, problem_response
+from ..http import problem_response
+from ..http_guards import (
+    EXECUTOR_BODY_MARGIN,
+    check_origins,
+    cross_site_refusal,
+    read_starlette_body,
+)
 from ..models import JobContext, claimed_job
 
 if TYPE_CHECKING:
@@ -41,6 +55,10 @@ if TYPE_CHECKING:
 RESERVE: Final = 1.0
 LEASE_PREFIX: Final = "lse"
 QUEUE_FORBIDDEN: Final = "QUEUE_FORBIDDEN"
+SETTLE_MOVED: Final = "SETTLE_MOVED"
+ACTIONS: Final = ("complete", "fail", "extend")
+#: A lease id's 16-byte token: the queue's 8-byte tag, then 8 random bytes of this claim.
+_TAG_BYTES: Final = 8
 
 Scope = frozenset[str] | Literal["*"]
 
@@ -78,7 +96,7 @@ class _Coded(Exception):
 
 
 def _queue_tag(queue: str) -> bytes:
-    return hashlib.sha256(b"drainpipe-queue\0" + queue.encode()).digest()[:16]
+    return hashlib.sha256(b"drainpipe-queue\0" + queue.encode()).digest()[:_TAG_BYTES]
 
 
 def _digest(token: str) -> bytes:
@@ -123,6 +141,9 @@ class Executor:
         self.jobs = jobs
         self.budget = float(budget)
         self.queue_by_tag = {_queue_tag(queue): queue for queue in declared}
+        # the largest payload a queue takes, plus room for the request's other fields
+        limits = [jobs._payload_limit(queue) for queue in declared]
+        self.max_body_bytes = max(limits, default=0) + EXECUTOR_BODY_MARGIN
 
     def scope(self, request: Any) -> Scope:
         header = request.headers.get("authorization", "")
@@ -178,9 +199,9 @@ class Executor:
             await asyncio.sleep(min(poll_backoff(step), max(0.0, deadline - loop.time())))
 
     def describe(self, job: Any) -> dict[str, Any]:
-        lease_id = mint_lease_id(
-            self.secret, LEASE_PREFIX, job.id, job.attempts, _queue_tag(job.queue)
-        )
+        # the random half makes each claim's lease id its own, even for the same attempt
+        token = _queue_tag(job.queue) + os.urandom(16 - _TAG_BYTES)
+        lease_id = mint_lease_id(self.secret, LEASE_PREFIX, job.id, job.attempts, token)
         until = job.visible_until
         return {
             "id": job.id,
@@ -197,7 +218,7 @@ class Executor:
         """The job a lease id names, as the fenced settlements need it (queue, id, attempt);
         a lease id that is not ours is a lost lease."""
         decoded = read_lease_id(self.secret, LEASE_PREFIX, lease_id)
-        queue = None if decoded is None else self.queue_by_tag.get(decoded[2])
+        queue = None if decoded is None else self.queue_by_tag.get(decoded[2][:_TAG_BYTES])
         if decoded is None or queue is None:
             raise DrainpipeError("conflict", "That lease is not current", code="LEASE_LOST")
         self.check_queue(scope, queue)
@@ -205,6 +226,27 @@ class Executor:
         return claimed_job(
             decoded[0], queue, None, JobContext(), decoded[1], decoded[1], now, now, None
         )
+
+    async def completed_by(self, job: Any) -> bool:
+        """Whether the job succeeded on the attempt this lease held: a repeated ``complete``
+        (its answer was lost) then answers 200 again, as an agent's repeated ack does."""
+        try:
+            record = await self.jobs.get(job.queue, job.id)
+        except DrainpipeError:
+            return False  # a backend without records: the repeat stays a lost lease
+        return (
+            record is not None and record.state == "succeeded" and record.attempts == job.attempts
+        )
+
+    async def settle_body(self, scope: Scope, body: dict[str, Any]) -> Any:
+        """``POST /settle``: the action and the lease id come in the body."""
+        action = body.get("action")
+        if action not in ACTIONS:
+            raise bad_parameter("action", "action must be one of complete, fail, extend")
+        lease_id = body.get("lease_id")
+        if not isinstance(lease_id, str) or not lease_id:
+            raise bad_parameter("lease_id", "lease_id must be the lease id of the claim")
+        return await self.settle(scope, str(action), lease_id, body)
 
     async def settle(self, scope: Scope, op: str, lease_id: str, body: dict[str, Any]) -> Any:
         job = self.held_job(scope, lease_id)
@@ -226,7 +268,7 @@ class Executor:
                 ok = bool(await skip(job, code))
             else:
                 ok = await self.jobs.complete(job)
-            if not ok:
+            if not ok and not await self.completed_by(job):
                 raise lost
             return {**answer, "state": "succeeded"}
         if op == "fail":
@@ -247,13 +289,8 @@ class Executor:
         return {**answer, "state": "running", "lease_until": until.isoformat()}
 
 
-async def _body(request: Request) -> dict[str, Any]:
-    try:
-        raw = await request.body()
-    except Exception as exc:  # the client hung up mid-body: a 400, not an exception out
-        if is_client_disconnect(exc):
-            raise body_incomplete() from exc
-        raise
+async def _body(request: Request, max_bytes: int) -> dict[str, Any]:
+    raw = await read_starlette_body(request, max_bytes)
     try:
         body = json.loads(raw or b"{}")
     except (ValueError, RecursionError):  # also JSON nested past Python's recursion limit
@@ -273,17 +310,23 @@ def build_executor_app(
     tokens: Mapping[str, Collection[str] | Literal["*"]],
     budget: float = 25.0,
     lease_secret: str | bytes | None = None,
+    allowed_origins: Collection[str] | None = None,
 ) -> Any:
     from starlette.applications import Starlette
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
     executor = Executor(jobs, tokens, budget, lease_secret)
+    origins = check_origins(allowed_origins)
 
     async def answer(request: Request, work: Any) -> Response:
         try:
+            refusal = cross_site_refusal(request.method, request.headers, origins)
+            if refusal is not None:
+                raise refusal
             scope = executor.scope(request)
-            return JSONResponse(await work(scope, await _body(request)))
+            body = await _body(request, executor.max_body_bytes)
+            return JSONResponse(await work(scope, body))
         except DrainpipeError as error:
             return problem_response(error, request.url.path).to_starlette()  # type: ignore[no-any-return]
 
@@ -293,20 +336,24 @@ def build_executor_app(
 
         return await answer(request, work)
 
-    def settle(op: str) -> Any:
-        async def endpoint(request: Request) -> Response:
-            async def work(scope: Scope, body: dict[str, Any]) -> Any:
-                return await executor.settle(scope, op, request.path_params["lease_id"], body)
+    async def settle(request: Request) -> Response:
+        return await answer(request, executor.settle_body)
 
-            return await answer(request, work)
-
-        return endpoint
+    async def moved(request: Request) -> Response:
+        # the old per-lease routes: answered without reading the id, and without echoing
+        # the path (it holds the lease id) as the Problem's instance
+        error = DrainpipeError(
+            "not_found",
+            "Lease ids travel in the body now: POST /settle {lease_id, action, ...}",
+            code=SETTLE_MOVED,
+            status=410,
+        )
+        return problem_response(error).to_starlette()  # type: ignore[no-any-return]
 
     return Starlette(
         routes=[
             Route("/claim", claim, methods=["POST"]),
-            Route("/jobs/{lease_id}/complete", settle("complete"), methods=["POST"]),
-            Route("/jobs/{lease_id}/fail", settle("fail"), methods=["POST"]),
-            Route("/jobs/{lease_id}/extend", settle("extend"), methods=["POST"]),
+            Route("/settle", settle, methods=["POST"]),
+            Route("/jobs/{lease_id}/{action}", moved, methods=["POST", "GET"]),
         ]
     )

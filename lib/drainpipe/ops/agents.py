@@ -171,7 +171,8 @@ def parse_settlement(rows: list[Row]) -> tuple[bool, str, str, datetime | None] 
     return bool(ok), str(inbox_id), str(state), lease_until
 
 
-RAW = "SELECT inbox_id, body FROM drainpipe.agent_raw_v1(%s, %s::text[])"
+# v2: the bytes the webhook inbox received (webhook-inbox 0012), else the payload's text
+RAW = "SELECT inbox_id, body FROM drainpipe.agent_raw_v2(%s, %s::text[])"
 
 
 def raw_params(event_id: int, inboxes: list[str] | None) -> Params:

@@ -17,10 +17,11 @@ ENTRY_COLUMNS = (
     " received_at, processed_at"
 )
 
-# v2: also the app the envelope of an agent inbox names and whether the signature checked out
+# v2: also the app the envelope of an agent inbox names and whether the signature checked out;
+# v3: also the body's bytes as received (webhook-inbox 0012), for an agent's raw read
 RECEIVE = (
-    "SELECT id, duplicate FROM drainpipe.receive_webhook_v2("
-    "%s, %s, %s, %s::jsonb, %s::jsonb, %s, %s, %s, %s)"
+    "SELECT id, duplicate FROM drainpipe.receive_webhook_v3("
+    "%s, %s, %s, %s::jsonb, %s::jsonb, %s, %s, %s, %s, %s::bytea)"
 )
 
 
@@ -34,10 +35,11 @@ def receive_params(
     max_attempts: int,
     app: str | None = None,
     verified: bool = False,
+    raw: bytes | None = None,
 ) -> Params:
     return (
         source, message_id, event_type, payload_json, headers_json, tenant, max_attempts,
-        app, verified,
+        app, verified, raw,
     )  # fmt: skip
 
 

@@ -20,7 +20,8 @@ from typing import Any
 from ..db.sync import as_sync_database
 from ..errors import DrainpipeError
 from ..http import Headers, ProblemFormatter, Response, body_incomplete
-from ..idempotency.keys import DEFAULT_MAX_BODY_BYTES, caller_scope, fingerprint
+from ..http_guards import body_too_large, declared_too_large
+from ..idempotency.keys import DEFAULT_MAX_BODY_BYTES, fingerprint
 from ..idempotency.rules import IdempotencyRules, ScopeOption, _Claim, _warn_taken_over
 from ..models import Begin
 from ..ops import idempotency as ops
@@ -51,6 +52,8 @@ class Idempotency(IdempotencyRules):
         problem: ProblemFormatter | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         now: Callable[[], datetime] | None = None,
+        anonymous: bool = False,
+        scope_key: str | bytes | None = None,
     ) -> None:
         super().__init__(
             ttl=ttl,
@@ -61,6 +64,8 @@ class Idempotency(IdempotencyRules):
             problem=problem,
             max_body_bytes=max_body_bytes,
             now=now,
+            anonymous=anonymous,
+            scope_key=scope_key,
         )
         self.db = as_sync_database(db)
 
@@ -114,19 +119,26 @@ class Idempotency(IdempotencyRules):
         headers: Mapping[str, str],
         body: bytes | Callable[[], bytes],
         original: Any = None,
+        query: str = "",
     ) -> Response | _Claim | None:
         """None: run the handler without idempotency; a :class:`~drainpipe.http.Response`:
         answer it instead (a replay, or a Problem); otherwise a claim: run the handler,
         then call :meth:`after` (or :meth:`abandon` when it raises). ``body`` may be a
-        function, called only when the key needs the fingerprint."""
+        function, called only when the key needs the fingerprint; a body over
+        ``max_body_bytes`` → 413 ``BODY_TOO_LARGE``. ``query`` (the raw query string) is
+        part of the fingerprint."""
         head = headers if isinstance(headers, Headers) else Headers(headers)
         key = self._key_of(method, head, path)
         if not isinstance(key, str):
             return key
-        scope = self._scope_for(original, head)
         try:
+            scope = self._scope_for(original, head)
+            if declared_too_large(head, self.max_body_bytes):
+                raise body_too_large(self.max_body_bytes)
             data = body() if callable(body) else body
-            begun = self.begin(key, fingerprint(method, path, data), scope)
+            if len(data) > self.max_body_bytes:
+                raise body_too_large(self.max_body_bytes)
+            begun = self.begin(key, fingerprint(method, path, data, query), scope)
         except DrainpipeError as exc:
             return self._problem(exc, path)
         return self._answer(begun, key, scope, path)
@@ -161,13 +173,10 @@ class Idempotency(IdempotencyRules):
 
     def _scope_for(self, original: Any, headers: Headers) -> str:
         if self.scope is None:
-            return caller_scope(headers)
+            return self._scope_answer(self._default_scope(headers))
         if isinstance(self.scope, str):
-            return self.scope
-        value = self.scope(original)
-        if not isinstance(value, str):
-            raise TypeError(f"scope(request) must return a str, not {type(value).__name__}")
-        return value
+            return self._scope_answer(self.scope)
+        return self._scope_answer(self.scope(original))
 
     # -- WSGI ----------------------------------------------------------------------------
 
@@ -186,11 +195,12 @@ class Idempotency(IdempotencyRules):
 
             def read() -> bytes:
                 nonlocal body
-                body = _read_wsgi_body(environ)
+                body = _read_wsgi_body(environ, self.max_body_bytes)
                 return body
 
+            query = str(environ.get("QUERY_STRING") or "")
             try:
-                decision = self.before(method, path, headers, read, environ)
+                decision = self.before(method, path, headers, read, environ, query)
             except DrainpipeError as exc:  # a body cut short
                 return _send(self._problem(exc, path), start_response)
             if decision is None:
@@ -237,14 +247,27 @@ def _wsgi_headers(environ: Mapping[str, Any]) -> Headers:
     return Headers(pairs)
 
 
-def _read_wsgi_body(environ: Mapping[str, Any]) -> bytes:
+def _read_wsgi_body(environ: Mapping[str, Any], max_bytes: int) -> bytes:
+    """The body, read in pieces: 413 ``BODY_TOO_LARGE`` as soon as it passes ``max_bytes``
+    (a declared length over it before anything is read), so the rest is never held."""
     stream = environ.get("wsgi.input")
     if stream is None:
         return b""
     length = str(environ.get("CONTENT_LENGTH") or "").strip()
     if not length:
-        return bytes(stream.read()) if environ.get("wsgi.input_terminated") else b""
+        if not environ.get("wsgi.input_terminated"):
+            return b""
+        parts: list[bytes] = []
+        size = 0
+        while chunk := bytes(stream.read(65536)):
+            size += len(chunk)
+            if size > max_bytes:
+                raise body_too_large(max_bytes)
+            parts.append(chunk)
+        return b"".join(parts)
     expected = int(length) if length.isdigit() else 0
+    if expected > max_bytes:
+        raise body_too_large(max_bytes)
     data = bytes(stream.read(expected))
     if len(data) < expected:
         raise body_incomplete()

@@ -104,7 +104,9 @@ class WebhookInbox(InboxRules):
         else:
             message_id = verify_signature(self._webhooks, headers, body, self._clock())
             text, payload = parse_body(body)
-        return self._receive(self._delivery_params(message_id, payload, text, tenant, headers))
+        return self._receive(
+            self._delivery_params(message_id, payload, text, tenant, headers, body)
+        )
 
     def _call_verify(self, headers: Headers, body: bytes) -> Mapping[str, Any]:
         assert self._verify is not None
