@@ -27,7 +27,7 @@ from tests.deploy.test_serve import Output
 
 DOCKERFILE = ROOT / "examples/container/Dockerfile"
 BIN = Path(sys.executable).parent
-CRON_SECRET = "container-cron-secret"
+CRON_SECRET = "container-cron-secret-of-32-characters-at-least"
 WEBHOOK_SECRET = "whsec_Y29udGFpbmVyLWV4YW1wbGUtc2VjcmV0LTAwMA=="
 AGENT_TOKEN = "agt_container_example_token_0000"
 
@@ -91,6 +91,7 @@ def test_the_container_runs_as_its_readme_says_twice(db_url: str, tmp_path: Path
         DATABASE_URL=db_url,
         CRON_SECRET=CRON_SECRET,
         WEBHOOK_SECRET=WEBHOOK_SECRET,
+        DRAINPIPE_SCOPE_KEY="container-scope-key-0000",
         AGENT_TOKEN=AGENT_TOKEN,
         AGENT_LEASE_SECRET="container-lease-secret-0000",
         PYTHONUNBUFFERED="1",
