@@ -53,6 +53,11 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "the agent inbox's pull + ack loop against `pgmq.read` + `pgmq.archive(ids[])`,"
         " 4 loops, 6,000 events a round",
     ),
+    "bench.held_snapshot": (
+        "python -m bench.held_snapshot --seconds 30",
+        "steady processing (backlog 10-20k, 5 consumers, batch 100, VACUUM every 5 s) while"
+        " a session holds an old snapshot, against the same run without it",
+    ),
     "bench.sync_loops": (
         "python -m bench.sync_loops",
         "the sync twin against raw synchronous psycopg loops, one thread",
