@@ -58,6 +58,11 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "steady processing (backlog 10-20k, 5 consumers, batch 100, VACUUM every 5 s) while"
         " a session holds an old snapshot, against the same run without it",
     ),
+    "bench.enqueue_latency": (
+        "python -m bench.enqueue_latency",
+        "single enqueue against a raw loop of the same kind on one connection (2,000 a"
+        " round, 3 rounds); enqueue → handler start under `work`, 50 jobs/s",
+    ),
     "bench.sync_loops": (
         "python -m bench.sync_loops",
         "the sync twin against raw synchronous psycopg loops, one thread",
