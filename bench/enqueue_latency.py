@@ -15,7 +15,8 @@ On each storage (a fresh database each, dropped at the end):
 * wake-up latency: ``Jobs.work`` (2 lanes, batch 1) runs while jobs are enqueued at
   ``--rate`` a second; each delay is from the enqueue call's start to the handler's start.
   ``work`` has no LISTEN wake-up: an idle lane polls, so the delay follows
-  ``poll_interval``; it is measured at ``work``'s default (1 s) and at 0.05 s.
+  ``poll_interval``; it is measured at ``work``'s defaults (1 s, doubling up to 30 s while
+  idle) and at a fixed 0.05 s.
 
 Rounds alternate the order of the sides; ratios are medians of the per-round ratios.
 """
@@ -43,7 +44,8 @@ from bench.results import Row, append_run, describe_machine  # noqa: E402
 from bench.run import QUEUE, RAW_QUEUE, create_databases, drop_databases, payload  # noqa: E402
 from drainpipe import sync  # noqa: E402
 
-POLLS = (1.0, 0.05)
+DEFAULT_POLL = 1.0
+POLLS = (DEFAULT_POLL, 0.05)
 
 
 def raw_statement(storage: str) -> str:
@@ -114,11 +116,18 @@ async def enqueue_rounds(url: str, storage: str, n: int, rounds: int) -> dict[st
     return rates
 
 
-async def wake_latency(url: str, rate: float, seconds: float, poll: float) -> list[float]:
-    """Delays in ms from each enqueue call's start to its handler's start under ``work``."""
+async def wake_latency(
+    url: str, storage: str, rate: float, seconds: float, poll: float
+) -> list[float]:
+    """Delays in ms from each enqueue call's start to its handler's start under ``work``,
+    on a queue of its own (the enqueue rounds left theirs full)."""
+    queue = f"wake_{str(poll).replace('.', '_')}"
     pool = AsyncConnectionPool(url, min_size=3, max_size=3, kwargs={"autocommit": True}, open=False)
     await pool.open()
-    jobs = drainpipe.Jobs(pool, {QUEUE: dict})
+    if storage == "pgmq":
+        async with pool.connection() as conn:
+            await conn.execute("SELECT drainpipe.ensure_job_queue_v1(%s)", (queue,))
+    jobs = drainpipe.Jobs(pool, {queue: dict})
     total = int(rate * seconds)
     sent: dict[int, float] = {}
     delays: list[float] = []
@@ -131,7 +140,15 @@ async def wake_latency(url: str, rate: float, seconds: float, poll: float) -> li
 
     stop = asyncio.Event()
     worker = asyncio.ensure_future(
-        jobs.work(QUEUE, handler, concurrency=2, poll_interval=poll, stop=stop)
+        jobs.work(
+            queue,
+            handler,
+            concurrency=2,
+            poll_interval=poll,
+            # work's defaults (1 s, doubling to 30 s), or a fixed short poll
+            max_poll_interval=30.0 if poll == DEFAULT_POLL else poll,
+            stop=stop,
+        )
     )
     try:
         await asyncio.sleep(poll * 2)  # the lanes idle, as a server between jobs
@@ -140,7 +157,7 @@ async def wake_latency(url: str, rate: float, seconds: float, poll: float) -> li
         for n in range(total):
             await asyncio.sleep(max(0.0, first + n / rate - loop.time()))
             sent[n] = time.perf_counter()
-            await jobs.enqueue(QUEUE, payload(n))
+            await jobs.enqueue(queue, payload(n))
         await asyncio.wait_for(seen.wait(), 60)
     finally:
         stop.set()
@@ -192,12 +209,13 @@ async def main_async(n: int, rounds: int, rate: float, seconds: float, record: b
         print("| --- | ---: | ---: | ---: |")
         for storage, url in urls.items():
             for poll in POLLS:
-                delays = await wake_latency(url, rate, seconds, poll)
+                delays = await wake_latency(url, storage, rate, seconds, poll)
                 p50, p99 = pct(delays, 0.5), pct(delays, 0.99)
                 print(f"| {storage} | {poll:g} s | {p50:.1f} ms | {p99:.1f} ms |")
                 out.append(
                     Row(
-                        f"wake-up p50, {rate:g} jobs/s, `work` poll {poll:g} s",
+                        f"wake-up p50, {rate:g} jobs/s, `work` poll {poll:g} s"
+                        + (" (default)" if poll == DEFAULT_POLL else " fixed"),
                         f"dp-{storage}",
                         value=round(p50, 1),
                         unit="ms",
