@@ -239,18 +239,19 @@ def _figure(
 
 
 def render(rows: Sequence[Result]) -> str:
-    """The current table as Markdown: a section per benchmark, newest row of each figure."""
+    """The current table as Markdown: one table, a heading row per benchmark (its command
+    and what it compares) above its figures, the newest row of each. One table rather than
+    a section each keeps the page short as benchmarks are added."""
     shown = current(rows)
-    lines: list[str] = []
     machines = sorted({row.machine for row in shown})
-    lines.append("Measured on " + "; ".join(machines) + ".")
+    lines = ["Measured on " + "; ".join(machines) + ".", ""]
+    lines.append("| metric | system | against | ratio | value | measured | note |")
+    lines.append("| --- | --- | --- | --- | --- | --- | --- |")
     for name, (command, what) in BENCHMARKS.items():
         mine = [row for row in shown if row.benchmark == name]
         if not mine:
             continue
-        lines += ["", f"### `{name}`", f"`{command}`: {what}.", ""]
-        lines.append("| metric | system | against | ratio | value | measured | note |")
-        lines.append("| --- | --- | --- | --- | --- | --- | --- |")
+        lines.append(f"| **`{name}`** · `{command}`: {what} |  |  |  |  |  |  |")
         for row in mine:
             cells = (
                 row.metric,
