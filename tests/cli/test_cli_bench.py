@@ -4,6 +4,9 @@ bad values are one line with a code and exit status 2."""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import io
 import re
 from typing import Any
 
@@ -11,6 +14,7 @@ import psycopg
 import pytest
 
 from drainpipe import sqlmodules
+from drainpipe.cli import bench as cli_bench
 from drainpipe.cli import main
 
 TINY = ["--jobs", "200", "--workers", "2", "--latency-jobs", "10", "--poll-interval", "0.02"]
@@ -34,14 +38,18 @@ def _exists(server_dsn: str, name: str) -> bool:
     return row is not None
 
 
-@pytest.mark.parametrize("backend", ["pgmq", "table"])
+@pytest.mark.parametrize(("backend", "held"), [("pgmq", False), ("table", True)])
 def test_a_tiny_run_prints_every_phase_and_drops_its_database(
-    capsys: Any, server_dsn: str, backend: str
+    capsys: Any, server_dsn: str, backend: str, held: bool
 ) -> None:
-    status, out, err = _run(capsys, "--database-url", server_dsn, "--backend", backend, *TINY)
+    hold = ["--hold-snapshot"] if held else []
+    status, out, err = _run(
+        capsys, "--database-url", server_dsn, "--backend", backend, *TINY, *hold
+    )
     assert status == 0, err
     lines = out.splitlines()
-    assert lines[0] == f"backend {backend}, 200 jobs, 2 workers, batch 100"
+    suffix = ", snapshot held" if held else ""
+    assert lines[0] == f"backend {backend}, 200 jobs, 2 workers, batch 100{suffix}"
     rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[1:] for line in lines[3:]}
     assert list(rows) == ["enqueue (batch 100)", "enqueue (single)", "processing", "latency (50/s)"]
     jobs = {name: int(cells[0].replace(",", "")) for name, cells in rows.items()}
@@ -75,6 +83,24 @@ def test_a_database_with_drainpipe_is_refused_unless_forced(
     status, out, err = _run(capsys, "--database-url", db_url, "--force", *TINY)
     assert (status, out) == (1, "") and "RuntimeError: the install blew up" in err
     assert not _exists(server_dsn, _made(err))
+
+
+async def test_an_interrupted_run_drops_its_database(server_dsn: str) -> None:
+    """Ctrl-C under ``asyncio.run`` cancels the run's task: the drop still happens."""
+    parser = argparse.ArgumentParser()
+    cli_bench.add_bench_arguments(parser)
+    opts = cli_bench.options(parser.parse_args(["--jobs", "100000", "--hold-snapshot"]), server_dsn)
+    out = io.StringIO()
+    run = asyncio.ensure_future(cli_bench.bench(opts, out))
+    while "enqueue (batch 100)" not in out.getvalue():
+        assert not run.done(), out.getvalue()
+        await asyncio.sleep(0.02)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    lines = out.getvalue().replace("\r", "\n").splitlines()
+    assert lines[-1].startswith("drainpipe bench: dropped database"), lines[-3:]
+    assert not _exists(server_dsn, _made(out.getvalue()))
 
 
 @pytest.mark.parametrize(

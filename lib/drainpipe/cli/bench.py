@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, TextIO
+from typing import Any, ClassVar, TextIO
 
 from ..errors import DrainpipeError
 from .ops import UsageError
@@ -148,10 +148,14 @@ class Phase:
 class Progress:
     """A plain-text bar on ``out``, redrawn at most every 0.1 s and once at the end."""
 
+    #: the bar being drawn, ended by whatever prints next after an error or Ctrl-C
+    drawing: ClassVar[Progress | None] = None
+
     def __init__(self, name: str, total: int, out: TextIO) -> None:
         self.name, self.total, self.out = name, max(total, 1), out
         self.done = 0
         self._drawn = 0.0
+        Progress.drawing = self
         self.add(0)
 
     def add(self, count: int) -> None:
@@ -165,6 +169,7 @@ class Progress:
             self.out.flush()
 
     def end(self) -> None:
+        Progress.drawing = None
         self.out.write("\n")
         self.out.flush()
 
@@ -372,6 +377,8 @@ async def bench(opts: Options, out: TextIO | None = None) -> tuple[str, list[Pha
     finally:
         if holder is not None:
             await holder.close()
+        if Progress.drawing is not None:
+            Progress.drawing.end()
         if made:
             # a Ctrl-C cancels the run: the drop below is still awaited once
             with contextlib.suppress(asyncio.CancelledError):
