@@ -116,12 +116,12 @@ class Run:
         return sum(claim.jobs for claim in self.claims)
 
     def windows(self, width: float) -> list[tuple[float, float, float]]:
-        """Per window: jobs/s, claim p50 and p99 in ms (claims that found nothing count)."""
+        """Per window: jobs/s, claim p50 and p99 in ms (of the claims that found jobs)."""
         count = max(1, int(self.seconds // width))
         out = []
         for index in range(count):
             inside = [c for c in self.claims if index * width <= c.at < (index + 1) * width]
-            took = sorted(c.took * 1000 for c in inside) or [0.0]
+            took = sorted(c.took * 1000 for c in inside if c.jobs) or [0.0]
             out.append(
                 (
                     sum(c.jobs for c in inside) / width,
