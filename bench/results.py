@@ -54,9 +54,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         " 4 loops, 6,000 events a round",
     ),
     "bench.held_snapshot": (
-        "python -m bench.held_snapshot --seconds 30",
+        "python -m bench.held_snapshot",
         "steady processing (backlog 10-20k, 5 consumers, batch 100, VACUUM every 5 s) while"
-        " a session holds an old snapshot, against the same run without it",
+        " a session holds an old snapshot, against the same run without it (60 s runs;"
+        " `--seconds 30` for the shorter ones)",
     ),
     "bench.enqueue_latency": (
         "python -m bench.enqueue_latency",
