@@ -53,6 +53,17 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "the agent inbox's pull + ack loop against `pgmq.read` + `pgmq.archive(ids[])`,"
         " 4 loops, 6,000 events a round",
     ),
+    "bench.held_snapshot": (
+        "python -m bench.held_snapshot",
+        "steady processing (backlog 10-20k, 5 consumers, batch 100, VACUUM every 5 s) while"
+        " a session holds an old snapshot, against the same run without it (60 s runs;"
+        " `--seconds 30` for the shorter ones)",
+    ),
+    "bench.enqueue_latency": (
+        "python -m bench.enqueue_latency",
+        "single enqueue against a raw loop of the same kind on one connection (2,000 a"
+        " round, 3 rounds); enqueue → handler start under `work`, 50 jobs/s",
+    ),
     "bench.sync_loops": (
         "python -m bench.sync_loops",
         "the sync twin against raw synchronous psycopg loops, one thread",
@@ -229,18 +240,19 @@ def _figure(
 
 
 def render(rows: Sequence[Result]) -> str:
-    """The current table as Markdown: a section per benchmark, newest row of each figure."""
+    """The current table as Markdown: one table, a heading row per benchmark (its command
+    and what it compares) above its figures, the newest row of each. One table rather than
+    a section each keeps the page short as benchmarks are added."""
     shown = current(rows)
-    lines: list[str] = []
     machines = sorted({row.machine for row in shown})
-    lines.append("Measured on " + "; ".join(machines) + ".")
+    lines = ["Measured on " + "; ".join(machines) + ".", ""]
+    lines.append("| metric | system | against | ratio | value | measured | note |")
+    lines.append("| --- | --- | --- | --- | --- | --- | --- |")
     for name, (command, what) in BENCHMARKS.items():
         mine = [row for row in shown if row.benchmark == name]
         if not mine:
             continue
-        lines += ["", f"### `{name}`", f"`{command}`: {what}.", ""]
-        lines.append("| metric | system | against | ratio | value | measured | note |")
-        lines.append("| --- | --- | --- | --- | --- | --- | --- |")
+        lines.append(f"| **`{name}`** · `{command}`: {what} |  |  |  |  |  |  |")
         for row in mine:
             cells = (
                 row.metric,

@@ -11,6 +11,8 @@ drainpipe work [QUEUE...] --app module:attr [--concurrency N] [--batch N] [--lea
 drainpipe jobs stats [--queue QUEUE]... | jobs dead QUEUE | jobs retry QUEUE [--id ID...]
 drainpipe inbox list SOURCE [--status S] [--tenant T]
 drainpipe keys new [--kid ID]
+drainpipe bench [--database-url URL] [--backend pgmq|table] [--jobs N] [--workers C]
+                [--batch N] [--latency-jobs N] [--rate R] [--hold-snapshot] [--force]
 drainpipe --version
 
 Exit status: 0 done, 1 failed (one line on stderr says why), 2 a usage error.
@@ -158,6 +160,14 @@ def build_parser() -> argparse.ArgumentParser:
         "new", help="print a fresh kid:key entry for DRAINPIPE_PAYLOAD_KEYS (put it first)"
     )
     new_key.add_argument("--kid", default=None, help="the key id (default: k + 8 hex digits)")
+
+    from .bench import add_bench_arguments
+
+    add_bench_arguments(
+        commands.add_parser(
+            "bench", help="measure enqueue, processing and latency in a throw-away database"
+        )
+    )
 
     from .. import serve
 
@@ -312,6 +322,10 @@ def _run(args: argparse.Namespace) -> int:
         from ..serve import serve_command
 
         return serve_command(args)
+    if args.command == "bench":
+        from .bench import bench_command
+
+        return bench_command(args)
     if args.command == "work":
         from ..serve import work_command
 
