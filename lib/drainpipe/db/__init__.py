@@ -31,30 +31,22 @@ from .json import careful_dumps as careful_dumps
 from .json import dump_json as dump_json
 from .json import jsonb as jsonb
 from .json import use_fast_json as use_fast_json
+from .poolers import decide_prepare, names_pooler, prepare_mode, split_dsn
 
 Row = tuple[Any, ...]
-
-# Transaction poolers (Supabase's port 6543, pgbouncer in transaction mode) cannot keep
-# prepared statements across transactions, so we stop psycopg from preparing there.
-_TRANSACTION_POOLER = re.compile(r":6543(/|$|\?)|pgbouncer=true")
 
 
 def prepare_options(dsn: str, prepare: bool | None) -> dict[str, Any]:
     """Connection keywords that decide whether psycopg prepares statements on a pool
-    drainpipe opens for ``dsn``.
+    drainpipe opens for ``dsn`` (see :mod:`.poolers`).
 
-    ``prepare=None`` (the default) prepares unless the DSN names a transaction pooler
-    (port 6543, Supabase's; ``pgbouncer=true``); ``True`` prepares (psycopg's default: a
-    statement is prepared on a connection from its 6th use, so a one-shot serverless call
-    pays no extra round trip); ``False`` never prepares (``prepare_threshold=None``): say so
-    for a transaction pooler drainpipe cannot recognise by its DSN (pgbouncer on 6432, a
-    pooler behind a custom domain).
+    ``prepare=True`` prepares (psycopg's default: a statement is prepared on a connection
+    from its 6th use, so a one-shot serverless call pays no extra round trip); ``False``
+    never prepares (``prepare_threshold=None``); ``None`` (the default) opens every
+    connection with prepares off and turns them on only for a connection found to reach the
+    server directly (never when the DSN names a pooler: port 6543 or 6432, ``pgbouncer=true``).
     """
-    if prepare is not None and not isinstance(prepare, bool):
-        raise ValueError(f"prepare must be True, False or None, not {prepare!r}")
-    if prepare is None:
-        prepare = _TRANSACTION_POOLER.search(dsn) is None
-    return {} if prepare else {"prepare_threshold": None}
+    return {} if prepare_mode(dsn, prepare) == "always" else {"prepare_threshold": None}
 
 
 def translate_error(exc: BaseException) -> DrainpipeError:
@@ -269,6 +261,8 @@ class Database:
         self._first_connect_done: asyncio.Event | None = None
         self._open_lock = asyncio.Lock()
         self._prepare: dict[str, Any] = {}  # prepare_threshold for a pool we open
+        self._detect_direct = False  # prepare=None: each new connection is checked
+        self._names_pooler = False
         # the parked connection of our own pool (see PARK_IDLE): (connection, its cursor,
         # when it left the pool, when it was parked); and how many statements or borrowed
         # connections are out right now (one parks only when it is the last)
@@ -278,8 +272,10 @@ class Database:
         # pool is common in apps); None: the connection's own (ours make tuples)
         self._rows: Any = None
         if isinstance(db, str):
-            self._dsn = db
+            self._dsn = split_dsn(db)[0]  # libpq refuses drainpipe's pgbouncer=true
+            self._names_pooler = names_pooler(db)
             self._prepare = prepare_options(db, prepare)
+            self._detect_direct = prepare_mode(db, prepare) == "detect"
         else:
             if prepare is not None:
                 raise ValueError(
@@ -304,7 +300,19 @@ class Database:
 
     @property
     def dsn(self) -> str | None:
+        """The DSN drainpipe connects with (``pgbouncer=...`` taken out)."""
         return self._dsn
+
+    @property
+    def names_pooler(self) -> bool:
+        """True when the DSN says a transaction pooler is in front (port 6543 or 6432,
+        ``pgbouncer=true``): nothing is prepared, and LISTEN cannot work there."""
+        return self._names_pooler
+
+    async def _configure(self, conn: Any) -> None:
+        use_fast_json(conn)
+        if self._detect_direct:
+            await decide_prepare(conn)
 
     async def _ensure_pool(self) -> psycopg_pool.AsyncConnectionPool:
         if self._pool is not None:
@@ -323,7 +331,7 @@ class Database:
                 self._last_connect_error = None
                 pool = AsyncConnectionPool(
                     self._dsn,
-                    configure=_configure_connection,
+                    configure=self._configure,
                     min_size=1,
                     max_size=self._max_size,
                     timeout=self._timeout,
@@ -553,10 +561,6 @@ class Database:
             await self._unpark()
             await self._pool.close()
             self._pool = None
-
-
-async def _configure_connection(conn: Any) -> None:
-    use_fast_json(conn)
 
 
 def _database_error(exc: Exception) -> DrainpipeError | None:

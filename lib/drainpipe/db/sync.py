@@ -31,6 +31,7 @@ from . import (
     prepare_options,
 )
 from .json import _has_json_column, use_fast_json
+from .poolers import decide_prepare_sync, names_pooler, prepare_mode, split_dsn
 
 if TYPE_CHECKING:
     import psycopg
@@ -70,6 +71,8 @@ class SyncDatabase:
         self._open_lock = threading.Lock()
         self._conn_lock = threading.RLock()
         self._prepare: dict[str, Any] = {}  # prepare_threshold for a pool we open
+        self._detect_direct = False  # prepare=None: each new connection is checked
+        self._names_pooler = False
         # the parked connection of our own pool, as in the async Database (PARK_IDLE):
         # (connection, its cursor, when it left the pool, when it was parked), and how many
         # statements or borrowed connections are out; both under _park_lock (threads)
@@ -80,8 +83,10 @@ class SyncDatabase:
         # pool is common in apps); None: the connection's own (ours make tuples)
         self._rows: Any = None
         if isinstance(db, str):
-            self._dsn = db
+            self._dsn = split_dsn(db)[0]  # libpq refuses drainpipe's pgbouncer=true
+            self._names_pooler = names_pooler(db)
             self._prepare = prepare_options(db, prepare)
+            self._detect_direct = prepare_mode(db, prepare) == "detect"
         else:
             if prepare is not None:
                 raise ValueError(
@@ -107,7 +112,19 @@ class SyncDatabase:
 
     @property
     def dsn(self) -> str | None:
+        """The DSN drainpipe connects with (``pgbouncer=...`` taken out)."""
         return self._dsn
+
+    @property
+    def names_pooler(self) -> bool:
+        """True when the DSN says a transaction pooler is in front (see
+        :attr:`drainpipe.db.Database.names_pooler`)."""
+        return self._names_pooler
+
+    def _configure(self, conn: Any) -> None:
+        use_fast_json(conn)
+        if self._detect_direct:
+            decide_prepare_sync(conn)
 
     @property
     def joins_transactions(self) -> bool:
@@ -134,7 +151,7 @@ class SyncDatabase:
                     raise connect_error(exc) from exc
                 pool: psycopg_pool.ConnectionPool = ConnectionPool(
                     self._dsn,
-                    configure=use_fast_json,
+                    configure=self._configure,
                     min_size=1,
                     max_size=self._max_size,
                     timeout=self._timeout,
