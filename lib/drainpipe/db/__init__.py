@@ -31,6 +31,7 @@ from .json import careful_dumps as careful_dumps
 from .json import dump_json as dump_json
 from .json import jsonb as jsonb
 from .json import use_fast_json as use_fast_json
+from .outage import Outage, ends_session
 from .poolers import decide_prepare, names_pooler, prepare_mode, split_dsn
 
 Row = tuple[Any, ...]
@@ -260,6 +261,12 @@ class Database:
         self._last_connect_error: BaseException | None = None
         self._first_connect_done: asyncio.Event | None = None
         self._open_lock = asyncio.Lock()
+        # the database found away (a restart, a failover): calls probe instead of waiting
+        # on the pool's doubling reconnect (see .outage)
+        self._outage = Outage()
+        self._probe_lock = asyncio.Lock()
+        self._connect_kwargs: dict[str, Any] = {}
+        self._retired: set[asyncio.Task[None]] = set()  # pools closing after a renewal
         self._prepare: dict[str, Any] = {}  # prepare_threshold for a pool we open
         self._detect_direct = False  # prepare=None: each new connection is checked
         self._names_pooler = False
@@ -327,6 +334,7 @@ class Database:
                 kwargs = connect_options(self._dsn, self._connect_timeout)
                 kwargs["autocommit"] = True
                 kwargs.update(self._prepare)
+                self._connect_kwargs = kwargs
                 self._first_connect_done = asyncio.Event()
                 self._last_connect_error = None
                 pool = AsyncConnectionPool(
@@ -418,6 +426,8 @@ class Database:
             if self._conn is not None:
                 yield self._conn
                 return
+            if self._outage.since is not None:
+                await self._probe()
             pool = await self._ensure_pool()
             # counted as out, so no statement parks a connection while this one waits for
             # one; and a parked one goes back first (with a pool of one it is the only one)
@@ -432,6 +442,7 @@ class Database:
             error = self._error(exc)
             if error is None:
                 raise
+            self._note_outage(exc, error)
             raise error from exc
 
     async def _unpark(self) -> None:
@@ -451,6 +462,8 @@ class Database:
                 # a cursor per statement: coroutines sharing this connection may interleave
                 cur = self._conn.cursor(row_factory=self._rows)
                 return await self._run(cur, sql, params, late_json=True)
+            if self._outage.since is not None:
+                await self._probe()
             if self._owns_pool and self._pool is not None:
                 return await self._fetch_own(sql, params)
             pool = self._pool or await self._ensure_pool()
@@ -472,8 +485,68 @@ class Database:
             if error is None:
                 raise
             if error.kind == "network":
+                self._note_outage(exc, error)
                 await self._discard_broken()
             raise error from exc
+
+    def _note_outage(self, exc: BaseException, error: DrainpipeError) -> None:
+        """Start (or go on with) an outage of our own pool's database when ``exc`` says the
+        server is gone: a lost or refused session, or a pool wait whose last connection
+        attempt failed. A pool merely busy is no outage."""
+        if self._dsn is None or error.kind != "network":
+            return
+        pool_wait = type(exc).__name__ == "PoolTimeout"
+        if (pool_wait and self._last_connect_error is not None) or (
+            not pool_wait and ends_session(exc)
+        ):
+            self._outage.begin(error, monotonic())
+
+    async def _probe(self) -> None:
+        """While the database is away: one plain connection attempt at most every
+        OUTAGE_PROBE_INTERVAL (the other calls fail at once); once it connects, a fresh pool
+        when the pool's own reconnection failed meanwhile (it may sleep for seconds)."""
+        import psycopg
+
+        async with self._probe_lock:
+            outage = self._outage
+            if outage.since is None:
+                return  # another call's probe found the database back
+            if not outage.probe_due(monotonic()):
+                raise outage.refusal(monotonic())
+            assert self._dsn is not None
+            kwargs = self._connect_kwargs or {
+                **connect_options(self._dsn, self._connect_timeout),
+                "autocommit": True,
+            }
+            try:
+                probe = await psycopg.AsyncConnection.connect(self._dsn, **kwargs)
+            except Exception as exc:
+                outage.probe_failed(connect_error(exc), monotonic())
+                raise outage.refusal(monotonic()) from exc
+            await probe.close()
+            if self._pool is not None and self._last_connect_error is not None:
+                try:
+                    await self._renew_pool()
+                except DrainpipeError as exc:  # gone again between the probe and the pool
+                    outage.probe_failed(exc, monotonic())
+                    raise
+            outage.end()
+
+    async def _renew_pool(self) -> None:
+        """Replace our pool with a fresh one (which connects at once); the old one closes
+        in the background, closing each borrowed connection as it comes back."""
+        import asyncio
+
+        old = self._pool
+        await self._unpark()
+        self._pool = None
+        try:
+            await self._ensure_pool()
+        finally:
+            if old is not None:
+                task = asyncio.create_task(old.close(timeout=1.0))
+                self._retired.add(task)
+                task.add_done_callback(self._retired.discard)
 
     async def _discard_broken(self) -> None:
         """After a session the server ended (a restart, a failover, a pooler restart, a
@@ -561,6 +634,9 @@ class Database:
             await self._unpark()
             await self._pool.close()
             self._pool = None
+        for task in list(self._retired):
+            with contextlib.suppress(Exception):
+                await task
 
 
 def _database_error(exc: Exception) -> DrainpipeError | None:

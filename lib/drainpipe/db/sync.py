@@ -31,6 +31,7 @@ from . import (
     prepare_options,
 )
 from .json import _has_json_column, use_fast_json
+from .outage import Outage, ends_session
 from .poolers import decide_prepare_sync, names_pooler, prepare_mode, split_dsn
 
 if TYPE_CHECKING:
@@ -70,6 +71,10 @@ class SyncDatabase:
         self._connect_timeout = _positive_seconds(connect_timeout, "connect_timeout")
         self._open_lock = threading.Lock()
         self._conn_lock = threading.RLock()
+        # the database found away: calls probe instead of waiting on the pool (db.outage)
+        self._outage = Outage()
+        self._probe_lock = threading.Lock()
+        self._connect_kwargs: dict[str, Any] = {}
         self._prepare: dict[str, Any] = {}  # prepare_threshold for a pool we open
         self._detect_direct = False  # prepare=None: each new connection is checked
         self._names_pooler = False
@@ -143,6 +148,7 @@ class SyncDatabase:
                 kwargs = connect_options(self._dsn, self._connect_timeout)
                 kwargs["autocommit"] = True
                 kwargs.update(self._prepare)
+                self._connect_kwargs = kwargs
                 # one connection first, in this thread: a missing database or a wrong
                 # password fails now with libpq's cause, not after the pool's wait
                 try:
@@ -172,6 +178,8 @@ class SyncDatabase:
                 with self._conn_lock:
                     yield self._conn
                 return
+            if self._outage.since is not None:
+                self._probe()
             pool = self._ensure_pool()
             # counted as out, so no statement parks a connection while this one waits for
             # one; and a parked one goes back first (with a pool of one it is the only one)
@@ -204,6 +212,8 @@ class SyncDatabase:
                 with self._conn_lock:
                     cur = self._conn.cursor(row_factory=self._rows)
                     return self._run(cur, sql, params, late_json=True)
+            if self._outage.since is not None:
+                self._probe()
             if self._owns_pool and self._pool is not None:
                 return self._fetch_own(self._pool, sql, params)
             # getconn/putconn rather than pool.connection(): no generator, no commit of an
@@ -229,9 +239,42 @@ class SyncDatabase:
             if error is None:
                 raise
             if error.kind == "network" and self._owns_pool and self._pool is not None:
+                if ends_session(exc):  # a busy pool's wait (PoolTimeout) is no outage
+                    self._outage.begin(error, monotonic())
                 self._unpark()  # it may be as dead as the one that failed: checked too
                 self._pool.check()  # drop the dead idle connections before a retry
             raise error from exc
+
+    def _probe(self) -> None:
+        """While the database is away: one plain connection attempt at most every
+        OUTAGE_PROBE_INTERVAL (other calls fail at once); once it connects, a fresh pool
+        (the old one's reconnection may sleep in its doubling backoff)."""
+        import psycopg
+
+        with self._probe_lock:
+            outage = self._outage
+            if outage.since is None:
+                return
+            if not outage.probe_due(monotonic()):
+                raise outage.refusal(monotonic())
+            assert self._dsn is not None
+            try:
+                psycopg.connect(self._dsn, **self._connect_kwargs).close()
+            except Exception as exc:
+                outage.probe_failed(connect_error(exc), monotonic())
+                raise outage.refusal(monotonic()) from exc
+            old = self._pool
+            if old is not None:
+                self._unpark()
+                self._pool = None
+                try:
+                    self._ensure_pool()
+                except DrainpipeError as exc:
+                    outage.probe_failed(exc, monotonic())
+                    raise
+                finally:
+                    old.close(timeout=0.0)
+            outage.end()
 
     def _fetch_own(
         self, pool: psycopg_pool.ConnectionPool, sql: str, params: Sequence[Any] | None
