@@ -179,7 +179,7 @@ class Formation:
         return next(port for port, reported, _ in self._states() if reported == "primary")
 
     def switchover(self) -> None:
-        self._ctl("perform", "switchover", "--pgdata", str(self.root / "monitor"), timeout=90)
+        self._ctl("perform", "switchover", "--pgdata", str(self.root / "monitor"), timeout=45)
         self._wait_for({("primary", "primary"), ("secondary", "secondary")})
 
     def crash_primary(self) -> int:

@@ -502,35 +502,50 @@ class Database:
             self._outage.begin(error, monotonic())
 
     async def _probe(self) -> None:
-        """While the database is away: one plain connection attempt at most every
-        OUTAGE_PROBE_INTERVAL (the other calls fail at once); once it connects, a fresh pool
-        when the pool's own reconnection failed meanwhile (it may sleep for seconds)."""
+        """While the database is away a call waits, as it would for the pool, at most
+        ``timeout`` seconds: one plain connection attempt at most every
+        OUTAGE_PROBE_INTERVAL, by one caller at a time. Once one connects the call goes on
+        (on a fresh pool when the pool's own reconnection failed meanwhile: it may sleep in
+        its backoff for seconds); past the wait it fails with the last attempt's cause."""
+        import asyncio
+
+        deadline = monotonic() + self._timeout
+        while True:
+            async with self._probe_lock:
+                outage = self._outage
+                if outage.since is None:
+                    return  # back (this call's probe or another's)
+                if outage.probe_due(monotonic()) and await self._probe_once(outage):
+                    return
+                now = monotonic()
+                if now >= deadline:
+                    raise outage.refusal(now)
+                pause = min(outage.next_probe, deadline) - now
+            await asyncio.sleep(max(pause, 0.01))
+
+    async def _probe_once(self, outage: Outage) -> bool:
+        """One connection attempt; True (the outage is over) when it connected."""
         import psycopg
 
-        async with self._probe_lock:
-            outage = self._outage
-            if outage.since is None:
-                return  # another call's probe found the database back
-            if not outage.probe_due(monotonic()):
-                raise outage.refusal(monotonic())
-            assert self._dsn is not None
-            kwargs = self._connect_kwargs or {
-                **connect_options(self._dsn, self._connect_timeout),
-                "autocommit": True,
-            }
+        assert self._dsn is not None
+        kwargs = self._connect_kwargs or {
+            **connect_options(self._dsn, self._connect_timeout),
+            "autocommit": True,
+        }
+        try:
+            probe = await psycopg.AsyncConnection.connect(self._dsn, **kwargs)
+        except Exception as exc:
+            outage.probe_failed(connect_error(exc), monotonic())
+            return False
+        await probe.close()
+        if self._pool is not None and self._last_connect_error is not None:
             try:
-                probe = await psycopg.AsyncConnection.connect(self._dsn, **kwargs)
-            except Exception as exc:
-                outage.probe_failed(connect_error(exc), monotonic())
-                raise outage.refusal(monotonic()) from exc
-            await probe.close()
-            if self._pool is not None and self._last_connect_error is not None:
-                try:
-                    await self._renew_pool()
-                except DrainpipeError as exc:  # gone again between the probe and the pool
-                    outage.probe_failed(exc, monotonic())
-                    raise
-            outage.end()
+                await self._renew_pool()
+            except DrainpipeError as exc:  # gone again between the probe and the pool
+                outage.probe_failed(exc, monotonic())
+                return False
+        outage.end()
+        return True
 
     async def _renew_pool(self) -> None:
         """Replace our pool with a fresh one (which connects at once); the old one closes

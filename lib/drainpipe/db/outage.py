@@ -7,11 +7,12 @@ pg_auto_failover formation, workers took 9-33 s to complete jobs after the promo
 
 So :class:`~drainpipe.db.Database` (and the sync twin) watch their own pool: a failure
 that says the server or the way to it is gone starts an :class:`Outage`. While it lasts a
-call does not wait on the pool: at most one caller at a time opens a plain connection (a
-*probe*, the same DSN, so a multi-host DSN finds the new primary), at most every
-:data:`OUTAGE_PROBE_INTERVAL` seconds; the others fail at once with the last probe's cause.
-When a probe connects, the pool is replaced by a fresh one if its own reconnection failed
-meanwhile (a fresh pool connects at once), and calls go on. A database that stays down
+call does not wait on the pool: one caller at a time opens a plain connection (a *probe*,
+the same DSN, so a multi-host DSN finds the new primary), at most every
+:data:`OUTAGE_PROBE_INTERVAL` seconds, and every call waits for a probe to connect, at most
+the pool's ``timeout`` (then ``network`` with the last probe's cause). When a probe
+connects, the pool is replaced by a fresh one if its own reconnection failed meanwhile (a
+fresh pool connects at once), and the calls go on. A database that stays down
 sees one connection attempt per :data:`OUTAGE_PROBE_INTERVAL` from each process, never a
 retry storm.
 """

@@ -246,35 +246,49 @@ class SyncDatabase:
             raise error from exc
 
     def _probe(self) -> None:
-        """While the database is away: one plain connection attempt at most every
-        OUTAGE_PROBE_INTERVAL (other calls fail at once); once it connects, a fresh pool
-        (the old one's reconnection may sleep in its doubling backoff)."""
+        """While the database is away a call waits at most ``timeout`` seconds, as it would
+        for the pool: one plain connection attempt at most every OUTAGE_PROBE_INTERVAL, by
+        one thread at a time; once one connects, a fresh pool (the old one's reconnection
+        may sleep in its doubling backoff) and the call goes on."""
+        import time
+
+        deadline = monotonic() + self._timeout
+        while True:
+            with self._probe_lock:
+                outage = self._outage
+                if outage.since is None:
+                    return
+                if outage.probe_due(monotonic()) and self._probe_once(outage):
+                    return
+                now = monotonic()
+                if now >= deadline:
+                    raise outage.refusal(now)
+                pause = min(outage.next_probe, deadline) - now
+            time.sleep(max(pause, 0.01))
+
+    def _probe_once(self, outage: Outage) -> bool:
+        """One connection attempt; True (the outage is over) when it connected."""
         import psycopg
 
-        with self._probe_lock:
-            outage = self._outage
-            if outage.since is None:
-                return
-            if not outage.probe_due(monotonic()):
-                raise outage.refusal(monotonic())
-            assert self._dsn is not None
+        assert self._dsn is not None
+        try:
+            psycopg.connect(self._dsn, **self._connect_kwargs).close()
+        except Exception as exc:
+            outage.probe_failed(connect_error(exc), monotonic())
+            return False
+        old = self._pool
+        if old is not None:
+            self._unpark()
+            self._pool = None
             try:
-                psycopg.connect(self._dsn, **self._connect_kwargs).close()
-            except Exception as exc:
-                outage.probe_failed(connect_error(exc), monotonic())
-                raise outage.refusal(monotonic()) from exc
-            old = self._pool
-            if old is not None:
-                self._unpark()
-                self._pool = None
-                try:
-                    self._ensure_pool()
-                except DrainpipeError as exc:
-                    outage.probe_failed(exc, monotonic())
-                    raise
-                finally:
-                    old.close(timeout=0.0)
-            outage.end()
+                self._ensure_pool()
+            except DrainpipeError as exc:
+                outage.probe_failed(exc, monotonic())
+                return False
+            finally:
+                old.close(timeout=0.0)
+        outage.end()
+        return True
 
     def _fetch_own(
         self, pool: psycopg_pool.ConnectionPool, sql: str, params: Sequence[Any] | None
