@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, Literal, TypeVar
 
 T = TypeVar("T")
@@ -248,15 +248,20 @@ class JobPage:
 
 @dataclass(frozen=True, slots=True)
 class Position:
-    """Where a record listing stopped: the last record's id and queue (the order is id
-    descending, then queue descending, so it is total across queues whose ids overlap).
-    ``str()`` is a short text, :meth:`parse` reads it back (ValueError when malformed)."""
+    """Where a record listing stopped: the last record's enqueue time, id and queue (the
+    order is ``enqueued_at`` descending, then id, then queue, so it is total across queues
+    whose ids overlap). ``str()`` is a short text (the time as whole microseconds since
+    the epoch), :meth:`parse` reads it back (ValueError when malformed). A position without
+    ``enqueued_at`` (made by the previous release) starts the listing over."""
 
     id: int
     queue: str
+    enqueued_at: datetime | None = None
 
     def __str__(self) -> str:
-        return f"{self.id}.{self.queue}"
+        if self.enqueued_at is None:
+            return f"{self.id}.{self.queue}"
+        return f"{self.id}.{self.queue}.{_micros(self.enqueued_at)}"
 
     @classmethod
     def parse(cls, text: str) -> Position:
@@ -264,7 +269,25 @@ class Position:
 
         if not isinstance(text, str):
             raise ValueError("a position is a string")
-        match = re.fullmatch(r"(0|[1-9][0-9]{0,18})\.([a-z_][a-z0-9_]{0,46})", text)
+        match = re.fullmatch(
+            r"(0|[1-9][0-9]{0,18})\.([a-z_][a-z0-9_]{0,46})(?:\.(-?[0-9]{1,17}))?", text
+        )
         if match is None or int(match[1]) > 9223372036854775807:
             raise ValueError(f"not a position: {text[:80]!r}")
-        return cls(int(match[1]), match[2])
+        at = None if match[3] is None else _from_micros(int(match[3]))
+        return cls(int(match[1]), match[2], at)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _micros(at: datetime) -> int:
+    """Whole microseconds since the epoch: exact for Postgres' timestamptz."""
+    return (at - _EPOCH) // timedelta(microseconds=1)
+
+
+def _from_micros(micros: int) -> datetime:
+    try:
+        return _EPOCH + timedelta(microseconds=micros)
+    except OverflowError:
+        raise ValueError("a position's time is out of range") from None

@@ -61,8 +61,9 @@ async def test_list_is_metadata_newest_first_and_filters(records: Inbox) -> None
     response = await records.http.get("/jobs", headers=bearer(VIEWER))
     assert response.status_code == 200, response.text
     body = response.json()
-    # newest first: id descending, then queue (pgmq's ids are per queue)
-    expected = sorted([(report, "reports"), (first, "emails"), (dead, "emails")], reverse=True)
+    # newest first by enqueue time across queues (pgmq's ids are per queue: the report's
+    # id 1 is the newest job, not the oldest)
+    expected = [(report, "reports"), (first, "emails"), (dead, "emails")]
     assert [(job["id"], job["queue"]) for job in body["data"]] == expected
     assert all(set(job) == set(RECORD_FIELDS) for job in body["data"])  # no history in lists
     assert body["meta"]["next_cursor"] is None

@@ -22,7 +22,8 @@ QUEUES: dict[str, Any] = {"q": dict[str, Any]}
 def test_prepare_follows_the_dsn_unless_told() -> None:
     direct = "postgresql://app@db.example.com:5432/postgres"
     pooler = "postgresql://app@pooler.example.com:6543/postgres"
-    assert prepare_options(direct, None) == {}
+    # None: every connection opens with prepares off; a direct one turns them on (poolers.py)
+    assert prepare_options(direct, None) == {"prepare_threshold": None}
     assert prepare_options(pooler, None) == {"prepare_threshold": None}
     assert prepare_options("host=pooler port=6432", False) == {"prepare_threshold": None}
     assert prepare_options(pooler, True) == {}

@@ -21,9 +21,10 @@ QUEUES: dict[str, Any] = {"raw": dict[str, Any]}
 
 
 def test_outage_waits_double_up_to_the_cap_with_jitter_and_end_with_the_outage() -> None:
-    assert [outage_wait(n, 1.0, 0.0) for n in (1, 2, 3)] == [0.5, 1.0, 2.0]
-    assert outage_wait(3, 1.0, 0.999) < 4.0
-    assert outage_wait(20, 1.0, 0.5) == 30 * 0.75  # capped at 30 s before the jitter
+    assert [outage_wait(n, 0.25, 0.0) for n in (1, 2, 3)] == [0.125, 0.25, 0.5]
+    assert outage_wait(3, 1.0, 0.999) < 2.0
+    # capped at 2 s before the jitter: a worker tries again within 2 s of a failover
+    assert outage_wait(20, 1.0, 0.5) == 2 * 0.75
     assert outage_left(started=100.0, now=130.0, max_outage=60.0) == 30.0
     assert outage_left(started=100.0, now=170.0, max_outage=60.0) == 0.0
 

@@ -41,6 +41,10 @@ INTERNAL_FUNCTIONS = {
     "pgmq_archive_job",
     "pgmq_records_sql",
     "pgmq_records",
+    # jobs 0010 (newest first): the listing's helpers and the per-queue index maker
+    "job_records_newest",
+    "pgmq_records_newest_sql",
+    "pgmq_enqueued_indexes",
     "assert_queue_name",
     "is_queue_name",
     "job_retry_delay",
@@ -97,6 +101,7 @@ def test_every_module_has_numbered_migrations_with_known_option_parts() -> None:
                 ("records_v1", False),
                 ("policies_v1", False),
                 ("complete_and_claim_v1", False),
+                ("list_jobs_v2", False),
             ]
             continue
         assert found[0].name == "release_0" and found[1].name == "v1_functions"

@@ -46,7 +46,7 @@ def test_every_operation_module_contributes_statements() -> None:
             "complete_and_claim_jobs",
             *("fail_job", "extend_job_lease", "extend_job_leases"),
             *("list_dead_jobs", "retry_dead_jobs", "purge_job_archive"),
-            *("get_job", "list_jobs", "cancel_job", "skip_job"),
+            *("get_job", "cancel_job", "skip_job"),
             *("schedule_job", "unschedule_job", "list_schedules", "unschedule_tenant"),
             *("claim_due_schedules", "advance_schedule"),
             *("begin_idempotent", "complete_idempotent", "release_idempotent"),
@@ -67,7 +67,8 @@ def test_every_operation_module_contributes_statements() -> None:
             *("agent_stream_acquire", "agent_stream_renew", "agent_stream_release"),
         )
     } | {"job_queue_stats_v2", "replay_dead_job_v2", "fail_job_v2", "receive_webhook_v3"} | {
-        "agent_raw_v2"
+        "agent_raw_v2",
+        "list_jobs_v2",  # newest first by enqueued_at (jobs 0010)
     }
 
 

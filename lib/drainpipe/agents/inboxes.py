@@ -137,6 +137,14 @@ class AgentInboxes:
         if listen:
             if self._db.dsn is None:
                 raise ValueError("listen=True needs a DSN (a session connection of its own)")
+            if self._db.names_pooler:
+                # a transaction pooler hands the LISTEN's session to others once its
+                # transaction ends: no notification would ever arrive
+                raise ValueError(
+                    "listen=True cannot work behind a transaction pooler (the DSN names one:"
+                    " port 6543 or 6432, or pgbouncer=true); give the AgentInboxes a direct"
+                    " DSN, or leave listen off (polls then step 100 ms -> 1 s)"
+                )
             self._wakeups = Wakeups(self._db.dsn)
 
     # -- helpers shared with pull and the app ---------------------------------------------

@@ -28,6 +28,8 @@ class Wakeups:
         self._ready: asyncio.Event | None = None
         self._conn: Any = None
         self.failed = False
+        #: whether the listening session reaches the server itself (None: not connected yet)
+        self.direct: bool | None = None
 
     async def start(self) -> None:
         """Connect and LISTEN (once); waits until the LISTEN is in place."""
@@ -45,6 +47,7 @@ class Wakeups:
             self._conn = await psycopg.AsyncConnection.connect(
                 self._dsn, autocommit=True, connect_timeout=5
             )
+            await self._warn_unless_direct(self._conn)
             await self._conn.execute(f"LISTEN {CHANNEL}")
         except Exception as exc:  # polls fall back to their backoff steps
             log.warning("agent inbox wake-ups are off: %s", exc)
@@ -64,6 +67,22 @@ class Wakeups:
         finally:
             with contextlib.suppress(Exception):
                 await self._conn.close()
+
+    async def _warn_unless_direct(self, conn: Any) -> None:
+        """Say so when the session does not reach the server itself: behind a transaction
+        pooler a LISTEN hears nothing once its transaction is over, and polls then wait
+        for their next step (up to 1 s) instead of waking at once."""
+        from ..db.poolers import DIRECT_CHECK_SQL, is_direct
+
+        cur = await conn.execute(DIRECT_CHECK_SQL)
+        self.direct = is_direct(conn, await cur.fetchone())
+        if not self.direct:
+            log.warning(
+                "agent inbox wake-ups: this connection does not reach the Postgres server"
+                " directly (a pooler or proxy is in front); behind a transaction pooler"
+                " LISTEN hears nothing and long polls wake only at their 100 ms -> 1 s"
+                " steps: give listen=True a direct DSN"
+            )
 
     def arm(self, inbox_id: str) -> asyncio.Event:
         """An event set by the next notification for the inbox (arm before you look, so a

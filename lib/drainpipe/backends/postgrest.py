@@ -339,12 +339,15 @@ class PostgrestBackend:
         before: Position | None,
     ) -> tuple[list[JobRecord], Position | None]:
         data = await self.rpc(
-            "list_jobs_v1",
+            "list_jobs_v2",  # newest first by enqueued_at (rest-api 0005)
             {
                 "queue": queue,
                 "state": state,
                 "tenant": tenant,
                 "row_limit": limit + 1,  # the extra one says whether a next page exists
+                "before_at": None
+                if before is None or before.enqueued_at is None
+                else before.enqueued_at.isoformat(),
                 "before_id": None if before is None else before.id,
                 "before_queue": None if before is None else before.queue,
             },

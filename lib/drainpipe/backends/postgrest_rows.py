@@ -250,9 +250,9 @@ def record(schema: str, fn: str, data: Any) -> JobRecord:
 def record_page(schema: str, data: Any, limit: int) -> tuple[list[JobRecord], Position | None]:
     """``limit + 1`` records asked for: the page and the position after it (None: last)."""
     if not isinstance(data, list):
-        raise malformed(schema, "list_jobs_v1", "a list of job records", data)
-    records = [record(schema, "list_jobs_v1", row) for row in data[: limit + 1]]
+        raise malformed(schema, "list_jobs_v2", "a list of job records", data)
+    records = [record(schema, "list_jobs_v2", row) for row in data[: limit + 1]]
     page = records[:limit]
     if len(records) <= limit or not page:
         return page, None
-    return page, Position(page[-1].id, page[-1].queue)
+    return page, Position(page[-1].id, page[-1].queue, page[-1].enqueued_at)

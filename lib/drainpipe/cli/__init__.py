@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -191,20 +192,32 @@ async def connect(database_url: str, *, timeout_seconds: float = DEFAULT_TIMEOUT
 
     ``timeout_seconds`` bounds the connect (libpq's ``connect_timeout``, whole seconds, at least
     2, and a client-side guard for servers that accept but never answer), and each
-    statement and lock wait on the connection (``statement_timeout``, ``lock_timeout``).
+    statement and lock wait on the connection (``statement_timeout``, ``lock_timeout``),
+    set with ``SET LOCAL`` in the statement's own transaction: a session ``SET`` would stay
+    on the server session, which a transaction pooler hands to other clients next.
     """
     import psycopg
 
     from ..db import connect_error, connect_options
+    from ..db.poolers import split_dsn
 
+    database_url = split_dsn(database_url)[0]
     options = connect_options(database_url, timeout_seconds)
     # libpq's timeout is per address tried; the guard also stops a DSN's connect_timeout=0
     # (wait forever) from hanging a command that was given a timeout
     own = options["connect_timeout"]
     guard = (own if own > 0 else timeout_seconds) + 1.0
+    milliseconds = max(1, round(timeout_seconds * 1000))
     try:
         async with asyncio.timeout(guard):
-            conn = await psycopg.AsyncConnection.connect(database_url, autocommit=True, **options)
+            connection_class, cursor_class = _timed_connection_class()
+            conn = await connection_class.connect(
+                database_url,
+                autocommit=True,
+                prepare_threshold=None,
+                cursor_factory=cursor_class,
+                **options,
+            )
     except TimeoutError:
         raise DrainpipeError(
             "network",
@@ -213,15 +226,50 @@ async def connect(database_url: str, *, timeout_seconds: float = DEFAULT_TIMEOUT
         ) from None
     except psycopg.Error as exc:
         raise connect_error(exc) from exc
-    milliseconds = max(1, round(timeout_seconds * 1000))
-    try:
-        await conn.execute(
-            f"SET statement_timeout = {milliseconds}; SET lock_timeout = {milliseconds}"
-        )
-    except BaseException:
-        await conn.close()
-        raise
+    conn.timeout_milliseconds = milliseconds
     return conn
+
+
+#: Sets both timeouts for the rest of the current transaction only (``is_local``).
+_LOCAL_TIMEOUTS = (
+    "SELECT set_config('statement_timeout', %(ms)s, true), set_config('lock_timeout', %(ms)s, true)"
+)
+
+
+def _timed_connection_class() -> tuple[type[Any], type[Any]]:
+    """An ``AsyncConnection`` whose every transaction starts with ``SET LOCAL`` timeouts:
+    a statement run outside one gets a transaction of its own (the CLI is not hot: the
+    extra round trips do not matter), and ``transaction()`` sets them on entry."""
+    import psycopg
+    from psycopg.pq import TransactionStatus
+
+    class TimedCursor(psycopg.AsyncCursor[Any]):
+        async def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            conn = self.connection
+            if conn.info.transaction_status != TransactionStatus.IDLE:
+                return await super().execute(query, params, **kwargs)
+            async with conn.transaction():  # sets the timeouts first (TimedConnection)
+                return await super().execute(query, params, **kwargs)
+
+    class TimedConnection(psycopg.AsyncConnection[Any]):
+        timeout_milliseconds = 0
+
+        @contextlib.asynccontextmanager
+        async def transaction(
+            self, savepoint_name: str | None = None, force_rollback: bool = False
+        ) -> AsyncIterator[Any]:
+            outermost = self.info.transaction_status == TransactionStatus.IDLE
+            async with super().transaction(savepoint_name, force_rollback) as tx:
+                if outermost and self.timeout_milliseconds:
+                    await self.pgconn_timeouts()
+                yield tx
+
+        async def pgconn_timeouts(self) -> None:
+            # a plain cursor: TimedCursor would open another transaction for it
+            cur = psycopg.AsyncCursor(self)
+            await cur.execute(_LOCAL_TIMEOUTS, {"ms": str(self.timeout_milliseconds)})
+
+    return TimedConnection, TimedCursor
 
 
 def main(argv: Sequence[str] | None = None) -> int:

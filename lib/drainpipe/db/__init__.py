@@ -31,30 +31,23 @@ from .json import careful_dumps as careful_dumps
 from .json import dump_json as dump_json
 from .json import jsonb as jsonb
 from .json import use_fast_json as use_fast_json
+from .outage import Outage, ends_session
+from .poolers import decide_prepare, names_pooler, prepare_mode, split_dsn
 
 Row = tuple[Any, ...]
-
-# Transaction poolers (Supabase's port 6543, pgbouncer in transaction mode) cannot keep
-# prepared statements across transactions, so we stop psycopg from preparing there.
-_TRANSACTION_POOLER = re.compile(r":6543(/|$|\?)|pgbouncer=true")
 
 
 def prepare_options(dsn: str, prepare: bool | None) -> dict[str, Any]:
     """Connection keywords that decide whether psycopg prepares statements on a pool
-    drainpipe opens for ``dsn``.
+    drainpipe opens for ``dsn`` (see :mod:`.poolers`).
 
-    ``prepare=None`` (the default) prepares unless the DSN names a transaction pooler
-    (port 6543, Supabase's; ``pgbouncer=true``); ``True`` prepares (psycopg's default: a
-    statement is prepared on a connection from its 6th use, so a one-shot serverless call
-    pays no extra round trip); ``False`` never prepares (``prepare_threshold=None``): say so
-    for a transaction pooler drainpipe cannot recognise by its DSN (pgbouncer on 6432, a
-    pooler behind a custom domain).
+    ``prepare=True`` prepares (psycopg's default: a statement is prepared on a connection
+    from its 6th use, so a one-shot serverless call pays no extra round trip); ``False``
+    never prepares (``prepare_threshold=None``); ``None`` (the default) opens every
+    connection with prepares off and turns them on only for a connection found to reach the
+    server directly (never when the DSN names a pooler: port 6543 or 6432, ``pgbouncer=true``).
     """
-    if prepare is not None and not isinstance(prepare, bool):
-        raise ValueError(f"prepare must be True, False or None, not {prepare!r}")
-    if prepare is None:
-        prepare = _TRANSACTION_POOLER.search(dsn) is None
-    return {} if prepare else {"prepare_threshold": None}
+    return {} if prepare_mode(dsn, prepare) == "always" else {"prepare_threshold": None}
 
 
 def translate_error(exc: BaseException) -> DrainpipeError:
@@ -268,7 +261,15 @@ class Database:
         self._last_connect_error: BaseException | None = None
         self._first_connect_done: asyncio.Event | None = None
         self._open_lock = asyncio.Lock()
+        # the database found away (a restart, a failover): calls probe instead of waiting
+        # on the pool's doubling reconnect (see .outage)
+        self._outage = Outage()
+        self._probe_lock = asyncio.Lock()
+        self._connect_kwargs: dict[str, Any] = {}
+        self._retired: set[asyncio.Task[None]] = set()  # pools closing after a renewal
         self._prepare: dict[str, Any] = {}  # prepare_threshold for a pool we open
+        self._detect_direct = False  # prepare=None: each new connection is checked
+        self._names_pooler = False
         # the parked connection of our own pool (see PARK_IDLE): (connection, its cursor,
         # when it left the pool, when it was parked); and how many statements or borrowed
         # connections are out right now (one parks only when it is the last)
@@ -278,8 +279,10 @@ class Database:
         # pool is common in apps); None: the connection's own (ours make tuples)
         self._rows: Any = None
         if isinstance(db, str):
-            self._dsn = db
+            self._dsn = split_dsn(db)[0]  # libpq refuses drainpipe's pgbouncer=true
+            self._names_pooler = names_pooler(db)
             self._prepare = prepare_options(db, prepare)
+            self._detect_direct = prepare_mode(db, prepare) == "detect"
         else:
             if prepare is not None:
                 raise ValueError(
@@ -304,7 +307,19 @@ class Database:
 
     @property
     def dsn(self) -> str | None:
+        """The DSN drainpipe connects with (``pgbouncer=...`` taken out)."""
         return self._dsn
+
+    @property
+    def names_pooler(self) -> bool:
+        """True when the DSN says a transaction pooler is in front (port 6543 or 6432,
+        ``pgbouncer=true``): nothing is prepared, and LISTEN cannot work there."""
+        return self._names_pooler
+
+    async def _configure(self, conn: Any) -> None:
+        use_fast_json(conn)
+        if self._detect_direct:
+            await decide_prepare(conn)
 
     async def _ensure_pool(self) -> psycopg_pool.AsyncConnectionPool:
         if self._pool is not None:
@@ -319,11 +334,12 @@ class Database:
                 kwargs = connect_options(self._dsn, self._connect_timeout)
                 kwargs["autocommit"] = True
                 kwargs.update(self._prepare)
+                self._connect_kwargs = kwargs
                 self._first_connect_done = asyncio.Event()
                 self._last_connect_error = None
                 pool = AsyncConnectionPool(
                     self._dsn,
-                    configure=_configure_connection,
+                    configure=self._configure,
                     min_size=1,
                     max_size=self._max_size,
                     timeout=self._timeout,
@@ -410,6 +426,8 @@ class Database:
             if self._conn is not None:
                 yield self._conn
                 return
+            if self._outage.since is not None:
+                await self._probe()
             pool = await self._ensure_pool()
             # counted as out, so no statement parks a connection while this one waits for
             # one; and a parked one goes back first (with a pool of one it is the only one)
@@ -424,6 +442,7 @@ class Database:
             error = self._error(exc)
             if error is None:
                 raise
+            self._note_outage(exc, error)
             raise error from exc
 
     async def _unpark(self) -> None:
@@ -443,6 +462,8 @@ class Database:
                 # a cursor per statement: coroutines sharing this connection may interleave
                 cur = self._conn.cursor(row_factory=self._rows)
                 return await self._run(cur, sql, params, late_json=True)
+            if self._outage.since is not None:
+                await self._probe()
             if self._owns_pool and self._pool is not None:
                 return await self._fetch_own(sql, params)
             pool = self._pool or await self._ensure_pool()
@@ -464,8 +485,83 @@ class Database:
             if error is None:
                 raise
             if error.kind == "network":
+                self._note_outage(exc, error)
                 await self._discard_broken()
             raise error from exc
+
+    def _note_outage(self, exc: BaseException, error: DrainpipeError) -> None:
+        """Start (or go on with) an outage of our own pool's database when ``exc`` says the
+        server is gone: a lost or refused session, or a pool wait whose last connection
+        attempt failed. A pool merely busy is no outage."""
+        if self._dsn is None or error.kind != "network":
+            return
+        pool_wait = type(exc).__name__ == "PoolTimeout"
+        if (pool_wait and self._last_connect_error is not None) or (
+            not pool_wait and ends_session(exc)
+        ):
+            self._outage.begin(error, monotonic())
+
+    async def _probe(self) -> None:
+        """While the database is away a call waits, as it would for the pool, at most
+        ``timeout`` seconds: one plain connection attempt at most every
+        OUTAGE_PROBE_INTERVAL, by one caller at a time. Once one connects the call goes on
+        (on a fresh pool when the pool's own reconnection failed meanwhile: it may sleep in
+        its backoff for seconds); past the wait it fails with the last attempt's cause."""
+        import asyncio
+
+        deadline = monotonic() + self._timeout
+        while True:
+            async with self._probe_lock:
+                outage = self._outage
+                if outage.since is None:
+                    return  # back (this call's probe or another's)
+                if outage.probe_due(monotonic()) and await self._probe_once(outage):
+                    return
+                now = monotonic()
+                if now >= deadline:
+                    raise outage.refusal(now)
+                pause = min(outage.next_probe, deadline) - now
+            await asyncio.sleep(max(pause, 0.01))
+
+    async def _probe_once(self, outage: Outage) -> bool:
+        """One connection attempt; True (the outage is over) when it connected."""
+        import psycopg
+
+        assert self._dsn is not None
+        kwargs = self._connect_kwargs or {
+            **connect_options(self._dsn, self._connect_timeout),
+            "autocommit": True,
+        }
+        try:
+            probe = await psycopg.AsyncConnection.connect(self._dsn, **kwargs)
+        except Exception as exc:
+            outage.probe_failed(connect_error(exc), monotonic())
+            return False
+        await probe.close()
+        if self._pool is not None and self._last_connect_error is not None:
+            try:
+                await self._renew_pool()
+            except DrainpipeError as exc:  # gone again between the probe and the pool
+                outage.probe_failed(exc, monotonic())
+                return False
+        outage.end()
+        return True
+
+    async def _renew_pool(self) -> None:
+        """Replace our pool with a fresh one (which connects at once); the old one closes
+        in the background, closing each borrowed connection as it comes back."""
+        import asyncio
+
+        old = self._pool
+        await self._unpark()
+        self._pool = None
+        try:
+            await self._ensure_pool()
+        finally:
+            if old is not None:
+                task = asyncio.create_task(old.close(timeout=1.0))
+                self._retired.add(task)
+                task.add_done_callback(self._retired.discard)
 
     async def _discard_broken(self) -> None:
         """After a session the server ended (a restart, a failover, a pooler restart, a
@@ -553,10 +649,9 @@ class Database:
             await self._unpark()
             await self._pool.close()
             self._pool = None
-
-
-async def _configure_connection(conn: Any) -> None:
-    use_fast_json(conn)
+        for task in list(self._retired):
+            with contextlib.suppress(Exception):
+                await task
 
 
 def _database_error(exc: Exception) -> DrainpipeError | None:

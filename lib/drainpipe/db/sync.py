@@ -31,6 +31,8 @@ from . import (
     prepare_options,
 )
 from .json import _has_json_column, use_fast_json
+from .outage import Outage, ends_session
+from .poolers import decide_prepare_sync, names_pooler, prepare_mode, split_dsn
 
 if TYPE_CHECKING:
     import psycopg
@@ -69,7 +71,13 @@ class SyncDatabase:
         self._connect_timeout = _positive_seconds(connect_timeout, "connect_timeout")
         self._open_lock = threading.Lock()
         self._conn_lock = threading.RLock()
+        # the database found away: calls probe instead of waiting on the pool (db.outage)
+        self._outage = Outage()
+        self._probe_lock = threading.Lock()
+        self._connect_kwargs: dict[str, Any] = {}
         self._prepare: dict[str, Any] = {}  # prepare_threshold for a pool we open
+        self._detect_direct = False  # prepare=None: each new connection is checked
+        self._names_pooler = False
         # the parked connection of our own pool, as in the async Database (PARK_IDLE):
         # (connection, its cursor, when it left the pool, when it was parked), and how many
         # statements or borrowed connections are out; both under _park_lock (threads)
@@ -80,8 +88,10 @@ class SyncDatabase:
         # pool is common in apps); None: the connection's own (ours make tuples)
         self._rows: Any = None
         if isinstance(db, str):
-            self._dsn = db
+            self._dsn = split_dsn(db)[0]  # libpq refuses drainpipe's pgbouncer=true
+            self._names_pooler = names_pooler(db)
             self._prepare = prepare_options(db, prepare)
+            self._detect_direct = prepare_mode(db, prepare) == "detect"
         else:
             if prepare is not None:
                 raise ValueError(
@@ -107,7 +117,19 @@ class SyncDatabase:
 
     @property
     def dsn(self) -> str | None:
+        """The DSN drainpipe connects with (``pgbouncer=...`` taken out)."""
         return self._dsn
+
+    @property
+    def names_pooler(self) -> bool:
+        """True when the DSN says a transaction pooler is in front (see
+        :attr:`drainpipe.db.Database.names_pooler`)."""
+        return self._names_pooler
+
+    def _configure(self, conn: Any) -> None:
+        use_fast_json(conn)
+        if self._detect_direct:
+            decide_prepare_sync(conn)
 
     @property
     def joins_transactions(self) -> bool:
@@ -126,6 +148,7 @@ class SyncDatabase:
                 kwargs = connect_options(self._dsn, self._connect_timeout)
                 kwargs["autocommit"] = True
                 kwargs.update(self._prepare)
+                self._connect_kwargs = kwargs
                 # one connection first, in this thread: a missing database or a wrong
                 # password fails now with libpq's cause, not after the pool's wait
                 try:
@@ -134,7 +157,7 @@ class SyncDatabase:
                     raise connect_error(exc) from exc
                 pool: psycopg_pool.ConnectionPool = ConnectionPool(
                     self._dsn,
-                    configure=use_fast_json,
+                    configure=self._configure,
                     min_size=1,
                     max_size=self._max_size,
                     timeout=self._timeout,
@@ -155,6 +178,8 @@ class SyncDatabase:
                 with self._conn_lock:
                     yield self._conn
                 return
+            if self._outage.since is not None:
+                self._probe()
             pool = self._ensure_pool()
             # counted as out, so no statement parks a connection while this one waits for
             # one; and a parked one goes back first (with a pool of one it is the only one)
@@ -187,6 +212,8 @@ class SyncDatabase:
                 with self._conn_lock:
                     cur = self._conn.cursor(row_factory=self._rows)
                     return self._run(cur, sql, params, late_json=True)
+            if self._outage.since is not None:
+                self._probe()
             if self._owns_pool and self._pool is not None:
                 return self._fetch_own(self._pool, sql, params)
             # getconn/putconn rather than pool.connection(): no generator, no commit of an
@@ -212,9 +239,56 @@ class SyncDatabase:
             if error is None:
                 raise
             if error.kind == "network" and self._owns_pool and self._pool is not None:
+                if ends_session(exc):  # a busy pool's wait (PoolTimeout) is no outage
+                    self._outage.begin(error, monotonic())
                 self._unpark()  # it may be as dead as the one that failed: checked too
                 self._pool.check()  # drop the dead idle connections before a retry
             raise error from exc
+
+    def _probe(self) -> None:
+        """While the database is away a call waits at most ``timeout`` seconds, as it would
+        for the pool: one plain connection attempt at most every OUTAGE_PROBE_INTERVAL, by
+        one thread at a time; once one connects, a fresh pool (the old one's reconnection
+        may sleep in its doubling backoff) and the call goes on."""
+        import time
+
+        deadline = monotonic() + self._timeout
+        while True:
+            with self._probe_lock:
+                outage = self._outage
+                if outage.since is None:
+                    return
+                if outage.probe_due(monotonic()) and self._probe_once(outage):
+                    return
+                now = monotonic()
+                if now >= deadline:
+                    raise outage.refusal(now)
+                pause = min(outage.next_probe, deadline) - now
+            time.sleep(max(pause, 0.01))
+
+    def _probe_once(self, outage: Outage) -> bool:
+        """One connection attempt; True (the outage is over) when it connected."""
+        import psycopg
+
+        assert self._dsn is not None
+        try:
+            psycopg.connect(self._dsn, **self._connect_kwargs).close()
+        except Exception as exc:
+            outage.probe_failed(connect_error(exc), monotonic())
+            return False
+        old = self._pool
+        if old is not None:
+            self._unpark()
+            self._pool = None
+            try:
+                self._ensure_pool()
+            except DrainpipeError as exc:
+                outage.probe_failed(exc, monotonic())
+                return False
+            finally:
+                old.close(timeout=0.0)
+        outage.end()
+        return True
 
     def _fetch_own(
         self, pool: psycopg_pool.ConnectionPool, sql: str, params: Sequence[Any] | None

@@ -18,8 +18,11 @@ CLAIM_RETRIES: Final = 3
 #: How long ``work`` rides out transient claim errors (a restart, a failover, a pooler
 #: restart) before it gives up, in seconds; ``drain`` and the drain route keep their budget.
 MAX_OUTAGE: Final = 300.0
-#: The longest wait between two claims while riding out an outage.
-OUTAGE_WAIT_CAP: Final = 30.0
+#: The longest wait between two claims while riding out an outage: short, so work resumes
+#: within seconds of the database coming back (a claim against drainpipe's own pool costs
+#: no connection attempt while the database is away: the pool probes on its own interval,
+#: see drainpipe.db.outage). It was 30 s: after a failover workers idled for up to 33 s.
+OUTAGE_WAIT_CAP: Final = 2.0
 #: Heartbeats of job leases never come more often than this (API.md section 2).
 JOB_HEARTBEAT_FLOOR: Final = 1.0
 

@@ -93,7 +93,8 @@ def parse_get(rows: list[Row]) -> JobRecord | None:
     return parse_record(rows[0]) if rows else None
 
 
-LIST = "SELECT * FROM drainpipe.list_jobs_v1(%s, %s, %s, %s, %s, %s)"
+#: newest first by enqueued_at, then id, then queue (jobs 0010; v1 sorted by id)
+LIST = "SELECT * FROM drainpipe.list_jobs_v2(%s, %s, %s, %s, %s, %s, %s)"
 
 
 def list_params(
@@ -105,6 +106,7 @@ def list_params(
         state,
         tenant,
         limit + 1,
+        None if before is None else before.enqueued_at,
         None if before is None else before.id,
         None if before is None else before.queue,
     )
@@ -116,7 +118,7 @@ def parse_list(rows: list[Row], limit: int) -> tuple[list[JobRecord], Position |
     if len(rows) <= limit or not records:
         return records, None
     last = records[-1]
-    return records, Position(last.id, last.queue)
+    return records, Position(last.id, last.queue, last.enqueued_at)
 
 
 # -- cancel and replay --------------------------------------------------------------------

@@ -158,19 +158,21 @@ class MemoryRecords:
     ) -> tuple[list[JobRecord], Position | None]:
         await _round_trip()
         now = self.now()
-        keys = [
-            (job_id, name)
+        # newest first by (enqueued_at, id, queue), as the SQL storages: a small store, so
+        # every record is read and sorted
+        everything = [
+            record
             for name, stored in self._queues.items()
             if queue is None or name == queue
             for job_id in (*stored.live, *stored.finished)
-            if before is None or (job_id, name) < (before.id, before.queue)
+            if (record := self._record(name, stored, job_id, now, False)) is not None
         ]
-        keys.sort(reverse=True)
+        everything.sort(key=lambda r: (r.enqueued_at, r.id, r.queue), reverse=True)
+        if before is not None and before.enqueued_at is not None:
+            mark = (before.enqueued_at, before.id, before.queue)
+            everything = [r for r in everything if (r.enqueued_at, r.id, r.queue) < mark]
         records: list[JobRecord] = []
-        for job_id, name in keys:
-            record = self._record(name, self._queues[name], job_id, now, False)
-            if record is None:
-                continue
+        for record in everything:
             if (state is None or record.state == state) and (
                 tenant is None or record.tenant == tenant
             ):
@@ -180,7 +182,8 @@ class MemoryRecords:
         if len(records) <= limit:
             return records, None
         records = records[:limit]
-        return records, Position(records[-1].id, records[-1].queue)
+        last = records[-1]
+        return records, Position(last.id, last.queue, last.enqueued_at)
 
     async def cancel(self, queue: str, job_id: int) -> str | None:
         await _round_trip()

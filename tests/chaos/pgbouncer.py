@@ -1,0 +1,116 @@
+"""A PgBouncer of the test's own in transaction mode (``default_pool_size=5``) in front of
+the test server, the way Supavisor serves Supabase's port 6543: each transaction of a
+client runs on whichever of five server sessions is free.
+
+Debian's ``pgbouncer`` package (1.18: no prepared-statement support at all, which is what a
+newer one with ``max_prepared_statements=0`` does too). ``.ci/run`` installs it; elsewhere
+the tests skip and say so unless ``DRAINPIPE_REQUIRE_CHAOS=1``. It listens on a free port
+on 127.0.0.1, runs as ``postgres`` when started by root (PgBouncer refuses root), and is
+stopped when the tests end.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from tests.chaos.cluster import free_port
+
+POOL_SIZE = 5
+
+
+def pgbouncer_binary() -> str | None:
+    return shutil.which("pgbouncer") or (
+        "/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").exists() else None
+    )
+
+
+def version(binary: str) -> str:
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False)  # noqa: S603
+    return out.stdout.splitlines()[0] if out.stdout else "unknown"
+
+
+class PgBouncer:
+    """``start()``, ``dsn(dbname)`` (a URL through the pooler), ``stop()``."""
+
+    def __init__(self, server_dsn: str) -> None:
+        binary = pgbouncer_binary()
+        if binary is None:
+            raise FileNotFoundError("pgbouncer is not installed (apt-get install pgbouncer)")
+        self.binary = binary
+        server = conninfo_to_dict(server_dsn)
+        self.server_host = str(server.get("host") or "127.0.0.1")
+        self.server_port = int(server.get("port") or 5432)
+        self.user = str(server.get("user") or "postgres")
+        self.port = free_port()
+        self.root = Path(tempfile.mkdtemp(prefix="drainpipe-pgbouncer-"))
+        self._run_as: str | None = "postgres" if os.geteuid() == 0 else None
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def dsn(self, dbname: str) -> str:
+        return f"postgresql://{self.user}@127.0.0.1:{self.port}/{dbname}"
+
+    def _write_config(self) -> Path:
+        (self.root / "users.txt").write_text(f'"{self.user}" ""\n')
+        config = self.root / "pgbouncer.ini"
+        config.write_text(
+            "[databases]\n"
+            f"* = host={self.server_host} port={self.server_port}\n"
+            "[pgbouncer]\n"
+            "listen_addr = 127.0.0.1\n"
+            f"listen_port = {self.port}\n"
+            "unix_socket_dir =\n"
+            "auth_type = trust\n"
+            f"auth_file = {self.root / 'users.txt'}\n"
+            "pool_mode = transaction\n"
+            f"default_pool_size = {POOL_SIZE}\n"
+            "max_client_conn = 500\n"
+            "ignore_startup_parameters = extra_float_digits\n"
+            f"logfile = {self.root / 'pgbouncer.log'}\n"
+            f"admin_users = {self.user}\n"
+        )
+        if self._run_as is not None:
+            owner = pwd.getpwnam(self._run_as)
+            for path in (self.root, *self.root.iterdir()):
+                os.chown(path, owner.pw_uid, owner.pw_gid)
+        return config
+
+    def start(self) -> PgBouncer:
+        config = self._write_config()
+        self._process = subprocess.Popen(  # noqa: S603 - the packaged binary, our config
+            [self.binary, str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            user=self._run_as,
+        )
+        until = time.monotonic() + 15
+        while True:
+            try:
+                with psycopg.connect(self.dsn("postgres"), connect_timeout=2) as conn:
+                    conn.execute("SELECT 1")
+                    return self
+            except psycopg.OperationalError:
+                if self._process.poll() is not None or time.monotonic() > until:
+                    log = (self.root / "pgbouncer.log").read_text(errors="replace")[-2000:]
+                    self.stop()
+                    raise RuntimeError(f"pgbouncer did not start: {log}") from None
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(10)
+        self._process = None
+        shutil.rmtree(self.root, ignore_errors=True)
