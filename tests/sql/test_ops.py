@@ -66,7 +66,11 @@ def test_every_operation_module_contributes_statements() -> None:
             ),
             *("agent_raw", "agent_stream_acquire", "agent_stream_renew", "agent_stream_release"),
         )
-    } | {"job_queue_stats_v2", "replay_dead_job_v2", "fail_job_v2", "receive_webhook_v2"}
+    } | {"job_queue_stats_v2", "replay_dead_job_v2", "fail_job_v2", "receive_webhook_v2"} | {
+        "replay_dead_job_v3",
+        "retry_dead_jobs_v2",
+        "audited_replay_job_v2",
+    }
 
 
 @pytest.mark.parametrize("backend", ["pgmq", "table"])
