@@ -327,3 +327,39 @@ async def test_a_policy_change_waits_for_a_replay_in_flight(
     assert caught.value.code == "REPLAY_BLOCKED"
     await jobs.close()
     await blocked.close()
+
+
+# -- the memory backend, for tests without Postgres -------------------------------------------
+
+
+async def test_the_memory_backend_applies_the_same_rules() -> None:
+    from drainpipe.testing import MemoryBackend
+
+    backend = MemoryBackend()
+    policies = {"hooks": QueuePolicy(replay_window=3600), "pushes": QueuePolicy(replayable=False)}
+    declared = Jobs(backend, QUEUES, policies=policies)
+    old = await dead_job(declared, "hooks", {"event_id": "old"})
+    push = await dead_job(declared, "pushes", {"event_id": "p"})
+    backend.advance_time(3601)
+    fresh = await dead_job(declared, "hooks", {"event_id": "fresh"})
+    for queue, job_id, code in (
+        ("hooks", old, "EVENT_EXPIRED"),
+        ("pushes", push, "REPLAY_BLOCKED"),
+    ):
+        with pytest.raises(DrainpipeError) as caught:
+            await declared.replay(queue, job_id)
+        assert refusal(caught) == ("conflict", code, 409)
+    undeclared = Jobs(backend, QUEUES, replay_check=lambda record: None)
+    assert await undeclared.replay("pushes", push) is not None  # nothing stored yet
+    await declared.ensure_policies()
+    report = await undeclared.retry_dead("hooks", ids=[old, fresh, 10**6])
+    assert report == 1 and list(report.replayed) == [fresh]
+    assert dict(report.refused) == {old: "EVENT_EXPIRED", 10**6: "JOB_NOT_FOUND"}
+    child = report.replayed[fresh]
+    [claimed] = await undeclared.claim("hooks", lease=30)
+    assert (claimed.id, claimed.payload) == (child, {"event_id": "fresh"})
+    assert await undeclared.fail(claimed, RuntimeError("again")) == "dead"
+    backend.advance_time(3600)  # the child is new, its lineage is not
+    with pytest.raises(DrainpipeError) as lineage:
+        await undeclared.replay("hooks", child)
+    assert lineage.value.code == "EVENT_EXPIRED"
