@@ -143,11 +143,22 @@ class ReplayReport(int):
         report.refused = MappingProxyType(dict(refused))
         return report
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # copy and pickle: rebuilt from plain dicts (a mappingproxy does not pickle)
+        return _replay_report, (dict(self.replayed), dict(self.refused), int(self))
+
+    def __str__(self) -> str:
+        return str(int(self))  # prints as the count it always was
+
     def __repr__(self) -> str:
         return (
             f"ReplayReport({int(self)}, replayed={dict(self.replayed)!r},"
             f" refused={dict(self.refused)!r})"
         )
+
+
+def _replay_report(replayed: dict[int, int], refused: dict[int, str], count: int) -> ReplayReport:
+    return ReplayReport(replayed, refused, count=count)
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,6 +62,22 @@ def test_the_rules_default_to_none_and_are_validated() -> None:
             QueuePolicy(replayable=flag)  # type: ignore[arg-type]
 
 
+def test_a_replay_report_is_an_int_that_copies_and_pickles() -> None:
+    import copy
+    import pickle
+
+    report = ReplayReport({1: 2, 5: 6}, {3: "EVENT_EXPIRED"})
+    assert report == 2 and report + 1 == 3 and f"{report}" == "2"
+    for again in (copy.copy(report), copy.deepcopy(report), pickle.loads(pickle.dumps(report))):  # noqa: S301
+        assert (again, dict(again.replayed), dict(again.refused)) == (
+            2,
+            {1: 2, 5: 6},
+            {3: "EVENT_EXPIRED"},
+        )
+    assert ReplayReport({}, {}, count=4) == 4  # a backend that only counts
+    assert "refused={3: 'EVENT_EXPIRED'}" in repr(report)
+
+
 def test_replay_check_must_be_callable() -> None:
     with pytest.raises(TypeError, match="replay_check"):
         Jobs("postgresql://unused", QUEUES, replay_check="NOT_AUTHORIZED")  # type: ignore[arg-type]

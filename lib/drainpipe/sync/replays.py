@@ -40,6 +40,10 @@ class SyncReplaysMixin:
         def _replay_args(self, queue: str, job_id: Any) -> int: ...
         def _retry_dead_args(self, queue: str, ids: Any, limit: Any) -> list[int] | None: ...
 
+    def replay_rules(self, queue: str) -> tuple[float | None, bool]:
+        """No declared rules (``sync.Jobs`` takes no policies): the stored ones apply."""
+        return None, True
+
     def replay_refusal(self, queue: str, job_id: int) -> str | None:
         """What ``replay_check`` answers for this job now (None: go on)."""
         check = self._replay_check
