@@ -62,6 +62,10 @@ INTERNAL_FUNCTIONS = {
     "count_live_jobs",
     "job_messages_policy_lease",
     "pgmq_queue_policy_lease",
+    # replay rules (jobs 0011): helpers of replay_dead_job_v3, never the client
+    "replay_rules_in_force",
+    "replay_refusal",
+    "replay_origin",
     # the agent inbox's helpers (webhook-inbox 0004): called by its _v1 functions only
     "agent_priority",
     "agent_where_matches",
