@@ -1,10 +1,12 @@
 """Replay rules through the management routes, both storages: a replay past the queue's
 ``replay_window`` (time moved with the app's clock), on a queue that is not replayable, or
 refused by ``replay_check`` answers 409 with its code, and each refusal is audited by the
-statement that refused it; the idempotent repeat answers the same refusal unaudited."""
+statement that refused it; the idempotent repeat answers the same refusal unaudited; a
+replay route racing a policy change (real connections) waits for it and obeys it."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -16,6 +18,7 @@ from drainpipe import JobRecord, Jobs, QueuePolicy
 from tests.admin.conftest import QUEUES, VIEWER, Inbox, make_app
 from tests.admin.test_management_api import problem
 from tests.admin.test_management_records import audit_rows, replay_headers
+from tests.conftest import connect
 
 REVOKED_TENANT = "tenant-revoked"
 
@@ -129,3 +132,39 @@ async def test_a_viewer_is_refused_before_any_rule(ruled: tuple[Inbox, Clock]) -
     )
     problem(answer, 403, "ADMIN_REQUIRED")
     assert audit_rows(inbox.url) == []  # a refused principal writes no audit row
+
+
+async def test_a_replay_route_racing_a_policy_change_obeys_the_change(
+    ruled: tuple[Inbox, Clock],
+) -> None:
+    inbox, _ = ruled
+    job_id = await dead(inbox, "emails")
+    async with await connect(inbox.url) as operator:
+        await operator.set_autocommit(False)
+        # another deploy stores replayable=False for emails; not committed yet
+        await operator.execute(
+            "SELECT drainpipe.ensure_queue_policy_v2('emails', 65536, 10000, 30, 60, 604800,"
+            " 5, NULL, 2592000, false, NULL, false)"
+        )
+        replay = asyncio.create_task(
+            inbox.http.post(f"/jobs/emails/{job_id}/replay", headers=replay_headers("k-race"))
+        )
+        async with await connect(inbox.url) as probe:
+            for _ in range(500):
+                row = await (
+                    await probe.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        " AND query LIKE '%%audited_replay_job_v2%%'"
+                    )
+                ).fetchone()
+                if row and row[0]:
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                raise AssertionError("the replay never waited for the policy change")
+        assert not replay.done()
+        await operator.commit()
+    answer = await replay
+    problem(answer, 409, "REPLAY_BLOCKED")
+    [row] = audit_rows(inbox.url)
+    assert row[5:7] == ("refused", "REPLAY_BLOCKED")

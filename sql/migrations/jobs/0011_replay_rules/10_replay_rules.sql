@@ -28,6 +28,10 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    -- before the policy row: a replay in flight holds this lock shared (see
+    -- replay_rules_in_force), so a queue's first policy, which has no row a replay could
+    -- have locked yet, is ordered with replays too
+    PERFORM pg_advisory_xact_lock(hashtext('drainpipe.queue_policies'), hashtext(p_queue));
     PERFORM drainpipe.ensure_queue_policy_v1(p_queue, p_max_payload_bytes, p_max_pending,
         p_lease, p_max_lease, p_max_delay, p_max_attempts, p_attempt_window, p_retention,
         p_encrypt);
@@ -40,7 +44,9 @@ $$;
 -- The replay rules of p_queue in force for this transaction: the stored policy's (its row
 -- share-locked until the transaction ends, so a concurrent policy change waits for this
 -- replay, or this replay waits for it and reads the new rules) combined with the caller's
--- declared ones, the stricter of each winning. Call it before touching any job row: a
+-- declared ones, the stricter of each winning. A queue without a policy row yet has no row
+-- to lock: the shared advisory lock orders the replay with ensure_queue_policy_v2, which
+-- takes it exclusively before it inserts the row. Call this before touching any job row: a
 -- policy change locks the queue's table after its policy row, never the other way round.
 CREATE OR REPLACE FUNCTION drainpipe.replay_rules_in_force(
     p_queue text, p_window double precision, p_replayable boolean,
@@ -53,6 +59,7 @@ DECLARE
     v_window double precision;
     v_replayable boolean;
 BEGIN
+    PERFORM pg_advisory_xact_lock_shared(hashtext('drainpipe.queue_policies'), hashtext(p_queue));
     SELECT p.replay_window, p.replayable INTO v_window, v_replayable
       FROM drainpipe.queue_policies AS p WHERE p.queue = p_queue FOR SHARE;
     replayable := coalesce(v_replayable, true) AND coalesce(p_replayable, true);
