@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from drainpipe import JobRecord, Jobs, QueuePolicy
-from tests.admin.conftest import QUEUES, VIEWER, Inbox, make_app
+from drainpipe import DrainpipeError, JobRecord, Jobs, ManagementClient, QueuePolicy
+from tests.admin.conftest import ADMIN, QUEUES, VIEWER, Inbox, make_app
 from tests.admin.test_management_api import problem
 from tests.admin.test_management_records import audit_rows, replay_headers
 from tests.conftest import connect
@@ -168,3 +168,18 @@ async def test_a_replay_route_racing_a_policy_change_obeys_the_change(
     problem(answer, 409, "REPLAY_BLOCKED")
     [row] = audit_rows(inbox.url)
     assert row[5:7] == ("refused", "REPLAY_BLOCKED")
+
+
+async def test_the_client_raises_the_refusal_with_its_code(ruled: tuple[Inbox, Clock]) -> None:
+    inbox, _ = ruled
+    job_id = await dead(inbox, "reports")
+    transport = httpx.ASGITransport(app=inbox.app)
+    async with ManagementClient("http://inbox", ADMIN, transport=transport, backoff=0) as client:
+        with pytest.raises(DrainpipeError) as caught:
+            await client.replay("reports", job_id)
+    assert (caught.value.kind, caught.value.status, caught.value.code) == (
+        "conflict",
+        409,
+        "REPLAY_BLOCKED",
+    )
+    assert len(audit_rows(inbox.url)) == 1  # a refusal is final: the client did not retry
