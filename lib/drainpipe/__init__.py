@@ -42,6 +42,7 @@ _EXPORTS: dict[str, str] = {
     "QueueBackend": "backends",
     "QueuePolicy": "jobs",
     "QueueStats": "models",
+    "ReplayReport": "models",
     "Retry": "errors",
     "ScheduleDef": "schedules",
     "ScheduleInfo": "schedules",
@@ -89,6 +90,7 @@ __all__ = [
     "QueueBackend",
     "QueuePolicy",
     "QueueStats",
+    "ReplayReport",
     "Retry",
     "ScheduleDef",
     "ScheduleInfo",
@@ -135,6 +137,7 @@ if TYPE_CHECKING:
         JobRecord,
         Position,
         QueueStats,
+        ReplayReport,
         WorkReport,
     )
     from .principals import Principal, bearer_tokens

@@ -15,11 +15,14 @@ __all__ = [
     "BUILT_IN",
     "CANCELLED",
     "DEADLINE_PASSED",
+    "EVENT_EXPIRED",
     "HANDLER_ERROR",
     "LEASE_EXPIRED",
     "MAX_ATTEMPTS",
     "PAYLOAD_INVALID",
     "PAYLOAD_UNREADABLE",
+    "REPLAY_BLOCKED",
+    "REPLAY_RULES",
     "RETRY",
     "Discard",
     "Skip",
@@ -43,6 +46,14 @@ DEADLINE_PASSED: Final = "DEADLINE_PASSED"
 CANCELLED: Final = "CANCELLED"
 #: ``Retry`` raised without a code of its own
 RETRY: Final = "RETRY"
+
+#: a replay refused: the job's source event is older than its queue's ``replay_window``
+#: (counted from when the first job of its replay lineage was enqueued)
+EVENT_EXPIRED: Final = "EVENT_EXPIRED"
+#: a replay refused: the queue's policy has ``replayable=False``
+REPLAY_BLOCKED: Final = "REPLAY_BLOCKED"
+#: the codes a queue policy's replay rules refuse a replay with (409, kind ``conflict``)
+REPLAY_RULES: Final[frozenset[str]] = frozenset({EVENT_EXPIRED, REPLAY_BLOCKED})
 
 BUILT_IN: Final[frozenset[str]] = frozenset(
     {

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from types import MappingProxyType
 from typing import Any, Generic, Literal, TypeVar
 
 T = TypeVar("T")
@@ -113,6 +115,50 @@ class DeadJob:
     last_error: str | None
     enqueued_at: datetime
     died_at: datetime | None
+
+
+class ReplayReport(int):
+    """What ``retry_dead`` did: an ``int``, how many dead jobs went back (as before), that
+    also says, per job tried, what happened.
+
+    ``replayed`` maps each replayed dead job's id to its child's id; ``refused`` maps each
+    dead job that was not replayed to why (a code): ``EVENT_EXPIRED`` / ``REPLAY_BLOCKED``
+    (its queue's replay rules), the code ``replay_check`` answered, ``JOB_ALREADY_REPLAYED``
+    (a concurrent call replayed it first), or, for ids passed explicitly, ``JOB_NOT_DEAD`` /
+    ``JOB_NOT_FOUND``. Both are read-only."""
+
+    replayed: Mapping[int, int]
+    refused: Mapping[int, str]
+
+    def __new__(
+        cls,
+        replayed: Mapping[int, int],
+        refused: Mapping[int, str],
+        *,
+        count: int | None = None,
+    ) -> ReplayReport:
+        # count: a backend that only counts (no per-job rows) leaves ``replayed`` empty
+        report = super().__new__(cls, len(replayed) if count is None else count)
+        report.replayed = MappingProxyType(dict(replayed))
+        report.refused = MappingProxyType(dict(refused))
+        return report
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # copy and pickle: rebuilt from plain dicts (a mappingproxy does not pickle)
+        return _replay_report, (dict(self.replayed), dict(self.refused), int(self))
+
+    def __str__(self) -> str:
+        return str(int(self))  # prints as the count it always was
+
+    def __repr__(self) -> str:
+        return (
+            f"ReplayReport({int(self)}, replayed={dict(self.replayed)!r},"
+            f" refused={dict(self.refused)!r})"
+        )
+
+
+def _replay_report(replayed: dict[int, int], refused: dict[int, str], count: int) -> ReplayReport:
+    return ReplayReport(replayed, refused, count=count)
 
 
 @dataclass(frozen=True, slots=True)

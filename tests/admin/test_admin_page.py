@@ -313,3 +313,26 @@ def _screenshot(page: Page) -> None:
     page.driver.set_window_size(1280, 860)
     page.wait(lambda d: len(page.job_ids()) >= 10)
     page.driver.save_screenshot(str(ROOT / "docs" / "admin-page.png"))
+
+
+def test_a_refused_replay_shows_its_code(page: Page) -> None:
+    dead = page.dead_job()
+    with psycopg.connect(page.db_url, autocommit=True) as conn:
+        # stored by any writer (ensure_policies of another service): replays are refused
+        conn.execute(
+            "SELECT drainpipe.ensure_queue_policy_v2('emails', 65536, 10000, 30, 60, 604800,"
+            " 5, NULL, 2592000, false, NULL, false)"
+        )
+    page.open(ADMIN)
+    page.listed([dead])
+    page.open_job(dead)
+    page.visible("replay-job").click()
+    page.visible("confirm-action").click()
+    page.wait(lambda d: "Not confirmed yet" in page.by_id("action-result").text)  # answer lost
+    page.by_id("confirm-action").click()
+    result = page.by_id("action-result")
+    page.wait(lambda d: result.text.startswith("Refused (REPLAY_BLOCKED): "))
+    assert result.get_attribute("data-code") == "REPLAY_BLOCKED"
+    assert not page.by_id("confirm").is_displayed()  # a refusal is final: no retry offered
+    [row] = page.audit()  # refused once, answered again from storage
+    assert row[:5] == ("ops@example.com", "replay", dead, "refused", "REPLAY_BLOCKED")

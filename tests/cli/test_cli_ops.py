@@ -152,12 +152,18 @@ def test_jobs_dead_then_retry_puts_them_back(jobs_db_url: str, capsys: Any) -> N
     assert run_cli(capsys, "jobs", "dead", "emails", *db) == (0, "no dead letters in emails\n", "")
 
     # an id that is not one of the queue's dead letters is skipped
+    # an id that is not one of the queue's dead letters is skipped, and says why
     args = ("jobs", "retry", "emails", "--id", str(min(dead_ids)), "--json", *db)
-    assert json.loads(run_cli(capsys, *args)[1]) == {"queue": "emails", "retried": 0}
+    skipped = json.loads(run_cli(capsys, *args)[1])
+    assert (skipped["queue"], skipped["retried"], list(skipped["refused"])) == (
+        "emails",
+        0,
+        [str(min(dead_ids))],
+    )
     status, out, _ = run_cli(
         capsys, "jobs", "retry", "reports", "--id", str(min(dead_ids)), "--json", *db
     )
-    assert (status, json.loads(out)) == (0, {"queue": "reports", "retried": 1})
+    assert (status, json.loads(out)) == (0, {"queue": "reports", "retried": 1, "refused": {}})
     status, out, _ = run_cli(capsys, "jobs", "stats", "--queue", "reports", "--json", *db)
     assert json.loads(out)["reports"]["dead"] == 1 and json.loads(out)["reports"]["ready"] == 1
     assert run_cli(capsys, "jobs", "retry", "reports", *db) == (

@@ -54,6 +54,7 @@ CONTRACT = {
 }
 EXTENSIONS = {
     "Actor",
+    "ReplayReport",
     "DrainRoute",
     "Lease",
     "LeaseOutcome",

@@ -69,6 +69,9 @@ def test_every_operation_module_contributes_statements() -> None:
     } | {"job_queue_stats_v2", "replay_dead_job_v2", "fail_job_v2", "receive_webhook_v3"} | {
         "agent_raw_v2",
         "list_jobs_v2",  # newest first by enqueued_at (jobs 0010)
+        "replay_dead_job_v3",
+        "retry_dead_jobs_v2",
+        "audited_replay_job_v2",
     }
 
 

@@ -44,6 +44,7 @@ from ..http_guards import (
     cross_site_refusal,
     read_starlette_body,
 )
+from ..jobs.replays import refused as replay_refused
 from ..models import Position
 from ..ops import management as ops
 from ..principals import Authorize, Principal
@@ -420,10 +421,20 @@ class ManagementApp:
     async def _replay_once(
         self, queue: str, job_id: int, principal: Principal, key: str | None
     ) -> Response:
+        # the application's check runs first, on the record as it is now; its refusal is
+        # audited by the same statement that would have replayed (docs/job-inbox.md)
+        refusal = await self.jobs.replay_refusal(queue, job_id)
         rows = await self.db.fetch(
-            ops.AUDITED_REPLAY,
-            ops.audited_replay_params(
-                self.target, principal.actor, queue, job_id, key, self._clock()
+            ops.AUDITED_REPLAY_V2,
+            ops.audited_replay_v2_params(
+                self.target,
+                principal.actor,
+                queue,
+                job_id,
+                key,
+                refusal,
+                self.jobs.replay_rules(queue),
+                self._clock(),
             ),
         )
         result = ops.parse_audited_replay(rows)
@@ -435,6 +446,8 @@ class ManagementApp:
                     f"Job {job_id} was replayed already; replay its child if that died too",
                     JOB_ALREADY_REPLAYED,
                 )
+            if result.code is not None and result.code != JOB_NOT_DEAD:
+                raise replay_refused(queue, job_id, result.code)
             raise _conflict(f"Job {job_id} is not dead; only a dead job is replayed", JOB_NOT_DEAD)
         return self._body({"id": result.new_job_id, "parent_id": job_id}, status=201)
 

@@ -448,6 +448,7 @@ button { cursor: pointer; }
     const job = openJob, step = pending;
     const path = "/jobs/" + encodeURIComponent(job.queue) + "/" + job.id + "/" + step.action;
     $("confirm-action").disabled = true;
+    $("action-result").dataset.code = "";
     try {
       const headers = step.key ? { "Idempotency-Key": step.key } : {};
       const { body, replayed } = await call("POST", path, headers);
@@ -461,8 +462,12 @@ button { cursor: pointer; }
       load("refresh");
     } catch (error) {
       const retryable = !(error instanceof Problem) || error.status >= 500 || error.code === "IDEMPOTENCY_KEY_IN_USE";
-      $("action-result").textContent = (retryable ? "Not confirmed yet: " : "Refused: ") + error.message +
-        (error.code ? " (" + error.code + ")" : "") + (retryable ? ". Confirm again to retry with the same key." : "");
+      // a refusal leads with its code (EVENT_EXPIRED, REPLAY_BLOCKED, the app's own check's)
+      $("action-result").textContent = retryable
+        ? "Not confirmed yet: " + error.message + (error.code ? " (" + error.code + ")" : "") +
+          ". Confirm again to retry with the same key."
+        : "Refused" + (error.code ? " (" + error.code + ")" : "") + ": " + error.message;
+      $("action-result").dataset.code = retryable ? "" : (error.code || "");
       show("action-result", true);
       if (!retryable) { pending = null; show("confirm", false); }
     } finally {

@@ -58,6 +58,7 @@ __all__ = [
     "SupportsPurgeArchive",
     "SupportsRecords",
     "SupportsReplay",
+    "SupportsReplayRules",
     "SupportsRetryDead",
     "SupportsSchedule",
     "SupportsScheduleRuns",
@@ -125,6 +126,32 @@ class SupportsStats(Protocol):
 class SupportsReplay(Protocol):
     async def replay(self, queue: str, job_id: int) -> int | None:
         """A dead letter enqueued again: its new id, or None when it is no dead letter."""
+        ...
+
+
+@runtime_checkable
+class SupportsReplayRules(Protocol):
+    """Replays under a queue policy's replay rules (docs/policies.md#replaying-safely): the
+    caller's declared ``window``/``replayable`` on top of the rules the storage keeps."""
+
+    async def replay_ruled(
+        self, queue: str, job_id: int, *, window: float | None, replayable: bool
+    ) -> tuple[int | None, str | None]:
+        """(the child's id, None), or (None, why not: ``JOB_NOT_FOUND``, ``JOB_NOT_DEAD``,
+        ``JOB_ALREADY_REPLAYED``, ``EVENT_EXPIRED``, ``REPLAY_BLOCKED``)."""
+        ...
+
+    async def retry_dead_ruled(
+        self,
+        queue: str,
+        *,
+        ids: Sequence[int] | None,
+        limit: int,
+        window: float | None,
+        replayable: bool,
+    ) -> list[tuple[int, int | None, str | None]]:
+        """``replay_ruled`` for the given ids (at most ``limit``, newest first) or the newest
+        ``limit`` dead letters: one (id, child id, code) per job tried."""
         ...
 
 

@@ -286,6 +286,36 @@ class PostgrestBackend:
         data = await self.rpc("replay_v2", {"queue": queue, "id": job_id})
         return None if data is None else rows.job_id(self.schema, "replay_v2", data)
 
+    async def replay_ruled(
+        self, queue: str, job_id: int, *, window: float | None, replayable: bool
+    ) -> tuple[int | None, str | None]:
+        data = await self.rpc(
+            "replay_v3",
+            {"queue": queue, "id": job_id, "replay_window": window, "replayable": replayable},
+        )
+        return rows.replay_outcome(self.schema, "replay_v3", data)
+
+    async def retry_dead_ruled(
+        self,
+        queue: str,
+        *,
+        ids: Sequence[int] | None,
+        limit: int,
+        window: float | None,
+        replayable: bool,
+    ) -> list[tuple[int, int | None, str | None]]:
+        data = await self.rpc(
+            "retry_dead_v2",
+            {
+                "queue": queue,
+                "ids": None if ids is None else list(ids),
+                "batch": limit,
+                "replay_window": window,
+                "replayable": replayable,
+            },
+        )
+        return rows.replay_outcomes(self.schema, "retry_dead_v2", data)
+
     async def purge_archive(
         self, queue: str, *, older_than: timedelta, dead_older_than: timedelta, batch: int
     ) -> int:
@@ -366,7 +396,7 @@ class PostgrestBackend:
         """Store ``QueuePolicy.as_row(queue)`` where the ``drainpipe.*`` checks read it, so
         every call through the API (and every direct writer) obeys it."""
         params = dict(zip(_POLICY_COLUMNS, row, strict=True))
-        rows.flag(self.schema, "ensure_policy_v1", await self.rpc("ensure_policy_v1", params))
+        rows.flag(self.schema, "ensure_policy_v2", await self.rpc("ensure_policy_v2", params))
 
     async def apply_retention(self, *, min_interval: float | None) -> int | None:
         data = await self.rpc(
@@ -447,7 +477,7 @@ class PostgrestBackend:
         return rows.flag(self.schema, "advance_schedule_v1", data)
 
 
-# ensure_policy_v1's argument names, in QueuePolicy.as_row's order
+# ensure_policy_v2's argument names, in QueuePolicy.as_row's order
 _POLICY_COLUMNS = (
     "queue",
     "max_payload_bytes",
@@ -459,6 +489,8 @@ _POLICY_COLUMNS = (
     "attempt_window",
     "retention",
     "encrypt",
+    "replay_window",
+    "replayable",
 )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from ..codes import valid_code
 from ..context import ENVELOPE_KEY, unwrap_payload
 from ..errors import DrainpipeError
 from ..models import (
@@ -64,6 +65,38 @@ def job_ids(schema: str, fn: str, data: Any, expected: int) -> list[int]:
     if not isinstance(data, list) or len(data) != expected:
         raise malformed(schema, fn, f"{expected} job ids", data)
     return [job_id(schema, fn, value) for value in data]
+
+
+def _replay_code(value: Any) -> str | None:
+    if value is None or valid_code(value):
+        return value  # type: ignore[no-any-return]
+    raise ValueError(value)
+
+
+def replay_outcome(schema: str, fn: str, data: Any) -> tuple[int | None, str | None]:
+    """replay_v3's ``{"id", "code"}``: the new id, or None and why not."""
+    if isinstance(data, dict) and set(data) == {"id", "code"}:
+        found = None if data["id"] is None else _int(data["id"])
+        try:
+            code = _replay_code(data["code"])
+        except ValueError:
+            code, found = None, None
+        if (found is None) != (code is None):
+            return found, code
+    raise malformed(schema, fn, '{"id", "code"}', data)
+
+
+def replay_outcomes(schema: str, fn: str, data: Any) -> list[tuple[int, int | None, str | None]]:
+    """retry_dead_v2's ``[[job id, new id, code], ...]``."""
+    if not isinstance(data, list):
+        raise malformed(schema, fn, "a list of [job id, new id, code]", data)
+    found: list[tuple[int, int | None, str | None]] = []
+    for entry in data:
+        if not isinstance(entry, list) or len(entry) != 3:
+            raise malformed(schema, fn, "[job id, new id, code]", entry)
+        new_id, code = replay_outcome(schema, fn, {"id": entry[1], "code": entry[2]})
+        found.append((job_id(schema, fn, entry[0]), new_id, code))
+    return found
 
 
 def id_set(schema: str, fn: str, data: Any) -> set[int]:

@@ -108,6 +108,25 @@ class SqlQueueBackend:
     async def replay(self, queue: str, job_id: int) -> int | None:
         return ops.parse_replay(await self.db.fetch(ops.REPLAY, ops.replay_params(queue, job_id)))
 
+    async def replay_ruled(
+        self, queue: str, job_id: int, *, window: float | None, replayable: bool
+    ) -> tuple[int | None, str | None]:
+        params = record_ops.replay_ruled_params(queue, job_id, window, replayable)
+        return record_ops.parse_replay_ruled(await self.db.fetch(record_ops.REPLAY_RULED, params))
+
+    async def retry_dead_ruled(
+        self,
+        queue: str,
+        *,
+        ids: Sequence[int] | None,
+        limit: int,
+        window: float | None,
+        replayable: bool,
+    ) -> list[tuple[int, int | None, str | None]]:
+        params = record_ops.retry_dead_ruled_params(queue, ids, limit, window, replayable)
+        rows = await self.db.fetch(record_ops.RETRY_DEAD_RULED, params)
+        return record_ops.parse_retry_dead_ruled(rows)
+
     # -- records and coded settlements -----------------------------------------------------
 
     async def skip(self, job: Job[Any], code: str) -> bool:

@@ -334,10 +334,17 @@ async def _jobs_dead(conn: Any, args: argparse.Namespace) -> str:
 async def _jobs_retry(conn: Any, args: argparse.Namespace) -> str:
     await require_queues(conn, [args.queue])
     ids = [job_id for group in args.ids for job_id in group] if args.ids else None
-    count = await _jobs_for(conn, [args.queue]).retry_dead(args.queue, ids=ids, limit=args.limit)
+    report = await _jobs_for(conn, [args.queue]).retry_dead(args.queue, ids=ids, limit=args.limit)
+    count = int(report)
     if args.json:
-        return _json({"queue": args.queue, "retried": count})
-    return f"retried {count} dead letter{'' if count == 1 else 's'} of {args.queue}"
+        refused = {str(job_id): code for job_id, code in report.refused.items()}
+        return _json({"queue": args.queue, "retried": count, "refused": refused})
+    text = f"retried {count} dead letter{'' if count == 1 else 's'} of {args.queue}"
+    if report.refused:
+        text += "; not replayed: " + ", ".join(
+            f"#{job_id} {code}" for job_id, code in sorted(report.refused.items())
+        )
+    return text
 
 
 async def _inbox_list(conn: Any, args: argparse.Namespace) -> str:

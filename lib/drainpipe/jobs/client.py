@@ -13,8 +13,6 @@ from ..backends import (
     QueueBackend,
     SupportsListDead,
     SupportsPurgeArchive,
-    SupportsReplay,
-    SupportsRetryDead,
     SupportsSendMany,
     SupportsStats,
     lacking,
@@ -29,6 +27,7 @@ from ..telemetry import active_telemetry
 from ..validation import seconds
 from .guard import PolicyMixin, fail_within_window
 from .records import RecordsMixin
+from .replays import ReplayCheck, ReplaysMixin, check_replay_check
 from .rules import MAX_DEDUPE_KEY, SEVEN_DAYS, THIRTY_DAYS, JobRules
 
 if TYPE_CHECKING:
@@ -45,7 +44,7 @@ Handler = Callable[[Any, Job[Any]], Awaitable[Any]]
 OnError = Callable[[BaseException, Job[Any] | None], Any]
 
 
-class Jobs(PolicyMixin, JobRules, RecordsMixin, ScheduleMixin):
+class Jobs(ReplaysMixin, PolicyMixin, JobRules, RecordsMixin, ScheduleMixin):
     """Typed job queues on a database (DSN, pool, connection), a supabase client or a backend.
 
     ``queues`` maps each queue name to the payload schema (anything
@@ -54,7 +53,9 @@ class Jobs(PolicyMixin, JobRules, RecordsMixin, ScheduleMixin):
     ``cursor_secret`` signs ``list_jobs`` cursors (default: a random key per process).
     ``policies`` maps queues to :class:`~drainpipe.QueuePolicy` (checked before sending;
     ``ensure_policies()`` makes the database enforce them too); ``keyring`` opens and seals
-    the payloads of encrypted queues (docs/policies.md).
+    the payloads of encrypted queues (docs/policies.md). ``replay_check(record) -> None |
+    code`` (plain or async) runs before each replay; a code refuses it with 409 and that
+    code (docs/policies.md#replaying-safely).
     """
 
     def __init__(
@@ -67,9 +68,11 @@ class Jobs(PolicyMixin, JobRules, RecordsMixin, ScheduleMixin):
         policies: Mapping[str, QueuePolicy] | None = None,
         keyring: Keyring | None = None,
         cursor_secret: str | bytes | None = None,
+        replay_check: ReplayCheck | None = None,
     ) -> None:
         super().__init__(queues, now=now, scheduler=scheduler, cursor_secret=cursor_secret)
         self._init_policies(policies, keyring, list(queues))
+        self._replay_check = check_replay_check(replay_check)
         self.backend: QueueBackend = resolve_backend(db, list(queues))
 
     # -- enqueue -------------------------------------------------------------------------
@@ -331,28 +334,6 @@ class Jobs(PolicyMixin, JobRules, RecordsMixin, ScheduleMixin):
             raise lacking(backend, "list_dead")
         found = await backend.list_dead(queue, limit=limit, before=cursor)
         return [self._opened(dead) for dead in found]
-
-    async def retry_dead(
-        self, queue: str, *, ids: Sequence[int] | None = None, limit: int = 1000
-    ) -> int:
-        """Replay the given dead jobs (or the newest ``limit``) not replayed yet, each as a
-        child like ``replay``; returns how many went back."""
-        ids = self._retry_dead_args(queue, ids, limit)
-        backend = self.backend
-        if not isinstance(backend, SupportsRetryDead):
-            raise lacking(backend, "retry_dead")
-        return int(await backend.retry_dead(queue, ids=ids, limit=limit))
-
-    async def replay(self, queue: str, job_id: int) -> int | None:
-        """Enqueue a dead job again as its child (same payload, dedupe key, tenant and
-        max_attempts; ``parent_id`` = ``job_id``); the dead job stays dead with
-        ``replayed_by``. The child's id, or None unless a dead job not replayed yet."""
-        job_id = self._replay_args(queue, job_id)
-        backend = self.backend
-        if not isinstance(backend, SupportsReplay):
-            raise lacking(backend, "replay")
-        result = await backend.replay(queue, job_id)
-        return None if result is None else int(result)
 
     async def purge_archive(
         self,

@@ -75,6 +75,11 @@ class QueuePolicy:
     attempt_window: float | None = None
     retention: float = 30 * DAY
     encrypt: bool = False
+    #: a replay of a job whose source event (the first job of its replay lineage) was
+    #: enqueued longer ago than this is refused, 409 ``EVENT_EXPIRED``; None: no limit
+    replay_window: float | None = None
+    #: False: every replay of this queue's jobs is refused, 409 ``REPLAY_BLOCKED``
+    replayable: bool = True
 
     def __post_init__(self) -> None:
         # 1 MiB is what every queue accepts (validation.MAX_PAYLOAD_BYTES)
@@ -87,9 +92,12 @@ class QueuePolicy:
             "max_delay": _duration(self.max_delay, "max_delay"),
             "attempt_window": _duration(self.attempt_window, "attempt_window", optional=True),
             "retention": _duration(self.retention, "retention"),
+            "replay_window": _duration(self.replay_window, "replay_window", optional=True),
         }
         if not isinstance(self.encrypt, bool):
             raise ValueError("QueuePolicy.encrypt must be True or False")
+        if not isinstance(self.replayable, bool):
+            raise ValueError("QueuePolicy.replayable must be True or False")
         for name, value in fields.items():
             object.__setattr__(self, name, value)
         if self.lease > self.max_lease:
@@ -115,8 +123,13 @@ class QueuePolicy:
             )
         return lease
 
+    @property
+    def replay_rules(self) -> tuple[float | None, bool]:
+        """``(replay_window, replayable)``: what a replay sends to SQL as its declared rules."""
+        return self.replay_window, self.replayable
+
     def as_row(self, queue: str) -> tuple[Any, ...]:
-        """The parameters of ``drainpipe.ensure_queue_policy_v1``."""
+        """The parameters of ``drainpipe.ensure_queue_policy_v2``."""
         return (
             queue,
             self.max_payload_bytes,
@@ -128,6 +141,8 @@ class QueuePolicy:
             self.attempt_window,
             self.retention,
             self.encrypt,
+            self.replay_window,
+            self.replayable,
         )
 
 

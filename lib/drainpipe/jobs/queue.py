@@ -17,6 +17,7 @@ from ..models import (
     JobPage,
     JobRecord,
     QueueStats,
+    ReplayReport,
     WorkReport,
 )
 from .client import Jobs, OnError
@@ -153,7 +154,9 @@ class Queue(Generic[T]):
     async def list_dead(self, *, limit: int = 100, cursor: int | None = None) -> list[DeadJob]:
         return await self.jobs.list_dead(self.name, limit=limit, cursor=cursor)
 
-    async def retry_dead(self, *, ids: Sequence[int] | None = None, limit: int = 1000) -> int:
+    async def retry_dead(
+        self, *, ids: Sequence[int] | None = None, limit: int = 1000
+    ) -> ReplayReport:
         return await self.jobs.retry_dead(self.name, ids=ids, limit=limit)
 
     async def replay(self, job_id: int) -> int | None:

@@ -51,6 +51,28 @@ def audited_replay_params(
     return (target, actor, queue, job_id, idempotency_key, now)
 
 
+# v2: the replay rules (the app's declared window/replayable on top of the stored ones) and
+# the refusal code of the application's replay_check, audited by the same statement
+AUDITED_REPLAY_V2 = (
+    "SELECT outcome, code, new_job_id"
+    " FROM drainpipe.audited_replay_job_v2(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+)
+
+
+def audited_replay_v2_params(
+    target: str,
+    actor: str,
+    queue: str,
+    job_id: int,
+    idempotency_key: str | None,
+    refusal: str | None,
+    rules: tuple[float | None, bool],
+    now: datetime | None = None,
+) -> Params:
+    window, replayable = rules
+    return (target, actor, queue, job_id, idempotency_key, refusal, window, replayable, now)
+
+
 def parse_audited_replay(rows: list[Row]) -> ReplayOutcome | None:
     """The replay's outcome, or None when the job is unknown (nothing audited)."""
     if not rows:

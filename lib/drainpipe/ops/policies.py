@@ -9,7 +9,9 @@ from typing import Any
 from ..db import jsonb
 from ._types import Params, Row
 
-ENSURE_POLICY = "SELECT drainpipe.ensure_queue_policy_v1(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+ENSURE_POLICY = (
+    "SELECT drainpipe.ensure_queue_policy_v2(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+)
 
 
 def ensure_policy_params(row: Sequence[Any]) -> Params:

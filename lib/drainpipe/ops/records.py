@@ -6,6 +6,7 @@ the error text), so nothing here can leak either. See :mod:`drainpipe.ops` for t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -147,6 +148,42 @@ def parse_replay(rows: list[Row]) -> int | None:
     """The child's id, or None unless the job was dead and not replayed yet."""
     value = rows[0][0] if rows else None
     return None if value is None else int(value)
+
+
+# replay under the replay rules: the caller's declared (window, replayable) on top of the
+# stored policy's; a row with the new id, or None and why not (docs/policies.md)
+REPLAY_RULED = "SELECT new_job_id, code FROM drainpipe.replay_dead_job_v3(%s, %s, %s, %s)"
+
+
+def replay_ruled_params(queue: str, job_id: int, window: float | None, replayable: bool) -> Params:
+    return (queue, job_id, window, replayable)
+
+
+def parse_replay_ruled(rows: list[Row]) -> tuple[int | None, str | None]:
+    """(the child's id, None), or (None, why not: a code)."""
+    if not rows:
+        return None, "JOB_NOT_FOUND"
+    new_id, code = rows[0]
+    return (None if new_id is None else int(new_id)), (None if code is None else str(code))
+
+
+RETRY_DEAD_RULED = (
+    "SELECT job_id, new_job_id, code FROM drainpipe.retry_dead_jobs_v2(%s, %s, %s, %s, %s)"
+)
+
+
+def retry_dead_ruled_params(
+    queue: str, ids: Sequence[int] | None, limit: int, window: float | None, replayable: bool
+) -> Params:
+    return (queue, None if ids is None else list(ids), limit, window, replayable)
+
+
+def parse_retry_dead_ruled(rows: list[Row]) -> list[tuple[int, int | None, str | None]]:
+    """One (dead job id, child id or None, code or None) per job tried."""
+    return [
+        (int(job_id), None if new_id is None else int(new_id), None if code is None else str(code))
+        for job_id, new_id, code in rows
+    ]
 
 
 # -- coded settlements --------------------------------------------------------------------

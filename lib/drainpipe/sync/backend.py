@@ -101,6 +101,25 @@ class SyncSqlBackend:
     def replay(self, queue: str, job_id: int) -> int | None:
         return ops.parse_replay(self.db.fetch(ops.REPLAY, ops.replay_params(queue, job_id)))
 
+    def replay_ruled(
+        self, queue: str, job_id: int, *, window: float | None, replayable: bool
+    ) -> tuple[int | None, str | None]:
+        params = record_ops.replay_ruled_params(queue, job_id, window, replayable)
+        return record_ops.parse_replay_ruled(self.db.fetch(record_ops.REPLAY_RULED, params))
+
+    def retry_dead_ruled(
+        self,
+        queue: str,
+        *,
+        ids: Sequence[int] | None,
+        limit: int,
+        window: float | None,
+        replayable: bool,
+    ) -> list[tuple[int, int | None, str | None]]:
+        params = record_ops.retry_dead_ruled_params(queue, ids, limit, window, replayable)
+        rows = self.db.fetch(record_ops.RETRY_DEAD_RULED, params)
+        return record_ops.parse_retry_dead_ruled(rows)
+
     # -- records and coded settlements -----------------------------------------------------
 
     def skip(self, job: Job[Any], code: str) -> bool:

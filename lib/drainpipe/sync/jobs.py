@@ -16,23 +16,34 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, Literal, TypeVar, overload
 
 from ..codes import code_of
+from ..jobs.replays import ReplayCheck, check_replay_check
 from ..jobs.rules import SEVEN_DAYS, THIRTY_DAYS, JobRules
-from ..models import DeadJob, DedupeMode, FailOutcome, Job, JobContext, QueueStats, WorkReport
+from ..models import (
+    DeadJob,
+    DedupeMode,
+    FailOutcome,
+    Job,
+    JobContext,
+    QueueStats,
+    ReplayReport,
+    WorkReport,
+)
 from ..validation import seconds
 from .backend import SyncSqlBackend
 from .records import SyncRecordsMixin
+from .replays import SyncReplaysMixin
 from .schedules import SyncScheduleMixin
 from .worker import SyncHandler, SyncOnError, SyncWorker
 
 T = TypeVar("T")
 
 
-class Jobs(JobRules, SyncRecordsMixin, SyncScheduleMixin):
+class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin):
     """Typed job queues on a DSN, a ``psycopg_pool.ConnectionPool`` or a
     ``psycopg.Connection`` (whose open transaction the statements join).
 
-    ``queues``, ``now``, ``scheduler`` and ``cursor_secret`` mean what they mean for
-    :class:`drainpipe.Jobs`.
+    ``queues``, ``now``, ``scheduler``, ``cursor_secret`` and ``replay_check`` (a plain
+    function here) mean what they mean for :class:`drainpipe.Jobs`.
     ``close()`` (or ``with Jobs(...) as jobs:``) closes the pool opened for a DSN.
     """
 
@@ -44,9 +55,11 @@ class Jobs(JobRules, SyncRecordsMixin, SyncScheduleMixin):
         now: Callable[[], datetime] | None = None,
         scheduler: Literal["drain", "pg_cron"] = "drain",
         cursor_secret: str | bytes | None = None,
+        replay_check: ReplayCheck | None = None,
     ) -> None:
         super().__init__(queues, now=now, scheduler=scheduler, cursor_secret=cursor_secret)
         self.backend = SyncSqlBackend(db)
+        self._replay_check = check_replay_check(replay_check)
 
     # -- enqueue -------------------------------------------------------------------------
 
@@ -183,15 +196,6 @@ class Jobs(JobRules, SyncRecordsMixin, SyncScheduleMixin):
         limit, cursor = self._list_dead_args(queue, limit, cursor)
         return self.backend.list_dead(queue, limit=limit, before=cursor)
 
-    def retry_dead(self, queue: str, *, ids: Sequence[int] | None = None, limit: int = 1000) -> int:
-        """Replay the given dead letters (or the newest ``limit``); how many went back."""
-        checked = self._retry_dead_args(queue, ids, limit)
-        return self.backend.retry_dead(queue, ids=checked, limit=limit)
-
-    def replay(self, queue: str, job_id: int) -> int | None:
-        """Enqueue a dead letter again; its new id, or None when it is no dead letter."""
-        return self.backend.replay(queue, self._replay_args(queue, job_id))
-
     def purge_archive(
         self,
         queue: str,
@@ -276,7 +280,7 @@ class Queue(Generic[T]):
     def list_dead(self, *, limit: int = 100, cursor: int | None = None) -> list[DeadJob]:
         return self.jobs.list_dead(self.name, limit=limit, cursor=cursor)
 
-    def retry_dead(self, *, ids: Sequence[int] | None = None, limit: int = 1000) -> int:
+    def retry_dead(self, *, ids: Sequence[int] | None = None, limit: int = 1000) -> ReplayReport:
         return self.jobs.retry_dead(self.name, ids=ids, limit=limit)
 
     def replay(self, job_id: int) -> int | None:

@@ -34,6 +34,7 @@ from ...models import DeadJob, DedupeMode, FailOutcome, Job, QueueStats, claimed
 from .clock import Clock, _real_now, _round_trip, retry_delay
 from .policies import MemoryPolicies
 from .records import MemoryRecords
+from .replays import MemoryReplays
 from .schedules import MemorySchedules, _Schedule
 from .store import AttemptRow
 from .store import Live as _Live
@@ -48,7 +49,7 @@ from .values import (
 _MAX_ERROR = 4000
 
 
-class MemoryBackend(MemoryPolicies, MemoryRecords, MemorySchedules):
+class MemoryBackend(MemoryPolicies, MemoryRecords, MemoryReplays, MemorySchedules):
     """Jobs and schedules in this process's memory, with the SQL backends' semantics.
 
     ``now`` is the clock (default: real UTC time; a :class:`Clock` lets a test move time).

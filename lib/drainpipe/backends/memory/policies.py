@@ -15,6 +15,7 @@ class MemoryPolicies:
 
     _queues: dict[str, Any]
     _policy_rows: dict[str, tuple[int, float]]  # queue -> (max_pending, retention seconds)
+    _replay_rules: dict[str, tuple[float | None, bool]]  # queue -> (replay_window, replayable)
     _retention_ran: datetime | None
 
     def now(self) -> datetime:
@@ -22,11 +23,14 @@ class MemoryPolicies:
 
     def _init_policies(self) -> None:
         self._policy_rows = {}
+        self._replay_rules = {}
         self._retention_ran = None
 
     async def ensure_policy(self, queue: str, row: Sequence[Any]) -> None:
         # the parameters of drainpipe.ensure_queue_policy_v1 (QueuePolicy.as_row)
         self._policy_rows[queue] = (int(row[2]), float(row[8]))
+        window, replayable = (row[10], row[11]) if len(row) > 11 else (None, True)
+        self._replay_rules[queue] = (None if window is None else float(window), bool(replayable))
 
     def _check_pending(self, queue: str, adding: int) -> None:
         policy = self._policy_rows.get(queue)
