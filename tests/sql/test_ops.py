@@ -36,7 +36,7 @@ def test_every_operation_module_contributes_statements() -> None:
     modules = {name.partition(".")[0] for name in ops.STATEMENTS}
     assert modules == {
         *("jobs", "records", "schedules", "idempotency", "leases", "inbox", "management"),
-        "agents",
+        *("agents", "pause"),
     }
     called = {_FUNCTION.findall(statement)[0] for statement in ops.STATEMENTS.values()}
     assert called == {
@@ -65,8 +65,9 @@ def test_every_operation_module_contributes_statements() -> None:
                 "agent_extend",
             ),
             *("agent_raw", "agent_stream_acquire", "agent_stream_renew", "agent_stream_release"),
+            *("pause_queue", "resume_queue", "paused_queues"),
         )
-    } | {"job_queue_stats_v2", "replay_dead_job_v2", "fail_job_v2", "receive_webhook_v2"}
+    } | {"job_queue_stats_v3", "replay_dead_job_v2", "fail_job_v2", "receive_webhook_v2"}
 
 
 @pytest.mark.parametrize("backend", ["pgmq", "table"])

@@ -28,6 +28,7 @@ from ..schedules import ScheduleMixin
 from ..telemetry import active_telemetry
 from ..validation import seconds
 from .guard import PolicyMixin, fail_within_window
+from .pause import PauseMixin
 from .records import RecordsMixin
 from .rules import MAX_DEDUPE_KEY, SEVEN_DAYS, THIRTY_DAYS, JobRules
 
@@ -45,7 +46,7 @@ Handler = Callable[[Any, Job[Any]], Awaitable[Any]]
 OnError = Callable[[BaseException, Job[Any] | None], Any]
 
 
-class Jobs(PolicyMixin, JobRules, RecordsMixin, ScheduleMixin):
+class Jobs(PauseMixin, PolicyMixin, JobRules, RecordsMixin, ScheduleMixin):
     """Typed job queues on a database (DSN, pool, connection), a supabase client or a backend.
 
     ``queues`` maps each queue name to the payload schema (anything
