@@ -1,0 +1,78 @@
+-- The table: the console's overview of each queue (docs/job-inbox.md#the-console). Every
+-- part reads an index range: the live rows (job_messages_live_idx), the finished rows'
+-- states (job_messages_finished_idx covers them), and for the series only what moved in
+-- the last hour: a job enqueued since then became visible or finished since then too.
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_overview_v1(p_queues text[], p_now timestamptz DEFAULT NULL)
+RETURNS TABLE (queue text, counts jsonb, ready bigint, oldest_ready_age_s double precision,
+               paused boolean, series jsonb)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_from timestamptz := date_trunc('minute', v_now) - interval '59 minutes';
+    v_queue text;
+    v_live jsonb;
+    v_done jsonb;
+    v_enqueued jsonb;
+    v_succeeded jsonb;
+BEGIN
+    FOREACH v_queue IN ARRAY p_queues LOOP
+        PERFORM drainpipe.assert_queue_name(v_queue);
+        queue := v_queue;
+        SELECT coalesce(jsonb_object_agg(s.state, s.n), '{}'::jsonb) INTO v_live
+          FROM (SELECT drainpipe.job_state_at(m.state, m.visible_at, m.attempts, m.max_attempts, v_now) AS state,
+                       count(*) AS n
+                  FROM drainpipe.job_messages m
+                 WHERE m.queue = v_queue AND m.finished_at IS NULL
+                 GROUP BY 1) s;
+        SELECT count(*), extract(epoch FROM v_now - min(m.visible_at))::double precision
+          INTO ready, oldest_ready_age_s
+          FROM drainpipe.job_messages m
+         WHERE m.queue = v_queue AND m.finished_at IS NULL AND m.visible_at <= v_now
+           AND m.attempts < m.max_attempts;
+        SELECT coalesce(jsonb_object_agg(s.state, s.n), '{}'::jsonb) INTO v_done
+          FROM (SELECT f.state, count(*) AS n FROM drainpipe.job_messages f
+                 WHERE f.queue = v_queue AND f.finished_at IS NOT NULL GROUP BY f.state) s;
+        -- dead from the live rows (a last lease that ran out) adds to the finished dead
+        counts := jsonb_build_object(
+            'queued', coalesce((v_live ->> 'queued')::bigint, 0),
+            'leased', coalesce((v_live ->> 'leased')::bigint, 0),
+            'retry_wait', coalesce((v_live ->> 'retry_wait')::bigint, 0),
+            'succeeded', coalesce((v_done ->> 'succeeded')::bigint, 0),
+            'dead', coalesce((v_done ->> 'dead')::bigint, 0) + coalesce((v_live ->> 'dead')::bigint, 0),
+            'cancelled', coalesce((v_done ->> 'cancelled')::bigint, 0));
+        SELECT coalesce(jsonb_object_agg(extract(epoch FROM e.minute)::bigint::text, e.n), '{}'::jsonb)
+          INTO v_enqueued
+          FROM (SELECT date_trunc('minute', x.enqueued_at) AS minute, count(*) AS n
+                  FROM (SELECT m.enqueued_at FROM drainpipe.job_messages m
+                         WHERE m.queue = v_queue AND m.finished_at IS NULL
+                           AND m.visible_at >= v_from AND m.enqueued_at >= v_from
+                        UNION ALL
+                        SELECT f.enqueued_at FROM drainpipe.job_messages f
+                         WHERE f.queue = v_queue AND f.finished_at >= v_from
+                           AND f.enqueued_at >= v_from) x
+                 GROUP BY 1) e;
+        SELECT coalesce(jsonb_object_agg(extract(epoch FROM s.minute)::bigint::text, s.n), '{}'::jsonb)
+          INTO v_succeeded
+          FROM (SELECT date_trunc('minute', f.finished_at) AS minute, count(*) AS n
+                  FROM drainpipe.job_messages f
+                 WHERE f.queue = v_queue AND f.finished_at >= v_from AND f.state = 'succeeded'
+                 GROUP BY 1) s;
+        series := drainpipe.overview_series(v_queue, v_now, v_enqueued, v_succeeded);
+        paused := EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = v_queue);
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+-- The overview's indexes exist on the table from jobs 0004 on: nothing to add per queue.
+CREATE OR REPLACE FUNCTION drainpipe.ensure_overview_indexes_v1(p_queues text[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    NULL;
+END
+$$;
