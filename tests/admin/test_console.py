@@ -349,3 +349,38 @@ def test_the_sync_client_has_the_console_calls(fresh_database: Any) -> None:
     finally:
         served.run(jobs.close())
         served.stop()
+
+
+async def test_the_finished_counts_follow_completions_cancels_and_purges(console: Inbox) -> None:
+    """The overview's finished counts are kept by triggers (a batch of completions, a fused
+    turn, a dead end, a cancel, a purge): they always equal a count of the records."""
+    jobs = console.jobs
+
+    async def counts() -> dict[str, int]:
+        answer = await console.http.get("/queues", headers=bearer(VIEWER))
+        return {e["queue"]: e["counts"] for e in answer.json()["data"]}["emails"]
+
+    async def recount() -> dict[str, int]:
+        found: dict[str, int] = dict.fromkeys(
+            ("queued", "leased", "retry_wait", "succeeded", "dead", "cancelled"), 0
+        )
+        page = await jobs.list_jobs("emails", limit=500)
+        for record in page.items:
+            found[record.state] += 1
+        return found
+
+    assert (await counts())["succeeded"] == 0  # the queue is kept from here on
+    await spent_job(jobs, RuntimeError("boom"))
+    await jobs.enqueue_many("emails", [{"n": n} for n in range(12)])
+    batch = await jobs.claim("emails", batch=4, lease=60)
+    assert all(await jobs.backend.complete_many(batch))  # type: ignore[attr-defined]
+    more = await jobs.claim("emails", batch=2, lease=60)
+    backend: Any = jobs.backend
+    await backend.complete_and_claim("emails", more, lease=60, batch=1)
+    [live] = await jobs.claim("emails", lease=60)
+    assert await jobs.cancel("emails", live.id)
+    assert await counts() == await recount()
+    assert (await counts())["succeeded"] == 6
+    assert await jobs.purge_archive("emails", older_than=0, dead_older_than=0) == 8
+    assert await counts() == await recount()
+    assert (await counts())["succeeded"] == 0 and (await counts())["dead"] == 0

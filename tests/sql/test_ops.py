@@ -66,7 +66,7 @@ def test_every_operation_module_contributes_statements() -> None:
             ),
             *("agent_raw", "agent_stream_acquire", "agent_stream_renew", "agent_stream_release"),
             *("pause_queue", "resume_queue", "paused_queues"),
-            *("job_queue_overview", "ensure_overview_indexes", "search_jobs", "job_causes"),
+            *("job_queue_overview", "ensure_queue_overview", "search_jobs", "job_causes"),
             *("audited_pause_queue", "audit_bulk_action"),
         )
     } | {

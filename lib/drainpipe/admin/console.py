@@ -187,9 +187,9 @@ class Console:
     async def summaries(self, queues: list[str]) -> list[QueueOverview]:
         db = self.app.db
         if not self._indexed:
-            # the overview's partial indexes for queues created since the migration (a
-            # no-op once they exist): once per app instance
-            await db.fetch(ops.ENSURE_OVERVIEW_INDEXES, ops.ensure_overview_indexes_params(queues))
+            # keep the totals of queues created since the migration (counted once from
+            # their records; a no-op for a queue kept already): once per app instance
+            await db.fetch(ops.ENSURE_QUEUE_OVERVIEW, ops.ensure_queue_overview_params(queues))
             self._indexed = True
         rows = await db.fetch(ops.OVERVIEW, ops.overview_params(queues, self.app._clock()))
         return ops.parse_overview(rows)

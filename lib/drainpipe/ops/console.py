@@ -57,10 +57,10 @@ def parse_overview(rows: list[Row]) -> list[QueueOverview]:
     ]
 
 
-ENSURE_OVERVIEW_INDEXES = "SELECT drainpipe.ensure_overview_indexes_v1(%s)"
+ENSURE_QUEUE_OVERVIEW = "SELECT drainpipe.ensure_queue_overview_v1(%s)"
 
 
-def ensure_overview_indexes_params(queues: Sequence[str]) -> Params:
+def ensure_queue_overview_params(queues: Sequence[str]) -> Params:
     return (list(queues),)
 
 

@@ -138,3 +138,51 @@ AS $$
      WHERE a.queue = p_queue AND a.job_id = p_id AND a.code IS NOT NULL
      ORDER BY a.number DESC LIMIT 1
 $$;
+
+-- The overview's counts of finished jobs per queue and state, kept by a statement trigger
+-- on what each storage writes when a job finishes or its record is deleted (retention,
+-- purge), so reading them costs a few rows whatever the history's size. A statement (a
+-- batch of completions) adds one row change per state; the shard (the writer's backend
+-- pid, modulo 8) keeps concurrent completers off one another's row lock. Counted exactly
+-- from the records when a queue starts being kept (ensure_queue_overview_v1).
+CREATE TABLE IF NOT EXISTS drainpipe.job_totals (
+    queue text NOT NULL,
+    state text NOT NULL,
+    shard smallint NOT NULL,
+    n bigint NOT NULL,
+    PRIMARY KEY (queue, state, shard)
+);
+ALTER TABLE drainpipe.job_totals ENABLE ROW LEVEL SECURITY;
+
+-- The queues whose totals are kept (the others are counted from their records).
+CREATE TABLE IF NOT EXISTS drainpipe.job_totals_kept (
+    queue text PRIMARY KEY
+);
+ALTER TABLE drainpipe.job_totals_kept ENABLE ROW LEVEL SECURITY;
+
+-- Add p_rows' counts (queue, state, n; n negative for deleted records) to the totals.
+CREATE OR REPLACE FUNCTION drainpipe.add_job_totals(p_rows jsonb)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+    INSERT INTO drainpipe.job_totals AS t (queue, state, shard, n)
+    SELECT r.queue, r.state, (pg_backend_pid() % 8)::smallint, r.n
+      FROM jsonb_to_recordset(p_rows) AS r(queue text, state text, n bigint)
+     WHERE r.n <> 0
+     ORDER BY r.queue, r.state  -- one lock order for every writer
+    ON CONFLICT (queue, state, shard) DO UPDATE SET n = t.n + excluded.n
+$$;
+
+-- The kept totals of p_queue by state ({} when its totals are not kept).
+CREATE OR REPLACE FUNCTION drainpipe.kept_job_totals(p_queue text)
+RETURNS jsonb
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM drainpipe.job_totals_kept k WHERE k.queue = p_queue)
+                THEN coalesce((SELECT jsonb_object_agg(s.state, s.n)
+                                 FROM (SELECT t.state, sum(t.n) AS n FROM drainpipe.job_totals t
+                                        WHERE t.queue = p_queue GROUP BY t.state) s), '{}'::jsonb)
+           END
+$$;

@@ -1,32 +1,94 @@
 -- pgmq: the console's overview of each queue (docs/job-inbox.md#the-console), from the
--- queue's live table and its archive. Every part reads an index range: the counts of the
--- archive's dead and cancelled jobs two partial indexes (ensure_overview_indexes_v1; the
--- succeeded ones are the rest), and for the series only what moved in the last hour: a job
--- enqueued since then is visible (vt) or archived since then too.
+-- queue's live table, the kept totals of its archive, and for the series only what moved
+-- in the last hour (index ranges): a job enqueued since then is visible (vt) or archived
+-- since then too.
 
--- The archive's partial indexes the overview counts with (dead, cancelled): built for the
--- existing queues below, and by the management app for its declared queues at its first
--- overview (CREATE INDEX IF NOT EXISTS: a no-op once they exist). Only the rare terminal
--- rows enter them: a success's archive insert evaluates the predicate and stores nothing.
-CREATE OR REPLACE FUNCTION drainpipe.ensure_overview_indexes_v1(p_queues text[])
-RETURNS void
+-- The archive's totals (jobs 0012's job_totals): a pgmq queue finishes a job by inserting
+-- it into its archive, and retention and purge delete from there, so a statement trigger
+-- on each of those counts them.
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_job_totals()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_rows jsonb;
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        SELECT jsonb_agg(jsonb_build_object('queue', substr(TG_TABLE_NAME, 3), 'state', c.state, 'n', c.n))
+          INTO v_rows
+          FROM (SELECT CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
+                            WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END AS state,
+                       count(*) AS n
+                  FROM added a GROUP BY 1) c;
+    ELSE
+        SELECT jsonb_agg(jsonb_build_object('queue', substr(TG_TABLE_NAME, 3), 'state', c.state, 'n', -c.n))
+          INTO v_rows
+          FROM (SELECT CASE WHEN g.message ? 'cancelled' THEN 'cancelled'
+                            WHEN g.message ? 'dead' THEN 'dead' ELSE 'succeeded' END AS state,
+                       count(*) AS n
+                  FROM gone g GROUP BY 1) c;
+    END IF;
+    IF v_rows IS NOT NULL THEN
+        PERFORM drainpipe.add_job_totals(v_rows);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- Count p_queues' totals again from their archives and keep them from now on (the
+-- triggers, created when missing): writers of each archive wait between its count and the
+-- commit. The migration does it for the existing queues, the management app for its
+-- declared queues at its first overview (a queue kept already is skipped unless p_force);
+-- a queue not kept yet is counted from its records on every overview.
+CREATE OR REPLACE FUNCTION drainpipe.ensure_queue_overview_v1(p_queues text[], p_force boolean DEFAULT false)
+RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_queue text;
+    v_table regclass;
+    v_total bigint := 0;
+    v_counted bigint;
 BEGIN
     FOREACH v_queue IN ARRAY p_queues LOOP
         PERFORM drainpipe.assert_queue_name(v_queue);
-        CONTINUE WHEN to_regclass('pgmq.a_' || v_queue) IS NULL
-                   OR (to_regclass('pgmq.' || quote_ident('a_' || v_queue || '_dead_all_idx')) IS NOT NULL
-                       AND to_regclass('pgmq.' || quote_ident('a_' || v_queue || '_cancelled_idx')) IS NOT NULL);
-        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (msg_id) WHERE message ? ''dead''',
-                       'a_' || v_queue || '_dead_all_idx', 'a_' || v_queue);
-        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (msg_id) WHERE message ? ''cancelled''',
-                       'a_' || v_queue || '_cancelled_idx', 'a_' || v_queue);
+        CONTINUE WHEN to_regclass('pgmq.a_' || v_queue) IS NULL;
+        CONTINUE WHEN NOT p_force AND EXISTS (SELECT 1 FROM drainpipe.job_totals_kept k WHERE k.queue = v_queue);
+        v_table := ('pgmq.' || quote_ident('a_' || v_queue))::regclass;
+        EXECUTE format('LOCK TABLE %s IN SHARE ROW EXCLUSIVE MODE', v_table);
+        DELETE FROM drainpipe.job_totals WHERE queue = v_queue;
+        EXECUTE format(
+            'INSERT INTO drainpipe.job_totals (queue, state, shard, n)
+             SELECT $1, CASE WHEN a.message ? ''cancelled'' THEN ''cancelled''
+                             WHEN a.message ? ''dead'' THEN ''dead'' ELSE ''succeeded'' END, 0, count(*)
+               FROM %s a GROUP BY 2', v_table) USING v_queue;
+        SELECT coalesce(sum(n), 0) INTO v_counted FROM drainpipe.job_totals WHERE queue = v_queue;
+        v_total := v_total + v_counted;
+        IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'drainpipe_totals_insert' AND tgrelid = v_table) THEN
+            EXECUTE format('CREATE TRIGGER drainpipe_totals_insert AFTER INSERT ON %s
+                              REFERENCING NEW TABLE AS added FOR EACH STATEMENT
+                              EXECUTE FUNCTION drainpipe.pgmq_job_totals()', v_table);
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'drainpipe_totals_delete' AND tgrelid = v_table) THEN
+            EXECUTE format('CREATE TRIGGER drainpipe_totals_delete AFTER DELETE ON %s
+                              REFERENCING OLD TABLE AS gone FOR EACH STATEMENT
+                              EXECUTE FUNCTION drainpipe.pgmq_job_totals()', v_table);
+        END IF;
+        INSERT INTO drainpipe.job_totals_kept (queue) VALUES (v_queue) ON CONFLICT DO NOTHING;
     END LOOP;
+    RETURN v_total;
 END
+$$;
+
+CREATE OR REPLACE FUNCTION drainpipe.recount_job_totals_v1(p_queues text[] DEFAULT NULL)
+RETURNS bigint
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT drainpipe.ensure_queue_overview_v1(coalesce(p_queues, ARRAY(
+        SELECT queue_name FROM pgmq.meta WHERE queue_name ~ '^[a-z_][a-z0-9_]{0,46}$')), true)
 $$;
 
 CREATE OR REPLACE FUNCTION drainpipe.job_queue_overview_v1(p_queues text[], p_now timestamptz DEFAULT NULL)
@@ -40,9 +102,7 @@ DECLARE
     v_from timestamptz := date_trunc('minute', v_now) - interval '59 minutes';
     v_queue text;
     v_live jsonb;
-    v_total bigint;
-    v_dead bigint;
-    v_cancelled bigint;
+    v_done jsonb;
     v_enqueued jsonb;
     v_succeeded jsonb;
 BEGIN
@@ -59,31 +119,43 @@ BEGIN
             RETURN NEXT;
             CONTINUE;
         END IF;
+        -- the live jobs in one pass; a job never claimed is queued (and ready once visible)
+        -- without reading its document, which only claimed ones need
         EXECUTE format(
-            'SELECT coalesce(jsonb_object_agg(s.state, s.n), ''{}''::jsonb)
-               FROM (SELECT drainpipe.job_state_at(drainpipe.pgmq_live_state(q.read_ct, q.message), q.vt,
-                                                   q.read_ct, coalesce((q.message ->> ''max_attempts'')::integer, 5), $1) AS state,
-                            count(*) AS n
-                       FROM pgmq.%I q GROUP BY 1) s', 'q_' || v_queue)
-          INTO v_live USING v_now;
-        EXECUTE format(
-            'SELECT count(*), extract(epoch FROM $1 - min(q.vt))::double precision
-               FROM pgmq.%I q
-              WHERE q.vt <= $1 AND q.read_ct < coalesce((q.message ->> ''max_attempts'')::integer, 5)',
-            'q_' || v_queue)
-          INTO ready, oldest_ready_age_s USING v_now;
-        EXECUTE format(
-            'SELECT (SELECT count(*) FROM pgmq.%1$I),
-                    (SELECT count(*) FROM pgmq.%1$I a WHERE a.message ? ''dead''),
-                    (SELECT count(*) FROM pgmq.%1$I a WHERE a.message ? ''cancelled'')', 'a_' || v_queue)
-          INTO v_total, v_dead, v_cancelled;
+            'SELECT jsonb_build_object(''queued'', count(*) FILTER (WHERE l.state = ''queued''),
+                                       ''leased'', count(*) FILTER (WHERE l.state = ''leased''),
+                                       ''retry_wait'', count(*) FILTER (WHERE l.state = ''retry_wait''),
+                                       ''dead'', count(*) FILTER (WHERE l.state = ''dead'')),
+                    count(*) FILTER (WHERE l.ready),
+                    extract(epoch FROM $1 - min(l.vt) FILTER (WHERE l.ready))::double precision
+               FROM (SELECT q.vt,
+                            CASE WHEN q.read_ct = 0 THEN ''queued''
+                                 ELSE drainpipe.job_state_at(drainpipe.pgmq_live_state(q.read_ct, q.message), q.vt,
+                                          q.read_ct, coalesce((q.message ->> ''max_attempts'')::integer, 5), $1)
+                            END AS state,
+                            q.vt <= $1 AND CASE WHEN q.read_ct = 0 THEN true
+                                                ELSE q.read_ct < coalesce((q.message ->> ''max_attempts'')::integer, 5)
+                                           END AS ready
+                       FROM pgmq.%I q) l', 'q_' || v_queue)
+          INTO v_live, ready, oldest_ready_age_s USING v_now;
+        -- the finished: the kept totals, or (a queue not kept yet) a count of the archive
+        v_done := drainpipe.kept_job_totals(v_queue);
+        IF v_done IS NULL THEN
+            EXECUTE format(
+                'SELECT coalesce(jsonb_object_agg(s.state, s.n), ''{}''::jsonb)
+                   FROM (SELECT CASE WHEN a.message ? ''cancelled'' THEN ''cancelled''
+                                     WHEN a.message ? ''dead'' THEN ''dead'' ELSE ''succeeded'' END AS state,
+                                count(*) AS n
+                           FROM pgmq.%I a GROUP BY 1) s', 'a_' || v_queue)
+              INTO v_done;
+        END IF;
         counts := jsonb_build_object(
             'queued', coalesce((v_live ->> 'queued')::bigint, 0),
             'leased', coalesce((v_live ->> 'leased')::bigint, 0),
             'retry_wait', coalesce((v_live ->> 'retry_wait')::bigint, 0),
-            'succeeded', v_total - v_dead - v_cancelled,
-            'dead', v_dead + coalesce((v_live ->> 'dead')::bigint, 0),
-            'cancelled', v_cancelled);
+            'succeeded', coalesce((v_done ->> 'succeeded')::bigint, 0),
+            'dead', coalesce((v_done ->> 'dead')::bigint, 0) + coalesce((v_live ->> 'dead')::bigint, 0),
+            'cancelled', coalesce((v_done ->> 'cancelled')::bigint, 0));
         EXECUTE format(
             'SELECT coalesce(jsonb_object_agg(extract(epoch FROM e.minute)::bigint::text, e.n), ''{}''::jsonb)
                FROM (SELECT date_trunc(''minute'', x.enqueued_at) AS minute, count(*) AS n
@@ -105,9 +177,9 @@ BEGIN
 END
 $$;
 
-DO $indexes$
+DO $totals$
 BEGIN
-    PERFORM drainpipe.ensure_overview_indexes_v1(ARRAY(
+    PERFORM drainpipe.ensure_queue_overview_v1(ARRAY(
         SELECT queue_name FROM pgmq.meta WHERE queue_name ~ '^[a-z_][a-z0-9_]{0,46}$'));
 END
-$indexes$;
+$totals$;

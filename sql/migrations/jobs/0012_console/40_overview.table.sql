@@ -1,7 +1,7 @@
--- The table: the console's overview of each queue (docs/job-inbox.md#the-console). Every
--- part reads an index range: the live rows (job_messages_live_idx), the finished rows'
--- states (job_messages_finished_idx covers them), and for the series only what moved in
--- the last hour: a job enqueued since then became visible or finished since then too.
+-- The table: the console's overview of each queue (docs/job-inbox.md#the-console): the live
+-- rows (job_messages_live_idx), the finished ones' totals (35_totals), and for the series
+-- only what moved in the last hour (index ranges): a job enqueued since then became
+-- visible or finished since then too.
 CREATE OR REPLACE FUNCTION drainpipe.job_queue_overview_v1(p_queues text[], p_now timestamptz DEFAULT NULL)
 RETURNS TABLE (queue text, counts jsonb, ready bigint, oldest_ready_age_s double precision,
                paused boolean, series jsonb)
@@ -20,20 +20,23 @@ BEGIN
     FOREACH v_queue IN ARRAY p_queues LOOP
         PERFORM drainpipe.assert_queue_name(v_queue);
         queue := v_queue;
-        SELECT coalesce(jsonb_object_agg(s.state, s.n), '{}'::jsonb) INTO v_live
-          FROM (SELECT drainpipe.job_state_at(m.state, m.visible_at, m.attempts, m.max_attempts, v_now) AS state,
-                       count(*) AS n
+        -- the live jobs in one pass over their index range
+        SELECT jsonb_build_object('queued', count(*) FILTER (WHERE l.state = 'queued'),
+                                  'leased', count(*) FILTER (WHERE l.state = 'leased'),
+                                  'retry_wait', count(*) FILTER (WHERE l.state = 'retry_wait'),
+                                  'dead', count(*) FILTER (WHERE l.state = 'dead')),
+               count(*) FILTER (WHERE l.ready),
+               extract(epoch FROM v_now - min(l.visible_at) FILTER (WHERE l.ready))::double precision
+          INTO v_live, ready, oldest_ready_age_s
+          FROM (SELECT m.visible_at,
+                       drainpipe.job_state_at(m.state, m.visible_at, m.attempts, m.max_attempts, v_now) AS state,
+                       m.visible_at <= v_now AND m.attempts < m.max_attempts AS ready
                   FROM drainpipe.job_messages m
-                 WHERE m.queue = v_queue AND m.finished_at IS NULL
-                 GROUP BY 1) s;
-        SELECT count(*), extract(epoch FROM v_now - min(m.visible_at))::double precision
-          INTO ready, oldest_ready_age_s
-          FROM drainpipe.job_messages m
-         WHERE m.queue = v_queue AND m.finished_at IS NULL AND m.visible_at <= v_now
-           AND m.attempts < m.max_attempts;
+                 WHERE m.queue = v_queue AND m.finished_at IS NULL) l;
+        -- the finished: the totals the triggers keep (35_totals)
         SELECT coalesce(jsonb_object_agg(s.state, s.n), '{}'::jsonb) INTO v_done
-          FROM (SELECT f.state, count(*) AS n FROM drainpipe.job_messages f
-                 WHERE f.queue = v_queue AND f.finished_at IS NOT NULL GROUP BY f.state) s;
+          FROM (SELECT t.state, sum(t.n) AS n FROM drainpipe.job_totals t
+                 WHERE t.queue = v_queue GROUP BY t.state) s;
         -- dead from the live rows (a last lease that ran out) adds to the finished dead
         counts := jsonb_build_object(
             'queued', coalesce((v_live ->> 'queued')::bigint, 0),
@@ -66,13 +69,9 @@ BEGIN
 END
 $$;
 
--- The overview's indexes exist on the table from jobs 0004 on: nothing to add per queue.
-CREATE OR REPLACE FUNCTION drainpipe.ensure_overview_indexes_v1(p_queues text[])
-RETURNS void
-LANGUAGE plpgsql
+-- The table keeps every queue's totals from the migration on: nothing to set up per queue.
+CREATE OR REPLACE FUNCTION drainpipe.ensure_queue_overview_v1(p_queues text[], p_force boolean DEFAULT false)
+RETURNS bigint
+LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    NULL;
-END
-$$;
+AS $$ SELECT CASE WHEN p_force THEN drainpipe.recount_job_totals_v1(p_queues) ELSE 0 END $$;

@@ -39,27 +39,30 @@ AS $$
           LIMIT $6)
         UNION ALL
         (SELECT * FROM (
-            SELECT a.msg_id AS id, %1$L::text AS queue, x.state AS stored_state, x.state AS read_state,
+            SELECT a.msg_id AS id, %1$L::text AS queue,
+                   CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
+                        WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END AS stored_state,
+                   CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
+                        WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END AS read_state,
                    a.read_ct AS attempts, coalesce((a.message ->> 'max_attempts')::integer, 5) AS max_attempts,
                    drainpipe.job_tenant(a.message -> 'payload') AS tenant,
                    a.message ->> 'dedupe_key' AS dedupe_key, a.enqueued_at, a.vt AS lease_end, %5$s AS started_at,
                    a.archived_at AS finished_at,
-                   CASE WHEN x.state IN ('cancelled', 'dead') THEN a.message ->> 'last_code'
+                   CASE WHEN a.message ? 'cancelled' OR a.message ? 'dead' THEN a.message ->> 'last_code'
                         ELSE a.message ->> 'skipped' END AS stored_code,
                    (a.message ->> 'parent_id')::bigint AS parent_id,
                    (a.message ->> 'replayed_by')::bigint AS replayed_by,
-                   CASE WHEN x.state IN ('cancelled', 'dead') THEN a.message ->> 'last_code'
+                   CASE WHEN a.message ? 'cancelled' OR a.message ? 'dead' THEN a.message ->> 'last_code'
                         ELSE a.message ->> 'skipped' END AS read_code
               FROM pgmq.%3$I a
-             CROSS JOIN LATERAL (SELECT CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
-                                             WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END AS state) x
              WHERE ($7::bigint IS NULL OR a.msg_id = $7)
                AND ($3::bigint IS NULL OR a.msg_id < $3 + CASE WHEN %1$L < $4 THEN 1 ELSE 0 END)
                AND ($8::text IS NULL OR a.message ->> 'dedupe_key' = $8)
                AND ($9::timestamptz IS NULL OR a.enqueued_at >= $9)
                AND ($10::timestamptz IS NULL OR a.enqueued_at < $10)
                AND ($2::text IS NULL OR drainpipe.job_tenant(a.message -> 'payload') = $2)
-               AND ($1::text IS NULL OR $1 = x.state)
+               AND ($1::text IS NULL OR $1 = CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
+                                                  WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END)
              ORDER BY a.msg_id DESC) t
           WHERE ($11::text IS NULL OR t.read_code = $11
                  OR (t.read_code IN ('MAX_ATTEMPTS', 'DEADLINE_PASSED')
