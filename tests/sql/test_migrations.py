@@ -62,6 +62,15 @@ INTERNAL_FUNCTIONS = {
     "count_live_jobs",
     "job_messages_policy_lease",
     "pgmq_queue_policy_lease",
+    # the console (jobs 0012): helpers and triggers of its _v1 functions
+    "overview_minutes",
+    "overview_series",
+    "job_cause",
+    "add_job_totals",
+    "kept_job_totals",
+    "table_job_totals",
+    "pgmq_job_totals",
+    "pgmq_search_sql",
     # the agent inbox's helpers (webhook-inbox 0004): called by its _v1 functions only
     "agent_priority",
     "agent_where_matches",

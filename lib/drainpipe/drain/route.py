@@ -193,8 +193,8 @@ class DrainRoute:
         """Run schedules and drain the queues and inboxes once (no authorization check).
 
         Returns ``{"schedules", "queues": {queue: {"succeeded", "failed"}},
-        "budgetExhausted", "errors", "more", "paused": [queues]}`` (``paused``: the drained
-        queues that are paused, docs/policies.md#pause) plus ``"inboxes": {source: {...}}`` when
+        "budgetExhausted", "errors", "more"}`` plus ``"paused": [queues]`` when a drained
+        queue is paused (docs/policies.md#pause), plus ``"inboxes": {source: {...}}`` when
         inboxes are set. The budget is shared: each source with work gets an equal share of
         what is left, and time a source leaves unused goes to the others, round after round
         (see ``docs/engine.md``). A source not reached before the deadline is left out;
@@ -292,13 +292,15 @@ class DrainRoute:
         }
         if self.inboxes:
             result["inboxes"] = inboxes
-        result["paused"] = await self._paused(
+        paused = await self._paused(
             [
                 s.name
                 for s in sources
                 if s.inbox is None and s.reached and not s.succeeded + s.failed
             ]
         )
+        if paused:  # only then: a report without a paused queue reads as it always did
+            result["paused"] = paused
         await self._monitor("on_finish", result, token)
         return result
 

@@ -104,9 +104,11 @@ AS $$
 $$;
 
 -- One queue's series as JSON: [{minute, enqueued, succeeded, failed}] x 60, from the
--- per-minute counts each storage reads (p_enqueued/p_succeeded: {minute: n} objects).
+-- per-minute counts each storage reads ({epoch seconds of the minute: n} objects; jobs
+-- enqueued are counted where they are now, live or finished, hence two objects).
 CREATE OR REPLACE FUNCTION drainpipe.overview_series(
-    p_queue text, p_now timestamptz, p_enqueued jsonb, p_succeeded jsonb
+    p_queue text, p_now timestamptz, p_enqueued_live jsonb, p_enqueued_done jsonb,
+    p_succeeded jsonb
 )
 RETURNS jsonb
 LANGUAGE sql STABLE
@@ -121,10 +123,12 @@ AS $$
     )
     SELECT jsonb_agg(jsonb_build_object(
                'minute', m.minute,
-               'enqueued', coalesce((p_enqueued ->> extract(epoch FROM m.minute)::bigint::text)::bigint, 0),
-               'succeeded', coalesce((p_succeeded ->> extract(epoch FROM m.minute)::bigint::text)::bigint, 0),
+               'enqueued', coalesce((p_enqueued_live ->> m.k)::bigint, 0)
+                           + coalesce((p_enqueued_done ->> m.k)::bigint, 0),
+               'succeeded', coalesce((p_succeeded ->> m.k)::bigint, 0),
                'failed', coalesce(f.n, 0)) ORDER BY m.minute)
-      FROM drainpipe.overview_minutes(p_now) AS m(minute)
+      FROM (SELECT o.minute, extract(epoch FROM o.minute)::bigint::text AS k
+              FROM drainpipe.overview_minutes(p_now) AS o(minute)) m
       LEFT JOIN failed f ON f.minute = m.minute
 $$;
 

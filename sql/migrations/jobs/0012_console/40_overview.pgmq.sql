@@ -104,6 +104,7 @@ DECLARE
     v_live jsonb;
     v_done jsonb;
     v_enqueued jsonb;
+    v_enqueued_done jsonb;
     v_succeeded jsonb;
 BEGIN
     FOREACH v_queue IN ARRAY p_queues LOOP
@@ -115,29 +116,39 @@ BEGIN
                                          'succeeded', 0, 'dead', 0, 'cancelled', 0);
             ready := 0;
             oldest_ready_age_s := NULL;
-            series := drainpipe.overview_series(v_queue, v_now, '{}', '{}');
+            series := drainpipe.overview_series(v_queue, v_now, '{}', '{}', '{}');
             RETURN NEXT;
             CONTINUE;
         END IF;
-        -- the live jobs in one pass; a job never claimed is queued (and ready once visible)
-        -- without reading its document, which only claimed ones need
+        -- the live jobs in one pass: counts by state, the ready ones and the oldest of
+        -- them, and those enqueued in the last hour by minute; a job never claimed is
+        -- queued (and ready once visible) without reading its document
         EXECUTE format(
-            'SELECT jsonb_build_object(''queued'', count(*) FILTER (WHERE l.state = ''queued''),
-                                       ''leased'', count(*) FILTER (WHERE l.state = ''leased''),
-                                       ''retry_wait'', count(*) FILTER (WHERE l.state = ''retry_wait''),
-                                       ''dead'', count(*) FILTER (WHERE l.state = ''dead'')),
-                    count(*) FILTER (WHERE l.ready),
-                    extract(epoch FROM $1 - min(l.vt) FILTER (WHERE l.ready))::double precision
-               FROM (SELECT q.vt,
-                            CASE WHEN q.read_ct = 0 THEN ''queued''
-                                 ELSE drainpipe.job_state_at(drainpipe.pgmq_live_state(q.read_ct, q.message), q.vt,
-                                          q.read_ct, coalesce((q.message ->> ''max_attempts'')::integer, 5), $1)
-                            END AS state,
-                            q.vt <= $1 AND CASE WHEN q.read_ct = 0 THEN true
-                                                ELSE q.read_ct < coalesce((q.message ->> ''max_attempts'')::integer, 5)
-                                           END AS ready
-                       FROM pgmq.%I q) l', 'q_' || v_queue)
-          INTO v_live, ready, oldest_ready_age_s USING v_now;
+            'SELECT jsonb_build_object(''queued'', sum(g.queued), ''leased'', sum(g.leased),
+                                       ''retry_wait'', sum(g.retry_wait), ''dead'', sum(g.dead)),
+                    coalesce(sum(g.ready), 0),
+                    extract(epoch FROM $1 - min(g.oldest))::double precision,
+                    coalesce(jsonb_object_agg(extract(epoch FROM g.minute)::bigint::text, g.n)
+                                 FILTER (WHERE g.minute IS NOT NULL), ''{}''::jsonb)
+               FROM (SELECT CASE WHEN l.enqueued_at >= $2 THEN date_trunc(''minute'', l.enqueued_at) END AS minute,
+                            count(*) AS n,
+                            count(*) FILTER (WHERE l.state = ''queued'') AS queued,
+                            count(*) FILTER (WHERE l.state = ''leased'') AS leased,
+                            count(*) FILTER (WHERE l.state = ''retry_wait'') AS retry_wait,
+                            count(*) FILTER (WHERE l.state = ''dead'') AS dead,
+                            count(*) FILTER (WHERE l.ready) AS ready,
+                            min(l.vt) FILTER (WHERE l.ready) AS oldest
+                       FROM (SELECT q.vt, q.enqueued_at,
+                                    CASE WHEN q.read_ct = 0 THEN ''queued''
+                                         ELSE drainpipe.job_state_at(drainpipe.pgmq_live_state(q.read_ct, q.message), q.vt,
+                                                  q.read_ct, coalesce((q.message ->> ''max_attempts'')::integer, 5), $1)
+                                    END AS state,
+                                    q.vt <= $1 AND CASE WHEN q.read_ct = 0 THEN true
+                                                        ELSE q.read_ct < coalesce((q.message ->> ''max_attempts'')::integer, 5)
+                                                   END AS ready
+                               FROM pgmq.%I q) l
+                      GROUP BY 1) g', 'q_' || v_queue)
+          INTO v_live, ready, oldest_ready_age_s, v_enqueued USING v_now, v_from;
         -- the finished: the kept totals, or (a queue not kept yet) a count of the archive
         v_done := drainpipe.kept_job_totals(v_queue);
         IF v_done IS NULL THEN
@@ -158,12 +169,10 @@ BEGIN
             'cancelled', coalesce((v_done ->> 'cancelled')::bigint, 0));
         EXECUTE format(
             'SELECT coalesce(jsonb_object_agg(extract(epoch FROM e.minute)::bigint::text, e.n), ''{}''::jsonb)
-               FROM (SELECT date_trunc(''minute'', x.enqueued_at) AS minute, count(*) AS n
-                       FROM (SELECT q.enqueued_at FROM pgmq.%1$I q WHERE q.vt >= $1 AND q.enqueued_at >= $1
-                             UNION ALL
-                             SELECT a.enqueued_at FROM pgmq.%2$I a WHERE a.archived_at >= $1 AND a.enqueued_at >= $1) x
-                      GROUP BY 1) e', 'q_' || v_queue, 'a_' || v_queue)
-          INTO v_enqueued USING v_from;
+               FROM (SELECT date_trunc(''minute'', a.enqueued_at) AS minute, count(*) AS n
+                       FROM pgmq.%I a WHERE a.archived_at >= $1 AND a.enqueued_at >= $1
+                      GROUP BY 1) e', 'a_' || v_queue)
+          INTO v_enqueued_done USING v_from;
         EXECUTE format(
             'SELECT coalesce(jsonb_object_agg(extract(epoch FROM s.minute)::bigint::text, s.n), ''{}''::jsonb)
                FROM (SELECT date_trunc(''minute'', a.archived_at) AS minute, count(*) AS n
@@ -171,7 +180,7 @@ BEGIN
                       WHERE a.archived_at >= $1 AND NOT a.message ? ''dead'' AND NOT a.message ? ''cancelled''
                       GROUP BY 1) s', 'a_' || v_queue)
           INTO v_succeeded USING v_from;
-        series := drainpipe.overview_series(v_queue, v_now, v_enqueued, v_succeeded);
+        series := drainpipe.overview_series(v_queue, v_now, v_enqueued, v_enqueued_done, v_succeeded);
         RETURN NEXT;
     END LOOP;
 END

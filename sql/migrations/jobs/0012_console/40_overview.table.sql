@@ -15,24 +15,35 @@ DECLARE
     v_live jsonb;
     v_done jsonb;
     v_enqueued jsonb;
+    v_enqueued_done jsonb;
     v_succeeded jsonb;
 BEGIN
     FOREACH v_queue IN ARRAY p_queues LOOP
         PERFORM drainpipe.assert_queue_name(v_queue);
         queue := v_queue;
-        -- the live jobs in one pass over their index range
-        SELECT jsonb_build_object('queued', count(*) FILTER (WHERE l.state = 'queued'),
-                                  'leased', count(*) FILTER (WHERE l.state = 'leased'),
-                                  'retry_wait', count(*) FILTER (WHERE l.state = 'retry_wait'),
-                                  'dead', count(*) FILTER (WHERE l.state = 'dead')),
-               count(*) FILTER (WHERE l.ready),
-               extract(epoch FROM v_now - min(l.visible_at) FILTER (WHERE l.ready))::double precision
-          INTO v_live, ready, oldest_ready_age_s
-          FROM (SELECT m.visible_at,
-                       drainpipe.job_state_at(m.state, m.visible_at, m.attempts, m.max_attempts, v_now) AS state,
-                       m.visible_at <= v_now AND m.attempts < m.max_attempts AS ready
-                  FROM drainpipe.job_messages m
-                 WHERE m.queue = v_queue AND m.finished_at IS NULL) l;
+        -- the live jobs in one pass over their index range: counts by state, the ready
+        -- ones and the oldest of them, and those enqueued in the last hour by minute
+        SELECT jsonb_build_object('queued', sum(g.queued), 'leased', sum(g.leased),
+                                  'retry_wait', sum(g.retry_wait), 'dead', sum(g.dead)),
+               coalesce(sum(g.ready), 0),
+               extract(epoch FROM v_now - min(g.oldest))::double precision,
+               coalesce(jsonb_object_agg(extract(epoch FROM g.minute)::bigint::text, g.n)
+                            FILTER (WHERE g.minute IS NOT NULL), '{}'::jsonb)
+          INTO v_live, ready, oldest_ready_age_s, v_enqueued
+          FROM (SELECT CASE WHEN l.enqueued_at >= v_from THEN date_trunc('minute', l.enqueued_at) END AS minute,
+                       count(*) AS n,
+                       count(*) FILTER (WHERE l.state = 'queued') AS queued,
+                       count(*) FILTER (WHERE l.state = 'leased') AS leased,
+                       count(*) FILTER (WHERE l.state = 'retry_wait') AS retry_wait,
+                       count(*) FILTER (WHERE l.state = 'dead') AS dead,
+                       count(*) FILTER (WHERE l.ready) AS ready,
+                       min(l.visible_at) FILTER (WHERE l.ready) AS oldest
+                  FROM (SELECT m.visible_at, m.enqueued_at,
+                               drainpipe.job_state_at(m.state, m.visible_at, m.attempts, m.max_attempts, v_now) AS state,
+                               m.visible_at <= v_now AND m.attempts < m.max_attempts AS ready
+                          FROM drainpipe.job_messages m
+                         WHERE m.queue = v_queue AND m.finished_at IS NULL) l
+                 GROUP BY 1) g;
         -- the finished: the totals the triggers keep (35_totals)
         SELECT coalesce(jsonb_object_agg(s.state, s.n), '{}'::jsonb) INTO v_done
           FROM (SELECT t.state, sum(t.n) AS n FROM drainpipe.job_totals t
@@ -46,15 +57,10 @@ BEGIN
             'dead', coalesce((v_done ->> 'dead')::bigint, 0) + coalesce((v_live ->> 'dead')::bigint, 0),
             'cancelled', coalesce((v_done ->> 'cancelled')::bigint, 0));
         SELECT coalesce(jsonb_object_agg(extract(epoch FROM e.minute)::bigint::text, e.n), '{}'::jsonb)
-          INTO v_enqueued
-          FROM (SELECT date_trunc('minute', x.enqueued_at) AS minute, count(*) AS n
-                  FROM (SELECT m.enqueued_at FROM drainpipe.job_messages m
-                         WHERE m.queue = v_queue AND m.finished_at IS NULL
-                           AND m.visible_at >= v_from AND m.enqueued_at >= v_from
-                        UNION ALL
-                        SELECT f.enqueued_at FROM drainpipe.job_messages f
-                         WHERE f.queue = v_queue AND f.finished_at >= v_from
-                           AND f.enqueued_at >= v_from) x
+          INTO v_enqueued_done
+          FROM (SELECT date_trunc('minute', f.enqueued_at) AS minute, count(*) AS n
+                  FROM drainpipe.job_messages f
+                 WHERE f.queue = v_queue AND f.finished_at >= v_from AND f.enqueued_at >= v_from
                  GROUP BY 1) e;
         SELECT coalesce(jsonb_object_agg(extract(epoch FROM s.minute)::bigint::text, s.n), '{}'::jsonb)
           INTO v_succeeded
@@ -62,7 +68,7 @@ BEGIN
                   FROM drainpipe.job_messages f
                  WHERE f.queue = v_queue AND f.finished_at >= v_from AND f.state = 'succeeded'
                  GROUP BY 1) s;
-        series := drainpipe.overview_series(v_queue, v_now, v_enqueued, v_succeeded);
+        series := drainpipe.overview_series(v_queue, v_now, v_enqueued, v_enqueued_done, v_succeeded);
         paused := EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = v_queue);
         RETURN NEXT;
     END LOOP;
