@@ -142,7 +142,9 @@ def jobs_admin_request(rng: random.Random, env: Mapping[str, str]) -> Draft:
     token = rng.choice([ADMIN_TOKEN, ADMIN_TOKEN, VIEWER_TOKEN])
     headers = [("authorization", f"Bearer {token}")]
     job = f"emails/{rng.choice([1, 2, 3, rng.randrange(1, 10**6)])}"
-    choice = rng.randrange(7)
+    choice = rng.randrange(9)
+    if choice >= 7:
+        return console_request(rng, env)  # the console's routes
     if choice == 0:
         return Draft("GET", "/api/jobs", [])  # the admin page
     if choice == 1:
