@@ -166,7 +166,8 @@ class QueueStats:
     """``ready``: claimable now; ``in_flight``: held by a worker or waiting out a retry
     backoff; ``delayed``: never claimed, not yet visible; ``dead``: dead jobs not replayed
     yet; ``oldest_age_seconds``: age of the oldest live job (None when there is none);
-    ``succeeded``/``cancelled``: finished records kept."""
+    ``succeeded``/``cancelled``: finished records kept; ``paused``: no claimer takes the
+    queue's jobs (``Jobs.pause``)."""
 
     ready: int
     in_flight: int
@@ -176,6 +177,7 @@ class QueueStats:
     #: finished jobs still kept as records (until ``purge_archive``)
     succeeded: int = 0
     cancelled: int = 0
+    paused: bool = False
 
 
 @dataclass(slots=True)
@@ -262,7 +264,8 @@ class Attempt:
 class JobRecord:
     """A job as an operator sees it: metadata only, never the payload, error text or lease
     tokens. ``state`` is what holds at read time; ``history`` is filled by ``get`` (a
-    listing leaves it empty)."""
+    listing leaves it empty). ``held_by`` says why a ``queued`` job that could run is not
+    claimed: ``"paused"`` (its queue is paused), else None."""
 
     id: int
     queue: str
@@ -281,6 +284,7 @@ class JobRecord:
     parent_id: int | None
     replayed_by: int | None
     history: tuple[Attempt, ...] = ()
+    held_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

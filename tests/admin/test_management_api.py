@@ -129,7 +129,7 @@ async def test_the_audit_pages_newest_first_with_cursors_bound_to_the_actor(inbo
     assert [row["job_id"] for row in body["data"]] == [5, 4]
     assert set(body["data"][0]) == {
         *("id", "at", "actor", "action", "queue", "job_id", "outcome", "code"),
-        *("idempotency_key", "new_job_id"),
+        *("idempotency_key", "new_job_id", "detail"),
     }
     seen = [row["job_id"] for row in body["data"]]
     cursor = body["meta"]["next_cursor"]

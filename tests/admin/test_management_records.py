@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from drainpipe import Jobs
-from drainpipe.admin.records import ATTEMPT_FIELDS, RECORD_FIELDS
+from drainpipe.admin.records import ATTEMPT_FIELDS, SHOWN_FIELDS
 from tests.admin.conftest import (
     ADMIN,
     ERROR_MARKER,
@@ -65,7 +65,7 @@ async def test_list_is_metadata_newest_first_and_filters(records: Inbox) -> None
     # id 1 is the newest job, not the oldest)
     expected = [(report, "reports"), (first, "emails"), (dead, "emails")]
     assert [(job["id"], job["queue"]) for job in body["data"]] == expected
-    assert all(set(job) == set(RECORD_FIELDS) for job in body["data"])  # no history in lists
+    assert all(set(job) == set(SHOWN_FIELDS) for job in body["data"])  # no history in lists
     assert body["meta"]["next_cursor"] is None
     assert body["meta"]["actor"] == "intern@example.com" and body["meta"]["role"] == "viewer"
     assert body["meta"]["target"] == "production" and body["meta"]["queues"] == list(QUEUES)
@@ -120,7 +120,7 @@ async def test_get_has_the_history_and_unknown_jobs_are_404(records: Inbox) -> N
     response = await records.http.get(f"/jobs/emails/{dead}", headers=bearer(VIEWER))
     assert response.status_code == 200, response.text
     job = response.json()["data"]
-    assert set(job) == {*RECORD_FIELDS, "history"}
+    assert set(job) == {*SHOWN_FIELDS, "history"}
     [attempt] = job["history"]
     assert set(attempt) == set(ATTEMPT_FIELDS)
     assert (attempt["number"], attempt["outcome"], attempt["code"]) == (
@@ -333,8 +333,33 @@ async def test_no_response_carries_a_payload_or_an_error_text(records: Inbox) ->
         await records.http.get(f"/jobs/emails/{live}", headers=bearer(ADMIN)),
         await records.http.get("/audit", headers=bearer(ADMIN)),
         await records.http.get("/jobs", params={"tenant": "x"}, headers=bearer(ADMIN)),
+        # the console's routes (docs/job-inbox.md#the-console)
+        await records.http.get("/queues", headers=bearer(VIEWER)),
+        await records.http.post("/queues/emails/pause", headers=bearer(ADMIN)),
+        await records.http.post("/queues/emails/resume", headers=bearer(ADMIN)),
+        await records.http.get("/jobs", params={"code": "HANDLER_ERROR"}, headers=bearer(VIEWER)),
+        await records.http.get("/jobs", params={"id": str(dead)}, headers=bearer(VIEWER)),
+        await records.http.get("/jobs", params={"since": "2020-01-01"}, headers=bearer(VIEWER)),
+        await records.http.post(
+            "/jobs/bulk/replay",
+            json={"filter": {"state": "dead"}, "expected": 99},
+            headers=replay_headers("m3"),
+        ),
+        await records.http.post(
+            "/jobs/bulk/replay",
+            json={"filter": {"state": "dead", "code": "HANDLER_ERROR"}, "expected": 1},
+            headers=replay_headers("m4"),
+        ),
+        await records.http.post(
+            "/jobs/bulk/cancel",
+            json={"filter": {"queue": "emails", "state": "queued"}, "expected": 1},
+            headers=replay_headers("m5"),
+        ),
+        await records.http.get("/metrics", headers=bearer(VIEWER)),
+        await records.http.get("/audit", headers=bearer(ADMIN)),
     ]
     assert {a.status_code for a in answers} == {200, 201, 409}
+    assert all(a.status_code != 400 for a in answers[-10:]), [a.text for a in answers[-10:]]
     for answer in answers:
         text = answer.text + repr(answer.headers)
         assert PAYLOAD_MARKER not in text and ERROR_MARKER not in text, answer.request.url

@@ -142,7 +142,9 @@ def jobs_admin_request(rng: random.Random, env: Mapping[str, str]) -> Draft:
     token = rng.choice([ADMIN_TOKEN, ADMIN_TOKEN, VIEWER_TOKEN])
     headers = [("authorization", f"Bearer {token}")]
     job = f"emails/{rng.choice([1, 2, 3, rng.randrange(1, 10**6)])}"
-    choice = rng.randrange(7)
+    choice = rng.randrange(9)
+    if choice >= 7:
+        return console_request(rng, env)  # the console's routes
     if choice == 0:
         return Draft("GET", "/api/jobs", [])  # the admin page
     if choice == 1:
@@ -158,7 +160,43 @@ def jobs_admin_request(rng: random.Random, env: Mapping[str, str]) -> Draft:
     return Draft("GET", "/api/jobs/audit", headers, query=rng.choice(["", "limit=3"]))
 
 
-FUNCTION_REQUESTS = [order_request, drain_request, webhook_request, jobs_admin_request]
+def console_request(rng: random.Random, env: Mapping[str, str]) -> Draft:
+    """The Job Inbox's console: the overview, pause/resume, search filters, bulk actions
+    (with counts right, wrong and too large), metrics."""
+    token = rng.choice([ADMIN_TOKEN, ADMIN_TOKEN, VIEWER_TOKEN])
+    headers = [("authorization", f"Bearer {token}")]
+    choice = rng.randrange(5)
+    if choice == 0:
+        return Draft("GET", rng.choice(["/api/jobs/queues", "/api/jobs/metrics"]), headers)
+    if choice == 1:
+        queue = rng.choice(["emails", "emails", "nosuchqueue"])
+        action = rng.choice(["pause", "resume", "resume"])
+        return Draft("POST", f"/api/jobs/queues/{queue}/{action}", headers)
+    if choice == 2:
+        query = rng.choice(
+            ["code=HANDLER_ERROR", "id=1", "dedupe_key=k", "since=2020-01-01&until=2030-01-01"]
+        )
+        return Draft("GET", "/api/jobs/jobs", headers, query=query)
+    body = {
+        "filter": rng.choice([{"queue": "emails", "state": "dead"}, {"state": "queued"}, {}]),
+        "expected": rng.choice([0, 1, 3, 10_001]),
+    }
+    key = ("idempotency-key", idempotency_key(rng))
+    return Draft(
+        "POST",
+        f"/api/jobs/jobs/bulk/{rng.choice(['cancel', 'replay'])}",
+        [*headers, key, ("content-type", "application/json")],
+        json.dumps(body).encode(),
+    )
+
+
+FUNCTION_REQUESTS = [
+    order_request,
+    drain_request,
+    webhook_request,
+    jobs_admin_request,
+    console_request,
+]
 
 
 def serve_app(env: Mapping[str, str]) -> ASGIApp:

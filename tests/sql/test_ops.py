@@ -36,7 +36,7 @@ def test_every_operation_module_contributes_statements() -> None:
     modules = {name.partition(".")[0] for name in ops.STATEMENTS}
     assert modules == {
         *("jobs", "records", "schedules", "idempotency", "leases", "inbox", "management"),
-        "agents",
+        *("agents", "pause", "console"),
     }
     called = {_FUNCTION.findall(statement)[0] for statement in ops.STATEMENTS.values()}
     assert called == {
@@ -53,7 +53,7 @@ def test_every_operation_module_contributes_statements() -> None:
             *("purge_idempotency_keys", "acquire_lease", "extend_lease", "release_lease"),
             *("claim_webhooks", "extend_webhooks", "complete_webhook"),
             *("fail_webhook", "checkpoint_webhook", "list_webhooks", "purge_webhooks"),
-            *("audited_cancel_job", "audited_replay_job", "list_management_audit"),
+            *("audited_cancel_job", "audited_replay_job"),
             *("agent_create_inbox", "agent_inbox", "agent_subscribe", "agent_next"),
             *(
                 "agent_claim",
@@ -65,6 +65,9 @@ def test_every_operation_module_contributes_statements() -> None:
                 "agent_extend",
             ),
             *("agent_stream_acquire", "agent_stream_renew", "agent_stream_release"),
+            *("pause_queue", "resume_queue", "paused_queues"),
+            *("job_queue_overview", "ensure_queue_overview", "search_jobs", "job_causes"),
+            *("audited_pause_queue", "audit_bulk_action"),
         )
     } | {"job_queue_stats_v2", "replay_dead_job_v2", "fail_job_v2", "receive_webhook_v3"} | {
         "agent_raw_v2",
@@ -72,6 +75,8 @@ def test_every_operation_module_contributes_statements() -> None:
         "replay_dead_job_v3",
         "retry_dead_jobs_v2",
         "audited_replay_job_v2",
+        "list_management_audit_v2",
+        "job_queue_stats_v3",
     }
 
 

@@ -12,6 +12,9 @@
 | ``GET /audit?limit=&cursor=`` | admin | the audit log, newest first |
 | ``GET /`` | anyone | the admin page (it holds no data; its calls authenticate) |
 
+The console's routes (``/queues``, pause and resume, the search filters, bulk actions and
+``/metrics``) are :mod:`drainpipe.admin.console`.
+
 Bodies are ``{"data": ..., "meta": {...}}``; errors are Problem Details with a ``code``.
 Nothing this app answers carries a payload, an error text or a lease token: the records it
 reads have no such fields, and Problems of unexpected errors carry no detail.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import json
 import logging
 import re
 from collections.abc import Callable, Collection, Mapping
@@ -47,8 +51,11 @@ from ..http_guards import (
 from ..jobs.replays import refused as replay_refused
 from ..models import Position
 from ..ops import management as ops
+from ..ops.console import JobFilter
 from ..principals import Authorize, Principal
 from ..validation import INT8_MAX, MAX_NAME_LENGTH, text_fault
+from .console import SEARCH_KEYS as _SEARCH_KEYS
+from .console import Console, records_json
 from .cursors import CursorSigner
 from .page import page_response
 from .records import STATES, audit_json, record_json
@@ -78,6 +85,8 @@ MAX_TENANT_LENGTH = 200  # as Jobs.list_records takes it
 DEFAULT_LIMIT = 100
 
 _JOB_PATH = re.compile(r"^/jobs/(?P<queue>[^/]+)/(?P<id>[^/]+)(?:/(?P<action>cancel|replay))?$")
+_QUEUE_PATH = re.compile(r"^/queues/(?P<queue>[^/]+)/(?P<action>pause|resume)$")
+_BULK_PATH = re.compile(r"^/jobs/bulk/(?P<action>cancel|replay)$")
 _API_HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
 
 
@@ -131,6 +140,8 @@ class ManagementApp:
       writes carrying cookies; default: the request's own host. A write with a ``Cookie``
       header from elsewhere → 403 ``CROSS_SITE_REQUEST``; request bodies over 64 KiB → 413
       ``BODY_TOO_LARGE`` (docs/reference.md, "Hardening").
+    * ``metrics_token``: a bearer token (16+ characters) that may read ``GET /metrics`` and
+      nothing else, for a Prometheus scraper (a viewer's token works too).
     """
 
     def __init__(
@@ -145,6 +156,7 @@ class ManagementApp:
         idempotency_ttl: float = 24 * 3600,
         page_refresh: float = 15,
         allowed_origins: Collection[str] | None = None,
+        metrics_token: str | None = None,
     ) -> None:
         if not callable(authorize):
             raise TypeError("authorize must be a callable(request) -> Principal | None")
@@ -167,6 +179,7 @@ class ManagementApp:
             raise ValueError("page_refresh must be from 1 to 3600 seconds")
         self.page_refresh = page_refresh
         self.allowed_origins = check_origins(allowed_origins)
+        self.console = Console(self, metrics_token)
         self.idempotency: Idempotency = Idempotency(
             db,
             required=True,
@@ -225,6 +238,11 @@ class ManagementApp:
         self, error: DrainpipeError, instance: str, headers: Mapping[str, str] | None = None
     ) -> Response:
         response = problem_response(error, instance, problem=self.problem, headers=headers)
+        meta = getattr(error, "meta", None)
+        if isinstance(meta, dict):  # what the caller needs to act on it (BULK_COUNT_CHANGED)
+            body = json.loads(response.body)
+            body["meta"] = meta
+            response.body = json.dumps(body, separators=(",", ":")).encode()
         response.headers.update(_API_HEADERS)
         return response
 
@@ -242,6 +260,31 @@ class ManagementApp:
         if path == "/jobs":
             self._allow(method, "GET")
             return await self._list_jobs(request, await self._principal(request))
+        if path == "/queues":
+            self._allow(method, "GET")
+            await self._principal(request)
+            return await self.console.queues()
+        if path == "/metrics":
+            self._allow(method, "GET")
+            if not self.console.metrics_allowed(request):
+                await self._principal(request)
+            return await self.console.metrics()
+        console_match = _QUEUE_PATH.match(path)
+        if console_match is not None:
+            self._allow(method, "POST")
+            principal = await self._principal(request)
+            self._require_admin(principal)
+            queue = console_match.group("queue")
+            if queue not in self.jobs.queue_names:
+                raise _not_found(f'No queue "{queue}" is declared here', QUEUE_NOT_FOUND)
+            pause = console_match.group("action") == "pause"
+            return await self.console.pause(queue, principal, pause=pause)
+        console_match = _BULK_PATH.match(path)
+        if console_match is not None:
+            self._allow(method, "POST")
+            principal = await self._principal(request)
+            self._require_admin(principal)
+            return await self.console.bulk(request, console_match.group("action"), principal)
         if path == "/audit":
             self._allow(method, "GET")
             principal = await self._principal(request)
@@ -334,20 +377,28 @@ class ManagementApp:
             raise invalid_request(f"state must be one of {', '.join(STATES)}", code=STATE_INVALID)
         tenant = _filter_text(params.get("tenant"), "tenant", MAX_TENANT_LENGTH)
         filters = {"queue": queue, "state": state, "tenant": tenant}
+        search = self.console.search_filter(
+            params, JobFilter(queue=queue, state=state, tenant=tenant)
+        )
+        if search is not None:  # the console's filters: bound into the cursor too
+            filters.update({key: params.get(key) or None for key in _SEARCH_KEYS})
         before = None
         cursor = params.get("cursor")
         if cursor:
             text = self.cursors.open(cursor, "jobs", filters, principal.actor)
             before = _parse_position(text)
-        records, position = await self.jobs.list_records(
-            queue, state=state, tenant=tenant, limit=limit, before=before
-        )
+        if search is None:
+            records, position = await self.jobs.list_records(
+                queue, state=state, tenant=tenant, limit=limit, before=before
+            )
+        else:
+            records, position = await self.console.search(search, limit, before)
         next_cursor = (
             None
             if position is None
             else self.cursors.sign("jobs", filters, principal.actor, _position_text(position))
         )
-        data = [record_json(record, history=False) for record in records]
+        data = records_json(records, await self.console.causes(records))
         return self._body(
             data,
             next_cursor=next_cursor,
@@ -362,7 +413,10 @@ class ManagementApp:
         record = await self.jobs.get(queue, job_id)
         if record is None:
             raise _not_found(f"No job {job_id} in {queue}", JOB_NOT_FOUND)
-        return self._body(record_json(record, history=True))
+        causes = await self.console.causes([record])
+        return self._body(
+            record_json(record, history=True, cause=causes.get((record.queue, record.id)))
+        )
 
     async def _list_audit(self, request: Any, principal: Principal) -> Response:
         params = request.query_params
@@ -391,6 +445,11 @@ class ManagementApp:
         return None if self.now is None else self.now()
 
     async def _cancel(self, queue: str, job_id: int, principal: Principal) -> Response:
+        await self._cancel_one(queue, job_id, principal)
+        return await self._get_job(queue, job_id)
+
+    async def _cancel_one(self, queue: str, job_id: int, principal: Principal) -> None:
+        """The audited cancel of one job (the single route's and each of a bulk call's)."""
         rows = await self.db.fetch(
             ops.AUDITED_CANCEL,
             ops.audited_cancel_params(self.target, principal.actor, queue, job_id, self._clock()),
@@ -403,7 +462,6 @@ class ManagementApp:
                 f"Job {job_id} already ended; only a live job can be cancelled",
                 JOB_NOT_CANCELLABLE,
             )
-        return await self._get_job(queue, job_id)
 
     async def _replay(self, request: Any, queue: str, job_id: int, principal: Principal) -> Any:
         async def replay() -> Response:

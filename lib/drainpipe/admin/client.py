@@ -13,6 +13,7 @@ that call, so a retry can never replay a job twice.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any, cast
@@ -20,7 +21,15 @@ from typing import Any, cast
 import httpx
 
 from ..errors import DrainpipeError
-from .wire import check_client, job_path, list_params, problem_error, retryable
+from .wire import (
+    bulk_body,
+    check_client,
+    job_path,
+    list_params,
+    problem_error,
+    queue_path,
+    retryable,
+)
 
 
 class ManagementClient:
@@ -122,6 +131,57 @@ class ManagementClient:
             try:
                 data, _ = await self._request(
                     "POST", path, headers={"Idempotency-Key": key}, content=b""
+                )
+                return cast(dict[str, Any], data)
+            except DrainpipeError as exc:
+                if attempt >= self.retries or not retryable(exc):
+                    raise
+            attempt += 1
+            await asyncio.sleep(self.backoff * 2 ** (attempt - 1))
+
+    # -- the console (docs/job-inbox.md#the-console) ----------------------------------------
+
+    async def queues(self) -> builtins.list[dict[str, Any]]:
+        """One summary per declared queue: counts per state, paused, oldest_ready_age_s,
+        held, and the last hour's per-minute series."""
+        data, _ = await self._request("GET", "/queues")
+        return cast(builtins.list[dict[str, Any]], data)
+
+    async def pause(self, queue: str) -> dict[str, Any]:
+        """Pause a queue (admins; audited); its summary."""
+        data, _ = await self._request("POST", queue_path(queue, "pause"), content=b"")
+        return cast(dict[str, Any], data)
+
+    async def resume(self, queue: str) -> dict[str, Any]:
+        """Resume a queue (admins; audited); its summary."""
+        data, _ = await self._request("POST", queue_path(queue, "resume"), content=b"")
+        return cast(dict[str, Any], data)
+
+    async def bulk_cancel(
+        self, filter: dict[str, Any], expected: int, *, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        """Cancel every job ``filter`` matches, when that is exactly ``expected`` jobs
+        (else ``conflict`` ``BULK_COUNT_CHANGED``, the count in the error's ``meta``):
+        ``{"matched", "done", "refused"}``. Retried like ``replay``, with one key."""
+        return await self._bulk("cancel", filter, expected, idempotency_key)
+
+    async def bulk_replay(
+        self, filter: dict[str, Any], expected: int, *, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        """Replay every job ``filter`` matches, as ``bulk_cancel`` cancels; each job goes
+        through the single replay's rules (a refusal counts in ``refused``)."""
+        return await self._bulk("replay", filter, expected, idempotency_key)
+
+    async def _bulk(
+        self, action: str, where: dict[str, Any], expected: int, key: str | None
+    ) -> dict[str, Any]:
+        body = bulk_body(where, expected)
+        key = key or str(uuid.uuid4())
+        attempt = 0
+        while True:
+            try:
+                data, _ = await self._request(
+                    "POST", f"/jobs/bulk/{action}", headers={"Idempotency-Key": key}, json=body
                 )
                 return cast(dict[str, Any], data)
             except DrainpipeError as exc:

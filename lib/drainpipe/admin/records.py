@@ -26,7 +26,11 @@ RECORD_FIELDS = (
     "last_code",
     "parent_id",
     "replayed_by",
+    "held_by",
 )
+#: what the API shows of a record: its fields and, for a job that spent its attempts, the
+#: ``cause`` of its death (the last attempt's code; None otherwise)
+SHOWN_FIELDS = (*RECORD_FIELDS, "cause")
 ATTEMPT_FIELDS = ("number", "started_at", "ended_at", "outcome", "code", "late_outcome")
 STATES = ("queued", "leased", "retry_wait", "succeeded", "dead", "cancelled")
 
@@ -37,9 +41,12 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def record_json(record: Any, *, history: bool) -> dict[str, Any]:
-    """A ``JobRecord`` as the API answers it (with its attempts when ``history``)."""
+def record_json(record: Any, *, history: bool, cause: str | None = None) -> dict[str, Any]:
+    """A ``JobRecord`` as the API answers it (with its attempts when ``history``).
+    ``cause``: why a job that ended ``MAX_ATTEMPTS``/``DEADLINE_PASSED`` died (its last
+    attempt's code), shown next to ``last_code``."""
     out = {name: _plain(getattr(record, name, None)) for name in RECORD_FIELDS}
+    out["cause"] = cause
     if history:
         out["history"] = [
             {name: _plain(getattr(attempt, name, None)) for name in ATTEMPT_FIELDS}
@@ -60,4 +67,5 @@ def audit_json(entry: Any) -> dict[str, Any]:
         "code": entry.code,
         "idempotency_key": entry.idempotency_key,
         "new_job_id": entry.new_job_id,
+        "detail": getattr(entry, "detail", None),
     }

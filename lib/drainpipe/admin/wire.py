@@ -35,13 +35,17 @@ def problem_error(response: Any) -> DrainpipeError:
     message = body.get("detail") or body.get("title") or f"HTTP {response.status_code}"
     code = body.get("code")
     issues = body.get("issues")
-    return DrainpipeError(
+    error = DrainpipeError(
         cast(ErrorKind, kind),
         str(message),
         code=code if isinstance(code, str) else None,
         issues=issues if isinstance(issues, list) else None,
         status=response.status_code,
     )
+    meta = body.get("meta")
+    if isinstance(meta, dict):  # e.g. BULK_COUNT_CHANGED's {"count": n}
+        error.meta = meta  # type: ignore[attr-defined]
+    return error
 
 
 def retryable(error: DrainpipeError) -> bool:
@@ -74,6 +78,27 @@ def list_params(
         if value is not None:
             params[name] = value
     return params
+
+
+def queue_path(queue: str, action: str) -> str:
+    if not isinstance(queue, str) or not queue:
+        raise DrainpipeError("validation", "queue must be a non-empty string")
+    return f"/queues/{quote(queue, safe='')}/{action}"
+
+
+def bulk_body(where: Any, expected: Any) -> dict[str, Any]:
+    """A bulk call's body: ``{"filter": {queue, state, tenant, code, since, until},
+    "expected": n}`` (datetimes sent as ISO 8601)."""
+    if not isinstance(where, dict):
+        raise DrainpipeError("validation", "filter must be a dict")
+    if isinstance(expected, bool) or not isinstance(expected, int) or expected < 0:
+        raise DrainpipeError("validation", "expected must be a non-negative integer")
+    plain = {
+        key: value.isoformat() if hasattr(value, "isoformat") else value
+        for key, value in where.items()
+        if value is not None
+    }
+    return {"filter": plain, "expected": expected}
 
 
 def answer_of(body: Any) -> tuple[Any, Any]:

@@ -272,6 +272,23 @@ class SupportsPolicies(Protocol):
         ...
 
 
+@runtime_checkable
+class SupportsPause(Protocol):
+    """Pausing a queue: stored where every claim reads it (docs/policies.md#pause)."""
+
+    async def pause(self, queue: str) -> bool:
+        """Pause ``queue``; True when it was running."""
+        ...
+
+    async def resume(self, queue: str) -> bool:
+        """Resume ``queue``; True when it was paused."""
+        ...
+
+    async def paused(self, queues: Sequence[str]) -> set[str]:
+        """The paused ones of ``queues``."""
+        ...
+
+
 # -- schedules ----------------------------------------------------------------------------
 
 

@@ -267,7 +267,19 @@ class PostgrestBackend:
     # -- stats and dead letters -------------------------------------------------------------
 
     async def stats(self, queues: Sequence[str]) -> dict[str, QueueStats]:
-        return rows.stats(self.schema, await self.rpc("stats_v2", {"queues": list(queues)}))
+        return rows.stats(self.schema, await self.rpc("stats_v3", {"queues": list(queues)}))
+
+    # -- pause (docs/policies.md#pause) --------------------------------------------------
+
+    async def pause(self, queue: str) -> bool:
+        return rows.flag(self.schema, "pause_v1", await self.rpc("pause_v1", {"queue": queue}))
+
+    async def resume(self, queue: str) -> bool:
+        return rows.flag(self.schema, "resume_v1", await self.rpc("resume_v1", {"queue": queue}))
+
+    async def paused(self, queues: Sequence[str]) -> set[str]:
+        data = await self.rpc("paused_v1", {"queues": list(queues)})
+        return rows.names(self.schema, "paused_v1", data)
 
     async def list_dead(self, queue: str, *, limit: int, before: int | None) -> list[DeadJob]:
         data = await self.rpc(

@@ -111,6 +111,12 @@ def flag(schema: str, fn: str, data: Any) -> bool:
     return data
 
 
+def names(schema: str, fn: str, data: Any) -> set[str]:
+    if not isinstance(data, list) or not all(isinstance(item, str) for item in data):
+        raise malformed(schema, fn, "a list of names", data)
+    return set(data)
+
+
 def count(schema: str, fn: str, data: Any) -> int:
     found = _int(data)
     if found is None:
@@ -179,6 +185,7 @@ def stats(schema: str, data: Any) -> dict[str, QueueStats]:
                 ),
                 succeeded=int(row.get("succeeded", 0)),
                 cancelled=int(row.get("cancelled", 0)),
+                paused=bool(row.get("paused", False)),
             )
             for queue, row in data.items()
         }

@@ -25,6 +25,7 @@ from ..models import (
     ScheduleInfo,
 )
 from ..ops import jobs as ops
+from ..ops import pause as pause_ops
 from ..ops import records as record_ops
 from ..ops import schedules as schedule_ops
 from ..ops._types import int_array
@@ -215,6 +216,20 @@ class SqlQueueBackend:
 
         rows = await self.db.fetch(policy_ops.APPLY_RETENTION, (min_interval,))
         return policy_ops.parse_retention(rows)
+
+    # -- pause (docs/policies.md#pause) ----------------------------------------------------
+
+    async def pause(self, queue: str) -> bool:
+        rows = await self.db.fetch(pause_ops.PAUSE, pause_ops.queue_params(queue))
+        return pause_ops.parse_changed(rows)
+
+    async def resume(self, queue: str) -> bool:
+        rows = await self.db.fetch(pause_ops.RESUME, pause_ops.queue_params(queue))
+        return pause_ops.parse_changed(rows)
+
+    async def paused(self, queues: Sequence[str]) -> set[str]:
+        rows = await self.db.fetch(pause_ops.PAUSED, pause_ops.paused_params(queues))
+        return pause_ops.parse_paused(rows)
 
     # -- schedules (drain scheduler; pg_cron answers through the same functions) ----------
 

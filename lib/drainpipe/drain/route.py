@@ -39,7 +39,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..backends.capabilities import SupportsScheduleRuns
+from ..backends.capabilities import SupportsPause, SupportsScheduleRuns
 from ..engine.core import budget_spent, fair_share_deadline, route_lease
 from ..engine.runner import call_hook, log_error
 from ..errors import NOT_INSTALLED, SCHEMA_NOT_EXPOSED, DrainpipeError
@@ -193,7 +193,8 @@ class DrainRoute:
         """Run schedules and drain the queues and inboxes once (no authorization check).
 
         Returns ``{"schedules", "queues": {queue: {"succeeded", "failed"}},
-        "budgetExhausted", "errors", "more"}`` plus ``"inboxes": {source: {...}}`` when
+        "budgetExhausted", "errors", "more"}`` plus ``"paused": [queues]`` when a drained
+        queue is paused (docs/policies.md#pause), plus ``"inboxes": {source: {...}}`` when
         inboxes are set. The budget is shared: each source with work gets an equal share of
         what is left, and time a source leaves unused goes to the others, round after round
         (see ``docs/engine.md``). A source not reached before the deadline is left out;
@@ -291,6 +292,15 @@ class DrainRoute:
         }
         if self.inboxes:
             result["inboxes"] = inboxes
+        paused = await self._paused(
+            [
+                s.name
+                for s in sources
+                if s.inbox is None and s.reached and not s.succeeded + s.failed
+            ]
+        )
+        if paused:  # only then: a report without a paused queue reads as it always did
+            result["paused"] = paused
         await self._monitor("on_finish", result, token)
         return result
 
@@ -361,6 +371,18 @@ class DrainRoute:
             return False
         return isinstance(self.jobs.backend, SupportsScheduleRuns)
 
+    async def _paused(self, idle: list[str]) -> list[str]:
+        """The paused ones of the queues that gave no work: one round trip, only when a
+        queue gave none (docs/policies.md#pause)."""
+        backend = self.jobs.backend
+        if not idle or not isinstance(backend, SupportsPause):
+            return []
+        try:
+            return sorted(await backend.paused(idle))
+        except Exception:
+            log.warning("drainpipe: could not tell which queues are paused", exc_info=True)
+            return []
+
     async def _has_ready(self, queues: list[str]) -> bool:
         """One stats round trip, only when the deadline cut a queue short."""
         if not queues:
@@ -370,7 +392,7 @@ class DrainRoute:
         except Exception:
             log.warning("drainpipe: could not tell whether work is left", exc_info=True)
             return True  # the deadline stopped us while claims still returned work
-        return any(stat.ready > 0 for stat in stats.values())
+        return any(stat.ready > 0 and not stat.paused for stat in stats.values())
 
     async def _monitor(self, name: str, *args: Any) -> Any:
         hook = getattr(self.monitor, name, None) if self.monitor is not None else None

@@ -26,6 +26,7 @@ from ..schedules import ScheduleMixin
 from ..telemetry import active_telemetry
 from ..validation import seconds
 from .guard import PolicyMixin, fail_within_window
+from .pause import PauseMixin
 from .records import RecordsMixin
 from .replays import ReplayCheck, ReplaysMixin, check_replay_check
 from .rules import MAX_DEDUPE_KEY, SEVEN_DAYS, THIRTY_DAYS, JobRules
@@ -44,7 +45,7 @@ Handler = Callable[[Any, Job[Any]], Awaitable[Any]]
 OnError = Callable[[BaseException, Job[Any] | None], Any]
 
 
-class Jobs(ReplaysMixin, PolicyMixin, JobRules, RecordsMixin, ScheduleMixin):
+class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, ScheduleMixin):
     """Typed job queues on a database (DSN, pool, connection), a supabase client or a backend.
 
     ``queues`` maps each queue name to the payload schema (anything

@@ -134,13 +134,19 @@ class RecordsMixin(RecordsRules):
 
     backend: QueueBackend
 
+    async def _held(self, records: list[JobRecord]) -> list[JobRecord]:  # PauseMixin
+        return records
+
     async def get(self, queue: str, job_id: int) -> JobRecord | None:
         """The job's record with its attempt history; None when unknown or purged."""
         job_id = self._get_args(queue, job_id)
         backend = self.backend
         if not isinstance(backend, SupportsGetRecord):
             raise lacking(backend, "get")
-        return await backend.get_record(queue, job_id)
+        record = await backend.get_record(queue, job_id)
+        if record is None:
+            return None
+        return (await self._held([record]))[0]
 
     async def list_records(
         self,
@@ -161,7 +167,7 @@ class RecordsMixin(RecordsRules):
         records, after = await backend.list_records(
             name, state=wanted, tenant=who, limit=size, before=before
         )
-        return list(records), after
+        return await self._held(list(records)), after
 
     async def list_jobs(
         self,

@@ -7,7 +7,7 @@ the async :class:`drainpipe.db.Database` (in ``backends/sql.py``, ``idempotency/
 twin is another executor rather than a copy of the SQL and the parsing.
 
 Shape, per operation ``x`` of a module (``ops.jobs``, ``ops.records``, ``ops.schedules``,
-``ops.idempotency``, ``ops.leases``, ``ops.inbox``, ``ops.management``, ``ops.agents``):
+``ops.idempotency``, ``ops.leases``, ``ops.inbox``, ``ops.management``, ``ops.agents``, ``ops.pause``, ``ops.console``):
 
 - ``X``: the statement, a precomputed string with ``%s`` placeholders; it calls exactly one
   ``drainpipe.<function>(`` (written out literally, so a rename of the SQL functions is a
@@ -23,7 +23,18 @@ plus two function calls, no allocation of its own.
 
 from __future__ import annotations
 
-from . import agents, idempotency, inbox, jobs, leases, management, records, schedules
+from . import (
+    agents,
+    console,
+    idempotency,
+    inbox,
+    jobs,
+    leases,
+    management,
+    pause,
+    records,
+    schedules,
+)
 from ._types import Params, Row
 
 __all__ = [
@@ -31,11 +42,13 @@ __all__ = [
     "Params",
     "Row",
     "agents",
+    "console",
     "idempotency",
     "inbox",
     "jobs",
     "leases",
     "management",
+    "pause",
     "records",
     "schedules",
 ]
@@ -43,7 +56,10 @@ __all__ = [
 #: Every statement of every operation, by ``<module>.<CONSTANT>`` (for checks and tools).
 STATEMENTS: dict[str, str] = {
     f"{module.__name__.rpartition('.')[2]}.{name}": value
-    for module in (jobs, records, schedules, idempotency, leases, inbox, management, agents)
+    for module in (
+        *(jobs, records, schedules, idempotency, leases, inbox, management, agents),
+        *(pause, console),
+    )
     for name, value in vars(module).items()
     if name.isupper() and isinstance(value, str) and value.startswith("SELECT ")
 }

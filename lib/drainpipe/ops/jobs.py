@@ -255,7 +255,8 @@ def parse_extend_many(rows: list[Row]) -> set[int]:
 
 # -- stats, dead letters, replay, purge ---------------------------------------------------
 
-STATS = "SELECT * FROM drainpipe.job_queue_stats_v2(%s)"
+# the counts and whether each queue is paused (jobs 0012)
+STATS = "SELECT * FROM drainpipe.job_queue_stats_v3(%s)"
 
 
 def stats_params(queues: Sequence[str]) -> Params:
@@ -264,7 +265,7 @@ def stats_params(queues: Sequence[str]) -> Params:
 
 def parse_stats(rows: list[Row]) -> dict[str, QueueStats]:
     """Rows ``(queue, ready, in_flight, delayed, dead, succeeded, cancelled,
-    oldest_age_seconds)`` by queue."""
+    oldest_age_seconds, paused)`` by queue."""
     return {
         row[0]: QueueStats(
             ready=int(row[1]),
@@ -274,6 +275,7 @@ def parse_stats(rows: list[Row]) -> dict[str, QueueStats]:
             oldest_age_seconds=None if row[7] is None else float(row[7]),
             succeeded=int(row[5]),
             cancelled=int(row[6]),
+            paused=bool(row[8]) if len(row) > 8 else False,
         )
         for row in rows
     }

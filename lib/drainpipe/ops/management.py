@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from ._types import Params, Row
 
@@ -86,25 +86,28 @@ def parse_audited_replay(rows: list[Row]) -> ReplayOutcome | None:
 
 
 LIST_AUDIT = (
-    "SELECT id, at, actor, action, queue, job_id, outcome, code, idempotency_key, new_job_id"
-    " FROM drainpipe.list_management_audit_v1(%s, %s, %s)"
+    "SELECT id, at, actor, action, queue, job_id, outcome, code, idempotency_key, new_job_id,"
+    " detail FROM drainpipe.list_management_audit_v2(%s, %s, %s)"
 )
 
 
 @dataclass(frozen=True, slots=True)
 class AuditEntry:
-    """One audited write: who did what to which job, and how it ended."""
+    """One audited write: who did what to which job (or queue), and how it ended. A pause
+    or resume names its queue and no job; a bulk call's own row names neither job nor, when
+    its filter spans queues, queue, and carries its filter and counts in ``detail``."""
 
     id: int
     at: datetime
     actor: str
-    action: Literal["cancel", "replay"]
-    queue: str
-    job_id: int
+    action: Literal["cancel", "replay", "pause", "resume", "bulk_cancel", "bulk_replay"]
+    queue: str | None
+    job_id: int | None
     outcome: Outcome
     code: str | None
     idempotency_key: str | None
     new_job_id: int | None
+    detail: Any = None
 
 
 def list_audit_params(target: str, limit: int, before: int | None) -> Params:

@@ -25,6 +25,7 @@ from ..models import (
     ScheduleInfo,
 )
 from ..ops import jobs as ops
+from ..ops import pause as pause_ops
 from ..ops import records as record_ops
 from ..ops import schedules as schedule_ops
 
@@ -175,6 +176,21 @@ class SyncSqlBackend:
         return ops.parse_purge_archive(rows)
 
     # -- schedules ------------------------------------------------------------------------
+
+    def pause(self, queue: str) -> bool:
+        return pause_ops.parse_changed(
+            self.db.fetch(pause_ops.PAUSE, pause_ops.queue_params(queue))
+        )
+
+    def resume(self, queue: str) -> bool:
+        return pause_ops.parse_changed(
+            self.db.fetch(pause_ops.RESUME, pause_ops.queue_params(queue))
+        )
+
+    def paused(self, queues: Sequence[str]) -> set[str]:
+        return pause_ops.parse_paused(
+            self.db.fetch(pause_ops.PAUSED, pause_ops.paused_params(queues))
+        )
 
     def schedule(
         self,

@@ -189,6 +189,15 @@ class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin):
         """Counts per queue (default: every declared queue) in one round trip."""
         return self.backend.stats(self._stats_names(queues))
 
+    def pause(self, queue: str) -> bool:
+        """Stop every claimer from taking ``queue``'s jobs (enqueues go on); True when it
+        was running. See :meth:`drainpipe.Jobs.pause`."""
+        return self.backend.pause(self._check_queue(queue))
+
+    def resume(self, queue: str) -> bool:
+        """Let claimers take ``queue``'s jobs again; True when it was paused."""
+        return self.backend.resume(self._check_queue(queue))
+
     def list_dead(
         self, queue: str, *, limit: int = 100, cursor: int | None = None
     ) -> list[DeadJob]:

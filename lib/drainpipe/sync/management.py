@@ -9,6 +9,7 @@ made for that call, so a retry never replays a job twice.
 
 from __future__ import annotations
 
+import builtins
 import time
 import uuid
 from collections.abc import Iterator
@@ -16,7 +17,16 @@ from typing import Any, cast
 
 import httpx
 
-from ..admin.wire import answer_of, check_client, job_path, list_params, problem_error, retryable
+from ..admin.wire import (
+    answer_of,
+    bulk_body,
+    check_client,
+    job_path,
+    list_params,
+    problem_error,
+    queue_path,
+    retryable,
+)
 from ..errors import DrainpipeError
 
 __all__ = ["ManagementClient"]
@@ -110,6 +120,53 @@ class ManagementClient:
         while True:
             try:
                 data, _ = self._request("POST", path, headers={"Idempotency-Key": key}, content=b"")
+                return cast(dict[str, Any], data)
+            except DrainpipeError as exc:
+                if attempt >= self.retries or not retryable(exc):
+                    raise
+            attempt += 1
+            time.sleep(self.backoff * 2 ** (attempt - 1))
+
+    # -- the console (docs/job-inbox.md#the-console) ----------------------------------------
+
+    def queues(self) -> builtins.list[dict[str, Any]]:
+        """One summary per declared queue (see :meth:`drainpipe.ManagementClient.queues`)."""
+        data, _ = self._request("GET", "/queues")
+        return cast(builtins.list[dict[str, Any]], data)
+
+    def pause(self, queue: str) -> dict[str, Any]:
+        """Pause a queue (admins; audited); its summary."""
+        data, _ = self._request("POST", queue_path(queue, "pause"), content=b"")
+        return cast(dict[str, Any], data)
+
+    def resume(self, queue: str) -> dict[str, Any]:
+        """Resume a queue (admins; audited); its summary."""
+        data, _ = self._request("POST", queue_path(queue, "resume"), content=b"")
+        return cast(dict[str, Any], data)
+
+    def bulk_cancel(
+        self, filter: dict[str, Any], expected: int, *, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        """See :meth:`drainpipe.ManagementClient.bulk_cancel`."""
+        return self._bulk("cancel", filter, expected, idempotency_key)
+
+    def bulk_replay(
+        self, filter: dict[str, Any], expected: int, *, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        """See :meth:`drainpipe.ManagementClient.bulk_replay`."""
+        return self._bulk("replay", filter, expected, idempotency_key)
+
+    def _bulk(
+        self, action: str, where: dict[str, Any], expected: int, key: str | None
+    ) -> dict[str, Any]:
+        body = bulk_body(where, expected)
+        key = key or str(uuid.uuid4())
+        attempt = 0
+        while True:
+            try:
+                data, _ = self._request(
+                    "POST", f"/jobs/bulk/{action}", headers={"Idempotency-Key": key}, json=body
+                )
                 return cast(dict[str, Any], data)
             except DrainpipeError as exc:
                 if attempt >= self.retries or not retryable(exc):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..jobs.pause import holdable, with_holds
 from ..jobs.records import RecordsRules
 from ..models import JobPage, JobRecord, Position
 
@@ -21,7 +22,13 @@ class SyncRecordsMixin(RecordsRules):
 
     def get(self, queue: str, job_id: int) -> JobRecord | None:
         """The job's record with its attempt history; None when unknown or purged."""
-        return self.backend.get_record(queue, self._get_args(queue, job_id))
+        record = self.backend.get_record(queue, self._get_args(queue, job_id))
+        return None if record is None else self._held([record])[0]
+
+    def _held(self, records: list[JobRecord]) -> list[JobRecord]:
+        """Mark the queued records of paused queues (a round trip only when one is queued)."""
+        queues = holdable(records)
+        return with_holds(records, self.backend.paused(queues)) if queues else records
 
     def list_records(
         self,
@@ -34,7 +41,10 @@ class SyncRecordsMixin(RecordsRules):
     ) -> tuple[list[JobRecord], Position | None]:
         """A raw keyset page, newest first, and the position of the next page (or None)."""
         name, wanted, who, size = self._list_records_args(queue, state, tenant, limit, before)
-        return self.backend.list_records(name, state=wanted, tenant=who, limit=size, before=before)
+        records, after = self.backend.list_records(
+            name, state=wanted, tenant=who, limit=size, before=before
+        )
+        return self._held(records), after
 
     def list_jobs(
         self,

@@ -75,6 +75,7 @@ class MemoryBackend(MemoryPolicies, MemoryRecords, MemoryReplays, MemorySchedule
         self._queues: dict[str, _Queue] = {}
         self._schedules: dict[str, _Schedule] = {}
         self._next_id = 0
+        self._paused: set[str] = set()
         self._init_policies()
 
     def now(self) -> datetime:
@@ -240,7 +241,7 @@ class MemoryBackend(MemoryPolicies, MemoryRecords, MemoryReplays, MemorySchedule
 
     def _claim(self, queue: str, lease: float, batch: int) -> list[Job[Any]]:
         state = self._queues.get(queue)
-        if state is None:
+        if state is None or queue in self._paused:
             return []
         now = self.now()
         until = _later(now, lease)
@@ -486,8 +487,29 @@ class MemoryBackend(MemoryPolicies, MemoryRecords, MemoryReplays, MemorySchedule
                 oldest_age_seconds=None if oldest is None else (now - oldest).total_seconds(),
                 succeeded=ended.count("succeeded"),
                 cancelled=ended.count("cancelled"),
+                paused=queue in self._paused,
             )
         return result
+
+    # -- pause (docs/policies.md#pause) ----------------------------------------------------
+
+    async def pause(self, queue: str) -> bool:
+        await _round_trip()
+        _check_queue(queue)
+        added = queue not in self._paused
+        self._paused.add(queue)
+        return added
+
+    async def resume(self, queue: str) -> bool:
+        await _round_trip()
+        _check_queue(queue)
+        removed = queue in self._paused
+        self._paused.discard(queue)
+        return removed
+
+    async def paused(self, queues: Sequence[str]) -> set[str]:
+        await _round_trip()
+        return self._paused.intersection(queues)
 
     async def purge_archive(
         self, queue: str, *, older_than: timedelta, dead_older_than: timedelta, batch: int

@@ -1,0 +1,75 @@
+"""Pausing a queue (docs/policies.md#pause): ``Jobs.pause``/``resume`` and what a record
+shows of it (``JobRecord.held_by``).
+
+The pause lives in the database (jobs 0012) and every claim reads it, so it holds for every
+claimer (workers, drains, the executor app, PostgREST, SQL); enqueues go on. Mixed into
+``Jobs``; the sync twin runs the same rules on its backend.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from ..backends.capabilities import SupportsPause, lacking
+from ..models import JobRecord
+
+if TYPE_CHECKING:
+    from ..backends import QueueBackend
+
+#: ``JobRecord.held_by`` of a queued job whose queue is paused
+HELD_BY_PAUSE = "paused"
+
+
+def holdable(records: Iterable[JobRecord]) -> list[str]:
+    """The queues of the records a pause could hold (queued ones), each once, in order."""
+    return list(dict.fromkeys(record.queue for record in records if record.state == "queued"))
+
+
+def with_holds(records: list[JobRecord], paused: set[str]) -> list[JobRecord]:
+    """``records`` with ``held_by="paused"`` on the queued ones of a paused queue."""
+    if not paused:
+        return records
+    return [
+        dataclasses.replace(record, held_by=HELD_BY_PAUSE)
+        if record.state == "queued" and record.queue in paused
+        else record
+        for record in records
+    ]
+
+
+class PauseMixin:
+    """``pause``, ``resume`` and the hold marks of :class:`~drainpipe.Jobs`."""
+
+    backend: QueueBackend
+    if TYPE_CHECKING:
+
+        def _check_queue(self, queue: str) -> str: ...  # JobRules'
+
+    def _pause_backend(self, feature: str) -> SupportsPause:
+        backend = self.backend
+        if not isinstance(backend, SupportsPause):
+            raise lacking(backend, feature)
+        return backend
+
+    async def pause(self, queue: str) -> bool:
+        """Stop every claimer from taking ``queue``'s jobs (enqueues go on; leased jobs run
+        to their end). True when the queue was running, False when it was paused already.
+        A claim already running when the pause commits may still take its batch."""
+        self._check_queue(queue)
+        return await self._pause_backend("pause").pause(queue)
+
+    async def resume(self, queue: str) -> bool:
+        """Let claimers take ``queue``'s jobs again; True when it was paused."""
+        self._check_queue(queue)
+        return await self._pause_backend("resume").resume(queue)
+
+    async def _held(self, records: list[JobRecord]) -> list[JobRecord]:
+        """Mark the queued records of paused queues (one more round trip, only when the
+        records include a queued job)."""
+        queues = holdable(records)
+        backend = self.backend
+        if not queues or not isinstance(backend, SupportsPause):
+            return records
+        return with_holds(records, await backend.paused(queues))

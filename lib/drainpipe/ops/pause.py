@@ -1,0 +1,29 @@
+"""Pausing a queue: the statements of ``Jobs.pause``/``resume`` and the paused lookup (jobs
+0012). See :mod:`drainpipe.ops` for the shape."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ._types import Params, Row
+
+PAUSE = "SELECT drainpipe.pause_queue_v1(%s)"
+RESUME = "SELECT drainpipe.resume_queue_v1(%s)"
+PAUSED = "SELECT drainpipe.paused_queues_v1(%s)"
+
+
+def queue_params(queue: str) -> Params:
+    return (queue,)
+
+
+def paused_params(queues: Sequence[str]) -> Params:
+    return (list(queues),)
+
+
+def parse_changed(rows: list[Row]) -> bool:
+    """True when the call changed the queue's state (paused a running one, or resumed)."""
+    return bool(rows[0][0]) if rows else False
+
+
+def parse_paused(rows: list[Row]) -> set[str]:
+    return {str(row[0]) for row in rows}
