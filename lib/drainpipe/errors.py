@@ -195,7 +195,7 @@ REPLAY_SQLSTATES: Final[dict[str, tuple[ErrorKind, str]]] = {
 
 
 def kind_for_sqlstate(sqlstate: str) -> ErrorKind:
-    """The contract's kind for a SQLSTATE (API.md section 1): 23505 conflict, 42501
+    """The contract's kind for a SQLSTATE (docs/reference.md section 1): 23505 conflict, 42501
     forbidden, P0001 raised, 57014 timeout, 40001/40P01 serialization, 22xxx invalid_input,
     08xxx (and a session the server ended) network, anything else unexpected."""
     kind = _KIND_BY_SQLSTATE.get(sqlstate)

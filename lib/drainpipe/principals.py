@@ -1,4 +1,4 @@
-"""Who is calling an HTTP app of drainpipe's: the Job Inbox management API (API.md §10) and
+"""Who is calling an HTTP app of drainpipe's: the Job Inbox management API (docs/reference.md §10) and
 the agent inbox (§11) both ask an ``authorize(request)`` callable for a :class:`Principal`.
 
 :func:`bearer_tokens` builds that callable from a fixed table of tokens. Tokens are compared

@@ -1,4 +1,4 @@
-"""The management API's routes, roles, codes and cursor rules (API.md §10), on real Postgres."""
+"""The management API's routes, roles, codes and cursor rules (docs/reference.md §10), on real Postgres."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The rules of API.md section 11 through the Python API, on real Postgres, time moved
+"""The rules of docs/reference.md section 11 through the Python API, on real Postgres, time moved
 through ``now=`` (``p_now``) instead of waited for."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``jobs.executor_app``: executors claim and settle jobs over HTTP with the agent inbox's
-pull protocol (API.md section 11, last bullet), on both backends, real Postgres."""
+pull protocol (docs/reference.md section 11, last bullet), on both backends, real Postgres."""
 
 from __future__ import annotations
 

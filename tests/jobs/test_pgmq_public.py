@@ -413,7 +413,7 @@ async def test_postgres_errors_name_the_function(server: FakePostgrest) -> None:
     async with PgmqPublicBackend.from_url(BASE, SERVICE_KEY) as made:
         with pytest.raises(DrainpipeError) as caught:
             await made.read("no_such_queue", lease=30, batch=1)
-    # pgmq.q_no_such_queue: 42P01 means what it means over psycopg (API.md section 1's
+    # pgmq.q_no_such_queue: 42P01 means what it means over psycopg (docs/reference.md section 1's
     # "else"), whatever HTTP status PostgREST gave it; the message says what is missing
     assert caught.value.kind == "unexpected"
     assert caught.value.message.startswith("pgmq_public.read: ")

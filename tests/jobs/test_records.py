@@ -1,4 +1,4 @@
-"""Jobs as records (API.md section 8) on every backend through one suite: states, attempt
+"""Jobs as records (docs/reference.md section 8) on every backend through one suite: states, attempt
 history, codes, cancel, replay lineage, paging, metadata only."""
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""The public surface: every name of ../shared/API.md (plus our documented extensions)."""
+"""The public surface: every name of docs/reference.md (plus our documented extensions)."""
 
 from __future__ import annotations
 
 import drainpipe
 
 CONTRACT = {
-    # API.md §1-7
+    # docs/reference.md §1-7
     "DrainpipeError",
     "Jobs",
     "Queue",
@@ -33,23 +33,23 @@ CONTRACT = {
     "install",
     "QueueBackend",
     "testing",
-    # API.md §9
+    # docs/reference.md §9
     "QueuePolicy",
     "Keyring",
-    # API.md §8
+    # docs/reference.md §8
     "JobRecord",
     "Attempt",
     "JobPage",
     "Skip",
     "Discard",
-    # API.md §7 (wave 2)
+    # docs/reference.md §7 (wave 2)
     "PostgrestBackend",
-    # API.md §10-11
+    # docs/reference.md §10-11
     "ManagementClient",
     "AgentInboxes",
     "Principal",
     "bearer_tokens",
-    # API.md §12
+    # docs/reference.md §12
     "sync",
 }
 EXTENSIONS = {

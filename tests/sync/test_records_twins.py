@@ -1,4 +1,4 @@
-"""Job records (API.md section 8) on both twins: get, list_jobs with signed cursors,
+"""Job records (docs/reference.md section 8) on both twins: get, list_jobs with signed cursors,
 cancel, the codes a handler picks under ``drain``, and a cancel while a job runs. The
 records SQL exists on the table backend so far (as in tests/jobs/test_records.py)."""
 

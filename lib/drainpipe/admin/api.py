@@ -1,4 +1,4 @@
-"""The Job Inbox management API (API.md §10): an ASGI app over a :class:`~drainpipe.Jobs`.
+"""The Job Inbox management API (docs/reference.md §10): an ASGI app over a :class:`~drainpipe.Jobs`.
 
     app = jobs.management_app(authorize=drainpipe.bearer_tokens({...}),
                               cursor_secret=os.environ["CURSOR_SECRET"], target="production")

@@ -1,4 +1,4 @@
-"""Signed page cursors for the Job Inbox (API.md §10).
+"""Signed page cursors for the Job Inbox (docs/reference.md §10).
 
 A cursor carries a position (where the next page starts) and an HMAC-SHA256 tag over that
 position *and* everything the page depends on: the route, its filters, the actor asking and

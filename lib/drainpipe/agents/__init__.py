@@ -1,4 +1,4 @@
-"""The agent inbox (API.md section 11): inboxes with leases over webhook messages, pulled
+"""The agent inbox (docs/reference.md section 11): inboxes with leases over webhook messages, pulled
 by agents over Python, HTTP or a WebSocket stream, every settlement fenced by its lease id.
 
 ``inboxes`` (inboxes, subscriptions, settlements), ``pull`` (next, long polls, peek,

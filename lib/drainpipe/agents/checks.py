@@ -1,5 +1,5 @@
 """The checks of what agents send: query parameters, bodies and frames all answer 400 with a
-stable code when wrong (API.md section 11: ``max`` 1..10, ``wait`` 0..30, ...)."""
+stable code when wrong (docs/reference.md section 11: ``max`` 1..10, ``wait`` 0..30, ...)."""
 
 from __future__ import annotations
 

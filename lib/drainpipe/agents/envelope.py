@@ -1,4 +1,4 @@
-"""What an agent is handed: the envelope of an event (API.md section 11).
+"""What an agent is handed: the envelope of an event (docs/reference.md section 11).
 
 The body came from a third party, so the envelope says so (``untrusted``), says whether its
 signature checked out (``verified``), and shows only a ``view`` of it: the whole body or

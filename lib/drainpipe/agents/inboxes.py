@@ -1,5 +1,5 @@
 """``drainpipe.AgentInboxes``: inboxes over webhook messages, their subscriptions, and the
-settlements of leased events (API.md section 11).
+settlements of leased events (docs/reference.md section 11).
 
 Every settlement quotes the lease id the event was handed out with. The id carries the
 event id, its delivery and the token the database minted in the hand-out transaction, all

@@ -1,5 +1,5 @@
 """The drain route's credentials: one secret that drains everything, or scoped executor
-tokens (``{token: queues}``) that each drain only their own queues (API.md section 9).
+tokens (``{token: queues}``) that each drain only their own queues (docs/reference.md section 9).
 
 Every check compares the SHA-256 digest of the presented token with the digest of **every**
 configured token, in constant time per comparison and without stopping at a match, so the

@@ -23,7 +23,7 @@ MAX_OUTAGE: Final = 300.0
 #: no connection attempt while the database is away: the pool probes on its own interval,
 #: see drainpipe.db.outage). It was 30 s: after a failover workers idled for up to 33 s.
 OUTAGE_WAIT_CAP: Final = 2.0
-#: Heartbeats of job leases never come more often than this (API.md section 2).
+#: Heartbeats of job leases never come more often than this (docs/reference.md section 2).
 JOB_HEARTBEAT_FLOOR: Final = 1.0
 
 

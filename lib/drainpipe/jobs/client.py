@@ -409,7 +409,7 @@ class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, Schedu
         allowed_origins: Collection[str] | None = None,
     ) -> Any:
         """Private endpoints for executors that claim and settle jobs over HTTP with the
-        agent inbox's pull protocol (API.md section 11): see :mod:`drainpipe.jobs.executor`."""
+        agent inbox's pull protocol (docs/reference.md section 11): see :mod:`drainpipe.jobs.executor`."""
         from .executor import build_executor_app
 
         return build_executor_app(

@@ -1,5 +1,5 @@
 """``jobs.executor_app(tokens=..., budget=25.0)``: the agent inbox's pull protocol over jobs
-(API.md section 11, last bullet; seed 003's private executor endpoints).
+(docs/reference.md section 11, last bullet; seed 003's private executor endpoints).
 
     POST /claim {"queues", "max", "wait", "lease"}  → {"jobs": [{"id", "queue", "payload",
                                                        "attempt", "lease_id", "lease_until"}]}

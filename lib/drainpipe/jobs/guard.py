@@ -1,5 +1,5 @@
 """What :class:`~drainpipe.jobs.Jobs` does for queue policies and encrypted payloads
-(API.md section 9; docs/policies.md): the client-side checks, sealing on enqueue, opening
+(docs/reference.md section 9; docs/policies.md): the client-side checks, sealing on enqueue, opening
 on claim, ``ensure_policies``, ``reencrypt`` and ``apply_retention``."""
 
 from __future__ import annotations

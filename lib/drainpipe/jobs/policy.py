@@ -1,4 +1,4 @@
-"""Per-queue policies (API.md section 9): limits checked by the client before sending and,
+"""Per-queue policies (docs/reference.md section 9): limits checked by the client before sending and,
 after ``jobs.ensure_policies()``, by the database for every writer.
 
 The error each broken limit answers is built here, once, so the client and the

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 class SyncRecordsMixin(RecordsRules):
-    """Job records as :class:`drainpipe.Jobs` has them (API.md section 8)."""
+    """Job records as :class:`drainpipe.Jobs` has them (docs/reference.md section 8)."""
 
     if TYPE_CHECKING:
         backend: SyncSqlBackend
