@@ -252,6 +252,45 @@ async def test_bulk_replay_goes_through_the_single_replays_path(console: Inbox) 
         assert record is not None and record.replayed_by is not None
 
 
+@pytest.mark.parametrize("backend", ["table", "pgmq"])
+async def test_bulk_replay_counts_what_the_replay_rules_and_check_refuse(
+    fresh_database: Any, backend: str
+) -> None:
+    url = fresh_database(backend)
+    denied: set[tuple[str, int]] = set()  # ids are per queue on pgmq
+
+    def still_allowed(record: drainpipe.JobRecord) -> str | None:
+        return "NOT_AUTHORIZED" if (record.queue, record.id) in denied else None
+
+    jobs = Jobs(url, QUEUES, replay_check=still_allowed)
+    blocked = Jobs(url, QUEUES, policies={"reports": drainpipe.QueuePolicy(replayable=False)})
+    await blocked.ensure_policies()
+    try:
+        allowed, refused = [await spent_job(jobs, RuntimeError("boom")) for _ in range(2)]
+        denied.add(("emails", refused))
+        reports = [await spent_job(jobs, RuntimeError("boom"), "reports") for _ in range(2)]
+        transport = httpx.ASGITransport(app=make_app(jobs))
+        async with httpx.AsyncClient(transport=transport, base_url="http://inbox") as http:
+            emails = {"filter": {"queue": "emails", "state": "dead"}, "expected": 2}
+            answer = await http.post("/jobs/bulk/replay", json=emails, headers=bulk_headers("e"))
+            assert answer.json()["data"] == {"matched": 2, "done": 1, "refused": 1}, answer.text
+            body = {"filter": {"queue": "reports", "state": "dead"}, "expected": 2}
+            answer = await http.post("/jobs/bulk/replay", json=body, headers=bulk_headers("r"))
+            assert answer.json()["data"] == {"matched": 2, "done": 0, "refused": 2}, answer.text
+        outcomes = {
+            (row[2], row[3]): (row[4], row[5]) for row in audit_rows(url) if row[1] == "replay"
+        }
+        assert outcomes == {
+            ("emails", allowed): ("ok", None),
+            ("emails", refused): ("refused", "NOT_AUTHORIZED"),
+            ("reports", reports[0]): ("refused", "REPLAY_BLOCKED"),
+            ("reports", reports[1]): ("refused", "REPLAY_BLOCKED"),
+        }
+    finally:
+        await jobs.close()
+        await blocked.close()
+
+
 @pytest.mark.parametrize(
     ("body", "code"),
     [

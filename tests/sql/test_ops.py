@@ -69,7 +69,7 @@ def test_every_operation_module_contributes_statements() -> None:
             *("job_queue_overview", "ensure_queue_overview", "search_jobs", "job_causes"),
             *("audited_pause_queue", "audit_bulk_action"),
         )
-    } | {"job_queue_stats_v2", "replay_dead_job_v2", "fail_job_v2", "receive_webhook_v3"} | {
+    } | {"replay_dead_job_v2", "fail_job_v2", "receive_webhook_v3"} | {
         "agent_raw_v2",
         "list_jobs_v2",  # newest first by enqueued_at (jobs 0010)
         "replay_dead_job_v3",

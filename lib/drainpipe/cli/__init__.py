@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
 import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -230,6 +231,12 @@ async def connect(database_url: str, *, timeout_seconds: float = DEFAULT_TIMEOUT
     return conn
 
 
+#: Statements Postgres refuses inside a transaction block: they run bare, without the
+#: ``SET LOCAL`` timeouts (``drainpipe bench`` creates and drops its database with them).
+_OUTSIDE_TRANSACTIONS = re.compile(
+    r"\s*(CREATE\s+DATABASE|DROP\s+DATABASE|VACUUM|ALTER\s+SYSTEM)\b", re.IGNORECASE
+)
+
 #: Sets both timeouts for the rest of the current transaction only (``is_local``).
 _LOCAL_TIMEOUTS = (
     "SELECT set_config('statement_timeout', %(ms)s, true), set_config('lock_timeout', %(ms)s, true)"
@@ -246,7 +253,9 @@ def _timed_connection_class() -> tuple[type[Any], type[Any]]:
     class TimedCursor(psycopg.AsyncCursor[Any]):
         async def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
             conn = self.connection
-            if conn.info.transaction_status != TransactionStatus.IDLE:
+            if conn.info.transaction_status != TransactionStatus.IDLE or (
+                isinstance(query, str) and _OUTSIDE_TRANSACTIONS.match(query)
+            ):
                 return await super().execute(query, params, **kwargs)
             async with conn.transaction():  # sets the timeouts first (TimedConnection)
                 return await super().execute(query, params, **kwargs)
