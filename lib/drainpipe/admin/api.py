@@ -144,7 +144,8 @@ class ManagementApp:
     * ``metrics_token``: a bearer token (16+ characters) that may read ``GET /metrics`` and
       nothing else, for a Prometheus scraper (a viewer's token works too).
     * ``agents``: an :class:`~drainpipe.AgentInboxes` whose inboxes the overview shows
-      too, read-only (``GET /inboxes``, viewer); without it that route is not served.
+      too, read-only (``GET /inboxes``, viewer); without it that route is not served. The
+      app does not close it (``aclose`` closes the jobs client only).
     """
 
     def __init__(
