@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
-from tests.admin.conftest import ADMIN, VIEWER
+from drainpipe import AgentInboxes
+from drainpipe.testing import Clock
+from tests.admin.conftest import ADMIN, VIEWER, make_app
 from tests.admin.test_admin_page import ROOT, Page, browser, page
 
 pytestmark = pytest.mark.slow
@@ -109,6 +111,42 @@ def test_a_viewer_sees_the_overview_without_pause(page: Page) -> None:
     page.wait(lambda d: "running" in queue_row(page, "emails")["text"])
     assert queue_row(page, "emails")["button"] is None
     assert not page.by_id("bulk-controls").is_displayed()
+
+
+def inbox_rows(page: Page) -> list[list[str]] | None:
+    return page.driver.execute_script(  # type: ignore[no-any-return]
+        """const rows = [...document.querySelectorAll('#inboxes tr[data-inbox]')];
+           return rows.length ? rows.map((r) => [...r.querySelectorAll('td')]
+             .map((td) => td.textContent)) : null;"""
+    )
+
+
+def test_the_overview_shows_the_agent_inboxes_only_when_given(page: Page) -> None:
+    from tests.admin.test_console_inboxes import events_of_every_state
+
+    page.open(VIEWER)
+    page.wait(lambda d: "running" in queue_row(page, "emails")["text"])
+    assert not page.by_id("agent-inboxes").is_displayed()  # this app has no agents
+    clock = Clock()
+
+    async def with_events() -> AgentInboxes:
+        agents = AgentInboxes(page.db_url, lease_secret="lease-secret-of-the-page-test", now=clock)
+        await events_of_every_state(agents, page.db_url, clock)
+        return agents
+
+    agents = page.served.run(with_events())
+    try:
+        page.lossy.app = make_app(page.jobs, page_refresh=1, agents=agents)  # type: ignore[attr-defined]
+        page.open(VIEWER)
+        rows = page.wait(lambda d: inbox_rows(page))
+        assert page.by_id("agent-inboxes").is_displayed()
+        # inbox, pending, leased, acked, delivered, failed, expired, open streams, oldest open
+        archive, support = rows
+        assert archive == ["archive", "0", "0", "0", "0", "0", "1", "0", "—"]
+        assert support[:8] == ["support", "1", "1", "1", "1", "1", "0", "1"]
+        assert support[8].endswith(" s")
+    finally:
+        page.served.run(agents.close())
 
 
 def test_search_shows_the_cause_and_the_keyboard_moves(page: Page) -> None:

@@ -12,8 +12,9 @@ import httpx
 import psycopg
 import pytest
 
-from drainpipe import Jobs
+from drainpipe import AgentInboxes, Jobs
 from drainpipe.admin.records import ATTEMPT_FIELDS, SHOWN_FIELDS
+from drainpipe.testing import Clock
 from tests.admin.conftest import (
     ADMIN,
     ERROR_MARKER,
@@ -25,6 +26,7 @@ from tests.admin.conftest import (
     bearer,
     make_app,
 )
+from tests.admin.test_console_inboxes import HOLDER_MARKER, events_of_every_state
 from tests.admin.test_management_api import problem
 
 # every storage backend keeps records
@@ -360,6 +362,20 @@ async def test_no_response_carries_a_payload_or_an_error_text(records: Inbox) ->
     ]
     assert {a.status_code for a in answers} == {200, 201, 409}
     assert all(a.status_code != 400 for a in answers[-10:]), [a.text for a in answers[-10:]]
+    # the agent inboxes' overview (GET /inboxes), over events whose bodies, outcomes and
+    # errors carry the markers
+    clock = Clock()
+    agents = AgentInboxes(records.url, lease_secret="lease-secret-of-the-marker-test", now=clock)
+    try:
+        leases = await events_of_every_state(agents, records.url, clock)
+        with_agents = httpx.ASGITransport(app=make_app(records.jobs, agents=agents))
+        async with httpx.AsyncClient(transport=with_agents, base_url="http://inbox") as http:
+            inboxes = await http.get("/inboxes", headers=bearer(VIEWER))
+            assert inboxes.status_code == 200 and len(inboxes.json()["data"]) == 2
+            answers += [inboxes, await http.get("/", headers=bearer(VIEWER))]
+    finally:
+        await agents.close()
     for answer in answers:
         text = answer.text + repr(answer.headers)
         assert PAYLOAD_MARKER not in text and ERROR_MARKER not in text, answer.request.url
+        assert HOLDER_MARKER not in text and not any(lease in text for lease in leases)

@@ -12,8 +12,8 @@
 | ``GET /audit?limit=&cursor=`` | admin | the audit log, newest first |
 | ``GET /`` | anyone | the admin page (it holds no data; its calls authenticate) |
 
-The console's routes (``/queues``, pause and resume, the search filters, bulk actions and
-``/metrics``) are :mod:`drainpipe.admin.console`.
+The console's routes (``/queues``, pause and resume, the search filters, bulk actions,
+``/metrics`` and, given ``agents``, ``/inboxes``) are :mod:`drainpipe.admin.console`.
 
 Bodies are ``{"data": ..., "meta": {...}}``; errors are Problem Details with a ``code``.
 Nothing this app answers carries a payload, an error text or a lease token: the records it
@@ -61,6 +61,7 @@ from .page import page_response
 from .records import STATES, audit_json, record_json
 
 if TYPE_CHECKING:
+    from ..agents import AgentInboxes
     from ..idempotency import Idempotency
     from ..jobs import Jobs
 
@@ -142,6 +143,9 @@ class ManagementApp:
       ``BODY_TOO_LARGE`` (docs/reference.md, "Hardening").
     * ``metrics_token``: a bearer token (16+ characters) that may read ``GET /metrics`` and
       nothing else, for a Prometheus scraper (a viewer's token works too).
+    * ``agents``: an :class:`~drainpipe.AgentInboxes` whose inboxes the overview shows
+      too, read-only (``GET /inboxes``, viewer); without it that route is not served. The
+      app does not close it (``aclose`` closes the jobs client only).
     """
 
     def __init__(
@@ -157,6 +161,7 @@ class ManagementApp:
         page_refresh: float = 15,
         allowed_origins: Collection[str] | None = None,
         metrics_token: str | None = None,
+        agents: AgentInboxes | None = None,
     ) -> None:
         if not callable(authorize):
             raise TypeError("authorize must be a callable(request) -> Principal | None")
@@ -166,8 +171,12 @@ class ManagementApp:
                 "management_app needs jobs on a Postgres connection (a DSN, pool or"
                 " connection), not a PostgREST or in-memory backend"
             )
+        from ..agents import AgentInboxes
         from ..idempotency import Idempotency
 
+        if agents is not None and not isinstance(agents, AgentInboxes):
+            raise TypeError("agents must be a drainpipe.AgentInboxes or None")
+        self.agents = agents
         self.jobs = jobs
         self.db = db
         self.authorize = authorize
@@ -255,6 +264,7 @@ class ManagementApp:
                 base=root,
                 target=self.target,
                 refresh_seconds=self.page_refresh,
+                inboxes=self.agents is not None,
                 head=method == "HEAD",
             )
         if path == "/jobs":
@@ -264,6 +274,10 @@ class ManagementApp:
             self._allow(method, "GET")
             await self._principal(request)
             return await self.console.queues()
+        if path == "/inboxes" and self.agents is not None:
+            self._allow(method, "GET")
+            await self._principal(request)
+            return await self.console.inboxes(self.agents)
         if path == "/metrics":
             self._allow(method, "GET")
             if not self.console.metrics_allowed(request):

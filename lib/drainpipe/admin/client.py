@@ -147,6 +147,13 @@ class ManagementClient:
         data, _ = await self._request("GET", "/queues")
         return cast(builtins.list[dict[str, Any]], data)
 
+    async def inboxes(self) -> builtins.list[dict[str, Any]]:
+        """One summary per agent inbox (when the app was given ``agents``; else
+        ``not_found``): ``{"inbox", "name", "counts": {state: n}, "open_streams",
+        "oldest_open_age_s"}``."""
+        data, _ = await self._request("GET", "/inboxes")
+        return cast(builtins.list[dict[str, Any]], data)
+
     async def pause(self, queue: str) -> dict[str, Any]:
         """Pause a queue (admins; audited); its summary."""
         data, _ = await self._request("POST", queue_path(queue, "pause"), content=b"")

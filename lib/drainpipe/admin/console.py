@@ -8,6 +8,7 @@ and ``/metrics`` in the Prometheus text format. Metadata only, as the rest of th
 | ``POST /queues/{queue}/pause``, ``/resume`` | admin | audited; 200 the queue's summary |
 | ``POST /jobs/bulk/cancel``, ``/jobs/bulk/replay`` | admin | ``Idempotency-Key``; ``{"filter", "expected"}`` |
 | ``GET /metrics`` | viewer, or the ``metrics_token`` | Prometheus text |
+| ``GET /inboxes`` | viewer | given ``agents``: one summary per agent inbox |
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ..validation import INT8_MAX, text_fault
 from .records import STATES, record_json
 
 if TYPE_CHECKING:
+    from ..agents import AgentInboxes
     from ..models import JobRecord
     from ..principals import Principal
     from .api import ManagementApp
@@ -197,6 +199,10 @@ class Console:
     async def queues(self) -> Response:
         summaries = await self.summaries(list(self.app.jobs.queue_names))
         return self.app._body([overview_json(s) for s in summaries])
+
+    async def inboxes(self, agents: AgentInboxes) -> Response:
+        """The agent inboxes' summaries (read-only, metadata only)."""
+        return self.app._body([summary.to_json() for summary in await agents.overview()])
 
     def metrics_allowed(self, request: Any) -> bool:
         """True when the request carries the metrics token as its bearer token."""

@@ -44,9 +44,15 @@ def content_security_policy(nonce: str) -> str:
 
 
 def page_response(
-    *, base: str, target: str, refresh_seconds: float = 15, head: bool = False
+    *,
+    base: str,
+    target: str,
+    refresh_seconds: float = 15,
+    inboxes: bool = False,
+    head: bool = False,
 ) -> Response:
-    """The admin page for an app mounted at ``base`` (``""`` at the root)."""
+    """The admin page for an app mounted at ``base`` (``""`` at the root); ``inboxes``: the
+    app serves ``GET /inboxes``, so the overview shows the agent inboxes too."""
     nonce = secrets.token_urlsafe(18)
     body = (
         _page()
@@ -54,6 +60,7 @@ def page_response(
         .replace("{{base}}", html.escape(base, quote=True))
         .replace("{{target}}", html.escape(target, quote=True))
         .replace("{{refresh}}", html.escape(f"{refresh_seconds:g}", quote=True))
+        .replace("{{inboxes}}", "1" if inboxes else "")
     ).encode("utf-8")
     headers = dict(_PAGE_HEADERS)
     headers["Content-Security-Policy"] = content_security_policy(nonce)

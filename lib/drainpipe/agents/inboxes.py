@@ -41,6 +41,7 @@ from .checks import (
 from .envelope import event_id_text, parse_event_id
 from .lease import LeaseCodec
 from .listen import Wakeups
+from .overview import InboxOverview, parse_overview
 
 if TYPE_CHECKING:
     from .pull import AgentInbox
@@ -270,6 +271,13 @@ class AgentInboxes:
         if found is None:
             raise DrainpipeError("not_found", f"No inbox {inbox_id}", code=INBOX_NOT_FOUND)
         return found
+
+    async def overview(self) -> list[InboxOverview]:
+        """Every inbox, by name: its events counted by state, its open streams and the age of
+        its oldest open event, in one round trip (metadata only; the console's
+        ``GET /inboxes``). It counts every kept event: an overview, not a hot path."""
+        rows = await self._db.fetch(ops.OVERVIEW, ops.overview_params(self._instant()))
+        return parse_overview(rows)
 
     def inbox(self, inbox_id: str) -> AgentInbox:
         """The handle that pulls, peeks and claims events of one inbox."""

@@ -270,3 +270,14 @@ def parse_ack_many(rows: list[Row]) -> dict[int, tuple[bool, str, str, datetime 
     return {
         int(n): (bool(ok), str(inbox), str(state), until) for n, ok, inbox, state, until in rows
     }
+
+
+# the console's overview of every agent inbox (webhook-inbox 0013): counts and ages only
+OVERVIEW = (
+    "SELECT inbox_id, name, counts, open_streams, oldest_open_age_s"
+    " FROM drainpipe.agent_inbox_overview_v1(%s)"
+)
+
+
+def overview_params(now: datetime | None) -> Params:
+    return (now,)

@@ -134,6 +134,11 @@ class ManagementClient:
         data, _ = self._request("GET", "/queues")
         return cast(builtins.list[dict[str, Any]], data)
 
+    def inboxes(self) -> builtins.list[dict[str, Any]]:
+        """One summary per agent inbox (see :meth:`drainpipe.ManagementClient.inboxes`)."""
+        data, _ = self._request("GET", "/inboxes")
+        return cast(builtins.list[dict[str, Any]], data)
+
     def pause(self, queue: str) -> dict[str, Any]:
         """Pause a queue (admins; audited); its summary."""
         data, _ = self._request("POST", queue_path(queue, "pause"), content=b"")
