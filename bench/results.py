@@ -84,6 +84,15 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "python -m bench.job_inbox",
         "`GET /jobs?limit=500` over 100,000 stored jobs, server time in-process",
     ),
+    "bench.hot_path_ab": (
+        "python -m bench.hot_path_ab BEFORE_CHECKOUT 20000 11",
+        "drainpipe's SQL turn (complete_and_claim, batch 100, 5 threads) of this checkout over"
+        " an earlier one's, the two interleaved round by round on one server",
+    ),
+    "bench.console_overview": (
+        "python -m bench.console_overview 1000000",
+        "`GET /queues` over 20 queues and 1,000,000 records, median of 20 reads",
+    ),
     "bench.cold_entries": (
         "python -m bench.cold_entries",
         "importing a function file in a fresh process and building its app",

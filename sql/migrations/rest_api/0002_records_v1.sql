@@ -1,4 +1,4 @@
--- rest-api: job records (API.md §8) over PostgREST: get, list, cancel, replay with lineage,
+-- rest-api: job records (docs/reference.md §8) over PostgREST: get, list, cancel, replay with lineage,
 -- the coded settlements (Skip, Discard, a failure's code) and stats with the terminal
 -- counts. Thin wrappers over the jobs module's 0004_job_records functions, shaped as 0001's
 -- are (plain named arguments, JSON results, service role only). 0001's functions stay:

@@ -1,4 +1,4 @@
--- rest-api: queue policies (API.md §9) over PostgREST: store a declared policy where the
+-- rest-api: queue policies (docs/reference.md §9) over PostgREST: store a declared policy where the
 -- drainpipe.* checks read it, run retention, and the payload reads/rewrites reencrypt needs.
 -- Thin wrappers over the jobs module's 0007_policies functions, shaped as 0001's are
 -- (plain named arguments, JSON results, service role only). Enforcement needs nothing

@@ -1,4 +1,4 @@
--- webhook-inbox 0004: the agent inbox (API.md section 11). Inboxes subscribe to webhook
+-- webhook-inbox 0004: the agent inbox (docs/reference.md section 11). Inboxes subscribe to webhook
 -- sources; every stored webhook message that a subscription matches becomes an event of
 -- that inbox, written by a trigger in the transaction that stores the message (so nothing
 -- is lost between the store and the fan-out, and release-0/v1 callers of receive fan out

@@ -1,4 +1,4 @@
--- The Job Inbox's writes (API.md §10): every authorized cancel or replay that reaches its
+-- The Job Inbox's writes (docs/reference.md §10): every authorized cancel or replay that reaches its
 -- job is audited by the same statement that changes it, refusals included, so an audit row
 -- exists exactly when the change (or the refusal) happened and commits or rolls back with it.
 

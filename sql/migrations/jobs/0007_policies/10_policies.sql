@@ -1,4 +1,4 @@
--- jobs: queue policies (API.md section 9), read by triggers on the job storage so every
+-- jobs: queue policies (docs/reference.md section 9), read by triggers on the job storage so every
 -- writer obeys them (Python, SQL, a trigger calling enqueue_job_v1, PostgREST).
 -- Refusals raise SQLSTATE DPQ01 payload too large, DPQ02 queue full, DPQ03 lease too
 -- long, DPQ04 scheduled too far ahead; clients map them to the contract's kinds and codes.
