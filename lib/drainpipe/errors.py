@@ -117,6 +117,19 @@ def validation_error(
     )
 
 
+QUEUE_FULL: Final = "QUEUE_FULL"
+
+
+def queue_full(queue: str, limit: int) -> DrainpipeError:
+    """A queue's ``max_pending`` refuses an enqueue (the client's check and the memory
+    backend's answer the same as the database's ``DPQ02``)."""
+    return DrainpipeError(
+        "rate_limited",
+        f'Queue "{queue}" already holds its max_pending of {limit} live jobs',
+        code=QUEUE_FULL,
+    )
+
+
 def missing_feature(feature: str, backend: str) -> DrainpipeError:
     """The error for a call whose backend cannot do it (``QueueBackend`` optional methods)."""
     return invalid_request(

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 # the codes a job ends dead with are the records' (drainpipe.codes), re-exported here
 from ..codes import DEADLINE_PASSED, MAX_ATTEMPTS, PAYLOAD_UNREADABLE
-from ..errors import DrainpipeError, invalid_request, validation_error
+from ..errors import QUEUE_FULL, invalid_request, queue_full, validation_error
 
 __all__ = [
     "DEADLINE_PASSED",
@@ -31,7 +31,6 @@ __all__ = [
 ]
 
 PAYLOAD_TOO_LARGE: Final = "PAYLOAD_TOO_LARGE"
-QUEUE_FULL: Final = "QUEUE_FULL"
 LEASE_TOO_LONG: Final = "LEASE_TOO_LONG"
 SCHEDULE_TOO_FAR: Final = "SCHEDULE_TOO_FAR"
 
@@ -144,14 +143,6 @@ class QueuePolicy:
             self.replay_window,
             self.replayable,
         )
-
-
-def queue_full(queue: str, limit: int) -> DrainpipeError:
-    return DrainpipeError(
-        "rate_limited",
-        f'Queue "{queue}" already holds its max_pending of {limit} live jobs',
-        code=QUEUE_FULL,
-    )
 
 
 def check_policies(policies: Any, queues: Any) -> dict[str, QueuePolicy]:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from ...jobs.policy import queue_full
+from ...errors import queue_full
 
 
 class MemoryPolicies:
