@@ -1,0 +1,2428 @@
+-- drainpipe's jobs module on the pgmq storage: the schema a fresh install leaves today.
+-- Generated from sql/migrations/jobs/ by ./scripts/schema; for
+-- reading only (install and upgrade run the migrations). Change the schema with a new
+-- migration, then regenerate: tests/sql/test_current_schema.py compares the two.
+
+
+-- Row types
+
+CREATE TYPE drainpipe.dead_job_v1 AS (id bigint, attempts integer, enqueued_at timestamp with time zone, died_at timestamp with time zone, message jsonb);
+
+CREATE TYPE drainpipe.job_queue_stats_v1 AS (queue text, ready bigint, in_flight bigint, delayed bigint, dead bigint, oldest_age_seconds double precision);
+
+CREATE TYPE drainpipe.job_queue_stats_v2 AS (queue text, ready bigint, in_flight bigint, delayed bigint, dead bigint, succeeded bigint, cancelled bigint, oldest_age_seconds double precision);
+
+CREATE TYPE drainpipe.job_queue_stats_v3 AS (queue text, ready bigint, in_flight bigint, delayed bigint, dead bigint, succeeded bigint, cancelled bigint, oldest_age_seconds double precision, paused boolean);
+
+CREATE TYPE drainpipe.job_record_v1 AS (id bigint, queue text, state text, attempts integer, max_attempts integer, deadline timestamp with time zone, tenant text, dedupe_key text, enqueued_at timestamp with time zone, eligible_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, last_code text, parent_id bigint, replayed_by bigint, history jsonb);
+
+CREATE TYPE drainpipe.job_row_v1 AS (id bigint, attempts integer, enqueued_at timestamp with time zone, visible_until timestamp with time zone, payload jsonb, max_attempts integer, last_error text);
+
+CREATE TYPE drainpipe.job_turn_row_v1 AS (id bigint, attempts integer, enqueued_at timestamp with time zone, visible_until timestamp with time zone, payload jsonb, max_attempts integer, last_error text, refused boolean);
+
+CREATE TYPE drainpipe.schedule_claim_v1 AS (name text, cron text, time_zone text, queue text, payload jsonb, next_run timestamp with time zone, first_after timestamp with time zone, claim_token uuid);
+
+CREATE TYPE drainpipe.schedule_entry_v1 AS (name text, cron text, time_zone text, queue text, tenant text, next_run timestamp with time zone, last_run timestamp with time zone, leased_until timestamp with time zone, created_at timestamp with time zone);
+
+
+-- Tables, with their constraints, indexes and triggers
+
+CREATE TABLE drainpipe.job_attempts (
+    queue text NOT NULL,
+    job_id bigint NOT NULL,
+    number integer NOT NULL,
+    started_at timestamp with time zone,
+    ended_at timestamp with time zone,
+    outcome text NOT NULL,
+    code text,
+    late_outcome text
+);
+ALTER TABLE drainpipe.job_attempts ADD CONSTRAINT job_attempts_pkey PRIMARY KEY (queue, job_id, number);
+CREATE INDEX job_attempts_failed_idx ON drainpipe.job_attempts USING btree (queue, ended_at) WHERE (outcome = ANY (ARRAY['failed'::text, 'discarded'::text, 'expired'::text]));
+
+CREATE TABLE drainpipe.job_retention_runs (
+    id integer NOT NULL,
+    last_run timestamp with time zone
+);
+ALTER TABLE drainpipe.job_retention_runs ADD CONSTRAINT job_retention_runs_id_check CHECK ((id = 1));
+ALTER TABLE drainpipe.job_retention_runs ADD CONSTRAINT job_retention_runs_pkey PRIMARY KEY (id);
+
+CREATE TABLE drainpipe.job_schedules (
+    name text NOT NULL,
+    cron text NOT NULL,
+    time_zone text DEFAULT 'UTC'::text NOT NULL,
+    queue text NOT NULL,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    tenant text,
+    next_run timestamp with time zone,
+    last_run timestamp with time zone,
+    locked_until timestamp with time zone,
+    claim_token uuid,
+    first_after timestamp with time zone,
+    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    due_at timestamp with time zone GENERATED ALWAYS AS (COALESCE(next_run, '-infinity'::timestamp with time zone)) STORED
+);
+ALTER TABLE drainpipe.job_schedules ADD CONSTRAINT job_schedules_name_length CHECK (((length(name) >= 1) AND (length(name) <= 200)));
+ALTER TABLE drainpipe.job_schedules ADD CONSTRAINT job_schedules_pkey PRIMARY KEY (name);
+ALTER TABLE drainpipe.job_schedules ADD CONSTRAINT job_schedules_queue_name CHECK ((queue ~ '^[a-z_][a-z0-9_]{0,46}$'::text));
+CREATE INDEX job_schedules_due_idx ON drainpipe.job_schedules USING btree (due_at, name);
+CREATE INDEX job_schedules_tenant_idx ON drainpipe.job_schedules USING btree (tenant, name) WHERE (tenant IS NOT NULL);
+
+CREATE TABLE drainpipe.job_totals (
+    queue text NOT NULL,
+    state text NOT NULL,
+    shard smallint NOT NULL,
+    n bigint NOT NULL
+);
+ALTER TABLE drainpipe.job_totals ADD CONSTRAINT job_totals_pkey PRIMARY KEY (queue, state, shard);
+
+CREATE TABLE drainpipe.job_totals_kept (
+    queue text NOT NULL
+);
+ALTER TABLE drainpipe.job_totals_kept ADD CONSTRAINT job_totals_kept_pkey PRIMARY KEY (queue);
+
+CREATE TABLE drainpipe.known_time_zones (
+    name text NOT NULL
+);
+ALTER TABLE drainpipe.known_time_zones ADD CONSTRAINT known_time_zones_pkey PRIMARY KEY (name);
+
+CREATE TABLE drainpipe.management_audit (
+    id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
+    at timestamp with time zone NOT NULL,
+    target text NOT NULL,
+    actor text NOT NULL,
+    action text NOT NULL,
+    queue text,
+    job_id bigint,
+    outcome text NOT NULL,
+    code text,
+    idempotency_key text,
+    new_job_id bigint,
+    detail jsonb
+);
+ALTER TABLE drainpipe.management_audit ADD CONSTRAINT management_audit_action_check CHECK ((action = ANY (ARRAY['cancel'::text, 'replay'::text, 'pause'::text, 'resume'::text, 'bulk_cancel'::text, 'bulk_replay'::text])));
+ALTER TABLE drainpipe.management_audit ADD CONSTRAINT management_audit_actor_check CHECK (((length(actor) >= 1) AND (length(actor) <= 200)));
+ALTER TABLE drainpipe.management_audit ADD CONSTRAINT management_audit_code_check CHECK ((code ~ '^[A-Z][A-Z0-9_]{0,63}$'::text));
+ALTER TABLE drainpipe.management_audit ADD CONSTRAINT management_audit_idempotency_key_check CHECK ((length(idempotency_key) <= 255));
+ALTER TABLE drainpipe.management_audit ADD CONSTRAINT management_audit_outcome_check CHECK ((outcome = ANY (ARRAY['ok'::text, 'refused'::text])));
+ALTER TABLE drainpipe.management_audit ADD CONSTRAINT management_audit_pkey PRIMARY KEY (id);
+ALTER TABLE drainpipe.management_audit ADD CONSTRAINT management_audit_target_check CHECK (((length(target) >= 1) AND (length(target) <= 200)));
+CREATE INDEX management_audit_target_id ON drainpipe.management_audit USING btree (target, id DESC);
+
+CREATE TABLE drainpipe.modules (
+    name text NOT NULL,
+    options jsonb DEFAULT '{}'::jsonb NOT NULL,
+    checksum text NOT NULL,
+    installed_at timestamp with time zone DEFAULT now() NOT NULL
+);
+ALTER TABLE drainpipe.modules ADD CONSTRAINT modules_pkey PRIMARY KEY (name);
+
+CREATE TABLE drainpipe.queue_pauses (
+    queue text NOT NULL,
+    paused_at timestamp with time zone NOT NULL
+);
+ALTER TABLE drainpipe.queue_pauses ADD CONSTRAINT queue_pauses_pkey PRIMARY KEY (queue);
+
+CREATE TABLE drainpipe.queue_pending (
+    queue text NOT NULL,
+    live bigint DEFAULT 0 NOT NULL
+);
+ALTER TABLE drainpipe.queue_pending ADD CONSTRAINT queue_pending_pkey PRIMARY KEY (queue);
+
+CREATE TABLE drainpipe.queue_policies (
+    queue text NOT NULL,
+    max_payload_bytes integer NOT NULL,
+    max_pending integer NOT NULL,
+    lease double precision NOT NULL,
+    max_lease double precision NOT NULL,
+    max_delay double precision NOT NULL,
+    max_attempts integer NOT NULL,
+    attempt_window double precision,
+    retention double precision NOT NULL,
+    encrypt boolean DEFAULT false NOT NULL,
+    updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    replay_window double precision,
+    replayable boolean DEFAULT true NOT NULL
+);
+ALTER TABLE drainpipe.queue_policies ADD CONSTRAINT queue_policies_attempt_window_check CHECK ((attempt_window > (0)::double precision));
+ALTER TABLE drainpipe.queue_policies ADD CONSTRAINT queue_policies_check CHECK ((max_lease >= lease));
+ALTER TABLE drainpipe.queue_policies ADD CONSTRAINT queue_policies_lease_check CHECK ((lease > (0)::double precision));
+ALTER TABLE drainpipe.queue_policies ADD CONSTRAINT queue_policies_max_attempts_check CHECK ((max_attempts > 0));
+ALTER TABLE drainpipe.queue_policies ADD CONSTRAINT queue_policies_max_delay_check CHECK ((max_delay > (0)::double precision));
+ALTER TABLE drainpipe.queue_policies ADD CONSTRAINT queue_policies_max_payload_bytes_check CHECK ((max_payload_bytes > 0));
+ALTER TABLE drainpipe.queue_policies ADD CONSTRAINT queue_policies_max_pending_check CHECK ((max_pending > 0));
+ALTER TABLE drainpipe.queue_policies ADD CONSTRAINT queue_policies_pkey PRIMARY KEY (queue);
+ALTER TABLE drainpipe.queue_policies ADD CONSTRAINT queue_policies_replay_window_check CHECK ((replay_window > (0)::double precision));
+ALTER TABLE drainpipe.queue_policies ADD CONSTRAINT queue_policies_retention_check CHECK ((retention > (0)::double precision));
+
+CREATE TABLE drainpipe.schema_migrations (
+    module text NOT NULL,
+    version integer NOT NULL,
+    name text NOT NULL,
+    checksum text NOT NULL,
+    applied_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+ALTER TABLE drainpipe.schema_migrations ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (module, version);
+
+
+-- Functions
+
+CREATE OR REPLACE FUNCTION drainpipe.add_job_totals(p_rows jsonb)
+ RETURNS void
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    INSERT INTO drainpipe.job_totals AS t (queue, state, shard, n)
+    SELECT r.queue, r.state, (pg_backend_pid() % 8)::smallint, r.n
+      FROM jsonb_to_recordset(p_rows) AS r(queue text, state text, n bigint)
+     WHERE r.n <> 0
+     ORDER BY r.queue, r.state  -- one lock order for every writer
+    ON CONFLICT (queue, state, shard) DO UPDATE SET n = t.n + excluded.n
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.advance_schedule_v1(p_name text, p_ran timestamp with time zone, p_next_run timestamp with time zone, p_claim_token uuid, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS boolean
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    WITH moved AS (
+        UPDATE drainpipe.job_schedules s
+           SET next_run = date_trunc('milliseconds', p_next_run),
+               last_run = coalesce(date_trunc('milliseconds', p_ran), s.last_run),
+               first_after = NULL,
+               locked_until = NULL,
+               claim_token = NULL
+         WHERE s.name = p_name
+           AND s.claim_token = p_claim_token
+           AND CASE WHEN s.next_run IS NULL THEN s.first_after IS NOT NULL
+                    ELSE date_trunc('milliseconds', s.next_run) = date_trunc('milliseconds', p_ran) END
+        RETURNING 1
+    )
+    SELECT EXISTS (SELECT 1 FROM moved)
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.apply_job_retention_v1(p_min_interval double precision DEFAULT NULL::double precision, p_batch integer DEFAULT 10000, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_policy drainpipe.queue_policies;
+    v_total integer := 0;
+    v_count integer;
+BEGIN
+    IF p_min_interval IS NOT NULL THEN
+        UPDATE drainpipe.job_retention_runs SET last_run = v_now
+         WHERE id = 1 AND (last_run IS NULL OR last_run <= v_now - make_interval(secs => p_min_interval));
+        IF NOT FOUND THEN
+            RETURN NULL;  -- ran less than p_min_interval ago (or another caller runs it now)
+        END IF;
+    END IF;
+    FOR v_policy IN SELECT * FROM drainpipe.queue_policies ORDER BY queue LOOP
+        CONTINUE WHEN to_regclass('pgmq.a_' || v_policy.queue) IS NULL;
+        EXECUTE format(
+            'WITH gone AS (DELETE FROM pgmq.%1$I d WHERE d.msg_id = ANY (ARRAY(
+                 SELECT x.msg_id FROM pgmq.%1$I x WHERE x.archived_at < $1
+                  ORDER BY x.msg_id LIMIT $2)) RETURNING d.msg_id),
+                  attempts_gone AS (DELETE FROM drainpipe.job_attempts a USING gone g
+                                     WHERE a.queue = $3 AND a.job_id = g.msg_id)
+             SELECT count(*)::integer FROM gone', 'a_' || v_policy.queue)
+          INTO v_count
+          USING v_now - make_interval(secs => v_policy.retention), greatest(coalesce(p_batch, 10000), 1),
+                v_policy.queue;
+        v_total := v_total + v_count;
+    END LOOP;
+    RETURN v_total;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.assert_job_code(p_code text)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF NOT drainpipe.is_job_code(p_code) THEN
+        RAISE EXCEPTION 'Invalid code "%": uppercase letters, digits and underscores, starting with a letter, at most 64', p_code
+            USING ERRCODE = '22023';
+    END IF;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.assert_max_attempts(p_max_attempts integer)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+        RAISE EXCEPTION 'max_attempts must be at least 1, not %', p_max_attempts USING ERRCODE = '22023';
+    END IF;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.assert_queue_name(p_queue text)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_queue IS NULL OR p_queue !~ '^[a-z_][a-z0-9_]{0,46}$' THEN
+        RAISE EXCEPTION 'Invalid queue name "%": lowercase letters, digits and underscores, at most 47', p_queue
+            USING ERRCODE = '22023';
+    END IF;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.assert_schedule_form(p_cron text)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_text text := lower(btrim(coalesce(p_cron, ''), E' \t\r\n'));
+BEGIN
+    IF v_text ~ '^@(yearly|annually|monthly|weekly|daily|midnight|hourly)$' THEN
+        RETURN;
+    END IF;
+    IF v_text ~ '^[0-9]+\s+(second|minute|hour)s?$' THEN
+        IF substring(v_text FROM '^([0-9]+)')::numeric < 1 THEN
+            RAISE EXCEPTION 'Invalid schedule %: the interval must be positive', p_cron USING ERRCODE = '22023';
+        END IF;
+        RETURN;
+    END IF;
+    IF v_text ~ '^\S+(\s+\S+){4}$' THEN
+        RETURN;
+    END IF;
+    RAISE EXCEPTION 'Invalid schedule %: expected five cron fields, a macro such as @daily, or an interval such as 5 minutes', p_cron
+        USING ERRCODE = '22023';
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.assert_time_zone(p_time_zone text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_time_zone = 'UTC'
+       OR EXISTS (SELECT 1 FROM drainpipe.known_time_zones z WHERE z.name = p_time_zone) THEN
+        RETURN;
+    END IF;
+    IF p_time_zone IS NULL
+       OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_names t WHERE t.name = p_time_zone) THEN
+        RAISE EXCEPTION 'Unknown time zone %', p_time_zone USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO drainpipe.known_time_zones (name) VALUES (p_time_zone) ON CONFLICT DO NOTHING;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.assert_turn_arrays(p_ids bigint[], p_attempts integer[])
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF coalesce(cardinality(p_ids), 0) IS DISTINCT FROM coalesce(cardinality(p_attempts), 0) THEN
+        RAISE EXCEPTION 'complete_and_claim_jobs_v1: % ids but % attempts',
+            coalesce(cardinality(p_ids), 0), coalesce(cardinality(p_attempts), 0)
+            USING ERRCODE = '22023';
+    END IF;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.attach_queue_policy_v1(p_queue text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET enable_seqscan TO 'on'
+ SET jit TO 'off'
+AS $function$
+DECLARE
+    v_table regclass;
+BEGIN
+    PERFORM drainpipe.ensure_job_queue_v1(p_queue);
+    v_table := ('pgmq.' || quote_ident('q_' || p_queue))::regclass;
+    -- no writer between the count and the triggers: the counter starts exact
+    EXECUTE format('LOCK TABLE %s IN SHARE ROW EXCLUSIVE MODE', v_table);
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'drainpipe_policy_insert' AND tgrelid = v_table) THEN
+        EXECUTE format('CREATE TRIGGER drainpipe_policy_insert AFTER INSERT ON %s
+                          REFERENCING NEW TABLE AS added FOR EACH STATEMENT
+                          EXECUTE FUNCTION drainpipe.pgmq_queue_policy_insert()', v_table);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'drainpipe_policy_lease' AND tgrelid = v_table) THEN
+        EXECUTE format('CREATE TRIGGER drainpipe_policy_lease BEFORE UPDATE OF vt ON %s
+                          FOR EACH ROW WHEN (NEW.read_ct > OLD.read_ct)
+                          EXECUTE FUNCTION drainpipe.pgmq_queue_policy_lease()', v_table);
+    END IF;
+    EXECUTE format('INSERT INTO drainpipe.queue_pending (queue, live) SELECT $1, count(*) FROM %s
+                    ON CONFLICT (queue) DO UPDATE SET live = excluded.live', v_table) USING p_queue;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.audit_bulk_action_v1(p_target text, p_actor text, p_action text, p_queue text, p_idempotency_key text, p_detail jsonb, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS bigint
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    INSERT INTO drainpipe.management_audit
+        (at, target, actor, action, queue, outcome, idempotency_key, detail)
+    VALUES (coalesce(p_now, clock_timestamp()), p_target, p_actor, p_action, p_queue, 'ok',
+            p_idempotency_key, p_detail)
+    RETURNING id
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.audited_cancel_job_v1(p_target text, p_actor text, p_queue text, p_id bigint, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_result text;
+    v_outcome text;
+BEGIN
+    v_result := drainpipe.cancel_job_v1(p_queue, p_id, p_now);
+    IF v_result IS NULL THEN
+        RETURN NULL;
+    END IF;
+    v_outcome := CASE WHEN v_result = 'cancelled' THEN 'ok' ELSE 'refused' END;
+    INSERT INTO drainpipe.management_audit
+        (at, target, actor, action, queue, job_id, outcome, code)
+    VALUES (
+        coalesce(p_now, clock_timestamp()), p_target, p_actor, 'cancel', p_queue, p_id,
+        v_outcome, CASE WHEN v_outcome = 'refused' THEN 'JOB_NOT_CANCELLABLE' END
+    );
+    RETURN v_outcome;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.audited_pause_queue_v1(p_target text, p_actor text, p_queue text, p_pause boolean, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_changed boolean;
+BEGIN
+    v_changed := CASE WHEN p_pause THEN drainpipe.pause_queue_v1(p_queue, p_now)
+                      ELSE drainpipe.resume_queue_v1(p_queue) END;
+    INSERT INTO drainpipe.management_audit (at, target, actor, action, queue, outcome, code)
+    VALUES (coalesce(p_now, clock_timestamp()), p_target, p_actor,
+            CASE WHEN p_pause THEN 'pause' ELSE 'resume' END, p_queue,
+            CASE WHEN v_changed THEN 'ok' ELSE 'refused' END,
+            CASE WHEN v_changed THEN NULL
+                 WHEN p_pause THEN 'QUEUE_ALREADY_PAUSED' ELSE 'QUEUE_NOT_PAUSED' END);
+    RETURN CASE WHEN v_changed THEN 'ok' ELSE 'refused' END;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.audited_replay_job_v1(p_target text, p_actor text, p_queue text, p_id bigint, p_idempotency_key text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS TABLE(outcome text, code text, new_job_id bigint)
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT r.outcome, r.code, r.new_job_id
+      FROM drainpipe.audited_replay_job_v2(p_target, p_actor, p_queue, p_id, p_idempotency_key,
+                                           NULL, NULL, true, p_now) AS r
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.audited_replay_job_v2(p_target text, p_actor text, p_queue text, p_id bigint, p_idempotency_key text, p_refusal text DEFAULT NULL::text, p_window double precision DEFAULT NULL::double precision, p_replayable boolean DEFAULT true, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS TABLE(outcome text, code text, new_job_id bigint)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_new bigint;
+    v_code text;
+BEGIN
+    IF p_refusal IS NOT NULL THEN
+        PERFORM 1 FROM drainpipe.get_job_v1(p_queue, p_id, p_now);
+        IF NOT FOUND THEN
+            RETURN;
+        END IF;
+        v_code := p_refusal;
+    ELSE
+        SELECT r.new_job_id, r.code INTO v_new, v_code
+          FROM drainpipe.replay_dead_job_v3(p_queue, p_id, p_window, p_replayable, p_now) AS r;
+        IF v_code = 'JOB_NOT_FOUND' THEN
+            RETURN;
+        END IF;
+    END IF;
+    outcome := CASE WHEN v_new IS NULL THEN 'refused' ELSE 'ok' END;
+    INSERT INTO drainpipe.management_audit
+        (at, target, actor, action, queue, job_id, outcome, code, idempotency_key, new_job_id)
+    VALUES (
+        coalesce(p_now, clock_timestamp()), p_target, p_actor, 'replay', p_queue, p_id,
+        outcome, v_code, p_idempotency_key, v_new
+    );
+    code := v_code;
+    new_job_id := v_new;
+    RETURN NEXT;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.bury_job_v1(p_queue text, p_id bigint, p_attempt integer, p_error text, p_code text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS boolean
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT coalesce(drainpipe.fail_job_v2(p_queue, p_id, p_attempt, p_error, NULL, p_code, true, p_now) = 'dead', false)
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.cancel_job_v1(p_queue text, p_id bigint, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_read_ct integer;
+    v_message jsonb;
+    v_vt timestamptz;
+    v_started timestamptz;
+    v_state text;
+    v_found boolean;
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF to_regclass('pgmq.q_' || p_queue) IS NULL THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE format('SELECT read_ct, message, vt, %s FROM pgmq.%I WHERE msg_id = $1 FOR UPDATE',
+                   CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'last_read_at' ELSE 'NULL::timestamptz' END,
+                   'q_' || p_queue)
+      INTO v_read_ct, v_message, v_vt, v_started USING p_id;
+    IF v_read_ct IS NULL THEN
+        EXECUTE format('SELECT true FROM pgmq.%I WHERE msg_id = $1', 'a_' || p_queue) INTO v_found USING p_id;
+        RETURN CASE WHEN v_found THEN 'terminal' END;
+    END IF;
+    v_state := drainpipe.pgmq_live_state(v_read_ct, v_message);
+    IF v_state = 'leased' AND v_vt <= v_now THEN
+        INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+        VALUES (p_queue, p_id, v_read_ct, v_started, v_vt, 'expired', 'LEASE_EXPIRED')
+        ON CONFLICT DO NOTHING;
+        IF v_read_ct >= coalesce((v_message ->> 'max_attempts')::integer, 5) THEN
+            PERFORM drainpipe.pgmq_archive_job(p_queue, p_id,
+                '{"last_error": "The lease ran out on the last attempt", "dead": true, "last_code": "MAX_ATTEMPTS"}', v_vt);
+            RETURN 'terminal';
+        END IF;
+    ELSIF v_state = 'leased' THEN
+        INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+        VALUES (p_queue, p_id, v_read_ct, v_started, v_now, 'cancelled', 'CANCELLED')
+        ON CONFLICT DO NOTHING;
+    END IF;
+    PERFORM drainpipe.pgmq_archive_job(p_queue, p_id, '{"cancelled": true, "last_code": "CANCELLED"}', v_now);
+    RETURN 'cancelled';
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.check_policy_insert(p_queue text, p_added bigint, p_largest bigint, p_latest timestamp with time zone)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET enable_seqscan TO 'on'
+ SET jit TO 'off'
+AS $function$
+DECLARE
+    v_policy drainpipe.queue_policies;
+    v_live bigint;
+BEGIN
+    SELECT * INTO v_policy FROM drainpipe.queue_policies WHERE queue = p_queue;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF p_largest > drainpipe.policy_payload_limit(v_policy) THEN
+        RAISE EXCEPTION 'payload is % bytes as stored, more than queue "%" allows (max_payload_bytes %)',
+            p_largest, p_queue, v_policy.max_payload_bytes USING ERRCODE = 'DPQ01';
+    END IF;
+    -- a second of slack: the client computed the delay a moment before the insert
+    IF p_latest > clock_timestamp() + make_interval(secs => v_policy.max_delay + 1) THEN
+        RAISE EXCEPTION 'the job would run more than % s ahead, past queue "%"''s max_delay',
+            v_policy.max_delay, p_queue USING ERRCODE = 'DPQ04';
+    END IF;
+    UPDATE drainpipe.queue_pending SET live = live + p_added WHERE queue = p_queue
+    RETURNING live INTO v_live;
+    IF v_live > v_policy.max_pending THEN
+        -- our own new rows included (this transaction sees them)
+        v_live := drainpipe.count_live_jobs(p_queue, v_policy.max_pending + 1);
+        UPDATE drainpipe.queue_pending SET live = v_live WHERE queue = p_queue;
+        IF v_live > v_policy.max_pending THEN
+            RAISE EXCEPTION 'queue "%" already holds its max_pending of % live jobs',
+                p_queue, v_policy.max_pending USING ERRCODE = 'DPQ02';
+        END IF;
+    END IF;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.claim_due_schedules_v1(p_lease double precision DEFAULT 60, p_batch integer DEFAULT 100, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.schedule_claim_v1
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    UPDATE drainpipe.job_schedules s
+       SET locked_until = coalesce(p_now, statement_timestamp()) + make_interval(secs => greatest(coalesce(p_lease, 60), 1)),
+           -- a fresh token per claim: a drain whose lease ran out cannot advance a later claim
+           claim_token = gen_random_uuid()
+     -- = ANY (ARRAY(...)), not a join: the planner keeps the primary key lookup even with a
+     -- generic plan that guesses the batch is a tenth of the table
+     WHERE s.name = ANY (ARRAY(
+        -- SKIP LOCKED: two drains claiming at once split the due schedules between them
+        -- coalesce(p_now, statement_timestamp()), being stable, bounds the index scan; clock_timestamp() would not
+        SELECT d.name
+          FROM drainpipe.job_schedules d
+         WHERE d.due_at <= coalesce(p_now, statement_timestamp())
+           AND (d.locked_until IS NULL OR d.locked_until <= coalesce(p_now, statement_timestamp()))
+         ORDER BY d.due_at, d.name
+         LIMIT greatest(coalesce(p_batch, 100), 1)
+           FOR UPDATE SKIP LOCKED
+     ))
+    RETURNING s.name, s.cron, s.time_zone, s.queue, s.payload, s.next_run, s.first_after, s.claim_token
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.claim_jobs_v1(p_queue text, p_lease double precision DEFAULT 300, p_batch integer DEFAULT 1, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_row_v1
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF NOT drainpipe.is_queue_name(p_queue) THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    IF EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = p_queue) THEN
+        RETURN;  -- paused: nothing is handed out (jobs 0012)
+    END IF;
+    -- by name only, as release 0 did (see jobs 0002)
+    IF to_regproc('drainpipe.claim_jobs__' || p_queue) IS NULL THEN
+        PERFORM drainpipe.ensure_job_queue_v1(p_queue);
+    END IF;
+    RETURN QUERY EXECUTE format('SELECT * FROM drainpipe.%I($1, $2, $3)', 'claim_jobs__' || p_queue)
+      USING p_lease, p_batch, p_now;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.complete_and_claim_jobs_v1(p_queue text, p_ids bigint[], p_attempts integer[], p_lease double precision DEFAULT 300, p_batch integer DEFAULT 1, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_turn_row_v1
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF NOT drainpipe.is_queue_name(p_queue) THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    -- by name only, as claim_jobs_v1 looks its queue's function up (see jobs 0002)
+    IF to_regproc('drainpipe.complete_and_claim_jobs__' || p_queue) IS NULL THEN
+        IF to_regproc('drainpipe.claim_jobs__' || p_queue) IS NULL THEN
+            PERFORM drainpipe.ensure_job_queue_v1(p_queue);
+        END IF;
+        PERFORM drainpipe.define_job_turn_function_v1(p_queue);
+    END IF;
+    RETURN QUERY EXECUTE format('SELECT * FROM drainpipe.%I($1, $2, $3, $4, $5)',
+                                'complete_and_claim_jobs__' || p_queue)
+      USING p_ids, p_attempts, p_lease, p_batch, p_now;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.complete_job_v1(p_queue text, p_id bigint, p_attempt integer, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS boolean
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT EXISTS (SELECT 1 FROM drainpipe.complete_jobs_v1(p_queue, ARRAY[p_id], ARRAY[p_attempt], p_now))
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.complete_jobs_v1(p_queue text, p_ids bigint[], p_attempts integer[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF NOT drainpipe.is_queue_name(p_queue) THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    IF to_regproc('drainpipe.complete_jobs__' || p_queue) IS NULL THEN
+        IF to_regclass('pgmq.q_' || p_queue) IS NULL THEN
+            RETURN;  -- no such queue: nothing to complete
+        END IF;
+        PERFORM drainpipe.ensure_job_queue_v1(p_queue);
+    END IF;
+    RETURN QUERY EXECUTE format('SELECT * FROM drainpipe.%I($1, $2, $3)', 'complete_jobs__' || p_queue)
+      USING p_ids, p_attempts, p_now;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.count_live_jobs(p_queue text, p_limit bigint)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_count bigint;
+BEGIN
+    EXECUTE format('SELECT count(*) FROM (SELECT 1 FROM pgmq.%I LIMIT $1) x', 'q_' || p_queue)
+      INTO v_count USING p_limit;
+    RETURN v_count;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.dead_job_ids(p_queue text, p_ids bigint[], p_batch integer)
+ RETURNS SETOF bigint
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF to_regclass('pgmq.a_' || p_queue) IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format(
+        'SELECT msg_id FROM pgmq.%I WHERE message ? ''dead'' AND NOT message ? ''replayed_by''
+            AND ($1 IS NULL OR msg_id = ANY ($1))
+          ORDER BY msg_id DESC LIMIT $2', 'a_' || p_queue)
+      USING p_ids, greatest(coalesce(p_batch, 1000), 1);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.define_job_queue_functions_v1(p_queue text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    -- pgmq 1.5+: the claim stamps last_read_at (the attempt's start) and the archive keeps it
+    v_read_set text := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', last_read_at = v_now' ELSE '' END;
+    v_read_col text := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'q.last_read_at' ELSE 'NULL::timestamptz' END;
+    v_archive_cols text := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', last_read_at' ELSE '' END;
+    v_archive_vals text := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', d.last_read_at' ELSE '' END;
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    PERFORM pg_advisory_xact_lock(hashtext('drainpipe.queue:' || p_queue));
+    EXECUTE format('DROP FUNCTION IF EXISTS drainpipe.%I(double precision, integer)', 'claim_jobs__' || p_queue);
+    EXECUTE format('DROP FUNCTION IF EXISTS drainpipe.%I(bigint[], integer[])', 'complete_jobs__' || p_queue);
+    EXECUTE format($fn$
+        CREATE OR REPLACE FUNCTION drainpipe.%1$I(p_lease double precision, p_batch integer, p_now timestamptz)
+        RETURNS SETOF drainpipe.job_row_v1
+        LANGUAGE plpgsql SECURITY DEFINER
+        SET search_path = pg_catalog, pg_temp
+        -- generic plan, no seqscans: see 0002
+        SET plan_cache_mode = force_generic_plan
+        SET enable_seqscan = off
+        AS $body$
+        DECLARE
+            v_claimed bigint;
+            v_now timestamptz;
+            v_until timestamptz;
+            v_batch integer := greatest(p_batch, 1);
+        BEGIN
+            LOOP
+                v_now := coalesce(p_now, clock_timestamp());
+                v_until := v_now + make_interval(secs => greatest(p_lease, 0));
+                RETURN QUERY
+                WITH picked AS (
+                    SELECT q.msg_id, q.read_ct, q.vt, %4$s AS started_at,
+                           q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted,
+                           -- a claimed attempt that did not fail: its lease ran out
+                           q.read_ct > 0 AND q.message ->> 'failed' IS DISTINCT FROM q.read_ct::text AS lapsed
+                      FROM pgmq.%2$I q
+                     -- the vt index read from its start: only visible rows are visited, so jobs
+                     -- leased or backing off ahead of the ready ones cost nothing (in msg_id
+                     -- order every one of them was read and filtered out). Visible first by
+                     -- visibility time, as on the table backend; for jobs enqueued and never
+                     -- claimed that is their enqueue order.
+                     WHERE q.vt <= v_now
+                     ORDER BY q.vt
+                     LIMIT v_batch
+                       FOR UPDATE SKIP LOCKED
+                ), expired AS (
+                    INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+                    SELECT %6$L, p.msg_id, p.read_ct, p.started_at, p.vt, 'expired', 'LEASE_EXPIRED'
+                      FROM picked p WHERE p.lapsed
+                    ON CONFLICT DO NOTHING
+                ), dead AS (
+                    DELETE FROM pgmq.%2$I d
+                     WHERE d.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE p.exhausted))
+                    RETURNING d.*
+                ), archived AS (
+                    INSERT INTO pgmq.%3$I (msg_id, read_ct, enqueued_at, vt, message, archived_at%7$s)
+                    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.vt,
+                           d.message || '{"last_error": "The lease ran out on the last attempt", "dead": true, "last_code": "MAX_ATTEMPTS"}'::jsonb,
+                           d.vt%8$s
+                      FROM dead d
+                )
+                UPDATE pgmq.%2$I m
+                   SET vt = v_until,
+                       read_ct = m.read_ct + 1%5$s
+                 WHERE m.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE NOT p.exhausted))
+                RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message -> 'payload',
+                          coalesce((m.message ->> 'max_attempts')::integer, 5), m.message ->> 'last_error';
+                GET DIAGNOSTICS v_claimed = ROW_COUNT;
+                EXIT WHEN v_claimed > 0;
+                PERFORM 1 FROM pgmq.%2$I w WHERE w.vt <= v_now ORDER BY w.vt LIMIT 1
+                    FOR UPDATE SKIP LOCKED;
+                EXIT WHEN NOT FOUND;
+            END LOOP;
+        END
+        $body$
+        $fn$, 'claim_jobs__' || p_queue, 'q_' || p_queue, 'a_' || p_queue, v_read_col, v_read_set,
+              p_queue, v_archive_cols, v_archive_vals);
+
+    EXECUTE format($fn$
+        CREATE OR REPLACE FUNCTION drainpipe.%1$I(p_ids bigint[], p_attempts integer[], p_now timestamptz)
+        RETURNS SETOF bigint
+        LANGUAGE plpgsql SECURITY DEFINER
+        SET search_path = pg_catalog, pg_temp
+        SET plan_cache_mode = force_generic_plan
+        SET enable_seqscan = off
+        AS $body$
+        DECLARE
+            v_done integer;
+        BEGIN
+            RETURN QUERY
+            -- fenced by read_ct, and only while the attempt holds its lease (not failed)
+            WITH done AS (
+                DELETE FROM pgmq.%2$I m
+                 USING unnest(p_ids, p_attempts) AS f(id, attempt)
+                 WHERE m.msg_id = f.id AND m.read_ct = f.attempt
+                   AND m.message ->> 'failed' IS DISTINCT FROM m.read_ct::text
+                RETURNING m.*
+            )
+            INSERT INTO pgmq.%3$I (msg_id, read_ct, enqueued_at, vt, message, archived_at%5$s)
+            -- the document as it is (no copy per job): a reader takes a success's code
+            -- from "skipped" only, so an earlier attempt's last_code does not show
+            SELECT d.msg_id, d.read_ct, d.enqueued_at, d.vt, d.message,
+                   coalesce(p_now, clock_timestamp())%6$s
+              FROM done d
+            RETURNING msg_id;
+            GET DIAGNOSTICS v_done = ROW_COUNT;
+            IF v_done < cardinality(p_ids) THEN
+                -- a holder whose attempt was cancelled: what it reported is kept, nothing else
+                UPDATE drainpipe.job_attempts a
+                   SET late_outcome = 'succeeded'
+                  FROM unnest(p_ids, p_attempts) AS f(id, attempt)
+                 WHERE a.queue = %4$L AND a.job_id = f.id AND a.number = f.attempt
+                   AND a.outcome = 'cancelled' AND a.late_outcome IS NULL;
+            END IF;
+        END
+        $body$
+        $fn$, 'complete_jobs__' || p_queue, 'q_' || p_queue, 'a_' || p_queue, p_queue,
+              v_archive_cols, v_archive_vals);
+    EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) FROM PUBLIC', 'claim_jobs__' || p_queue);
+    EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(bigint[], integer[], timestamptz) FROM PUBLIC', 'complete_jobs__' || p_queue);
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'service_role') THEN
+        EXECUTE format('GRANT EXECUTE ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) TO service_role', 'claim_jobs__' || p_queue);
+        EXECUTE format('GRANT EXECUTE ON FUNCTION drainpipe.%I(bigint[], integer[], timestamptz) TO service_role', 'complete_jobs__' || p_queue);
+    END IF;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.define_job_turn_function_v1(p_queue text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    PERFORM pg_advisory_xact_lock(hashtext('drainpipe.queue:' || p_queue));
+    EXECUTE format($fn$
+        CREATE OR REPLACE FUNCTION drainpipe.%1$I(
+            p_ids bigint[], p_attempts integer[], p_lease double precision, p_batch integer,
+            p_now timestamptz
+        )
+        RETURNS SETOF drainpipe.job_turn_row_v1
+        LANGUAGE plpgsql SECURITY DEFINER
+        SET search_path = pg_catalog, pg_temp
+        AS $body$
+        DECLARE
+            v_done bigint[];
+        BEGIN
+            IF cardinality(p_ids) > 0 THEN
+                PERFORM drainpipe.assert_turn_arrays(p_ids, p_attempts);
+                v_done := ARRAY(SELECT drainpipe.%2$I(p_ids, p_attempts, p_now));
+                IF cardinality(v_done) < cardinality(p_ids) THEN
+                    RETURN QUERY SELECT * FROM drainpipe.refused_turn_rows(p_ids, p_attempts, v_done);
+                END IF;
+            END IF;
+            IF EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = %4$L) THEN
+                RETURN;  -- paused: the completions above stand, nothing is claimed
+            END IF;
+            RETURN QUERY
+            SELECT c.id, c.attempts, c.enqueued_at, c.visible_until, c.payload, c.max_attempts,
+                   c.last_error, false
+              FROM drainpipe.%3$I(p_lease, p_batch, p_now) AS c;
+        END
+        $body$
+        $fn$, 'complete_and_claim_jobs__' || p_queue, 'complete_jobs__' || p_queue,
+              'claim_jobs__' || p_queue, p_queue);
+    EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(bigint[], integer[], double precision, integer, timestamptz) FROM PUBLIC',
+                   'complete_and_claim_jobs__' || p_queue);
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'service_role') THEN
+        EXECUTE format('GRANT EXECUTE ON FUNCTION drainpipe.%I(bigint[], integer[], double precision, integer, timestamptz) TO service_role',
+                       'complete_and_claim_jobs__' || p_queue);
+    END IF;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.drop_queue_policy_v1(p_queue text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    DELETE FROM drainpipe.queue_pending WHERE queue = p_queue;
+    DELETE FROM drainpipe.queue_policies WHERE queue = p_queue;
+    RETURN FOUND;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.enqueue_job_v1(p_queue text, p_payload jsonb DEFAULT '{}'::jsonb, p_delay double precision DEFAULT 0, p_max_attempts integer DEFAULT 5, p_dedupe_key text DEFAULT NULL::text, p_dedupe_running boolean DEFAULT true)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_message jsonb;
+    v_table text := 'q_' || p_queue;
+    v_id bigint;
+BEGIN
+    IF NOT drainpipe.is_queue_name(p_queue) THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    IF p_dedupe_key IS NULL AND p_max_attempts >= 1 THEN
+        -- the common case, built here: job_message() is a function call more per enqueue
+        v_message := jsonb_build_object('payload', coalesce(p_payload, '{}'::jsonb),
+                                        'max_attempts', p_max_attempts);
+    ELSE
+        v_message := drainpipe.job_message(p_payload, p_max_attempts, p_dedupe_key);
+    END IF;
+    IF to_regclass('pgmq.' || v_table) IS NULL THEN
+        PERFORM drainpipe.ensure_job_queue_v1(p_queue);
+    END IF;
+    IF p_dedupe_key IS NOT NULL THEN
+        -- one enqueuer per (queue, key) at a time, so two callers cannot both miss each other
+        PERFORM pg_advisory_xact_lock(hashtext('drainpipe.job:' || p_queue), hashtext(p_dedupe_key));
+        EXECUTE format(
+            'SELECT msg_id FROM pgmq.%I
+              WHERE message ? ''dedupe_key'' AND message ->> ''dedupe_key'' = $1
+                AND ($2 OR read_ct = 0)
+                AND NOT (read_ct >= coalesce((message ->> ''max_attempts'')::integer, 5) AND vt <= clock_timestamp())
+              ORDER BY msg_id LIMIT 1', v_table)
+          INTO v_id USING p_dedupe_key, p_dedupe_running;
+        IF v_id IS NOT NULL THEN
+            RETURN v_id;
+        END IF;
+    END IF;
+    EXECUTE format('INSERT INTO pgmq.%I (vt, message) VALUES ($1, $2) RETURNING msg_id', v_table)
+      INTO v_id
+      USING clock_timestamp() + make_interval(secs => greatest(coalesce(p_delay, 0), 0)), v_message;
+    RETURN v_id;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.enqueue_jobs_v1(p_queue text, p_payloads jsonb, p_delay double precision DEFAULT 0, p_max_attempts integer DEFAULT 5)
+ RETURNS SETOF bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF NOT drainpipe.is_queue_name(p_queue) THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+        PERFORM drainpipe.assert_max_attempts(p_max_attempts);
+    END IF;
+    IF to_regclass('pgmq.q_' || p_queue) IS NULL THEN
+        PERFORM drainpipe.ensure_job_queue_v1(p_queue);
+    END IF;
+    RETURN QUERY EXECUTE format(
+        'INSERT INTO pgmq.%I (vt, message)
+         SELECT $1, jsonb_build_object(''payload'', e.value, ''max_attempts'', $2)
+           FROM jsonb_array_elements($3) WITH ORDINALITY AS e(value, n)
+          ORDER BY e.n
+         RETURNING msg_id', 'q_' || p_queue)
+      USING clock_timestamp() + make_interval(secs => greatest(coalesce(p_delay, 0), 0)), p_max_attempts, p_payloads;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.ensure_job_queue_v1(p_queue text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    PERFORM pg_advisory_xact_lock(hashtext('drainpipe.queue:' || p_queue));
+    IF to_regclass('pgmq.q_' || p_queue) IS NULL THEN
+        PERFORM pgmq.create(p_queue);
+    END IF;
+    EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I ((message ->> ''dedupe_key'')) WHERE message ? ''dedupe_key''',
+                   'q_' || p_queue || '_dedupe_idx', 'q_' || p_queue);
+    -- dead jobs not replayed yet, newest first (list_dead, retry_dead, stats)
+    EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (msg_id) WHERE message ? ''dead'' AND NOT message ? ''replayed_by''',
+                   'a_' || p_queue || '_unreplayed_idx', 'a_' || p_queue);
+    EXECUTE format('DROP INDEX IF EXISTS pgmq.%I', 'a_' || p_queue || '_dead_idx');
+    PERFORM drainpipe.pgmq_enqueued_indexes(p_queue);
+    IF to_regprocedure('drainpipe.claim_jobs__' || p_queue || '(double precision, integer, timestamptz)') IS NULL
+       OR to_regprocedure('drainpipe.complete_jobs__' || p_queue || '(bigint[], integer[], timestamptz)') IS NULL THEN
+        PERFORM drainpipe.define_job_queue_functions_v1(p_queue);
+    END IF;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.ensure_queue_overview_v1(p_queues text[], p_force boolean DEFAULT false)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_queue text;
+    v_table regclass;
+    v_total bigint := 0;
+    v_counted bigint;
+BEGIN
+    FOREACH v_queue IN ARRAY p_queues LOOP
+        PERFORM drainpipe.assert_queue_name(v_queue);
+        CONTINUE WHEN to_regclass('pgmq.a_' || v_queue) IS NULL;
+        CONTINUE WHEN NOT p_force AND EXISTS (SELECT 1 FROM drainpipe.job_totals_kept k WHERE k.queue = v_queue);
+        v_table := ('pgmq.' || quote_ident('a_' || v_queue))::regclass;
+        EXECUTE format('LOCK TABLE %s IN SHARE ROW EXCLUSIVE MODE', v_table);
+        DELETE FROM drainpipe.job_totals WHERE queue = v_queue;
+        EXECUTE format(
+            'INSERT INTO drainpipe.job_totals (queue, state, shard, n)
+             SELECT $1, CASE WHEN a.message ? ''cancelled'' THEN ''cancelled''
+                             WHEN a.message ? ''dead'' THEN ''dead'' ELSE ''succeeded'' END, 0, count(*)
+               FROM %s a GROUP BY 2', v_table) USING v_queue;
+        SELECT coalesce(sum(n), 0) INTO v_counted FROM drainpipe.job_totals WHERE queue = v_queue;
+        v_total := v_total + v_counted;
+        IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'drainpipe_totals_insert' AND tgrelid = v_table) THEN
+            EXECUTE format('CREATE TRIGGER drainpipe_totals_insert AFTER INSERT ON %s
+                              REFERENCING NEW TABLE AS added FOR EACH STATEMENT
+                              EXECUTE FUNCTION drainpipe.pgmq_job_totals()', v_table);
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'drainpipe_totals_delete' AND tgrelid = v_table) THEN
+            EXECUTE format('CREATE TRIGGER drainpipe_totals_delete AFTER DELETE ON %s
+                              REFERENCING OLD TABLE AS gone FOR EACH STATEMENT
+                              EXECUTE FUNCTION drainpipe.pgmq_job_totals()', v_table);
+        END IF;
+        INSERT INTO drainpipe.job_totals_kept (queue) VALUES (v_queue) ON CONFLICT DO NOTHING;
+    END LOOP;
+    RETURN v_total;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.ensure_queue_policy_v1(p_queue text, p_max_payload_bytes integer, p_max_pending integer, p_lease double precision, p_max_lease double precision, p_max_delay double precision, p_max_attempts integer, p_attempt_window double precision, p_retention double precision, p_encrypt boolean)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    INSERT INTO drainpipe.queue_policies AS p (queue, max_payload_bytes, max_pending, lease,
+        max_lease, max_delay, max_attempts, attempt_window, retention, encrypt)
+    VALUES (p_queue, p_max_payload_bytes, p_max_pending, p_lease, p_max_lease, p_max_delay,
+            p_max_attempts, p_attempt_window, p_retention, p_encrypt)
+    ON CONFLICT (queue) DO UPDATE SET
+        max_payload_bytes = excluded.max_payload_bytes, max_pending = excluded.max_pending,
+        lease = excluded.lease, max_lease = excluded.max_lease, max_delay = excluded.max_delay,
+        max_attempts = excluded.max_attempts, attempt_window = excluded.attempt_window,
+        retention = excluded.retention, encrypt = excluded.encrypt,
+        updated_at = clock_timestamp();
+    PERFORM drainpipe.attach_queue_policy_v1(p_queue);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.ensure_queue_policy_v2(p_queue text, p_max_payload_bytes integer, p_max_pending integer, p_lease double precision, p_max_lease double precision, p_max_delay double precision, p_max_attempts integer, p_attempt_window double precision, p_retention double precision, p_encrypt boolean, p_replay_window double precision DEFAULT NULL::double precision, p_replayable boolean DEFAULT true)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    -- before the policy row: a replay in flight holds this lock shared (see
+    -- replay_rules_in_force), so a queue's first policy, which has no row a replay could
+    -- have locked yet, is ordered with replays too
+    PERFORM pg_advisory_xact_lock(hashtext('drainpipe.queue_policies'), hashtext(p_queue));
+    PERFORM drainpipe.ensure_queue_policy_v1(p_queue, p_max_payload_bytes, p_max_pending,
+        p_lease, p_max_lease, p_max_delay, p_max_attempts, p_attempt_window, p_retention,
+        p_encrypt);
+    UPDATE drainpipe.queue_policies
+       SET replay_window = p_replay_window, replayable = coalesce(p_replayable, true)
+     WHERE queue = p_queue;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.extend_job_lease_v1(p_queue text, p_id bigint, p_attempt integer, p_lease double precision, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS boolean
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT EXISTS (SELECT 1 FROM drainpipe.extend_job_leases_v1(p_queue, ARRAY[p_id], ARRAY[p_attempt], p_lease, p_now))
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.extend_job_leases_v1(p_queue text, p_ids bigint[], p_attempts integer[], p_lease double precision, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF to_regclass('pgmq.q_' || p_queue) IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format(
+        'UPDATE pgmq.%I m SET vt = $4 + $3
+           FROM unnest($1::bigint[], $2::integer[]) AS f(id, attempt)
+          WHERE m.msg_id = f.id AND m.read_ct = f.attempt
+            AND m.message ->> ''failed'' IS DISTINCT FROM m.read_ct::text
+         RETURNING m.msg_id', 'q_' || p_queue)
+      USING p_ids, p_attempts, make_interval(secs => greatest(p_lease, 0)), coalesce(p_now, clock_timestamp());
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.fail_job_v1(p_queue text, p_id bigint, p_attempt integer, p_error text, p_retry_in double precision DEFAULT NULL::double precision, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS text
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ SELECT drainpipe.fail_job_v2(p_queue, p_id, p_attempt, p_error, p_retry_in, 'HANDLER_ERROR', false, p_now) $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.fail_job_v2(p_queue text, p_id bigint, p_attempt integer, p_error text, p_retry_in double precision DEFAULT NULL::double precision, p_code text DEFAULT NULL::text, p_discard boolean DEFAULT false, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_table text := 'q_' || p_queue;
+    v_message jsonb;
+    v_read_ct integer;
+    v_started timestamptz;
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_code text := CASE WHEN drainpipe.is_job_code(p_code) THEN p_code ELSE 'HANDLER_ERROR' END;
+    v_discard boolean := coalesce(p_discard, false);
+    v_error text := left(coalesce(p_error, 'null'), 4000);
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF to_regclass('pgmq.' || v_table) IS NULL THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE format('SELECT read_ct, message, %s FROM pgmq.%I WHERE msg_id = $1 AND read_ct = $2 FOR UPDATE',
+                   CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'last_read_at' ELSE 'NULL::timestamptz' END, v_table)
+      INTO v_read_ct, v_message, v_started USING p_id, p_attempt;
+    IF v_read_ct IS NULL OR v_message ->> 'failed' = v_read_ct::text THEN
+        -- not held; a holder whose attempt was cancelled gets its word kept
+        UPDATE drainpipe.job_attempts SET late_outcome = 'failed'
+         WHERE queue = p_queue AND job_id = p_id AND number = p_attempt
+           AND outcome = 'cancelled' AND late_outcome IS NULL;
+        RETURN NULL;
+    END IF;
+    INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+    VALUES (p_queue, p_id, p_attempt, v_started, v_now,
+            CASE WHEN v_discard THEN 'discarded' ELSE 'failed' END, v_code)
+    ON CONFLICT DO NOTHING;
+    IF v_discard OR v_read_ct >= coalesce((v_message ->> 'max_attempts')::integer, 5) THEN
+        PERFORM drainpipe.pgmq_archive_job(p_queue, p_id, jsonb_build_object(
+            'last_error', v_error, 'dead', true,
+            'last_code', CASE WHEN v_discard THEN v_code ELSE 'MAX_ATTEMPTS' END), v_now);
+        RETURN 'dead';
+    END IF;
+    EXECUTE format('UPDATE pgmq.%I SET message = message || $2, vt = $4 + $3 WHERE msg_id = $1', v_table)
+      USING p_id,
+            jsonb_build_object('last_error', v_error, 'failed', v_read_ct, 'last_code', v_code),
+            make_interval(secs => greatest(coalesce(p_retry_in, drainpipe.job_retry_delay(v_read_ct)), 0)),
+            v_now;
+    RETURN 'queued';
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.get_job_v1(p_queue text, p_id bigint, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_record_v1
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    RETURN QUERY SELECT * FROM drainpipe.pgmq_records(p_queue, NULL, NULL, 1, NULL, NULL, p_id,
+                                                      coalesce(p_now, clock_timestamp()), true);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.is_job_code(p_code text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$ SELECT p_code IS NOT NULL AND p_code ~ '^[A-Z][A-Z0-9_]{0,63}$' $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.is_queue_name(p_queue text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$ SELECT p_queue IS NOT NULL AND p_queue ~ '^[a-z_][a-z0-9_]{0,46}$' $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_cause(p_queue text, p_id bigint)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT a.code FROM drainpipe.job_attempts a
+     WHERE a.queue = p_queue AND a.job_id = p_id AND a.code IS NOT NULL
+     ORDER BY a.number DESC LIMIT 1
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_causes_v1(p_queues text[], p_ids bigint[])
+ RETURNS TABLE(queue text, id bigint, code text)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT j.queue, j.id, c.code
+      FROM unnest(p_queues, p_ids) AS j(queue, id)
+      CROSS JOIN LATERAL (
+          SELECT a.code FROM drainpipe.job_attempts a
+           WHERE a.queue = j.queue AND a.job_id = j.id AND a.code IS NOT NULL
+           ORDER BY a.number DESC LIMIT 1
+      ) c
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_history_v1(p_queue text, p_id bigint, p_attempts integer, p_state text, p_started_at timestamp with time zone, p_finished_at timestamp with time zone, p_lease_end timestamp with time zone, p_last_code text, p_now timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+               'number', g.n,
+               'started_at', CASE WHEN a.number IS NOT NULL THEN a.started_at
+                                  WHEN g.n = p_attempts THEN p_started_at END,
+               'ended_at', CASE WHEN a.number IS NOT NULL THEN a.ended_at
+                                WHEN g.n < p_attempts THEN NULL
+                                WHEN p_state = 'succeeded' THEN p_finished_at
+                                WHEN p_state = 'leased' AND p_lease_end <= p_now THEN p_lease_end END,
+               'outcome', CASE WHEN a.number IS NOT NULL THEN a.outcome
+                               WHEN g.n < p_attempts THEN 'expired'
+                               WHEN p_state = 'succeeded' AND p_last_code IS NOT NULL THEN 'skipped'
+                               WHEN p_state = 'succeeded' THEN 'succeeded'
+                               WHEN p_state = 'leased' AND p_lease_end > p_now THEN 'running'
+                               ELSE 'expired' END,
+               'code', CASE WHEN a.number IS NOT NULL THEN a.code
+                            WHEN g.n < p_attempts THEN 'LEASE_EXPIRED'
+                            WHEN p_state = 'succeeded' THEN p_last_code
+                            WHEN p_state = 'leased' AND p_lease_end > p_now THEN NULL
+                            ELSE 'LEASE_EXPIRED' END,
+               'late_outcome', a.late_outcome
+           ) ORDER BY g.n), '[]'::jsonb)
+      FROM generate_series(1, greatest(p_attempts, 0)) AS g(n)
+      LEFT JOIN drainpipe.job_attempts a
+        ON a.queue = p_queue AND a.job_id = p_id AND a.number = g.n
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_message(p_payload jsonb, p_max_attempts integer, p_dedupe_key text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+        PERFORM drainpipe.assert_max_attempts(p_max_attempts);
+    END IF;
+    RETURN jsonb_strip_nulls(jsonb_build_object(
+        'payload', coalesce(p_payload, '{}'::jsonb),
+        'max_attempts', p_max_attempts,
+        'dedupe_key', p_dedupe_key
+    )) || jsonb_build_object('payload', coalesce(p_payload, '{}'::jsonb));
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_overview_v1(p_queues text[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS TABLE(queue text, counts jsonb, ready bigint, oldest_ready_age_s double precision, paused boolean, series jsonb)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_from timestamptz := date_trunc('minute', v_now) - interval '59 minutes';
+    v_queue text;
+    v_live jsonb;
+    v_done jsonb;
+    v_enqueued jsonb;
+    v_enqueued_done jsonb;
+    v_succeeded jsonb;
+BEGIN
+    FOREACH v_queue IN ARRAY p_queues LOOP
+        PERFORM drainpipe.assert_queue_name(v_queue);
+        queue := v_queue;
+        paused := EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = v_queue);
+        IF to_regclass('pgmq.a_' || v_queue) IS NULL THEN
+            counts := jsonb_build_object('queued', 0, 'leased', 0, 'retry_wait', 0,
+                                         'succeeded', 0, 'dead', 0, 'cancelled', 0);
+            ready := 0;
+            oldest_ready_age_s := NULL;
+            series := drainpipe.overview_series(v_queue, v_now, '{}', '{}', '{}');
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        -- the live jobs in one pass: counts by state, the ready ones and the oldest of
+        -- them, and those enqueued in the last hour by minute; a job never claimed is
+        -- queued (and ready once visible) without reading its document
+        EXECUTE format(
+            'SELECT jsonb_build_object(''queued'', sum(g.queued), ''leased'', sum(g.leased),
+                                       ''retry_wait'', sum(g.retry_wait), ''dead'', sum(g.dead)),
+                    coalesce(sum(g.ready), 0),
+                    extract(epoch FROM $1 - min(g.oldest))::double precision,
+                    coalesce(jsonb_object_agg(extract(epoch FROM g.minute)::bigint::text, g.n)
+                                 FILTER (WHERE g.minute IS NOT NULL), ''{}''::jsonb)
+               FROM (SELECT CASE WHEN l.enqueued_at >= $2 THEN date_trunc(''minute'', l.enqueued_at) END AS minute,
+                            count(*) AS n,
+                            count(*) FILTER (WHERE l.state = ''queued'') AS queued,
+                            count(*) FILTER (WHERE l.state = ''leased'') AS leased,
+                            count(*) FILTER (WHERE l.state = ''retry_wait'') AS retry_wait,
+                            count(*) FILTER (WHERE l.state = ''dead'') AS dead,
+                            count(*) FILTER (WHERE l.ready) AS ready,
+                            min(l.vt) FILTER (WHERE l.ready) AS oldest
+                       FROM (SELECT q.vt, q.enqueued_at,
+                                    CASE WHEN q.read_ct = 0 THEN ''queued''
+                                         ELSE drainpipe.job_state_at(drainpipe.pgmq_live_state(q.read_ct, q.message), q.vt,
+                                                  q.read_ct, coalesce((q.message ->> ''max_attempts'')::integer, 5), $1)
+                                    END AS state,
+                                    q.vt <= $1 AND CASE WHEN q.read_ct = 0 THEN true
+                                                        ELSE q.read_ct < coalesce((q.message ->> ''max_attempts'')::integer, 5)
+                                                   END AS ready
+                               FROM pgmq.%I q) l
+                      GROUP BY 1) g', 'q_' || v_queue)
+          INTO v_live, ready, oldest_ready_age_s, v_enqueued USING v_now, v_from;
+        -- the finished: the kept totals, or (a queue not kept yet) a count of the archive
+        v_done := drainpipe.kept_job_totals(v_queue);
+        IF v_done IS NULL THEN
+            EXECUTE format(
+                'SELECT coalesce(jsonb_object_agg(s.state, s.n), ''{}''::jsonb)
+                   FROM (SELECT CASE WHEN a.message ? ''cancelled'' THEN ''cancelled''
+                                     WHEN a.message ? ''dead'' THEN ''dead'' ELSE ''succeeded'' END AS state,
+                                count(*) AS n
+                           FROM pgmq.%I a GROUP BY 1) s', 'a_' || v_queue)
+              INTO v_done;
+        END IF;
+        counts := jsonb_build_object(
+            'queued', coalesce((v_live ->> 'queued')::bigint, 0),
+            'leased', coalesce((v_live ->> 'leased')::bigint, 0),
+            'retry_wait', coalesce((v_live ->> 'retry_wait')::bigint, 0),
+            'succeeded', coalesce((v_done ->> 'succeeded')::bigint, 0),
+            'dead', coalesce((v_done ->> 'dead')::bigint, 0) + coalesce((v_live ->> 'dead')::bigint, 0),
+            'cancelled', coalesce((v_done ->> 'cancelled')::bigint, 0));
+        EXECUTE format(
+            'SELECT coalesce(jsonb_object_agg(extract(epoch FROM e.minute)::bigint::text, e.n), ''{}''::jsonb)
+               FROM (SELECT date_trunc(''minute'', a.enqueued_at) AS minute, count(*) AS n
+                       FROM pgmq.%I a WHERE a.archived_at >= $1 AND a.enqueued_at >= $1
+                      GROUP BY 1) e', 'a_' || v_queue)
+          INTO v_enqueued_done USING v_from;
+        EXECUTE format(
+            'SELECT coalesce(jsonb_object_agg(extract(epoch FROM s.minute)::bigint::text, s.n), ''{}''::jsonb)
+               FROM (SELECT date_trunc(''minute'', a.archived_at) AS minute, count(*) AS n
+                       FROM pgmq.%I a
+                      WHERE a.archived_at >= $1 AND NOT a.message ? ''dead'' AND NOT a.message ? ''cancelled''
+                      GROUP BY 1) s', 'a_' || v_queue)
+          INTO v_succeeded USING v_from;
+        series := drainpipe.overview_series(v_queue, v_now, v_enqueued, v_enqueued_done, v_succeeded);
+        RETURN NEXT;
+    END LOOP;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_stats_v1(p_queues text[])
+ RETURNS SETOF drainpipe.job_queue_stats_v1
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT s.queue, s.ready, s.in_flight, s.delayed, s.dead, s.oldest_age_seconds
+      FROM drainpipe.job_queue_stats_v2(p_queues) s
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_stats_v2(p_queues text[])
+ RETURNS SETOF drainpipe.job_queue_stats_v2
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_queue text;
+    v_row drainpipe.job_queue_stats_v2;
+BEGIN
+    FOREACH v_queue IN ARRAY p_queues LOOP
+        PERFORM drainpipe.assert_queue_name(v_queue);
+        v_row.queue := v_queue;
+        IF to_regclass('pgmq.q_' || v_queue) IS NULL THEN
+            v_row.ready := 0; v_row.in_flight := 0; v_row.delayed := 0; v_row.dead := 0;
+            v_row.succeeded := 0; v_row.cancelled := 0; v_row.oldest_age_seconds := NULL;
+        ELSE
+            EXECUTE format(
+                'SELECT count(*) FILTER (WHERE vt <= clock_timestamp() AND NOT exhausted),
+                        count(*) FILTER (WHERE vt > clock_timestamp() AND read_ct > 0),
+                        count(*) FILTER (WHERE vt > clock_timestamp() AND read_ct = 0),
+                        count(*) FILTER (WHERE vt <= clock_timestamp() AND exhausted)
+                          + (SELECT count(*) FROM pgmq.%2$I WHERE message ? ''dead'' AND NOT message ? ''replayed_by''),
+                        extract(epoch FROM clock_timestamp()
+                                - min(enqueued_at) FILTER (WHERE NOT (vt <= clock_timestamp() AND exhausted)))::double precision
+                   FROM (SELECT vt, read_ct, enqueued_at,
+                                read_ct >= coalesce((message ->> ''max_attempts'')::integer, 5) AS exhausted
+                           FROM pgmq.%1$I) m', 'q_' || v_queue, 'a_' || v_queue)
+              INTO v_row.ready, v_row.in_flight, v_row.delayed, v_row.dead, v_row.oldest_age_seconds;
+            EXECUTE format(
+                'SELECT count(*) FILTER (WHERE NOT message ? ''dead'' AND NOT message ? ''cancelled''),
+                        count(*) FILTER (WHERE message ? ''cancelled'')
+                   FROM pgmq.%I', 'a_' || v_queue)
+              INTO v_row.succeeded, v_row.cancelled;
+        END IF;
+        RETURN NEXT v_row;
+    END LOOP;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_stats_v3(p_queues text[])
+ RETURNS SETOF drainpipe.job_queue_stats_v3
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT s.queue, s.ready, s.in_flight, s.delayed, s.dead, s.succeeded, s.cancelled,
+           s.oldest_age_seconds,
+           EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = s.queue)
+      FROM drainpipe.job_queue_stats_v2(p_queues) s
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_retry_delay(p_attempt integer)
+ RETURNS double precision
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT 1 + floor(random() * least(3600, 10 * power(2, least(greatest(p_attempt, 1) - 1, 20))))
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_state_at(p_state text, p_lease_end timestamp with time zone, p_attempts integer, p_max_attempts integer, p_now timestamp with time zone)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+    SELECT CASE WHEN p_state = 'leased' AND p_lease_end <= p_now
+                THEN CASE WHEN p_attempts >= p_max_attempts THEN 'dead' ELSE 'retry_wait' END
+                ELSE p_state END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_tenant(p_stored jsonb)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$ SELECT CASE WHEN p_stored @> '{"$dp": 1}' THEN p_stored #>> '{context,tenant}' END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.kept_job_totals(p_queue text)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM drainpipe.job_totals_kept k WHERE k.queue = p_queue)
+                THEN coalesce((SELECT jsonb_object_agg(s.state, s.n)
+                                 FROM (SELECT t.state, sum(t.n) AS n FROM drainpipe.job_totals t
+                                        WHERE t.queue = p_queue GROUP BY t.state) s), '{}'::jsonb)
+           END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.list_dead_jobs_v1(p_queue text, p_max_rows integer DEFAULT 100, p_before_id bigint DEFAULT NULL::bigint)
+ RETURNS SETOF drainpipe.dead_job_v1
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF to_regclass('pgmq.a_' || p_queue) IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format(
+        'SELECT msg_id, read_ct, enqueued_at, archived_at, message FROM pgmq.%I
+          WHERE message ? ''dead'' AND NOT message ? ''replayed_by'' AND ($1 IS NULL OR msg_id < $1)
+          ORDER BY msg_id DESC LIMIT $2', 'a_' || p_queue)
+      USING p_before_id, least(greatest(coalesce(p_max_rows, 100), 1), 1000);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.list_jobs_v1(p_queue text DEFAULT NULL::text, p_state text DEFAULT NULL::text, p_tenant text DEFAULT NULL::text, p_limit integer DEFAULT 100, p_before_id bigint DEFAULT NULL::bigint, p_before_queue text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_record_v1
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_queue IS NOT NULL THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    RETURN QUERY SELECT * FROM drainpipe.pgmq_records(p_queue, p_state, p_tenant, p_limit, p_before_id,
+                                                      p_before_queue, NULL, coalesce(p_now, clock_timestamp()), false);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.list_jobs_v2(p_queue text DEFAULT NULL::text, p_state text DEFAULT NULL::text, p_tenant text DEFAULT NULL::text, p_limit integer DEFAULT 100, p_before_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_before_id bigint DEFAULT NULL::bigint, p_before_queue text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_record_v1
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_parts text;
+BEGIN
+    IF p_queue IS NOT NULL THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    SELECT string_agg(drainpipe.pgmq_records_newest_sql(m.queue_name), ' UNION ALL ')
+      INTO v_parts
+      FROM pgmq.meta m
+     WHERE m.queue_name ~ '^[a-z_][a-z0-9_]{0,46}$'
+       AND (p_queue IS NULL OR m.queue_name = p_queue)
+       AND to_regclass('pgmq.a_' || m.queue_name) IS NOT NULL;
+    IF v_parts IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format($sql$
+        SELECT r.id, r.queue, r.read_state, r.attempts, r.max_attempts, NULL::timestamptz, r.tenant,
+               r.dedupe_key, r.enqueued_at,
+               CASE WHEN r.read_state IN ('queued', 'retry_wait') THEN r.lease_end END,
+               r.started_at,
+               CASE WHEN r.read_state = 'dead' AND r.finished_at IS NULL THEN r.lease_end ELSE r.finished_at END,
+               CASE WHEN r.read_state = r.stored_state THEN r.last_code
+                    WHEN r.read_state = 'dead' THEN 'MAX_ATTEMPTS' ELSE 'LEASE_EXPIRED' END,
+               r.parent_id, r.replayed_by, NULL::jsonb
+          FROM (SELECT u.*, drainpipe.job_state_at(u.stored_state, u.lease_end, u.attempts,
+                                                   u.max_attempts, $6) AS read_state
+                  FROM (%s) u) r
+         ORDER BY r.enqueued_at DESC, r.id DESC, r.queue DESC
+         LIMIT $7
+    $sql$, v_parts)
+      USING p_state, p_tenant, p_before_at, coalesce(p_before_id, 0), coalesce(p_before_queue, ''),
+            coalesce(p_now, clock_timestamp()), greatest(coalesce(p_limit, 100), 1);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.list_management_audit_v1(p_target text, p_limit integer, p_before bigint DEFAULT NULL::bigint)
+ RETURNS SETOF drainpipe.management_audit
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT * FROM drainpipe.management_audit AS a
+    WHERE a.target = p_target AND (p_before IS NULL OR a.id < p_before)
+    ORDER BY a.id DESC
+    LIMIT least(greatest(p_limit, 1), 501)  -- one more than a page: is there a next?
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.list_management_audit_v2(p_target text, p_limit integer, p_before bigint DEFAULT NULL::bigint)
+ RETURNS TABLE(id bigint, at timestamp with time zone, actor text, action text, queue text, job_id bigint, outcome text, code text, idempotency_key text, new_job_id bigint, detail jsonb)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT a.id, a.at, a.actor, a.action, a.queue, a.job_id, a.outcome, a.code,
+           a.idempotency_key, a.new_job_id, a.detail
+      FROM drainpipe.management_audit AS a
+     WHERE a.target = p_target AND (p_before IS NULL OR a.id < p_before)
+     ORDER BY a.id DESC
+     LIMIT least(greatest(p_limit, 1), 501)
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.list_schedules_v1(p_prefix text DEFAULT NULL::text, p_tenant text DEFAULT NULL::text)
+ RETURNS SETOF drainpipe.schedule_entry_v1
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT s.name, s.cron, s.time_zone, s.queue, s.tenant, s.next_run, s.last_run,
+           s.locked_until, s.created_at
+      FROM drainpipe.job_schedules s
+     -- starts_with, not LIKE: a prefix may contain % or _
+     WHERE (p_prefix IS NULL OR starts_with(s.name, p_prefix))
+       AND (p_tenant IS NULL OR s.tenant = p_tenant)
+     ORDER BY s.name
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.live_job_payloads_v1(p_queue text, p_after bigint, p_limit integer)
+ RETURNS TABLE(id bigint, payload jsonb)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF to_regclass('pgmq.q_' || p_queue) IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format(
+        'SELECT msg_id, message -> ''payload'' FROM pgmq.%I WHERE msg_id > $1 ORDER BY msg_id LIMIT $2',
+        'q_' || p_queue) USING coalesce(p_after, 0), least(greatest(coalesce(p_limit, 100), 1), 1000);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.overview_minutes(p_now timestamp with time zone)
+ RETURNS SETOF timestamp with time zone
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT generate_series(date_trunc('minute', p_now) - interval '59 minutes',
+                           date_trunc('minute', p_now), interval '1 minute')
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.overview_series(p_queue text, p_now timestamp with time zone, p_enqueued_live jsonb, p_enqueued_done jsonb, p_succeeded jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    WITH failed AS (
+        SELECT date_trunc('minute', a.ended_at) AS minute, count(*) AS n
+          FROM drainpipe.job_attempts a
+         WHERE a.queue = p_queue AND a.outcome IN ('failed', 'discarded', 'expired')
+           AND a.ended_at >= date_trunc('minute', p_now) - interval '59 minutes'
+         GROUP BY 1
+    )
+    SELECT jsonb_agg(jsonb_build_object(
+               'minute', m.minute,
+               'enqueued', coalesce((p_enqueued_live ->> m.k)::bigint, 0)
+                           + coalesce((p_enqueued_done ->> m.k)::bigint, 0),
+               'succeeded', coalesce((p_succeeded ->> m.k)::bigint, 0),
+               'failed', coalesce(f.n, 0)) ORDER BY m.minute)
+      FROM (SELECT o.minute, extract(epoch FROM o.minute)::bigint::text AS k
+              FROM drainpipe.overview_minutes(p_now) AS o(minute)) m
+      LEFT JOIN failed f ON f.minute = m.minute
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pause_queue_v1(p_queue text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_added integer;
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    INSERT INTO drainpipe.queue_pauses (queue, paused_at)
+    VALUES (p_queue, coalesce(p_now, clock_timestamp()))
+    ON CONFLICT (queue) DO NOTHING;
+    GET DIAGNOSTICS v_added = ROW_COUNT;
+    RETURN v_added > 0;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.paused_queues_v1(p_queues text[] DEFAULT NULL::text[])
+ RETURNS SETOF text
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT p.queue FROM drainpipe.queue_pauses p
+     WHERE p_queues IS NULL OR p.queue = ANY (p_queues)
+     ORDER BY p.queue
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_archive_job(p_queue text, p_id bigint, p_marks jsonb, p_at timestamp with time zone)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_with_read boolean := drainpipe.pgmq_has_last_read(p_queue);
+    v_moved integer;
+BEGIN
+    EXECUTE format(
+        'WITH gone AS (DELETE FROM pgmq.%1$I WHERE msg_id = $1 RETURNING *)
+         INSERT INTO pgmq.%2$I (msg_id, read_ct, enqueued_at, vt, message, archived_at%3$s)
+         SELECT msg_id, read_ct, enqueued_at, vt, (message - ''failed'') || $2, $3%3$s FROM gone',
+        'q_' || p_queue, 'a_' || p_queue, CASE WHEN v_with_read THEN ', last_read_at' ELSE '' END)
+      USING p_id, p_marks, p_at;
+    GET DIAGNOSTICS v_moved = ROW_COUNT;
+    RETURN v_moved > 0;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_enqueued_indexes(p_queue text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (enqueued_at, msg_id)',
+                   'q_' || p_queue || '_enqueued_idx', 'q_' || p_queue);
+    EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (enqueued_at, msg_id)',
+                   'a_' || p_queue || '_enqueued_idx', 'a_' || p_queue);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_has_last_read(p_queue text)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT EXISTS (SELECT 1 FROM pg_attribute
+                    WHERE attrelid = to_regclass('pgmq.q_' || p_queue)
+                      AND attname = 'last_read_at' AND NOT attisdropped)
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_job_totals()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_rows jsonb;
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        SELECT jsonb_agg(jsonb_build_object('queue', substr(TG_TABLE_NAME, 3), 'state', c.state, 'n', c.n))
+          INTO v_rows
+          FROM (SELECT CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
+                            WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END AS state,
+                       count(*) AS n
+                  FROM added a GROUP BY 1) c;
+    ELSE
+        SELECT jsonb_agg(jsonb_build_object('queue', substr(TG_TABLE_NAME, 3), 'state', c.state, 'n', -c.n))
+          INTO v_rows
+          FROM (SELECT CASE WHEN g.message ? 'cancelled' THEN 'cancelled'
+                            WHEN g.message ? 'dead' THEN 'dead' ELSE 'succeeded' END AS state,
+                       count(*) AS n
+                  FROM gone g GROUP BY 1) c;
+    END IF;
+    IF v_rows IS NOT NULL THEN
+        PERFORM drainpipe.add_job_totals(v_rows);
+    END IF;
+    RETURN NULL;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_live_state(p_read_ct integer, p_message jsonb)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+    SELECT CASE WHEN p_read_ct = 0 THEN 'queued'
+                WHEN p_message ->> 'failed' = p_read_ct::text THEN 'retry_wait'
+                ELSE 'leased' END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_queue_policy_insert()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET enable_seqscan TO 'on'
+ SET jit TO 'off'
+AS $function$
+DECLARE
+    r record;
+BEGIN
+    SELECT count(*) AS added, max(drainpipe.policy_payload_size(a.message -> 'payload')) AS largest,
+           max(a.vt) AS latest
+      INTO r FROM added a;
+    IF r.added > 0 THEN
+        PERFORM drainpipe.check_policy_insert(substr(TG_TABLE_NAME, 3), r.added, r.largest, r.latest);
+    END IF;
+    RETURN NULL;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_queue_policy_lease()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET enable_seqscan TO 'on'
+ SET jit TO 'off'
+AS $function$
+DECLARE
+    v_max double precision;
+BEGIN
+    SELECT p.max_lease INTO v_max FROM drainpipe.queue_policies p
+     WHERE p.queue = substr(TG_TABLE_NAME, 3);
+    IF v_max IS NOT NULL AND NEW.vt > clock_timestamp() + make_interval(secs => v_max + 1) THEN
+        RAISE EXCEPTION 'a lease ending at % is longer than queue "%"''s max_lease of % s',
+            NEW.vt, substr(TG_TABLE_NAME, 3), v_max USING ERRCODE = 'DPQ03';
+    END IF;
+    RETURN NEW;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_records(p_queue text, p_state text, p_tenant text, p_limit integer, p_before_id bigint, p_before_queue text, p_id bigint, p_now timestamp with time zone, p_history boolean)
+ RETURNS SETOF drainpipe.job_record_v1
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_parts text;
+BEGIN
+    SELECT string_agg(drainpipe.pgmq_records_sql(m.queue_name), ' UNION ALL ')
+      INTO v_parts
+      FROM pgmq.meta m
+     WHERE m.queue_name ~ '^[a-z_][a-z0-9_]{0,46}$'
+       AND (p_queue IS NULL OR m.queue_name = p_queue)
+       AND to_regclass('pgmq.a_' || m.queue_name) IS NOT NULL;
+    IF v_parts IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format($sql$
+        SELECT r.id, r.queue, r.read_state, r.attempts, r.max_attempts, NULL::timestamptz, r.tenant,
+               r.dedupe_key, r.enqueued_at,
+               CASE WHEN r.read_state IN ('queued', 'retry_wait') THEN r.lease_end END,
+               r.started_at,
+               CASE WHEN r.read_state = 'dead' AND r.finished_at IS NULL THEN r.lease_end ELSE r.finished_at END,
+               CASE WHEN r.read_state = r.stored_state THEN r.last_code
+                    WHEN r.read_state = 'dead' THEN 'MAX_ATTEMPTS' ELSE 'LEASE_EXPIRED' END,
+               r.parent_id, r.replayed_by,
+               CASE WHEN $8 THEN drainpipe.job_history_v1(r.queue, r.id, r.attempts, r.stored_state,
+                   r.started_at, r.finished_at, r.lease_end, r.last_code, $5) END
+          FROM (SELECT u.*, drainpipe.job_state_at(u.stored_state, u.lease_end, u.attempts,
+                                                   u.max_attempts, $5) AS read_state
+                  FROM (%s) u) r
+         ORDER BY r.id DESC, r.queue DESC
+         LIMIT $6
+    $sql$, v_parts)
+      USING p_state, p_tenant, p_before_id, coalesce(p_before_queue, ''), p_now,
+            greatest(coalesce(p_limit, 100), 1), p_id, p_history;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_records_newest_sql(p_queue text)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT format($sql$
+        (SELECT * FROM (
+            SELECT m.msg_id AS id, %1$L::text AS queue,
+                   drainpipe.pgmq_live_state(m.read_ct, m.message) AS stored_state,
+                   m.read_ct AS attempts, coalesce((m.message ->> 'max_attempts')::integer, 5) AS max_attempts,
+                   drainpipe.job_tenant(m.message -> 'payload') AS tenant,
+                   m.message ->> 'dedupe_key' AS dedupe_key, m.enqueued_at, m.vt AS lease_end,
+                   %4$s AS started_at, NULL::timestamptz AS finished_at,
+                   m.message ->> 'last_code' AS last_code, (m.message ->> 'parent_id')::bigint AS parent_id,
+                   NULL::bigint AS replayed_by
+              FROM pgmq.%2$I m
+             WHERE ($3::timestamptz IS NULL
+                    OR (m.enqueued_at, m.msg_id) < ($3, $4 + CASE WHEN %1$L < $5 THEN 1 ELSE 0 END))
+               AND ($2::text IS NULL OR drainpipe.job_tenant(m.message -> 'payload') = $2)
+             ORDER BY m.enqueued_at DESC, m.msg_id DESC) l
+          WHERE $1::text IS NULL
+             OR drainpipe.job_state_at(l.stored_state, l.lease_end, l.attempts, l.max_attempts, $6) = $1
+          LIMIT $7)
+        UNION ALL
+        (SELECT * FROM (
+            SELECT a.msg_id, %1$L::text,
+                   CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
+                        WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END,
+                   a.read_ct, coalesce((a.message ->> 'max_attempts')::integer, 5),
+                   drainpipe.job_tenant(a.message -> 'payload'),
+                   a.message ->> 'dedupe_key', a.enqueued_at, a.vt, %5$s, a.archived_at,
+                   CASE WHEN a.message ? 'cancelled' OR a.message ? 'dead' THEN a.message ->> 'last_code'
+                        ELSE a.message ->> 'skipped' END,
+                   (a.message ->> 'parent_id')::bigint,
+                   (a.message ->> 'replayed_by')::bigint
+              FROM pgmq.%3$I a
+             WHERE ($3::timestamptz IS NULL
+                    OR (a.enqueued_at, a.msg_id) < ($3, $4 + CASE WHEN %1$L < $5 THEN 1 ELSE 0 END))
+               AND ($2::text IS NULL OR drainpipe.job_tenant(a.message -> 'payload') = $2)
+               AND ($1::text IS NULL OR $1 = CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
+                                                  WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END)
+             ORDER BY a.enqueued_at DESC, a.msg_id DESC) t
+          LIMIT $7)
+    $sql$, p_queue, 'q_' || p_queue, 'a_' || p_queue,
+       CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'm.last_read_at' ELSE 'NULL::timestamptz' END,
+       CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'a.last_read_at' ELSE 'NULL::timestamptz' END)
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_records_sql(p_queue text)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT format($sql$
+        (SELECT * FROM (
+            SELECT m.msg_id AS id, %1$L::text AS queue,
+                   drainpipe.pgmq_live_state(m.read_ct, m.message) AS stored_state,
+                   m.read_ct AS attempts, coalesce((m.message ->> 'max_attempts')::integer, 5) AS max_attempts,
+                   drainpipe.job_tenant(m.message -> 'payload') AS tenant,
+                   m.message ->> 'dedupe_key' AS dedupe_key, m.enqueued_at, m.vt AS lease_end,
+                   %4$s AS started_at, NULL::timestamptz AS finished_at,
+                   m.message ->> 'last_code' AS last_code, (m.message ->> 'parent_id')::bigint AS parent_id,
+                   NULL::bigint AS replayed_by
+              FROM pgmq.%2$I m
+             WHERE ($7::bigint IS NULL OR m.msg_id = $7)
+               AND ($3::bigint IS NULL OR m.msg_id < $3 + CASE WHEN %1$L < $4 THEN 1 ELSE 0 END)
+               AND ($2::text IS NULL OR drainpipe.job_tenant(m.message -> 'payload') = $2)
+             ORDER BY m.msg_id DESC) l
+          WHERE $1::text IS NULL
+             OR drainpipe.job_state_at(l.stored_state, l.lease_end, l.attempts, l.max_attempts, $5) = $1
+          LIMIT $6)
+        UNION ALL
+        (SELECT * FROM (
+            SELECT a.msg_id, %1$L::text,
+                   CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
+                        WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END,
+                   a.read_ct, coalesce((a.message ->> 'max_attempts')::integer, 5),
+                   drainpipe.job_tenant(a.message -> 'payload'),
+                   a.message ->> 'dedupe_key', a.enqueued_at, a.vt, %5$s, a.archived_at,
+                   CASE WHEN a.message ? 'cancelled' OR a.message ? 'dead' THEN a.message ->> 'last_code'
+                        ELSE a.message ->> 'skipped' END,
+                   (a.message ->> 'parent_id')::bigint,
+                   (a.message ->> 'replayed_by')::bigint
+              FROM pgmq.%3$I a
+             WHERE ($7::bigint IS NULL OR a.msg_id = $7)
+               AND ($3::bigint IS NULL OR a.msg_id < $3 + CASE WHEN %1$L < $4 THEN 1 ELSE 0 END)
+               AND ($2::text IS NULL OR drainpipe.job_tenant(a.message -> 'payload') = $2)
+               AND ($1::text IS NULL OR $1 = CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
+                                                  WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END)
+             ORDER BY a.msg_id DESC) t
+          LIMIT $6)
+    $sql$, p_queue, 'q_' || p_queue, 'a_' || p_queue,
+       CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'm.last_read_at' ELSE 'NULL::timestamptz' END,
+       CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'a.last_read_at' ELSE 'NULL::timestamptz' END)
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_search_sql(p_queue text)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT format($sql$
+        (SELECT * FROM (
+            SELECT r.*, CASE WHEN r.read_state = r.stored_state THEN r.stored_code
+                             WHEN r.read_state = 'dead' THEN 'MAX_ATTEMPTS' ELSE 'LEASE_EXPIRED' END AS read_code
+              FROM (
+                SELECT m.msg_id AS id, %1$L::text AS queue,
+                       drainpipe.pgmq_live_state(m.read_ct, m.message) AS stored_state,
+                       drainpipe.job_state_at(drainpipe.pgmq_live_state(m.read_ct, m.message), m.vt, m.read_ct,
+                                              coalesce((m.message ->> 'max_attempts')::integer, 5), $5) AS read_state,
+                       m.read_ct AS attempts, coalesce((m.message ->> 'max_attempts')::integer, 5) AS max_attempts,
+                       drainpipe.job_tenant(m.message -> 'payload') AS tenant,
+                       m.message ->> 'dedupe_key' AS dedupe_key, m.enqueued_at, m.vt AS lease_end,
+                       %4$s AS started_at, NULL::timestamptz AS finished_at,
+                       m.message ->> 'last_code' AS stored_code, (m.message ->> 'parent_id')::bigint AS parent_id,
+                       NULL::bigint AS replayed_by
+                  FROM pgmq.%2$I m
+                 WHERE ($7::bigint IS NULL OR m.msg_id = $7)
+                   AND ($3::bigint IS NULL OR m.msg_id < $3 + CASE WHEN %1$L < $4 THEN 1 ELSE 0 END)
+                   AND ($8::text IS NULL OR m.message ->> 'dedupe_key' = $8)
+                   AND ($9::timestamptz IS NULL OR m.enqueued_at >= $9)
+                   AND ($10::timestamptz IS NULL OR m.enqueued_at < $10)
+                   AND ($2::text IS NULL OR drainpipe.job_tenant(m.message -> 'payload') = $2)
+                 ORDER BY m.msg_id DESC) r) l
+          WHERE ($1::text IS NULL OR l.read_state = $1)
+            AND ($11::text IS NULL OR l.read_code = $11
+                 OR (l.read_code IN ('MAX_ATTEMPTS', 'DEADLINE_PASSED')
+                     AND drainpipe.job_cause(%1$L, l.id) = $11))
+          LIMIT $6)
+        UNION ALL
+        (SELECT * FROM (
+            SELECT a.msg_id AS id, %1$L::text AS queue,
+                   CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
+                        WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END AS stored_state,
+                   CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
+                        WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END AS read_state,
+                   a.read_ct AS attempts, coalesce((a.message ->> 'max_attempts')::integer, 5) AS max_attempts,
+                   drainpipe.job_tenant(a.message -> 'payload') AS tenant,
+                   a.message ->> 'dedupe_key' AS dedupe_key, a.enqueued_at, a.vt AS lease_end, %5$s AS started_at,
+                   a.archived_at AS finished_at,
+                   CASE WHEN a.message ? 'cancelled' OR a.message ? 'dead' THEN a.message ->> 'last_code'
+                        ELSE a.message ->> 'skipped' END AS stored_code,
+                   (a.message ->> 'parent_id')::bigint AS parent_id,
+                   (a.message ->> 'replayed_by')::bigint AS replayed_by,
+                   CASE WHEN a.message ? 'cancelled' OR a.message ? 'dead' THEN a.message ->> 'last_code'
+                        ELSE a.message ->> 'skipped' END AS read_code
+              FROM pgmq.%3$I a
+             WHERE ($7::bigint IS NULL OR a.msg_id = $7)
+               AND ($3::bigint IS NULL OR a.msg_id < $3 + CASE WHEN %1$L < $4 THEN 1 ELSE 0 END)
+               AND ($8::text IS NULL OR a.message ->> 'dedupe_key' = $8)
+               AND ($9::timestamptz IS NULL OR a.enqueued_at >= $9)
+               AND ($10::timestamptz IS NULL OR a.enqueued_at < $10)
+               AND ($2::text IS NULL OR drainpipe.job_tenant(a.message -> 'payload') = $2)
+               AND ($1::text IS NULL OR $1 = CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
+                                                  WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END)
+             ORDER BY a.msg_id DESC) t
+          WHERE ($11::text IS NULL OR t.read_code = $11
+                 OR (t.read_code IN ('MAX_ATTEMPTS', 'DEADLINE_PASSED')
+                     AND drainpipe.job_cause(%1$L, t.id) = $11))
+          LIMIT $6)
+    $sql$, p_queue, 'q_' || p_queue, 'a_' || p_queue,
+       CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'm.last_read_at' ELSE 'NULL::timestamptz' END,
+       CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'a.last_read_at' ELSE 'NULL::timestamptz' END)
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.policy_payload_limit(p_policy drainpipe.queue_policies)
+ RETURNS bigint
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT CASE WHEN p_policy.encrypt
+                THEN ((p_policy.max_payload_bytes + 1024) * 4 / 3)::bigint + 64
+                ELSE (p_policy.max_payload_bytes * 3 / 2)::bigint END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.policy_payload_size(p_stored jsonb)
+ RETURNS bigint
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT CASE
+        WHEN jsonb_typeof(p_stored) <> 'object' OR NOT p_stored ? '$dp' THEN octet_length(p_stored::text)
+        WHEN p_stored ? 'sealed' THEN octet_length(p_stored ->> 'sealed')
+        WHEN p_stored ? 'payload' THEN octet_length((p_stored -> 'payload')::text)
+        ELSE octet_length(p_stored::text) END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.purge_job_archive_v1(p_queue text, p_older_than interval DEFAULT '7 days'::interval, p_batch integer DEFAULT 10000, p_dead_older_than interval DEFAULT '30 days'::interval)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_count integer;
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF to_regclass('pgmq.a_' || p_queue) IS NULL THEN
+        RETURN 0;
+    END IF;
+    EXECUTE format(
+        'WITH gone AS (
+             DELETE FROM pgmq.%1$I a WHERE a.msg_id IN (
+                 SELECT x.msg_id FROM pgmq.%1$I x
+                  WHERE x.archived_at < clock_timestamp()
+                        - CASE WHEN x.message ? ''dead'' THEN $1 ELSE $2 END
+                  ORDER BY x.msg_id LIMIT $3)
+             RETURNING a.msg_id),
+         attempts_gone AS (
+             DELETE FROM drainpipe.job_attempts t USING gone g WHERE t.queue = $4 AND t.job_id = g.msg_id)
+         SELECT count(*)::integer FROM gone', 'a_' || p_queue)
+      INTO v_count USING p_dead_older_than, p_older_than, greatest(coalesce(p_batch, 10000), 1), p_queue;
+    RETURN v_count;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.recount_job_totals_v1(p_queues text[] DEFAULT NULL::text[])
+ RETURNS bigint
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT drainpipe.ensure_queue_overview_v1(coalesce(p_queues, ARRAY(
+        SELECT queue_name FROM pgmq.meta WHERE queue_name ~ '^[a-z_][a-z0-9_]{0,46}$')), true)
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.refused_turn_rows(p_ids bigint[], p_attempts integer[], p_done bigint[])
+ RETURNS SETOF drainpipe.job_turn_row_v1
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT f.id, f.attempt, NULL::timestamptz, NULL::timestamptz, NULL::jsonb,
+           NULL::integer, NULL::text, true
+      FROM unnest(p_ids, p_attempts) AS f(id, attempt)
+     WHERE f.id <> ALL (coalesce(p_done, '{}'::bigint[]))
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.replay_dead_job_v1(p_queue text, p_id bigint)
+ RETURNS bigint
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ SELECT drainpipe.replay_dead_job_v2(p_queue, p_id, NULL) $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.replay_dead_job_v2(p_queue text, p_id bigint, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_new bigint;
+    v_code text;
+BEGIN
+    SELECT r.new_job_id, r.code INTO v_new, v_code
+      FROM drainpipe.replay_dead_job_v3(p_queue, p_id, NULL, true, p_now) AS r;
+    IF v_code = 'EVENT_EXPIRED' THEN
+        RAISE EXCEPTION 'job % of queue "%" is past its replay_window: its event is too old to replay',
+            p_id, p_queue USING ERRCODE = 'DPR01';
+    ELSIF v_code = 'REPLAY_BLOCKED' THEN
+        RAISE EXCEPTION 'queue "%" does not allow replays (replayable = false)', p_queue
+            USING ERRCODE = 'DPR02';
+    END IF;
+    RETURN v_new;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.replay_dead_job_v3(p_queue text, p_id bigint, p_window double precision DEFAULT NULL::double precision, p_replayable boolean DEFAULT true, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS TABLE(new_job_id bigint, code text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_rules record;
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_message jsonb;
+    v_read_ct integer;
+    v_vt timestamptz;
+    v_new bigint;
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    -- the policy row first (see replay_rules_in_force), then the job
+    v_rules := drainpipe.replay_rules_in_force(p_queue, p_window, p_replayable);
+    IF to_regclass('pgmq.a_' || p_queue) IS NULL THEN
+        RETURN QUERY SELECT NULL::bigint, 'JOB_NOT_FOUND'::text;
+        RETURN;
+    END IF;
+    -- a last lease that ran out is a dead job already, not swept yet: sweep it now
+    EXECUTE format('SELECT read_ct, message, vt FROM pgmq.%I WHERE msg_id = $1 FOR UPDATE', 'q_' || p_queue)
+      INTO v_read_ct, v_message, v_vt USING p_id;
+    IF v_read_ct IS NOT NULL THEN
+        IF drainpipe.job_state_at(drainpipe.pgmq_live_state(v_read_ct, v_message), v_vt, v_read_ct,
+                                  coalesce((v_message ->> 'max_attempts')::integer, 5), v_now) <> 'dead' THEN
+            RETURN QUERY SELECT NULL::bigint, 'JOB_NOT_DEAD'::text;
+            RETURN;
+        END IF;
+        INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+        VALUES (p_queue, p_id, v_read_ct, NULL, v_vt, 'expired', 'LEASE_EXPIRED')
+        ON CONFLICT DO NOTHING;
+        PERFORM drainpipe.pgmq_archive_job(p_queue, p_id,
+            '{"last_error": "The lease ran out on the last attempt", "dead": true, "last_code": "MAX_ATTEMPTS"}', v_vt);
+    END IF;
+    v_message := NULL;
+    EXECUTE format('SELECT message FROM pgmq.%I WHERE msg_id = $1 FOR UPDATE', 'a_' || p_queue)
+      INTO v_message USING p_id;
+    IF v_message IS NULL THEN
+        RETURN QUERY SELECT NULL::bigint, 'JOB_NOT_FOUND'::text;
+        RETURN;
+    ELSIF v_message ? 'replayed_by' THEN
+        RETURN QUERY SELECT NULL::bigint, 'JOB_ALREADY_REPLAYED'::text;
+        RETURN;
+    ELSIF NOT v_message ? 'dead' THEN
+        RETURN QUERY SELECT NULL::bigint, 'JOB_NOT_DEAD'::text;
+        RETURN;
+    END IF;
+    code := drainpipe.replay_refusal(v_rules.replay_window, v_rules.replayable,
+        CASE WHEN v_rules.replay_window IS NULL THEN NULL
+             ELSE drainpipe.replay_origin(p_queue, p_id) END, v_now);
+    IF code IS NOT NULL THEN
+        RETURN QUERY SELECT NULL::bigint, code;
+        RETURN;
+    END IF;
+    v_new := drainpipe.enqueue_job_v1(p_queue, v_message -> 'payload', 0,
+        coalesce((v_message ->> 'max_attempts')::integer, 5), v_message ->> 'dedupe_key', true);
+    EXECUTE format('UPDATE pgmq.%I SET message = message || $2 WHERE msg_id = $1 AND NOT message ? ''parent_id''',
+                   'q_' || p_queue)
+      USING v_new, jsonb_build_object('parent_id', p_id);
+    EXECUTE format('UPDATE pgmq.%I SET message = message || $2 WHERE msg_id = $1', 'a_' || p_queue)
+      USING p_id, jsonb_build_object('replayed_by', v_new);
+    RETURN QUERY SELECT v_new, NULL::text;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.replay_origin(p_queue text, p_id bigint)
+ RETURNS timestamp with time zone
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_origin timestamptz;
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF to_regclass('pgmq.a_' || p_queue) IS NULL THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE format(
+        'WITH RECURSIVE lineage (id, parent_id, enqueued_at, depth) AS (
+             SELECT a.msg_id, (a.message ->> ''parent_id'')::bigint, a.enqueued_at, 1
+               FROM pgmq.%1$I AS a WHERE a.msg_id = $1
+             UNION ALL
+             SELECT a.msg_id, (a.message ->> ''parent_id'')::bigint, a.enqueued_at, l.depth + 1
+               FROM lineage AS l JOIN pgmq.%1$I AS a ON a.msg_id = l.parent_id AND a.msg_id < l.id
+              WHERE l.depth < 1000
+         )
+         SELECT min(enqueued_at) FROM lineage', 'a_' || p_queue)
+      INTO v_origin USING p_id;
+    RETURN v_origin;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.replay_refusal(p_replay_window double precision, p_replayable boolean, p_origin timestamp with time zone, p_now timestamp with time zone)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT CASE
+        WHEN NOT coalesce(p_replayable, true) THEN 'REPLAY_BLOCKED'
+        WHEN p_replay_window IS NOT NULL AND p_origin IS NOT NULL
+             AND p_origin < p_now - make_interval(secs => p_replay_window) THEN 'EVENT_EXPIRED'
+    END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.replay_rules_in_force(p_queue text, p_window double precision, p_replayable boolean, OUT replay_window double precision, OUT replayable boolean)
+ RETURNS record
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_window double precision;
+    v_replayable boolean;
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(hashtext('drainpipe.queue_policies'), hashtext(p_queue));
+    SELECT p.replay_window, p.replayable INTO v_window, v_replayable
+      FROM drainpipe.queue_policies AS p WHERE p.queue = p_queue FOR SHARE;
+    replayable := coalesce(v_replayable, true) AND coalesce(p_replayable, true);
+    replay_window := CASE WHEN v_window IS NULL THEN p_window
+                          WHEN p_window IS NULL THEN v_window
+                          ELSE least(v_window, p_window) END;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.resume_queue_v1(p_queue text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_removed integer;
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    DELETE FROM drainpipe.queue_pauses WHERE queue = p_queue;
+    GET DIAGNOSTICS v_removed = ROW_COUNT;
+    RETURN v_removed > 0;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.retry_dead_jobs_v1(p_queue text, p_ids bigint[] DEFAULT NULL::bigint[], p_batch integer DEFAULT 1000)
+ RETURNS integer
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT count(*)::integer FROM drainpipe.retry_dead_jobs_v2(p_queue, p_ids, p_batch) AS r
+     WHERE r.new_job_id IS NOT NULL AND r.code IS NULL
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.retry_dead_jobs_v2(p_queue text, p_ids bigint[] DEFAULT NULL::bigint[], p_batch integer DEFAULT 1000, p_window double precision DEFAULT NULL::double precision, p_replayable boolean DEFAULT true, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS TABLE(job_id bigint, new_job_id bigint, code text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_ids bigint[];
+    v_id bigint;
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF p_ids IS NULL THEN
+        v_ids := ARRAY(SELECT drainpipe.dead_job_ids(p_queue, NULL, p_batch));
+    ELSE
+        v_ids := ARRAY(SELECT DISTINCT i FROM unnest(p_ids) AS i WHERE i IS NOT NULL
+                        ORDER BY i DESC LIMIT greatest(coalesce(p_batch, 1000), 1));
+    END IF;
+    FOREACH v_id IN ARRAY v_ids LOOP
+        SELECT r.new_job_id, r.code INTO new_job_id, code
+          FROM drainpipe.replay_dead_job_v3(p_queue, v_id, p_window, p_replayable, p_now) AS r;
+        job_id := v_id;
+        RETURN NEXT;
+    END LOOP;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.rewrite_job_payload_v1(p_queue text, p_id bigint, p_old jsonb, p_new jsonb)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_done integer;
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    EXECUTE format(
+        'UPDATE pgmq.%I SET message = jsonb_set(message, ''{payload}'', $3)
+          WHERE msg_id = $1 AND message -> ''payload'' = $2', 'q_' || p_queue)
+      USING p_id, p_old, p_new;
+    GET DIAGNOSTICS v_done = ROW_COUNT;
+    RETURN v_done > 0;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.schedule_job_v1(p_name text, p_cron text, p_queue text, p_payload jsonb DEFAULT '{}'::jsonb, p_time_zone text DEFAULT 'UTC'::text, p_next_run timestamp with time zone DEFAULT NULL::timestamp with time zone, p_tenant text DEFAULT NULL::text)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_now timestamptz := date_trunc('milliseconds', clock_timestamp());
+    v_next timestamptz := date_trunc('milliseconds', p_next_run);
+    v_cron text := btrim(p_cron, E' \t\r\n');
+BEGIN
+    IF p_name IS NULL OR length(p_name) NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION 'Invalid schedule name %: 1 to 200 characters', p_name USING ERRCODE = '22023';
+    END IF;
+    PERFORM drainpipe.assert_schedule_form(p_cron);
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    PERFORM drainpipe.assert_time_zone(p_time_zone);
+    INSERT INTO drainpipe.job_schedules AS s
+        (name, cron, time_zone, queue, payload, tenant, next_run, first_after)
+    VALUES (p_name, v_cron, p_time_zone, p_queue, coalesce(p_payload, '{}'), p_tenant, v_next,
+            CASE WHEN v_next IS NULL THEN v_now END)
+    ON CONFLICT (name) DO UPDATE SET
+        queue = excluded.queue,
+        payload = excluded.payload,
+        tenant = excluded.tenant,
+        -- a new cron or zone frees the schedule, so a drain holding the old version cannot
+        -- advance it; the same cron and zone (ensure_schedules at every deploy) keep the
+        -- claim, or the run that drain is enqueueing would stay due and run twice
+        locked_until = CASE WHEN s.cron = excluded.cron AND s.time_zone = excluded.time_zone
+                            THEN s.locked_until END,
+        claim_token = CASE WHEN s.cron = excluded.cron AND s.time_zone = excluded.time_zone
+                           THEN s.claim_token END,
+        next_run = CASE WHEN s.cron = excluded.cron AND s.time_zone = excluded.time_zone
+                        THEN s.next_run ELSE excluded.next_run END,
+        first_after = CASE WHEN s.cron = excluded.cron AND s.time_zone = excluded.time_zone
+                           THEN s.first_after ELSE excluded.first_after END,
+        cron = excluded.cron,
+        time_zone = excluded.time_zone;
+    RETURN NULL;  -- the pg_cron scheduler returns its job id here
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.search_jobs_v1(p_queue text, p_state text, p_tenant text, p_code text, p_since timestamp with time zone, p_until timestamp with time zone, p_dedupe_key text, p_id bigint, p_limit integer, p_before_id bigint DEFAULT NULL::bigint, p_before_queue text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_record_v1
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_parts text;
+BEGIN
+    IF p_queue IS NOT NULL THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    SELECT string_agg(drainpipe.pgmq_search_sql(m.queue_name), ' UNION ALL ')
+      INTO v_parts
+      FROM pgmq.meta m
+     WHERE m.queue_name ~ '^[a-z_][a-z0-9_]{0,46}$'
+       AND (p_queue IS NULL OR m.queue_name = p_queue)
+       AND to_regclass('pgmq.a_' || m.queue_name) IS NOT NULL;
+    IF v_parts IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format($sql$
+        SELECT r.id, r.queue, r.read_state, r.attempts, r.max_attempts, NULL::timestamptz, r.tenant,
+               r.dedupe_key, r.enqueued_at,
+               CASE WHEN r.read_state IN ('queued', 'retry_wait') THEN r.lease_end END,
+               r.started_at,
+               CASE WHEN r.read_state = 'dead' AND r.finished_at IS NULL THEN r.lease_end ELSE r.finished_at END,
+               r.read_code, r.parent_id, r.replayed_by, NULL::jsonb
+          FROM (%s) r
+         ORDER BY r.id DESC, r.queue DESC
+         LIMIT $6
+    $sql$, v_parts)
+      USING p_state, p_tenant, p_before_id, coalesce(p_before_queue, ''),
+            coalesce(p_now, clock_timestamp()), greatest(coalesce(p_limit, 100), 1), p_id,
+            p_dedupe_key, p_since, p_until, p_code;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.skip_job_v1(p_queue text, p_id bigint, p_attempt integer, p_code text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_held boolean;
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF NOT drainpipe.is_job_code(p_code) THEN
+        PERFORM drainpipe.assert_job_code(p_code);
+    END IF;
+    IF to_regclass('pgmq.q_' || p_queue) IS NULL THEN
+        RETURN false;
+    END IF;
+    EXECUTE format('SELECT true FROM pgmq.%I WHERE msg_id = $1 AND read_ct = $2
+                      AND message ->> ''failed'' IS DISTINCT FROM read_ct::text FOR UPDATE', 'q_' || p_queue)
+      INTO v_held USING p_id, p_attempt;
+    IF v_held THEN
+        RETURN drainpipe.pgmq_archive_job(p_queue, p_id, jsonb_build_object('skipped', p_code),
+                                          coalesce(p_now, clock_timestamp()));
+    END IF;
+    UPDATE drainpipe.job_attempts SET late_outcome = 'succeeded'
+     WHERE queue = p_queue AND job_id = p_id AND number = p_attempt
+       AND outcome = 'cancelled' AND late_outcome IS NULL;
+    RETURN false;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.unschedule_job_v1(p_name text)
+ RETURNS boolean
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    WITH gone AS (DELETE FROM drainpipe.job_schedules WHERE name = p_name RETURNING 1)
+    SELECT EXISTS (SELECT 1 FROM gone)
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.unschedule_tenant_v1(p_tenant text)
+ RETURNS integer
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    WITH gone AS (DELETE FROM drainpipe.job_schedules WHERE tenant = p_tenant RETURNING 1)
+    SELECT count(*)::integer FROM gone
+$function$;

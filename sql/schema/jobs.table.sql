@@ -1,0 +1,2063 @@
+-- drainpipe's jobs module on the table storage: the schema a fresh install leaves today.
+-- Generated from sql/migrations/jobs/ by ./scripts/schema; for
+-- reading only (install and upgrade run the migrations). Change the schema with a new
+-- migration, then regenerate: tests/sql/test_current_schema.py compares the two.
+
+
+-- Row types
+
+CREATE TYPE drainpipe.dead_job_v1 AS (id bigint, attempts integer, enqueued_at timestamp with time zone, died_at timestamp with time zone, message jsonb);
+
+CREATE TYPE drainpipe.job_queue_stats_v1 AS (queue text, ready bigint, in_flight bigint, delayed bigint, dead bigint, oldest_age_seconds double precision);
+
+CREATE TYPE drainpipe.job_queue_stats_v2 AS (queue text, ready bigint, in_flight bigint, delayed bigint, dead bigint, succeeded bigint, cancelled bigint, oldest_age_seconds double precision);
+
+CREATE TYPE drainpipe.job_queue_stats_v3 AS (queue text, ready bigint, in_flight bigint, delayed bigint, dead bigint, succeeded bigint, cancelled bigint, oldest_age_seconds double precision, paused boolean);
+
+CREATE TYPE drainpipe.job_record_v1 AS (id bigint, queue text, state text, attempts integer, max_attempts integer, deadline timestamp with time zone, tenant text, dedupe_key text, enqueued_at timestamp with time zone, eligible_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, last_code text, parent_id bigint, replayed_by bigint, history jsonb);
+
+CREATE TYPE drainpipe.job_row_v1 AS (id bigint, attempts integer, enqueued_at timestamp with time zone, visible_until timestamp with time zone, payload jsonb, max_attempts integer, last_error text);
+
+CREATE TYPE drainpipe.job_turn_row_v1 AS (id bigint, attempts integer, enqueued_at timestamp with time zone, visible_until timestamp with time zone, payload jsonb, max_attempts integer, last_error text, refused boolean);
+
+CREATE TYPE drainpipe.schedule_claim_v1 AS (name text, cron text, time_zone text, queue text, payload jsonb, next_run timestamp with time zone, first_after timestamp with time zone, claim_token uuid);
+
+CREATE TYPE drainpipe.schedule_entry_v1 AS (name text, cron text, time_zone text, queue text, tenant text, next_run timestamp with time zone, last_run timestamp with time zone, leased_until timestamp with time zone, created_at timestamp with time zone);
+
+
+-- Tables, with their constraints, indexes and triggers
+
+CREATE TABLE drainpipe.job_attempts (
+    queue text NOT NULL,
+    job_id bigint NOT NULL,
+    number integer NOT NULL,
+    started_at timestamp with time zone,
+    ended_at timestamp with time zone,
+    outcome text NOT NULL,
+    code text,
+    late_outcome text
+);
+ALTER TABLE drainpipe.job_attempts ADD CONSTRAINT job_attempts_pkey PRIMARY KEY (queue, job_id, number);
+CREATE INDEX job_attempts_failed_idx ON drainpipe.job_attempts USING btree (queue, ended_at) WHERE (outcome = ANY (ARRAY['failed'::text, 'discarded'::text, 'expired'::text]));
+
+CREATE TABLE drainpipe.job_dead_letters (
+    id bigint NOT NULL,
+    queue text NOT NULL,
+    message jsonb NOT NULL,
+    attempts integer NOT NULL,
+    enqueued_at timestamp with time zone NOT NULL,
+    died_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+ALTER TABLE drainpipe.job_dead_letters ADD CONSTRAINT job_dead_letters_pkey PRIMARY KEY (id);
+CREATE INDEX job_dead_letters_died_brin ON drainpipe.job_dead_letters USING brin (died_at);
+CREATE INDEX job_dead_letters_queue_idx ON drainpipe.job_dead_letters USING btree (queue, id);
+
+CREATE TABLE drainpipe.job_messages (
+    id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
+    queue text NOT NULL,
+    payload jsonb NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    max_attempts integer DEFAULT 5 NOT NULL,
+    dedupe_key text,
+    last_error text,
+    enqueued_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    visible_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    state text DEFAULT 'queued'::text NOT NULL,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    last_code text,
+    parent_id bigint,
+    replayed_by bigint
+);
+ALTER TABLE drainpipe.job_messages ADD CONSTRAINT job_messages_pkey PRIMARY KEY (id);
+CREATE INDEX job_messages_dead_idx ON drainpipe.job_messages USING btree (queue, id) WHERE ((state = 'dead'::text) AND (replayed_by IS NULL));
+CREATE INDEX job_messages_enqueued_idx ON drainpipe.job_messages USING btree (enqueued_at, id);
+CREATE INDEX job_messages_exhausted_live_idx ON drainpipe.job_messages USING btree (queue, visible_at) WHERE ((finished_at IS NULL) AND (attempts >= max_attempts));
+CREATE INDEX job_messages_finished_idx ON drainpipe.job_messages USING btree (queue, finished_at) INCLUDE (state) WHERE (finished_at IS NOT NULL);
+CREATE INDEX job_messages_live_idx ON drainpipe.job_messages USING btree (queue, visible_at, id) WHERE (finished_at IS NULL);
+CREATE INDEX job_messages_live_key_idx ON drainpipe.job_messages USING btree (queue, dedupe_key) WHERE ((dedupe_key IS NOT NULL) AND (finished_at IS NULL));
+CREATE UNIQUE INDEX job_messages_waiting_key_idx ON drainpipe.job_messages USING btree (queue, dedupe_key) WHERE ((dedupe_key IS NOT NULL) AND (attempts = 0) AND (finished_at IS NULL));
+CREATE TRIGGER drainpipe_totals_delete AFTER DELETE ON drainpipe.job_messages REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION drainpipe.table_job_totals();
+CREATE TRIGGER drainpipe_totals_update AFTER UPDATE ON drainpipe.job_messages REFERENCING OLD TABLE AS gone NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION drainpipe.table_job_totals();
+ALTER TABLE drainpipe.job_messages SET (autovacuum_vacuum_scale_factor=0);
+ALTER TABLE drainpipe.job_messages SET (autovacuum_vacuum_threshold=5000);
+ALTER TABLE drainpipe.job_messages SET (vacuum_index_cleanup=on);
+
+CREATE TABLE drainpipe.job_retention_runs (
+    id integer NOT NULL,
+    last_run timestamp with time zone
+);
+ALTER TABLE drainpipe.job_retention_runs ADD CONSTRAINT job_retention_runs_id_check CHECK ((id = 1));
+ALTER TABLE drainpipe.job_retention_runs ADD CONSTRAINT job_retention_runs_pkey PRIMARY KEY (id);
+
+CREATE TABLE drainpipe.job_schedules (
+    name text NOT NULL,
+    cron text NOT NULL,
+    time_zone text DEFAULT 'UTC'::text NOT NULL,
+    queue text NOT NULL,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    tenant text,
+    next_run timestamp with time zone,
+    last_run timestamp with time zone,
+    locked_until timestamp with time zone,
+    claim_token uuid,
+    first_after timestamp with time zone,
+    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    due_at timestamp with time zone GENERATED ALWAYS AS (COALESCE(next_run, '-infinity'::timestamp with time zone)) STORED
+);
+ALTER TABLE drainpipe.job_schedules ADD CONSTRAINT job_schedules_name_length CHECK (((length(name) >= 1) AND (length(name) <= 200)));
+ALTER TABLE drainpipe.job_schedules ADD CONSTRAINT job_schedules_pkey PRIMARY KEY (name);
+ALTER TABLE drainpipe.job_schedules ADD CONSTRAINT job_schedules_queue_name CHECK ((queue ~ '^[a-z_][a-z0-9_]{0,46}$'::text));
+CREATE INDEX job_schedules_due_idx ON drainpipe.job_schedules USING btree (due_at, name);
+CREATE INDEX job_schedules_tenant_idx ON drainpipe.job_schedules USING btree (tenant, name) WHERE (tenant IS NOT NULL);
+
+CREATE TABLE drainpipe.job_totals (
+    queue text NOT NULL,
+    state text NOT NULL,
+    shard smallint NOT NULL,
+    n bigint NOT NULL
+);
+ALTER TABLE drainpipe.job_totals ADD CONSTRAINT job_totals_pkey PRIMARY KEY (queue, state, shard);
+
+CREATE TABLE drainpipe.job_totals_kept (
+    queue text NOT NULL
+);
+ALTER TABLE drainpipe.job_totals_kept ADD CONSTRAINT job_totals_kept_pkey PRIMARY KEY (queue);
+
+CREATE TABLE drainpipe.known_time_zones (
+    name text NOT NULL
+);
+ALTER TABLE drainpipe.known_time_zones ADD CONSTRAINT known_time_zones_pkey PRIMARY KEY (name);
+
+CREATE TABLE drainpipe.management_audit (
+    id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
+    at timestamp with time zone NOT NULL,
+    target text NOT NULL,
+    actor text NOT NULL,
+    action text NOT NULL,
+    queue text,
+    job_id bigint,
+    outcome text NOT NULL,
+    code text,
+    idempotency_key text,
+    new_job_id bigint,
+    detail jsonb
+);
+ALTER TABLE drainpipe.management_audit ADD CONSTRAINT management_audit_action_check CHECK ((action = ANY (ARRAY['cancel'::text, 'replay'::text, 'pause'::text, 'resume'::text, 'bulk_cancel'::text, 'bulk_replay'::text])));
+ALTER TABLE drainpipe.management_audit ADD CONSTRAINT management_audit_actor_check CHECK (((length(actor) >= 1) AND (length(actor) <= 200)));
+ALTER TABLE drainpipe.management_audit ADD CONSTRAINT management_audit_code_check CHECK ((code ~ '^[A-Z][A-Z0-9_]{0,63}$'::text));
+ALTER TABLE drainpipe.management_audit ADD CONSTRAINT management_audit_idempotency_key_check CHECK ((length(idempotency_key) <= 255));
+ALTER TABLE drainpipe.management_audit ADD CONSTRAINT management_audit_outcome_check CHECK ((outcome = ANY (ARRAY['ok'::text, 'refused'::text])));
+ALTER TABLE drainpipe.management_audit ADD CONSTRAINT management_audit_pkey PRIMARY KEY (id);
+ALTER TABLE drainpipe.management_audit ADD CONSTRAINT management_audit_target_check CHECK (((length(target) >= 1) AND (length(target) <= 200)));
+CREATE INDEX management_audit_target_id ON drainpipe.management_audit USING btree (target, id DESC);
+
+CREATE TABLE drainpipe.modules (
+    name text NOT NULL,
+    options jsonb DEFAULT '{}'::jsonb NOT NULL,
+    checksum text NOT NULL,
+    installed_at timestamp with time zone DEFAULT now() NOT NULL
+);
+ALTER TABLE drainpipe.modules ADD CONSTRAINT modules_pkey PRIMARY KEY (name);
+
+CREATE TABLE drainpipe.queue_pauses (
+    queue text NOT NULL,
+    paused_at timestamp with time zone NOT NULL
+);
+ALTER TABLE drainpipe.queue_pauses ADD CONSTRAINT queue_pauses_pkey PRIMARY KEY (queue);
+
+CREATE TABLE drainpipe.queue_pending (
+    queue text NOT NULL,
+    live bigint DEFAULT 0 NOT NULL
+);
+ALTER TABLE drainpipe.queue_pending ADD CONSTRAINT queue_pending_pkey PRIMARY KEY (queue);
+
+CREATE TABLE drainpipe.queue_policies (
+    queue text NOT NULL,
+    max_payload_bytes integer NOT NULL,
+    max_pending integer NOT NULL,
+    lease double precision NOT NULL,
+    max_lease double precision NOT NULL,
+    max_delay double precision NOT NULL,
+    max_attempts integer NOT NULL,
+    attempt_window double precision,
+    retention double precision NOT NULL,
+    encrypt boolean DEFAULT false NOT NULL,
+    updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    replay_window double precision,
+    replayable boolean DEFAULT true NOT NULL
+);
+ALTER TABLE drainpipe.queue_policies ADD CONSTRAINT queue_policies_attempt_window_check CHECK ((attempt_window > (0)::double precision));
+ALTER TABLE drainpipe.queue_policies ADD CONSTRAINT queue_policies_check CHECK ((max_lease >= lease));
+ALTER TABLE drainpipe.queue_policies ADD CONSTRAINT queue_policies_lease_check CHECK ((lease > (0)::double precision));
+ALTER TABLE drainpipe.queue_policies ADD CONSTRAINT queue_policies_max_attempts_check CHECK ((max_attempts > 0));
+ALTER TABLE drainpipe.queue_policies ADD CONSTRAINT queue_policies_max_delay_check CHECK ((max_delay > (0)::double precision));
+ALTER TABLE drainpipe.queue_policies ADD CONSTRAINT queue_policies_max_payload_bytes_check CHECK ((max_payload_bytes > 0));
+ALTER TABLE drainpipe.queue_policies ADD CONSTRAINT queue_policies_max_pending_check CHECK ((max_pending > 0));
+ALTER TABLE drainpipe.queue_policies ADD CONSTRAINT queue_policies_pkey PRIMARY KEY (queue);
+ALTER TABLE drainpipe.queue_policies ADD CONSTRAINT queue_policies_replay_window_check CHECK ((replay_window > (0)::double precision));
+ALTER TABLE drainpipe.queue_policies ADD CONSTRAINT queue_policies_retention_check CHECK ((retention > (0)::double precision));
+
+CREATE TABLE drainpipe.schema_migrations (
+    module text NOT NULL,
+    version integer NOT NULL,
+    name text NOT NULL,
+    checksum text NOT NULL,
+    applied_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+ALTER TABLE drainpipe.schema_migrations ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (module, version);
+
+
+-- Functions
+
+CREATE OR REPLACE FUNCTION drainpipe.add_job_totals(p_rows jsonb)
+ RETURNS void
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    INSERT INTO drainpipe.job_totals AS t (queue, state, shard, n)
+    SELECT r.queue, r.state, (pg_backend_pid() % 8)::smallint, r.n
+      FROM jsonb_to_recordset(p_rows) AS r(queue text, state text, n bigint)
+     WHERE r.n <> 0
+     ORDER BY r.queue, r.state  -- one lock order for every writer
+    ON CONFLICT (queue, state, shard) DO UPDATE SET n = t.n + excluded.n
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.advance_schedule_v1(p_name text, p_ran timestamp with time zone, p_next_run timestamp with time zone, p_claim_token uuid, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS boolean
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    WITH moved AS (
+        UPDATE drainpipe.job_schedules s
+           SET next_run = date_trunc('milliseconds', p_next_run),
+               last_run = coalesce(date_trunc('milliseconds', p_ran), s.last_run),
+               first_after = NULL,
+               locked_until = NULL,
+               claim_token = NULL
+         WHERE s.name = p_name
+           AND s.claim_token = p_claim_token
+           AND CASE WHEN s.next_run IS NULL THEN s.first_after IS NOT NULL
+                    ELSE date_trunc('milliseconds', s.next_run) = date_trunc('milliseconds', p_ran) END
+        RETURNING 1
+    )
+    SELECT EXISTS (SELECT 1 FROM moved)
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.apply_job_retention_v1(p_min_interval double precision DEFAULT NULL::double precision, p_batch integer DEFAULT 10000, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_policy drainpipe.queue_policies;
+    v_total integer := 0;
+    v_count integer;
+BEGIN
+    IF p_min_interval IS NOT NULL THEN
+        UPDATE drainpipe.job_retention_runs SET last_run = v_now
+         WHERE id = 1 AND (last_run IS NULL OR last_run <= v_now - make_interval(secs => p_min_interval));
+        IF NOT FOUND THEN
+            RETURN NULL;  -- ran less than p_min_interval ago (or another caller runs it now)
+        END IF;
+    END IF;
+    FOR v_policy IN SELECT * FROM drainpipe.queue_policies ORDER BY queue LOOP
+        WITH gone AS (
+            DELETE FROM drainpipe.job_messages d
+             WHERE d.id = ANY (ARRAY(
+                   SELECT x.id FROM drainpipe.job_messages x
+                    WHERE x.queue = v_policy.queue AND x.finished_at IS NOT NULL
+                      AND x.finished_at < v_now - make_interval(secs => v_policy.retention)
+                    ORDER BY x.finished_at LIMIT greatest(coalesce(p_batch, 10000), 1)))
+            RETURNING d.queue, d.id
+        ), attempts_gone AS (
+            DELETE FROM drainpipe.job_attempts a USING gone g
+             WHERE a.queue = g.queue AND a.job_id = g.id
+        )
+        SELECT count(*) INTO v_count FROM gone;
+        v_total := v_total + v_count;
+    END LOOP;
+    RETURN v_total;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.assert_job_code(p_code text)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF NOT drainpipe.is_job_code(p_code) THEN
+        RAISE EXCEPTION 'Invalid code "%": uppercase letters, digits and underscores, starting with a letter, at most 64', p_code
+            USING ERRCODE = '22023';
+    END IF;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.assert_max_attempts(p_max_attempts integer)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+        RAISE EXCEPTION 'max_attempts must be at least 1, not %', p_max_attempts USING ERRCODE = '22023';
+    END IF;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.assert_queue_name(p_queue text)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_queue IS NULL OR p_queue !~ '^[a-z_][a-z0-9_]{0,46}$' THEN
+        RAISE EXCEPTION 'Invalid queue name "%": lowercase letters, digits and underscores, at most 47', p_queue
+            USING ERRCODE = '22023';
+    END IF;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.assert_schedule_form(p_cron text)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_text text := lower(btrim(coalesce(p_cron, ''), E' \t\r\n'));
+BEGIN
+    IF v_text ~ '^@(yearly|annually|monthly|weekly|daily|midnight|hourly)$' THEN
+        RETURN;
+    END IF;
+    IF v_text ~ '^[0-9]+\s+(second|minute|hour)s?$' THEN
+        IF substring(v_text FROM '^([0-9]+)')::numeric < 1 THEN
+            RAISE EXCEPTION 'Invalid schedule %: the interval must be positive', p_cron USING ERRCODE = '22023';
+        END IF;
+        RETURN;
+    END IF;
+    IF v_text ~ '^\S+(\s+\S+){4}$' THEN
+        RETURN;
+    END IF;
+    RAISE EXCEPTION 'Invalid schedule %: expected five cron fields, a macro such as @daily, or an interval such as 5 minutes', p_cron
+        USING ERRCODE = '22023';
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.assert_time_zone(p_time_zone text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_time_zone = 'UTC'
+       OR EXISTS (SELECT 1 FROM drainpipe.known_time_zones z WHERE z.name = p_time_zone) THEN
+        RETURN;
+    END IF;
+    IF p_time_zone IS NULL
+       OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_names t WHERE t.name = p_time_zone) THEN
+        RAISE EXCEPTION 'Unknown time zone %', p_time_zone USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO drainpipe.known_time_zones (name) VALUES (p_time_zone) ON CONFLICT DO NOTHING;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.assert_turn_arrays(p_ids bigint[], p_attempts integer[])
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF coalesce(cardinality(p_ids), 0) IS DISTINCT FROM coalesce(cardinality(p_attempts), 0) THEN
+        RAISE EXCEPTION 'complete_and_claim_jobs_v1: % ids but % attempts',
+            coalesce(cardinality(p_ids), 0), coalesce(cardinality(p_attempts), 0)
+            USING ERRCODE = '22023';
+    END IF;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.attach_queue_policy_v1(p_queue text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET enable_seqscan TO 'on'
+ SET jit TO 'off'
+AS $function$
+BEGIN
+    -- no writer between the count and the triggers: the counter starts exact
+    LOCK TABLE drainpipe.job_messages IN SHARE ROW EXCLUSIVE MODE;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'job_messages_policy_insert'
+                      AND tgrelid = 'drainpipe.job_messages'::regclass) THEN
+        CREATE TRIGGER job_messages_policy_insert AFTER INSERT ON drainpipe.job_messages
+            REFERENCING NEW TABLE AS added
+            FOR EACH STATEMENT EXECUTE FUNCTION drainpipe.job_messages_policy_insert();
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'job_messages_policy_lease'
+                      AND tgrelid = 'drainpipe.job_messages'::regclass) THEN
+        -- claims and heartbeats only (a failure moves to retry_wait: its backoff is no lease)
+        CREATE TRIGGER job_messages_policy_lease BEFORE UPDATE OF visible_at ON drainpipe.job_messages
+            FOR EACH ROW WHEN (NEW.state = 'leased' AND NEW.visible_at > OLD.visible_at)
+            EXECUTE FUNCTION drainpipe.job_messages_policy_lease();
+    END IF;
+    INSERT INTO drainpipe.queue_pending (queue, live)
+    SELECT p_queue, count(*) FROM drainpipe.job_messages WHERE queue = p_queue AND finished_at IS NULL
+    ON CONFLICT (queue) DO UPDATE SET live = excluded.live;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.audit_bulk_action_v1(p_target text, p_actor text, p_action text, p_queue text, p_idempotency_key text, p_detail jsonb, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS bigint
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    INSERT INTO drainpipe.management_audit
+        (at, target, actor, action, queue, outcome, idempotency_key, detail)
+    VALUES (coalesce(p_now, clock_timestamp()), p_target, p_actor, p_action, p_queue, 'ok',
+            p_idempotency_key, p_detail)
+    RETURNING id
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.audited_cancel_job_v1(p_target text, p_actor text, p_queue text, p_id bigint, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_result text;
+    v_outcome text;
+BEGIN
+    v_result := drainpipe.cancel_job_v1(p_queue, p_id, p_now);
+    IF v_result IS NULL THEN
+        RETURN NULL;
+    END IF;
+    v_outcome := CASE WHEN v_result = 'cancelled' THEN 'ok' ELSE 'refused' END;
+    INSERT INTO drainpipe.management_audit
+        (at, target, actor, action, queue, job_id, outcome, code)
+    VALUES (
+        coalesce(p_now, clock_timestamp()), p_target, p_actor, 'cancel', p_queue, p_id,
+        v_outcome, CASE WHEN v_outcome = 'refused' THEN 'JOB_NOT_CANCELLABLE' END
+    );
+    RETURN v_outcome;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.audited_pause_queue_v1(p_target text, p_actor text, p_queue text, p_pause boolean, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_changed boolean;
+BEGIN
+    v_changed := CASE WHEN p_pause THEN drainpipe.pause_queue_v1(p_queue, p_now)
+                      ELSE drainpipe.resume_queue_v1(p_queue) END;
+    INSERT INTO drainpipe.management_audit (at, target, actor, action, queue, outcome, code)
+    VALUES (coalesce(p_now, clock_timestamp()), p_target, p_actor,
+            CASE WHEN p_pause THEN 'pause' ELSE 'resume' END, p_queue,
+            CASE WHEN v_changed THEN 'ok' ELSE 'refused' END,
+            CASE WHEN v_changed THEN NULL
+                 WHEN p_pause THEN 'QUEUE_ALREADY_PAUSED' ELSE 'QUEUE_NOT_PAUSED' END);
+    RETURN CASE WHEN v_changed THEN 'ok' ELSE 'refused' END;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.audited_replay_job_v1(p_target text, p_actor text, p_queue text, p_id bigint, p_idempotency_key text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS TABLE(outcome text, code text, new_job_id bigint)
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT r.outcome, r.code, r.new_job_id
+      FROM drainpipe.audited_replay_job_v2(p_target, p_actor, p_queue, p_id, p_idempotency_key,
+                                           NULL, NULL, true, p_now) AS r
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.audited_replay_job_v2(p_target text, p_actor text, p_queue text, p_id bigint, p_idempotency_key text, p_refusal text DEFAULT NULL::text, p_window double precision DEFAULT NULL::double precision, p_replayable boolean DEFAULT true, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS TABLE(outcome text, code text, new_job_id bigint)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_new bigint;
+    v_code text;
+BEGIN
+    IF p_refusal IS NOT NULL THEN
+        PERFORM 1 FROM drainpipe.get_job_v1(p_queue, p_id, p_now);
+        IF NOT FOUND THEN
+            RETURN;
+        END IF;
+        v_code := p_refusal;
+    ELSE
+        SELECT r.new_job_id, r.code INTO v_new, v_code
+          FROM drainpipe.replay_dead_job_v3(p_queue, p_id, p_window, p_replayable, p_now) AS r;
+        IF v_code = 'JOB_NOT_FOUND' THEN
+            RETURN;
+        END IF;
+    END IF;
+    outcome := CASE WHEN v_new IS NULL THEN 'refused' ELSE 'ok' END;
+    INSERT INTO drainpipe.management_audit
+        (at, target, actor, action, queue, job_id, outcome, code, idempotency_key, new_job_id)
+    VALUES (
+        coalesce(p_now, clock_timestamp()), p_target, p_actor, 'replay', p_queue, p_id,
+        outcome, v_code, p_idempotency_key, v_new
+    );
+    code := v_code;
+    new_job_id := v_new;
+    RETURN NEXT;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.bury_job_v1(p_queue text, p_id bigint, p_attempt integer, p_error text, p_code text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS boolean
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT coalesce(drainpipe.fail_job_v2(p_queue, p_id, p_attempt, p_error, NULL, p_code, true, p_now) = 'dead', false)
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.cancel_job_v1(p_queue text, p_id bigint, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_job drainpipe.job_messages;
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+BEGIN
+    SELECT * INTO v_job FROM drainpipe.job_messages WHERE id = p_id AND queue = p_queue FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF v_job.finished_at IS NOT NULL THEN
+        RETURN 'terminal';
+    END IF;
+    IF v_job.state = 'leased' AND v_job.visible_at <= v_now THEN
+        -- the lease ran out: that attempt expired (and a last attempt made the job dead)
+        INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+        VALUES (p_queue, p_id, v_job.attempts, v_job.started_at, v_job.visible_at, 'expired', 'LEASE_EXPIRED')
+        ON CONFLICT DO NOTHING;
+        IF v_job.attempts >= v_job.max_attempts THEN
+            UPDATE drainpipe.job_messages
+               SET state = 'dead', finished_at = v_job.visible_at, last_code = 'MAX_ATTEMPTS',
+                   last_error = 'The lease ran out on the last attempt'
+             WHERE id = p_id;
+            RETURN 'terminal';
+        END IF;
+    ELSIF v_job.state = 'leased' THEN
+        INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+        VALUES (p_queue, p_id, v_job.attempts, v_job.started_at, v_now, 'cancelled', 'CANCELLED')
+        ON CONFLICT DO NOTHING;
+    END IF;
+    UPDATE drainpipe.job_messages
+       SET state = 'cancelled', finished_at = v_now, last_code = 'CANCELLED'
+     WHERE id = p_id;
+    RETURN 'cancelled';
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.check_policy_insert(p_queue text, p_added bigint, p_largest bigint, p_latest timestamp with time zone)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET enable_seqscan TO 'on'
+ SET jit TO 'off'
+AS $function$
+DECLARE
+    v_policy drainpipe.queue_policies;
+    v_live bigint;
+BEGIN
+    SELECT * INTO v_policy FROM drainpipe.queue_policies WHERE queue = p_queue;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF p_largest > drainpipe.policy_payload_limit(v_policy) THEN
+        RAISE EXCEPTION 'payload is % bytes as stored, more than queue "%" allows (max_payload_bytes %)',
+            p_largest, p_queue, v_policy.max_payload_bytes USING ERRCODE = 'DPQ01';
+    END IF;
+    -- a second of slack: the client computed the delay a moment before the insert
+    IF p_latest > clock_timestamp() + make_interval(secs => v_policy.max_delay + 1) THEN
+        RAISE EXCEPTION 'the job would run more than % s ahead, past queue "%"''s max_delay',
+            v_policy.max_delay, p_queue USING ERRCODE = 'DPQ04';
+    END IF;
+    UPDATE drainpipe.queue_pending SET live = live + p_added WHERE queue = p_queue
+    RETURNING live INTO v_live;
+    IF v_live > v_policy.max_pending THEN
+        -- our own new rows included (this transaction sees them)
+        v_live := drainpipe.count_live_jobs(p_queue, v_policy.max_pending + 1);
+        UPDATE drainpipe.queue_pending SET live = v_live WHERE queue = p_queue;
+        IF v_live > v_policy.max_pending THEN
+            RAISE EXCEPTION 'queue "%" already holds its max_pending of % live jobs',
+                p_queue, v_policy.max_pending USING ERRCODE = 'DPQ02';
+        END IF;
+    END IF;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.claim_due_schedules_v1(p_lease double precision DEFAULT 60, p_batch integer DEFAULT 100, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.schedule_claim_v1
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    UPDATE drainpipe.job_schedules s
+       SET locked_until = coalesce(p_now, statement_timestamp()) + make_interval(secs => greatest(coalesce(p_lease, 60), 1)),
+           -- a fresh token per claim: a drain whose lease ran out cannot advance a later claim
+           claim_token = gen_random_uuid()
+     -- = ANY (ARRAY(...)), not a join: the planner keeps the primary key lookup even with a
+     -- generic plan that guesses the batch is a tenth of the table
+     WHERE s.name = ANY (ARRAY(
+        -- SKIP LOCKED: two drains claiming at once split the due schedules between them
+        -- coalesce(p_now, statement_timestamp()), being stable, bounds the index scan; clock_timestamp() would not
+        SELECT d.name
+          FROM drainpipe.job_schedules d
+         WHERE d.due_at <= coalesce(p_now, statement_timestamp())
+           AND (d.locked_until IS NULL OR d.locked_until <= coalesce(p_now, statement_timestamp()))
+         ORDER BY d.due_at, d.name
+         LIMIT greatest(coalesce(p_batch, 100), 1)
+           FOR UPDATE SKIP LOCKED
+     ))
+    RETURNING s.name, s.cron, s.time_zone, s.queue, s.payload, s.next_run, s.first_after, s.claim_token
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.claim_jobs_v1(p_queue text, p_lease double precision DEFAULT 300, p_batch integer DEFAULT 1, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_row_v1
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT c.id, c.attempts, c.enqueued_at, c.visible_until, c.payload, c.max_attempts, c.last_error
+      FROM drainpipe.complete_and_claim_jobs_v1(p_queue, '{}'::bigint[], '{}'::integer[],
+                                                p_lease, p_batch, p_now) AS c
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.complete_and_claim_jobs_v1(p_queue text, p_ids bigint[], p_attempts integer[], p_lease double precision DEFAULT 300, p_batch integer DEFAULT 1, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_turn_row_v1
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+AS $function$
+DECLARE
+    v_done bigint[];
+    v_now timestamptz;
+    v_until timestamptz;
+    v_batch integer := greatest(p_batch, 1);
+    v_ids bigint[];
+    v_lapsed boolean;
+BEGIN
+    -- the completions first: a claim must not take back a job this turn completes
+    IF cardinality(p_ids) > 0 THEN
+        PERFORM drainpipe.assert_turn_arrays(p_ids, p_attempts);
+        v_done := ARRAY(SELECT drainpipe.complete_jobs_v1(p_queue, p_ids, p_attempts, p_now));
+        IF cardinality(v_done) < cardinality(p_ids) THEN
+            RETURN QUERY SELECT * FROM drainpipe.refused_turn_rows(p_ids, p_attempts, v_done);
+        END IF;
+    END IF;
+
+    IF EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = p_queue) THEN
+        RETURN;  -- paused: the completions above stand, nothing is claimed (jobs 0012)
+    END IF;
+
+    -- the claim's clock starts after the completions (as a claim sent after them would)
+    v_now := coalesce(p_now, clock_timestamp());
+    v_until := v_now + make_interval(secs => greatest(p_lease, 0));
+    -- A job whose lease ran out on its last attempt is dead: its attempt expired.
+    IF EXISTS (SELECT 1 FROM drainpipe.job_messages x
+                WHERE x.queue = p_queue AND x.finished_at IS NULL
+                  AND x.attempts >= x.max_attempts AND x.visible_at <= v_now) THEN
+        WITH swept AS (
+            UPDATE drainpipe.job_messages m
+               SET state = 'dead', finished_at = m.visible_at, last_code = 'MAX_ATTEMPTS',
+                   last_error = 'The lease ran out on the last attempt'
+             WHERE m.id = ANY (ARRAY(
+                   SELECT x.id FROM drainpipe.job_messages x
+                    WHERE x.queue = p_queue AND x.finished_at IS NULL
+                      AND x.attempts >= x.max_attempts AND x.visible_at <= v_now
+                    FOR UPDATE SKIP LOCKED))
+            RETURNING m.queue, m.id, m.attempts, m.started_at, m.visible_at
+        )
+        INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+        SELECT s.queue, s.id, s.attempts, s.started_at, s.visible_at, 'expired', 'LEASE_EXPIRED'
+          FROM swept s
+        ON CONFLICT DO NOTHING;
+    END IF;
+
+    -- The pick is a statement of its own, into arrays: the take-over record below is then a
+    -- branch taken only when a lapsed lease was picked (see jobs 0004).
+    SELECT array_agg(p.id), bool_or(p.state = 'leased')
+      INTO v_ids, v_lapsed
+      FROM (
+          -- oldest visible first; rows another worker is claiming right now are skipped
+          SELECT x.id, x.state
+            FROM drainpipe.job_messages x
+           WHERE x.queue = p_queue AND x.finished_at IS NULL AND x.visible_at <= v_now
+             AND x.attempts < x.max_attempts
+           ORDER BY x.visible_at, x.id
+           LIMIT v_batch
+             FOR UPDATE SKIP LOCKED
+      ) p;
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+    IF v_lapsed THEN
+        -- a lease that ran out: that attempt expired, and this claim takes the job over
+        -- (the rows are locked by the pick, so they still read as they were picked)
+        INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+        SELECT p_queue, x.id, x.attempts, x.started_at, x.visible_at, 'expired', 'LEASE_EXPIRED'
+          FROM drainpipe.job_messages x
+         WHERE x.id = ANY (v_ids) AND x.state = 'leased'
+        ON CONFLICT DO NOTHING;
+    END IF;
+
+    RETURN QUERY
+    UPDATE drainpipe.job_messages j
+       SET attempts = j.attempts + 1,
+           visible_at = v_until,
+           started_at = v_now,
+           state = 'leased'
+     -- = ANY (array): primary-key lookups even under a generic plan
+     WHERE j.id = ANY (v_ids)
+    RETURNING j.id, j.attempts, j.enqueued_at, j.visible_at, j.payload, j.max_attempts,
+              j.last_error, false;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.complete_job_v1(p_queue text, p_id bigint, p_attempt integer, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS boolean
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT EXISTS (SELECT 1 FROM drainpipe.complete_jobs_v1(p_queue, ARRAY[p_id], ARRAY[p_attempt], p_now))
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.complete_jobs_v1(p_queue text, p_ids bigint[], p_attempts integer[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+AS $function$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_done integer;
+BEGIN
+    RETURN QUERY
+    UPDATE drainpipe.job_messages m
+       SET state = 'succeeded', finished_at = v_now, last_code = NULL
+      FROM unnest(p_ids, p_attempts) AS f(id, attempt)
+     WHERE m.id = f.id AND m.attempts = f.attempt AND m.queue = p_queue AND m.state = 'leased'
+    RETURNING m.id;
+    GET DIAGNOSTICS v_done = ROW_COUNT;
+    IF v_done < cardinality(p_ids) THEN
+        UPDATE drainpipe.job_attempts a
+           SET late_outcome = 'succeeded'
+          FROM unnest(p_ids, p_attempts) AS f(id, attempt)
+         WHERE a.queue = p_queue AND a.job_id = f.id AND a.number = f.attempt
+           AND a.outcome = 'cancelled' AND a.late_outcome IS NULL;
+    END IF;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.count_live_jobs(p_queue text, p_limit bigint)
+ RETURNS bigint
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT count(*) FROM (
+        SELECT 1 FROM drainpipe.job_messages m
+         WHERE m.queue = p_queue AND m.finished_at IS NULL LIMIT p_limit) x
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.dead_job_ids(p_queue text, p_ids bigint[], p_batch integer)
+ RETURNS SETOF bigint
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT m.id FROM drainpipe.job_messages m
+     WHERE m.queue = p_queue AND m.state = 'dead' AND m.replayed_by IS NULL
+       AND (p_ids IS NULL OR m.id = ANY (p_ids))
+     ORDER BY m.id DESC
+     LIMIT greatest(coalesce(p_batch, 1000), 1)
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.dead_job_message(p_payload jsonb, p_max_attempts integer, p_dedupe_key text, p_last_error text)
+ RETURNS jsonb
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT jsonb_build_object('payload', p_payload, 'max_attempts', p_max_attempts,
+                              'last_error', p_last_error, 'dead', true)
+           || CASE WHEN p_dedupe_key IS NULL THEN '{}'::jsonb
+                   ELSE jsonb_build_object('dedupe_key', p_dedupe_key) END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.drop_queue_policy_v1(p_queue text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    DELETE FROM drainpipe.queue_pending WHERE queue = p_queue;
+    DELETE FROM drainpipe.queue_policies WHERE queue = p_queue;
+    RETURN FOUND;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.enqueue_job_v1(p_queue text, p_payload jsonb DEFAULT '{}'::jsonb, p_delay double precision DEFAULT 0, p_max_attempts integer DEFAULT 5, p_dedupe_key text DEFAULT NULL::text, p_dedupe_running boolean DEFAULT true)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_id bigint;
+BEGIN
+    IF NOT drainpipe.is_queue_name(p_queue) THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+        PERFORM drainpipe.assert_max_attempts(p_max_attempts);
+    END IF;
+    IF p_dedupe_key IS NULL THEN
+        -- the common case stays a plain INSERT
+        INSERT INTO drainpipe.job_messages (queue, payload, max_attempts, visible_at)
+        VALUES (p_queue, coalesce(p_payload, '{}'::jsonb), p_max_attempts,
+                clock_timestamp() + make_interval(secs => greatest(coalesce(p_delay, 0), 0)))
+        RETURNING id INTO v_id;
+        RETURN v_id;
+    END IF;
+    RETURN drainpipe.enqueue_keyed_job(p_queue, p_payload, p_delay, p_max_attempts,
+                                       p_dedupe_key, p_dedupe_running, NULL);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.enqueue_jobs_v1(p_queue text, p_payloads jsonb, p_delay double precision DEFAULT 0, p_max_attempts integer DEFAULT 5)
+ RETURNS SETOF bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF NOT drainpipe.is_queue_name(p_queue) THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+        PERFORM drainpipe.assert_max_attempts(p_max_attempts);
+    END IF;
+    RETURN QUERY
+    INSERT INTO drainpipe.job_messages (queue, payload, max_attempts, visible_at)
+    SELECT p_queue, e.value, p_max_attempts,
+           clock_timestamp() + make_interval(secs => greatest(coalesce(p_delay, 0), 0))
+      FROM jsonb_array_elements(p_payloads) WITH ORDINALITY AS e(value, n)
+     ORDER BY e.n
+    RETURNING id;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.enqueue_keyed_job(p_queue text, p_payload jsonb, p_delay double precision, p_max_attempts integer, p_dedupe_key text, p_dedupe_running boolean, p_parent_id bigint)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_id bigint;
+BEGIN
+    -- one enqueuer per (queue, key) at a time, so two callers cannot both miss each other
+    PERFORM pg_advisory_xact_lock(hashtext('drainpipe.job:' || p_queue), hashtext(p_dedupe_key));
+    SELECT m.id INTO v_id
+      FROM drainpipe.job_messages m
+     WHERE m.queue = p_queue AND m.dedupe_key = p_dedupe_key AND m.finished_at IS NULL
+       AND (p_dedupe_running OR m.attempts = 0)
+       -- a job whose last lease ran out is dead already, whatever the sweep says
+       AND NOT (m.attempts >= m.max_attempts AND m.visible_at <= clock_timestamp())
+     ORDER BY m.id
+     LIMIT 1;
+    IF v_id IS NOT NULL THEN
+        RETURN v_id;
+    END IF;
+    INSERT INTO drainpipe.job_messages (queue, payload, max_attempts, dedupe_key, visible_at, parent_id)
+    VALUES (p_queue, coalesce(p_payload, '{}'::jsonb), p_max_attempts, p_dedupe_key,
+            clock_timestamp() + make_interval(secs => greatest(coalesce(p_delay, 0), 0)), p_parent_id)
+    -- The lock makes a clash impossible under READ COMMITTED. A caller's REPEATABLE READ
+    -- transaction may not see a waiting job committed after its snapshot: DO NOTHING then
+    -- fails with 40001 (kind "serialization", retry), not a unique violation.
+    ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL AND attempts = 0 AND finished_at IS NULL
+    DO NOTHING
+    RETURNING id INTO v_id;
+    IF v_id IS NULL THEN
+        SELECT m.id INTO v_id FROM drainpipe.job_messages m
+         WHERE m.queue = p_queue AND m.dedupe_key = p_dedupe_key AND m.attempts = 0
+           AND m.finished_at IS NULL;
+    END IF;
+    RETURN v_id;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.ensure_queue_overview_v1(p_queues text[], p_force boolean DEFAULT false)
+ RETURNS bigint
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ SELECT CASE WHEN p_force THEN drainpipe.recount_job_totals_v1(p_queues) ELSE 0 END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.ensure_queue_policy_v1(p_queue text, p_max_payload_bytes integer, p_max_pending integer, p_lease double precision, p_max_lease double precision, p_max_delay double precision, p_max_attempts integer, p_attempt_window double precision, p_retention double precision, p_encrypt boolean)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    INSERT INTO drainpipe.queue_policies AS p (queue, max_payload_bytes, max_pending, lease,
+        max_lease, max_delay, max_attempts, attempt_window, retention, encrypt)
+    VALUES (p_queue, p_max_payload_bytes, p_max_pending, p_lease, p_max_lease, p_max_delay,
+            p_max_attempts, p_attempt_window, p_retention, p_encrypt)
+    ON CONFLICT (queue) DO UPDATE SET
+        max_payload_bytes = excluded.max_payload_bytes, max_pending = excluded.max_pending,
+        lease = excluded.lease, max_lease = excluded.max_lease, max_delay = excluded.max_delay,
+        max_attempts = excluded.max_attempts, attempt_window = excluded.attempt_window,
+        retention = excluded.retention, encrypt = excluded.encrypt,
+        updated_at = clock_timestamp();
+    PERFORM drainpipe.attach_queue_policy_v1(p_queue);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.ensure_queue_policy_v2(p_queue text, p_max_payload_bytes integer, p_max_pending integer, p_lease double precision, p_max_lease double precision, p_max_delay double precision, p_max_attempts integer, p_attempt_window double precision, p_retention double precision, p_encrypt boolean, p_replay_window double precision DEFAULT NULL::double precision, p_replayable boolean DEFAULT true)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    -- before the policy row: a replay in flight holds this lock shared (see
+    -- replay_rules_in_force), so a queue's first policy, which has no row a replay could
+    -- have locked yet, is ordered with replays too
+    PERFORM pg_advisory_xact_lock(hashtext('drainpipe.queue_policies'), hashtext(p_queue));
+    PERFORM drainpipe.ensure_queue_policy_v1(p_queue, p_max_payload_bytes, p_max_pending,
+        p_lease, p_max_lease, p_max_delay, p_max_attempts, p_attempt_window, p_retention,
+        p_encrypt);
+    UPDATE drainpipe.queue_policies
+       SET replay_window = p_replay_window, replayable = coalesce(p_replayable, true)
+     WHERE queue = p_queue;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.extend_job_lease_v1(p_queue text, p_id bigint, p_attempt integer, p_lease double precision, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS boolean
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT EXISTS (SELECT 1 FROM drainpipe.extend_job_leases_v1(p_queue, ARRAY[p_id], ARRAY[p_attempt], p_lease, p_now))
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.extend_job_leases_v1(p_queue text, p_ids bigint[], p_attempts integer[], p_lease double precision, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+AS $function$
+DECLARE
+    v_until timestamptz := coalesce(p_now, clock_timestamp()) + make_interval(secs => greatest(p_lease, 0));
+BEGIN
+    RETURN QUERY
+    UPDATE drainpipe.job_messages m
+       SET visible_at = v_until
+      FROM unnest(p_ids, p_attempts) AS f(id, attempt)
+     WHERE m.id = f.id AND m.queue = p_queue AND m.attempts = f.attempt AND m.state = 'leased'
+    RETURNING m.id;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.fail_job_v1(p_queue text, p_id bigint, p_attempt integer, p_error text, p_retry_in double precision DEFAULT NULL::double precision, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS text
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ SELECT drainpipe.fail_job_v2(p_queue, p_id, p_attempt, p_error, p_retry_in, 'HANDLER_ERROR', false, p_now) $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.fail_job_v2(p_queue text, p_id bigint, p_attempt integer, p_error text, p_retry_in double precision DEFAULT NULL::double precision, p_code text DEFAULT NULL::text, p_discard boolean DEFAULT false, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+AS $function$
+DECLARE
+    v_job drainpipe.job_messages;
+    v_error text := left(coalesce(p_error, 'null'), 4000);
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_code text := CASE WHEN drainpipe.is_job_code(p_code) THEN p_code ELSE 'HANDLER_ERROR' END;
+BEGIN
+    SELECT * INTO v_job FROM drainpipe.job_messages
+     WHERE id = p_id AND queue = p_queue AND attempts = p_attempt
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF v_job.state <> 'leased' THEN
+        IF v_job.state = 'cancelled' THEN
+            UPDATE drainpipe.job_attempts SET late_outcome = 'failed'
+             WHERE queue = p_queue AND job_id = p_id AND number = p_attempt
+               AND outcome = 'cancelled' AND late_outcome IS NULL;
+        END IF;
+        RETURN NULL;
+    END IF;
+    INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+    VALUES (p_queue, p_id, p_attempt, v_job.started_at, v_now,
+            CASE WHEN coalesce(p_discard, false) THEN 'discarded' ELSE 'failed' END, v_code)
+    ON CONFLICT DO NOTHING;
+    IF coalesce(p_discard, false) OR v_job.attempts >= v_job.max_attempts THEN
+        UPDATE drainpipe.job_messages
+           SET state = 'dead', finished_at = v_now, last_error = v_error,
+               last_code = CASE WHEN coalesce(p_discard, false) THEN v_code ELSE 'MAX_ATTEMPTS' END
+         WHERE id = p_id;
+        RETURN 'dead';
+    END IF;
+    UPDATE drainpipe.job_messages
+       SET state = 'retry_wait', last_error = v_error, last_code = v_code,
+           visible_at = v_now + make_interval(
+               secs => greatest(coalesce(p_retry_in, drainpipe.job_retry_delay(v_job.attempts)), 0))
+     WHERE id = p_id;
+    RETURN 'queued';
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.get_job_v1(p_queue text, p_id bigint, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_record_v1
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT r.id, r.queue, r.state, r.attempts, r.max_attempts, NULL::timestamptz, r.tenant,
+           r.dedupe_key, r.enqueued_at, r.eligible_at, r.started_at, r.finished_at, r.last_code,
+           r.parent_id, r.replayed_by,
+           drainpipe.job_history_v1(r.queue, r.id, r.attempts, r.stored_state, r.started_at,
+                                    r.finished_at, r.lease_end, r.last_code, r.now)
+      FROM drainpipe.job_records_at(p_queue, NULL::text, NULL::text, 1, NULL::bigint, p_id, coalesce(p_now, clock_timestamp())) r
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.is_job_code(p_code text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$ SELECT p_code IS NOT NULL AND p_code ~ '^[A-Z][A-Z0-9_]{0,63}$' $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.is_queue_name(p_queue text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$ SELECT p_queue IS NOT NULL AND p_queue ~ '^[a-z_][a-z0-9_]{0,46}$' $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_cause(p_queue text, p_id bigint)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT a.code FROM drainpipe.job_attempts a
+     WHERE a.queue = p_queue AND a.job_id = p_id AND a.code IS NOT NULL
+     ORDER BY a.number DESC LIMIT 1
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_causes_v1(p_queues text[], p_ids bigint[])
+ RETURNS TABLE(queue text, id bigint, code text)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT j.queue, j.id, c.code
+      FROM unnest(p_queues, p_ids) AS j(queue, id)
+      CROSS JOIN LATERAL (
+          SELECT a.code FROM drainpipe.job_attempts a
+           WHERE a.queue = j.queue AND a.job_id = j.id AND a.code IS NOT NULL
+           ORDER BY a.number DESC LIMIT 1
+      ) c
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_history_v1(p_queue text, p_id bigint, p_attempts integer, p_state text, p_started_at timestamp with time zone, p_finished_at timestamp with time zone, p_lease_end timestamp with time zone, p_last_code text, p_now timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+               'number', g.n,
+               'started_at', CASE WHEN a.number IS NOT NULL THEN a.started_at
+                                  WHEN g.n = p_attempts THEN p_started_at END,
+               'ended_at', CASE WHEN a.number IS NOT NULL THEN a.ended_at
+                                WHEN g.n < p_attempts THEN NULL
+                                WHEN p_state = 'succeeded' THEN p_finished_at
+                                WHEN p_state = 'leased' AND p_lease_end <= p_now THEN p_lease_end END,
+               'outcome', CASE WHEN a.number IS NOT NULL THEN a.outcome
+                               WHEN g.n < p_attempts THEN 'expired'
+                               WHEN p_state = 'succeeded' AND p_last_code IS NOT NULL THEN 'skipped'
+                               WHEN p_state = 'succeeded' THEN 'succeeded'
+                               WHEN p_state = 'leased' AND p_lease_end > p_now THEN 'running'
+                               ELSE 'expired' END,
+               'code', CASE WHEN a.number IS NOT NULL THEN a.code
+                            WHEN g.n < p_attempts THEN 'LEASE_EXPIRED'
+                            WHEN p_state = 'succeeded' THEN p_last_code
+                            WHEN p_state = 'leased' AND p_lease_end > p_now THEN NULL
+                            ELSE 'LEASE_EXPIRED' END,
+               'late_outcome', a.late_outcome
+           ) ORDER BY g.n), '[]'::jsonb)
+      FROM generate_series(1, greatest(p_attempts, 0)) AS g(n)
+      LEFT JOIN drainpipe.job_attempts a
+        ON a.queue = p_queue AND a.job_id = p_id AND a.number = g.n
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_message(p_payload jsonb, p_max_attempts integer, p_dedupe_key text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+        PERFORM drainpipe.assert_max_attempts(p_max_attempts);
+    END IF;
+    RETURN jsonb_strip_nulls(jsonb_build_object(
+        'payload', coalesce(p_payload, '{}'::jsonb),
+        'max_attempts', p_max_attempts,
+        'dedupe_key', p_dedupe_key
+    )) || jsonb_build_object('payload', coalesce(p_payload, '{}'::jsonb));
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_messages_policy_insert()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET enable_seqscan TO 'on'
+ SET jit TO 'off'
+AS $function$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        SELECT a.queue, count(*) AS added, max(drainpipe.policy_payload_size(a.payload)) AS largest,
+               max(a.visible_at) AS latest
+          FROM added a
+         WHERE a.queue IN (SELECT p.queue FROM drainpipe.queue_policies p)
+         GROUP BY a.queue
+    LOOP
+        PERFORM drainpipe.check_policy_insert(r.queue, r.added, r.largest, r.latest);
+    END LOOP;
+    RETURN NULL;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_messages_policy_lease()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET enable_seqscan TO 'on'
+ SET jit TO 'off'
+AS $function$
+DECLARE
+    v_max double precision;
+    v_from timestamptz;
+BEGIN
+    SELECT p.max_lease INTO v_max FROM drainpipe.queue_policies p WHERE p.queue = NEW.queue;
+    IF v_max IS NULL THEN
+        RETURN NEW;
+    END IF;
+    v_from := CASE WHEN NEW.attempts > OLD.attempts THEN NEW.started_at
+                   ELSE greatest(clock_timestamp(), NEW.started_at) END;
+    IF NEW.visible_at > v_from + make_interval(secs => v_max + 1) THEN
+        RAISE EXCEPTION 'a lease of % s is longer than queue "%"''s max_lease of % s',
+            round(extract(epoch FROM NEW.visible_at - v_from)::numeric, 3), NEW.queue, v_max
+            USING ERRCODE = 'DPQ03';
+    END IF;
+    RETURN NEW;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_overview_v1(p_queues text[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS TABLE(queue text, counts jsonb, ready bigint, oldest_ready_age_s double precision, paused boolean, series jsonb)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_from timestamptz := date_trunc('minute', v_now) - interval '59 minutes';
+    v_queue text;
+    v_live jsonb;
+    v_done jsonb;
+    v_enqueued jsonb;
+    v_enqueued_done jsonb;
+    v_succeeded jsonb;
+BEGIN
+    FOREACH v_queue IN ARRAY p_queues LOOP
+        PERFORM drainpipe.assert_queue_name(v_queue);
+        queue := v_queue;
+        -- the live jobs in one pass over their index range: counts by state, the ready
+        -- ones and the oldest of them, and those enqueued in the last hour by minute
+        SELECT jsonb_build_object('queued', sum(g.queued), 'leased', sum(g.leased),
+                                  'retry_wait', sum(g.retry_wait), 'dead', sum(g.dead)),
+               coalesce(sum(g.ready), 0),
+               extract(epoch FROM v_now - min(g.oldest))::double precision,
+               coalesce(jsonb_object_agg(extract(epoch FROM g.minute)::bigint::text, g.n)
+                            FILTER (WHERE g.minute IS NOT NULL), '{}'::jsonb)
+          INTO v_live, ready, oldest_ready_age_s, v_enqueued
+          FROM (SELECT CASE WHEN l.enqueued_at >= v_from THEN date_trunc('minute', l.enqueued_at) END AS minute,
+                       count(*) AS n,
+                       count(*) FILTER (WHERE l.state = 'queued') AS queued,
+                       count(*) FILTER (WHERE l.state = 'leased') AS leased,
+                       count(*) FILTER (WHERE l.state = 'retry_wait') AS retry_wait,
+                       count(*) FILTER (WHERE l.state = 'dead') AS dead,
+                       count(*) FILTER (WHERE l.ready) AS ready,
+                       min(l.visible_at) FILTER (WHERE l.ready) AS oldest
+                  FROM (SELECT m.visible_at, m.enqueued_at,
+                               drainpipe.job_state_at(m.state, m.visible_at, m.attempts, m.max_attempts, v_now) AS state,
+                               m.visible_at <= v_now AND m.attempts < m.max_attempts AS ready
+                          FROM drainpipe.job_messages m
+                         WHERE m.queue = v_queue AND m.finished_at IS NULL) l
+                 GROUP BY 1) g;
+        -- the finished: the totals the triggers keep (35_totals)
+        SELECT coalesce(jsonb_object_agg(s.state, s.n), '{}'::jsonb) INTO v_done
+          FROM (SELECT t.state, sum(t.n) AS n FROM drainpipe.job_totals t
+                 WHERE t.queue = v_queue GROUP BY t.state) s;
+        -- dead from the live rows (a last lease that ran out) adds to the finished dead
+        counts := jsonb_build_object(
+            'queued', coalesce((v_live ->> 'queued')::bigint, 0),
+            'leased', coalesce((v_live ->> 'leased')::bigint, 0),
+            'retry_wait', coalesce((v_live ->> 'retry_wait')::bigint, 0),
+            'succeeded', coalesce((v_done ->> 'succeeded')::bigint, 0),
+            'dead', coalesce((v_done ->> 'dead')::bigint, 0) + coalesce((v_live ->> 'dead')::bigint, 0),
+            'cancelled', coalesce((v_done ->> 'cancelled')::bigint, 0));
+        SELECT coalesce(jsonb_object_agg(extract(epoch FROM e.minute)::bigint::text, e.n), '{}'::jsonb)
+          INTO v_enqueued_done
+          FROM (SELECT date_trunc('minute', f.enqueued_at) AS minute, count(*) AS n
+                  FROM drainpipe.job_messages f
+                 WHERE f.queue = v_queue AND f.finished_at >= v_from AND f.enqueued_at >= v_from
+                 GROUP BY 1) e;
+        SELECT coalesce(jsonb_object_agg(extract(epoch FROM s.minute)::bigint::text, s.n), '{}'::jsonb)
+          INTO v_succeeded
+          FROM (SELECT date_trunc('minute', f.finished_at) AS minute, count(*) AS n
+                  FROM drainpipe.job_messages f
+                 WHERE f.queue = v_queue AND f.finished_at >= v_from AND f.state = 'succeeded'
+                 GROUP BY 1) s;
+        series := drainpipe.overview_series(v_queue, v_now, v_enqueued, v_enqueued_done, v_succeeded);
+        paused := EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = v_queue);
+        RETURN NEXT;
+    END LOOP;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_stats_v1(p_queues text[])
+ RETURNS SETOF drainpipe.job_queue_stats_v1
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT s.queue, s.ready, s.in_flight, s.delayed, s.dead, s.oldest_age_seconds
+      FROM drainpipe.job_queue_stats_v2(p_queues) s
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_stats_v2(p_queues text[])
+ RETURNS SETOF drainpipe.job_queue_stats_v2
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT q.name,
+           coalesce(live.ready, 0),
+           coalesce(live.in_flight, 0),
+           coalesce(live.delayed, 0),
+           coalesce(live.exhausted, 0)
+             + (SELECT count(*) FROM drainpipe.job_messages d
+                 WHERE d.queue = q.name AND d.state = 'dead' AND d.replayed_by IS NULL),
+           coalesce(done.succeeded, 0),
+           coalesce(done.cancelled, 0),
+           extract(epoch FROM clock_timestamp() - live.oldest)::double precision
+      FROM unnest(p_queues) AS q(name)
+      LEFT JOIN LATERAL (
+          SELECT count(*) FILTER (WHERE m.visible_at <= clock_timestamp() AND m.attempts < m.max_attempts) AS ready,
+                 count(*) FILTER (WHERE m.visible_at > clock_timestamp() AND m.attempts > 0) AS in_flight,
+                 count(*) FILTER (WHERE m.visible_at > clock_timestamp() AND m.attempts = 0) AS delayed,
+                 count(*) FILTER (WHERE m.visible_at <= clock_timestamp() AND m.attempts >= m.max_attempts) AS exhausted,
+                 min(m.enqueued_at) FILTER (WHERE NOT (m.visible_at <= clock_timestamp() AND m.attempts >= m.max_attempts)) AS oldest
+            FROM drainpipe.job_messages m
+           WHERE m.queue = q.name AND m.finished_at IS NULL
+      ) live ON true
+      LEFT JOIN LATERAL (
+          SELECT count(*) FILTER (WHERE f.state = 'succeeded') AS succeeded,
+                 count(*) FILTER (WHERE f.state = 'cancelled') AS cancelled
+            FROM drainpipe.job_messages f
+           WHERE f.queue = q.name AND f.finished_at IS NOT NULL
+      ) done ON true
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_stats_v3(p_queues text[])
+ RETURNS SETOF drainpipe.job_queue_stats_v3
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT s.queue, s.ready, s.in_flight, s.delayed, s.dead, s.succeeded, s.cancelled,
+           s.oldest_age_seconds,
+           EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = s.queue)
+      FROM drainpipe.job_queue_stats_v2(p_queues) s
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_records_at(p_queue text, p_state text, p_tenant text, p_limit integer, p_before_id bigint, p_id bigint, p_now timestamp with time zone)
+ RETURNS TABLE(id bigint, queue text, state text, stored_state text, attempts integer, max_attempts integer, tenant text, dedupe_key text, enqueued_at timestamp with time zone, eligible_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, lease_end timestamp with time zone, last_code text, parent_id bigint, replayed_by bigint, now timestamp with time zone)
+ LANGUAGE plpgsql
+ STABLE
+ SET plan_cache_mode TO 'force_custom_plan'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+BEGIN
+RETURN QUERY SELECT s.id, s.queue, s.read_state, s.state, s.attempts, s.max_attempts, s.tenant,
+           s.dedupe_key, s.enqueued_at,
+           CASE WHEN s.read_state IN ('queued', 'retry_wait') THEN s.visible_at END,
+           s.started_at,
+           CASE WHEN s.read_state = 'dead' AND s.finished_at IS NULL THEN s.visible_at
+                ELSE s.finished_at END,
+           s.visible_at,
+           CASE WHEN s.read_state = s.state THEN s.last_code
+                WHEN s.read_state = 'dead' THEN 'MAX_ATTEMPTS'
+                ELSE 'LEASE_EXPIRED' END,
+           s.parent_id, s.replayed_by, p_now
+      FROM (
+          SELECT m.id, m.queue, m.state, m.attempts, m.max_attempts, m.dedupe_key,
+                 m.enqueued_at, m.visible_at, m.started_at, m.finished_at, m.last_code,
+                 m.parent_id, m.replayed_by, drainpipe.job_tenant(m.payload) AS tenant,
+                 drainpipe.job_state_at(m.state, m.visible_at, m.attempts, m.max_attempts, p_now) AS read_state
+            FROM drainpipe.job_messages m
+           WHERE (p_id IS NULL OR m.id = p_id)
+             AND (p_queue IS NULL OR m.queue = p_queue)
+             AND (p_before_id IS NULL OR m.id < p_before_id)
+             AND (p_tenant IS NULL OR drainpipe.job_tenant(m.payload) = p_tenant)
+             -- a stored state that can read as the one asked for
+             AND (p_state IS NULL OR m.state = p_state
+                  OR (m.state = 'leased' AND p_state IN ('retry_wait', 'dead')))
+           ORDER BY m.id DESC
+      ) s
+     WHERE p_state IS NULL OR s.read_state = p_state
+     LIMIT greatest(coalesce(p_limit, 100), 1)
+;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_records_newest(p_queue text, p_state text, p_tenant text, p_limit integer, p_before_at timestamp with time zone, p_before_id bigint, p_now timestamp with time zone)
+ RETURNS TABLE(id bigint, queue text, state text, attempts integer, max_attempts integer, tenant text, dedupe_key text, enqueued_at timestamp with time zone, eligible_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, last_code text, parent_id bigint, replayed_by bigint)
+ LANGUAGE plpgsql
+ STABLE
+ SET plan_cache_mode TO 'force_custom_plan'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    SELECT s.id, s.queue, s.read_state, s.attempts, s.max_attempts, s.tenant, s.dedupe_key,
+           s.enqueued_at,
+           CASE WHEN s.read_state IN ('queued', 'retry_wait') THEN s.visible_at END,
+           s.started_at,
+           CASE WHEN s.read_state = 'dead' AND s.finished_at IS NULL THEN s.visible_at
+                ELSE s.finished_at END,
+           CASE WHEN s.read_state = s.state THEN s.last_code
+                WHEN s.read_state = 'dead' THEN 'MAX_ATTEMPTS'
+                ELSE 'LEASE_EXPIRED' END,
+           s.parent_id, s.replayed_by
+      FROM (
+          SELECT m.id, m.queue, m.state, m.attempts, m.max_attempts, m.dedupe_key,
+                 m.enqueued_at, m.visible_at, m.started_at, m.finished_at, m.last_code,
+                 m.parent_id, m.replayed_by, drainpipe.job_tenant(m.payload) AS tenant,
+                 drainpipe.job_state_at(m.state, m.visible_at, m.attempts, m.max_attempts, p_now) AS read_state
+            FROM drainpipe.job_messages m
+           WHERE (p_queue IS NULL OR m.queue = p_queue)
+             AND (p_before_at IS NULL OR (m.enqueued_at, m.id) < (p_before_at, coalesce(p_before_id, 0)))
+             AND (p_tenant IS NULL OR drainpipe.job_tenant(m.payload) = p_tenant)
+             -- a stored state that can read as the one asked for
+             AND (p_state IS NULL OR m.state = p_state
+                  OR (m.state = 'leased' AND p_state IN ('retry_wait', 'dead')))
+           ORDER BY m.enqueued_at DESC, m.id DESC
+      ) s
+     WHERE p_state IS NULL OR s.read_state = p_state
+     LIMIT greatest(coalesce(p_limit, 100), 1);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_retry_delay(p_attempt integer)
+ RETURNS double precision
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT 1 + floor(random() * least(3600, 10 * power(2, least(greatest(p_attempt, 1) - 1, 20))))
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_state_at(p_state text, p_lease_end timestamp with time zone, p_attempts integer, p_max_attempts integer, p_now timestamp with time zone)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+    SELECT CASE WHEN p_state = 'leased' AND p_lease_end <= p_now
+                THEN CASE WHEN p_attempts >= p_max_attempts THEN 'dead' ELSE 'retry_wait' END
+                ELSE p_state END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_tenant(p_stored jsonb)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$ SELECT CASE WHEN p_stored @> '{"$dp": 1}' THEN p_stored #>> '{context,tenant}' END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.kept_job_totals(p_queue text)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM drainpipe.job_totals_kept k WHERE k.queue = p_queue)
+                THEN coalesce((SELECT jsonb_object_agg(s.state, s.n)
+                                 FROM (SELECT t.state, sum(t.n) AS n FROM drainpipe.job_totals t
+                                        WHERE t.queue = p_queue GROUP BY t.state) s), '{}'::jsonb)
+           END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.list_dead_jobs_v1(p_queue text, p_max_rows integer DEFAULT 100, p_before_id bigint DEFAULT NULL::bigint)
+ RETURNS SETOF drainpipe.dead_job_v1
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT d.id, d.attempts, d.enqueued_at, d.finished_at,
+           drainpipe.dead_job_message(d.payload, d.max_attempts, d.dedupe_key, d.last_error)
+      FROM drainpipe.job_messages d
+     WHERE d.queue = p_queue AND d.state = 'dead' AND d.replayed_by IS NULL
+       AND (p_before_id IS NULL OR d.id < p_before_id)
+     ORDER BY d.id DESC
+     LIMIT least(greatest(coalesce(p_max_rows, 100), 1), 1000)
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.list_jobs_v1(p_queue text DEFAULT NULL::text, p_state text DEFAULT NULL::text, p_tenant text DEFAULT NULL::text, p_limit integer DEFAULT 100, p_before_id bigint DEFAULT NULL::bigint, p_before_queue text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_record_v1
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT r.id, r.queue, r.state, r.attempts, r.max_attempts, NULL::timestamptz, r.tenant,
+           r.dedupe_key, r.enqueued_at, r.eligible_at, r.started_at, r.finished_at, r.last_code,
+           r.parent_id, r.replayed_by, NULL::jsonb
+      FROM drainpipe.job_records_at(p_queue, p_state, p_tenant, p_limit, p_before_id, NULL::bigint,
+                                    coalesce(p_now, clock_timestamp())) r
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.list_jobs_v2(p_queue text DEFAULT NULL::text, p_state text DEFAULT NULL::text, p_tenant text DEFAULT NULL::text, p_limit integer DEFAULT 100, p_before_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_before_id bigint DEFAULT NULL::bigint, p_before_queue text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_record_v1
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_queue IS NOT NULL THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    RETURN QUERY
+    SELECT r.id, r.queue, r.state, r.attempts, r.max_attempts, NULL::timestamptz, r.tenant,
+           r.dedupe_key, r.enqueued_at, r.eligible_at, r.started_at, r.finished_at, r.last_code,
+           r.parent_id, r.replayed_by, NULL::jsonb
+      FROM drainpipe.job_records_newest(p_queue, p_state, p_tenant, p_limit, p_before_at,
+                                        p_before_id, coalesce(p_now, clock_timestamp())) r;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.list_management_audit_v1(p_target text, p_limit integer, p_before bigint DEFAULT NULL::bigint)
+ RETURNS SETOF drainpipe.management_audit
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT * FROM drainpipe.management_audit AS a
+    WHERE a.target = p_target AND (p_before IS NULL OR a.id < p_before)
+    ORDER BY a.id DESC
+    LIMIT least(greatest(p_limit, 1), 501)  -- one more than a page: is there a next?
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.list_management_audit_v2(p_target text, p_limit integer, p_before bigint DEFAULT NULL::bigint)
+ RETURNS TABLE(id bigint, at timestamp with time zone, actor text, action text, queue text, job_id bigint, outcome text, code text, idempotency_key text, new_job_id bigint, detail jsonb)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT a.id, a.at, a.actor, a.action, a.queue, a.job_id, a.outcome, a.code,
+           a.idempotency_key, a.new_job_id, a.detail
+      FROM drainpipe.management_audit AS a
+     WHERE a.target = p_target AND (p_before IS NULL OR a.id < p_before)
+     ORDER BY a.id DESC
+     LIMIT least(greatest(p_limit, 1), 501)
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.list_schedules_v1(p_prefix text DEFAULT NULL::text, p_tenant text DEFAULT NULL::text)
+ RETURNS SETOF drainpipe.schedule_entry_v1
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT s.name, s.cron, s.time_zone, s.queue, s.tenant, s.next_run, s.last_run,
+           s.locked_until, s.created_at
+      FROM drainpipe.job_schedules s
+     -- starts_with, not LIKE: a prefix may contain % or _
+     WHERE (p_prefix IS NULL OR starts_with(s.name, p_prefix))
+       AND (p_tenant IS NULL OR s.tenant = p_tenant)
+     ORDER BY s.name
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.live_job_payloads_v1(p_queue text, p_after bigint, p_limit integer)
+ RETURNS TABLE(id bigint, payload jsonb)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT m.id, m.payload FROM drainpipe.job_messages m
+     WHERE m.queue = p_queue AND m.id > coalesce(p_after, 0) AND m.finished_at IS NULL
+     ORDER BY m.id LIMIT least(greatest(coalesce(p_limit, 100), 1), 1000)
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.overview_minutes(p_now timestamp with time zone)
+ RETURNS SETOF timestamp with time zone
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT generate_series(date_trunc('minute', p_now) - interval '59 minutes',
+                           date_trunc('minute', p_now), interval '1 minute')
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.overview_series(p_queue text, p_now timestamp with time zone, p_enqueued_live jsonb, p_enqueued_done jsonb, p_succeeded jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    WITH failed AS (
+        SELECT date_trunc('minute', a.ended_at) AS minute, count(*) AS n
+          FROM drainpipe.job_attempts a
+         WHERE a.queue = p_queue AND a.outcome IN ('failed', 'discarded', 'expired')
+           AND a.ended_at >= date_trunc('minute', p_now) - interval '59 minutes'
+         GROUP BY 1
+    )
+    SELECT jsonb_agg(jsonb_build_object(
+               'minute', m.minute,
+               'enqueued', coalesce((p_enqueued_live ->> m.k)::bigint, 0)
+                           + coalesce((p_enqueued_done ->> m.k)::bigint, 0),
+               'succeeded', coalesce((p_succeeded ->> m.k)::bigint, 0),
+               'failed', coalesce(f.n, 0)) ORDER BY m.minute)
+      FROM (SELECT o.minute, extract(epoch FROM o.minute)::bigint::text AS k
+              FROM drainpipe.overview_minutes(p_now) AS o(minute)) m
+      LEFT JOIN failed f ON f.minute = m.minute
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pause_queue_v1(p_queue text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_added integer;
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    INSERT INTO drainpipe.queue_pauses (queue, paused_at)
+    VALUES (p_queue, coalesce(p_now, clock_timestamp()))
+    ON CONFLICT (queue) DO NOTHING;
+    GET DIAGNOSTICS v_added = ROW_COUNT;
+    RETURN v_added > 0;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.paused_queues_v1(p_queues text[] DEFAULT NULL::text[])
+ RETURNS SETOF text
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT p.queue FROM drainpipe.queue_pauses p
+     WHERE p_queues IS NULL OR p.queue = ANY (p_queues)
+     ORDER BY p.queue
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.policy_payload_limit(p_policy drainpipe.queue_policies)
+ RETURNS bigint
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT CASE WHEN p_policy.encrypt
+                THEN ((p_policy.max_payload_bytes + 1024) * 4 / 3)::bigint + 64
+                ELSE (p_policy.max_payload_bytes * 3 / 2)::bigint END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.policy_payload_size(p_stored jsonb)
+ RETURNS bigint
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT CASE
+        WHEN jsonb_typeof(p_stored) <> 'object' OR NOT p_stored ? '$dp' THEN octet_length(p_stored::text)
+        WHEN p_stored ? 'sealed' THEN octet_length(p_stored ->> 'sealed')
+        WHEN p_stored ? 'payload' THEN octet_length((p_stored -> 'payload')::text)
+        ELSE octet_length(p_stored::text) END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.purge_job_archive_v1(p_queue text, p_older_than interval DEFAULT '7 days'::interval, p_batch integer DEFAULT 10000, p_dead_older_than interval DEFAULT '30 days'::interval)
+ RETURNS integer
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    WITH gone AS (
+        DELETE FROM drainpipe.job_messages d
+         WHERE d.id = ANY (ARRAY(
+               SELECT x.id FROM drainpipe.job_messages x
+                WHERE x.queue = p_queue AND x.finished_at IS NOT NULL
+                  AND x.finished_at < clock_timestamp() - least(p_older_than, p_dead_older_than)
+                  AND x.finished_at < clock_timestamp()
+                      - CASE WHEN x.state = 'dead' THEN p_dead_older_than ELSE p_older_than END
+                ORDER BY x.finished_at
+                LIMIT greatest(coalesce(p_batch, 10000), 1)))
+        RETURNING d.queue, d.id
+    ), attempts_gone AS (
+        DELETE FROM drainpipe.job_attempts a USING gone g
+         WHERE a.queue = g.queue AND a.job_id = g.id
+    )
+    SELECT count(*)::integer FROM gone
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.recount_job_totals_v1(p_queues text[] DEFAULT NULL::text[])
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_total bigint;
+BEGIN
+    LOCK TABLE drainpipe.job_messages IN SHARE ROW EXCLUSIVE MODE;
+    DELETE FROM drainpipe.job_totals;
+    INSERT INTO drainpipe.job_totals (queue, state, shard, n)
+    SELECT m.queue, m.state, 0, count(*) FROM drainpipe.job_messages m
+     WHERE m.finished_at IS NOT NULL GROUP BY 1, 2;
+    INSERT INTO drainpipe.job_totals_kept (queue)
+    SELECT DISTINCT t.queue FROM drainpipe.job_totals t ON CONFLICT DO NOTHING;
+    SELECT coalesce(sum(n), 0) INTO v_total FROM drainpipe.job_totals;
+    RETURN v_total;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.refused_turn_rows(p_ids bigint[], p_attempts integer[], p_done bigint[])
+ RETURNS SETOF drainpipe.job_turn_row_v1
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT f.id, f.attempt, NULL::timestamptz, NULL::timestamptz, NULL::jsonb,
+           NULL::integer, NULL::text, true
+      FROM unnest(p_ids, p_attempts) AS f(id, attempt)
+     WHERE f.id <> ALL (coalesce(p_done, '{}'::bigint[]))
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.replay_dead_job_v1(p_queue text, p_id bigint)
+ RETURNS bigint
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ SELECT drainpipe.replay_dead_job_v2(p_queue, p_id, NULL) $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.replay_dead_job_v2(p_queue text, p_id bigint, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_new bigint;
+    v_code text;
+BEGIN
+    SELECT r.new_job_id, r.code INTO v_new, v_code
+      FROM drainpipe.replay_dead_job_v3(p_queue, p_id, NULL, true, p_now) AS r;
+    IF v_code = 'EVENT_EXPIRED' THEN
+        RAISE EXCEPTION 'job % of queue "%" is past its replay_window: its event is too old to replay',
+            p_id, p_queue USING ERRCODE = 'DPR01';
+    ELSIF v_code = 'REPLAY_BLOCKED' THEN
+        RAISE EXCEPTION 'queue "%" does not allow replays (replayable = false)', p_queue
+            USING ERRCODE = 'DPR02';
+    END IF;
+    RETURN v_new;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.replay_dead_job_v3(p_queue text, p_id bigint, p_window double precision DEFAULT NULL::double precision, p_replayable boolean DEFAULT true, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS TABLE(new_job_id bigint, code text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_rules record;
+    v_job drainpipe.job_messages;
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_new bigint;
+BEGIN
+    -- the policy row first (see replay_rules_in_force), then the job
+    v_rules := drainpipe.replay_rules_in_force(p_queue, p_window, p_replayable);
+    SELECT * INTO v_job FROM drainpipe.job_messages WHERE id = p_id AND queue = p_queue FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT NULL::bigint, 'JOB_NOT_FOUND'::text;
+        RETURN;
+    END IF;
+    IF v_job.replayed_by IS NOT NULL THEN
+        RETURN QUERY SELECT NULL::bigint, 'JOB_ALREADY_REPLAYED'::text;
+        RETURN;
+    END IF;
+    IF v_job.state = 'leased' AND v_job.visible_at <= v_now AND v_job.attempts >= v_job.max_attempts THEN
+        -- dead already, not swept yet
+        INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+        VALUES (p_queue, p_id, v_job.attempts, v_job.started_at, v_job.visible_at, 'expired', 'LEASE_EXPIRED')
+        ON CONFLICT DO NOTHING;
+        UPDATE drainpipe.job_messages
+           SET state = 'dead', finished_at = v_job.visible_at, last_code = 'MAX_ATTEMPTS',
+               last_error = 'The lease ran out on the last attempt'
+         WHERE id = p_id;
+    ELSIF v_job.state <> 'dead' THEN
+        RETURN QUERY SELECT NULL::bigint, 'JOB_NOT_DEAD'::text;
+        RETURN;
+    END IF;
+    code := drainpipe.replay_refusal(v_rules.replay_window, v_rules.replayable,
+        CASE WHEN v_rules.replay_window IS NULL THEN NULL
+             ELSE drainpipe.replay_origin(p_queue, p_id) END, v_now);
+    IF code IS NOT NULL THEN
+        RETURN QUERY SELECT NULL::bigint, code;
+        RETURN;
+    END IF;
+    IF v_job.dedupe_key IS NULL THEN
+        INSERT INTO drainpipe.job_messages (queue, payload, max_attempts, visible_at, parent_id)
+        VALUES (p_queue, v_job.payload, v_job.max_attempts, clock_timestamp(), p_id)
+        RETURNING id INTO v_new;
+    ELSE
+        v_new := drainpipe.enqueue_keyed_job(p_queue, v_job.payload, 0, v_job.max_attempts,
+                                             v_job.dedupe_key, true, p_id);
+    END IF;
+    UPDATE drainpipe.job_messages SET replayed_by = v_new WHERE id = p_id;
+    RETURN QUERY SELECT v_new, NULL::text;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.replay_origin(p_queue text, p_id bigint)
+ RETURNS timestamp with time zone
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    WITH RECURSIVE lineage (id, parent_id, enqueued_at, depth) AS (
+        SELECT m.id, m.parent_id, m.enqueued_at, 1
+          FROM drainpipe.job_messages AS m WHERE m.id = p_id AND m.queue = p_queue
+        UNION ALL
+        SELECT m.id, m.parent_id, m.enqueued_at, l.depth + 1
+          FROM lineage AS l JOIN drainpipe.job_messages AS m
+            ON m.id = l.parent_id AND m.queue = p_queue AND m.id < l.id
+         WHERE l.depth < 1000
+    )
+    SELECT min(enqueued_at) FROM lineage
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.replay_refusal(p_replay_window double precision, p_replayable boolean, p_origin timestamp with time zone, p_now timestamp with time zone)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT CASE
+        WHEN NOT coalesce(p_replayable, true) THEN 'REPLAY_BLOCKED'
+        WHEN p_replay_window IS NOT NULL AND p_origin IS NOT NULL
+             AND p_origin < p_now - make_interval(secs => p_replay_window) THEN 'EVENT_EXPIRED'
+    END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.replay_rules_in_force(p_queue text, p_window double precision, p_replayable boolean, OUT replay_window double precision, OUT replayable boolean)
+ RETURNS record
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_window double precision;
+    v_replayable boolean;
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(hashtext('drainpipe.queue_policies'), hashtext(p_queue));
+    SELECT p.replay_window, p.replayable INTO v_window, v_replayable
+      FROM drainpipe.queue_policies AS p WHERE p.queue = p_queue FOR SHARE;
+    replayable := coalesce(v_replayable, true) AND coalesce(p_replayable, true);
+    replay_window := CASE WHEN v_window IS NULL THEN p_window
+                          WHEN p_window IS NULL THEN v_window
+                          ELSE least(v_window, p_window) END;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.resume_queue_v1(p_queue text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_removed integer;
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    DELETE FROM drainpipe.queue_pauses WHERE queue = p_queue;
+    GET DIAGNOSTICS v_removed = ROW_COUNT;
+    RETURN v_removed > 0;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.retry_dead_jobs_v1(p_queue text, p_ids bigint[] DEFAULT NULL::bigint[], p_batch integer DEFAULT 1000)
+ RETURNS integer
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT count(*)::integer FROM drainpipe.retry_dead_jobs_v2(p_queue, p_ids, p_batch) AS r
+     WHERE r.new_job_id IS NOT NULL AND r.code IS NULL
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.retry_dead_jobs_v2(p_queue text, p_ids bigint[] DEFAULT NULL::bigint[], p_batch integer DEFAULT 1000, p_window double precision DEFAULT NULL::double precision, p_replayable boolean DEFAULT true, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS TABLE(job_id bigint, new_job_id bigint, code text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_ids bigint[];
+    v_id bigint;
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF p_ids IS NULL THEN
+        v_ids := ARRAY(SELECT drainpipe.dead_job_ids(p_queue, NULL, p_batch));
+    ELSE
+        v_ids := ARRAY(SELECT DISTINCT i FROM unnest(p_ids) AS i WHERE i IS NOT NULL
+                        ORDER BY i DESC LIMIT greatest(coalesce(p_batch, 1000), 1));
+    END IF;
+    FOREACH v_id IN ARRAY v_ids LOOP
+        SELECT r.new_job_id, r.code INTO new_job_id, code
+          FROM drainpipe.replay_dead_job_v3(p_queue, v_id, p_window, p_replayable, p_now) AS r;
+        job_id := v_id;
+        RETURN NEXT;
+    END LOOP;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.rewrite_job_payload_v1(p_queue text, p_id bigint, p_old jsonb, p_new jsonb)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    UPDATE drainpipe.job_messages SET payload = p_new
+     WHERE id = p_id AND queue = p_queue AND payload = p_old AND finished_at IS NULL;
+    RETURN FOUND;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.schedule_job_v1(p_name text, p_cron text, p_queue text, p_payload jsonb DEFAULT '{}'::jsonb, p_time_zone text DEFAULT 'UTC'::text, p_next_run timestamp with time zone DEFAULT NULL::timestamp with time zone, p_tenant text DEFAULT NULL::text)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_now timestamptz := date_trunc('milliseconds', clock_timestamp());
+    v_next timestamptz := date_trunc('milliseconds', p_next_run);
+    v_cron text := btrim(p_cron, E' \t\r\n');
+BEGIN
+    IF p_name IS NULL OR length(p_name) NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION 'Invalid schedule name %: 1 to 200 characters', p_name USING ERRCODE = '22023';
+    END IF;
+    PERFORM drainpipe.assert_schedule_form(p_cron);
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    PERFORM drainpipe.assert_time_zone(p_time_zone);
+    INSERT INTO drainpipe.job_schedules AS s
+        (name, cron, time_zone, queue, payload, tenant, next_run, first_after)
+    VALUES (p_name, v_cron, p_time_zone, p_queue, coalesce(p_payload, '{}'), p_tenant, v_next,
+            CASE WHEN v_next IS NULL THEN v_now END)
+    ON CONFLICT (name) DO UPDATE SET
+        queue = excluded.queue,
+        payload = excluded.payload,
+        tenant = excluded.tenant,
+        -- a new cron or zone frees the schedule, so a drain holding the old version cannot
+        -- advance it; the same cron and zone (ensure_schedules at every deploy) keep the
+        -- claim, or the run that drain is enqueueing would stay due and run twice
+        locked_until = CASE WHEN s.cron = excluded.cron AND s.time_zone = excluded.time_zone
+                            THEN s.locked_until END,
+        claim_token = CASE WHEN s.cron = excluded.cron AND s.time_zone = excluded.time_zone
+                           THEN s.claim_token END,
+        next_run = CASE WHEN s.cron = excluded.cron AND s.time_zone = excluded.time_zone
+                        THEN s.next_run ELSE excluded.next_run END,
+        first_after = CASE WHEN s.cron = excluded.cron AND s.time_zone = excluded.time_zone
+                           THEN s.first_after ELSE excluded.first_after END,
+        cron = excluded.cron,
+        time_zone = excluded.time_zone;
+    RETURN NULL;  -- the pg_cron scheduler returns its job id here
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.search_jobs_v1(p_queue text, p_state text, p_tenant text, p_code text, p_since timestamp with time zone, p_until timestamp with time zone, p_dedupe_key text, p_id bigint, p_limit integer, p_before_id bigint DEFAULT NULL::bigint, p_before_queue text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_record_v1
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET plan_cache_mode TO 'force_custom_plan'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+BEGIN
+    IF p_queue IS NOT NULL THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    RETURN QUERY
+    SELECT s.id, s.queue, s.read_state, s.attempts, s.max_attempts, NULL::timestamptz, s.tenant,
+           s.dedupe_key, s.enqueued_at,
+           CASE WHEN s.read_state IN ('queued', 'retry_wait') THEN s.visible_at END,
+           s.started_at,
+           CASE WHEN s.read_state = 'dead' AND s.finished_at IS NULL THEN s.visible_at
+                ELSE s.finished_at END,
+           s.read_code, s.parent_id, s.replayed_by, NULL::jsonb
+      FROM (
+          SELECT r.*,
+                 CASE WHEN r.read_state = r.state THEN r.last_code
+                      WHEN r.read_state = 'dead' THEN 'MAX_ATTEMPTS' ELSE 'LEASE_EXPIRED' END AS read_code
+            FROM (
+                SELECT m.id, m.queue, m.state, m.attempts, m.max_attempts, m.dedupe_key,
+                       m.enqueued_at, m.visible_at, m.started_at, m.finished_at, m.last_code,
+                       m.parent_id, m.replayed_by, drainpipe.job_tenant(m.payload) AS tenant,
+                       drainpipe.job_state_at(m.state, m.visible_at, m.attempts, m.max_attempts, v_now) AS read_state
+                  FROM drainpipe.job_messages m
+                 WHERE (p_id IS NULL OR m.id = p_id)
+                   AND (p_queue IS NULL OR m.queue = p_queue)
+                   AND (p_before_id IS NULL OR m.id < p_before_id)
+                   AND (p_dedupe_key IS NULL OR m.dedupe_key = p_dedupe_key)
+                   AND (p_since IS NULL OR m.enqueued_at >= p_since)
+                   AND (p_until IS NULL OR m.enqueued_at < p_until)
+                   AND (p_tenant IS NULL OR drainpipe.job_tenant(m.payload) = p_tenant)
+                   AND (p_state IS NULL OR m.state = p_state
+                        OR (m.state = 'leased' AND p_state IN ('retry_wait', 'dead')))
+                 ORDER BY m.id DESC
+            ) r
+      ) s
+     WHERE (p_state IS NULL OR s.read_state = p_state)
+       AND (p_code IS NULL OR s.read_code = p_code
+            OR (s.read_code IN ('MAX_ATTEMPTS', 'DEADLINE_PASSED')
+                AND (SELECT a.code FROM drainpipe.job_attempts a
+                      WHERE a.queue = s.queue AND a.job_id = s.id AND a.code IS NOT NULL
+                      ORDER BY a.number DESC LIMIT 1) = p_code))
+     LIMIT greatest(coalesce(p_limit, 100), 1);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.skip_job_v1(p_queue text, p_id bigint, p_attempt integer, p_code text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF NOT drainpipe.is_job_code(p_code) THEN
+        PERFORM drainpipe.assert_job_code(p_code);
+    END IF;
+    UPDATE drainpipe.job_messages
+       SET state = 'succeeded', finished_at = coalesce(p_now, clock_timestamp()), last_code = p_code
+     WHERE id = p_id AND queue = p_queue AND attempts = p_attempt AND state = 'leased';
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    UPDATE drainpipe.job_attempts SET late_outcome = 'succeeded'
+     WHERE queue = p_queue AND job_id = p_id AND number = p_attempt
+       AND outcome = 'cancelled' AND late_outcome IS NULL;
+    RETURN false;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.table_job_totals()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_rows jsonb;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        SELECT jsonb_agg(jsonb_build_object('queue', c.queue, 'state', c.state, 'n', -c.n)) INTO v_rows
+          FROM (SELECT g.queue, g.state, count(*) AS n FROM gone g
+                 WHERE g.finished_at IS NOT NULL GROUP BY 1, 2) c;
+    ELSE
+        -- a claim or a heartbeat: no row of it is finished, and nothing is written
+        SELECT jsonb_agg(jsonb_build_object('queue', c.queue, 'state', c.state, 'n', c.n)) INTO v_rows
+          FROM (SELECT x.queue, x.state, sum(x.n) AS n
+                  FROM (SELECT a.queue, a.state, 1 AS n FROM added a WHERE a.finished_at IS NOT NULL
+                        UNION ALL
+                        SELECT g.queue, g.state, -1 FROM gone g WHERE g.finished_at IS NOT NULL) x
+                 GROUP BY 1, 2
+                HAVING sum(x.n) <> 0) c;
+    END IF;
+    IF v_rows IS NOT NULL THEN
+        PERFORM drainpipe.add_job_totals(v_rows);
+    END IF;
+    RETURN NULL;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.unschedule_job_v1(p_name text)
+ RETURNS boolean
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    WITH gone AS (DELETE FROM drainpipe.job_schedules WHERE name = p_name RETURNING 1)
+    SELECT EXISTS (SELECT 1 FROM gone)
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.unschedule_tenant_v1(p_tenant text)
+ RETURNS integer
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    WITH gone AS (DELETE FROM drainpipe.job_schedules WHERE tenant = p_tenant RETURNING 1)
+    SELECT count(*)::integer FROM gone
+$function$;
