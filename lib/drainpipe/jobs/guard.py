@@ -31,6 +31,8 @@ log = logging.getLogger("drainpipe.jobs")
 
 #: The lease of a queue without a policy when none is given (section 2).
 DEFAULT_LEASE = 300.0
+#: The attempts of a job on a queue without a policy when none is given (section 2).
+DEFAULT_MAX_ATTEMPTS = 5
 #: The drain route applies retention at most this often (seconds).
 RETENTION_EVERY = 3600.0
 
@@ -166,7 +168,7 @@ class PolicyMixin(RecordsMixin):
     def _max_attempts(self, queue: str, max_attempts: int | None) -> int:
         policy = self._policies.get(queue)
         if policy is None:
-            return 5 if max_attempts is None else max_attempts
+            return DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts
         return (
             policy.max_attempts if max_attempts is None else min(max_attempts, policy.max_attempts)
         )

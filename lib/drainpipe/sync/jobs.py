@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, Literal, TypeVar, overload
 
 from ..codes import code_of
+from ..jobs.guard import DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS
 from ..jobs.replays import ReplayCheck, check_replay_check
 from ..jobs.rules import SEVEN_DAYS, THIRTY_DAYS, JobRules
 from ..models import (
@@ -24,6 +25,8 @@ from ..models import (
     FailOutcome,
     Job,
     JobContext,
+    JobPage,
+    JobRecord,
     QueueStats,
     ReplayReport,
     WorkReport,
@@ -70,17 +73,18 @@ class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin):
         *,
         delay: float | timedelta | None = None,
         run_at: datetime | None = None,
-        max_attempts: int = 5,
+        max_attempts: int | None = None,
         dedupe_key: str | None = None,
         dedupe: DedupeMode = "always",
         context: JobContext | Mapping[str, Any] | None = None,
     ) -> int:
-        """Validate and store a job; its id (the existing id on a dedupe hit)."""
+        """Validate and store a job; its id (the existing id on a dedupe hit).
+        ``max_attempts``: 5 when None, as for :meth:`drainpipe.Jobs.enqueue` on a queue
+        without a declared policy."""
         if (
             delay is None
             and run_at is None
-            and type(max_attempts) is int
-            and max_attempts == 5
+            and max_attempts is None
             and dedupe_key is None
             and dedupe == "always"
             and context is None
@@ -96,6 +100,7 @@ class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin):
                 dedupe_key=None,
                 dedupe="always",
             )
+        max_attempts = DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts
         value, wait = self._enqueue_args(
             queue, payload, delay, run_at, max_attempts, dedupe_key, dedupe, context
         )
@@ -115,10 +120,11 @@ class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin):
         *,
         delay: float | timedelta | None = None,
         run_at: datetime | None = None,
-        max_attempts: int = 5,
+        max_attempts: int | None = None,
         context: JobContext | Mapping[str, Any] | None = None,
     ) -> list[int]:
         """Validate every payload, then store them all in one round trip; ids in order."""
+        max_attempts = DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts
         values, wait = self._enqueue_many_args(
             queue, payloads, delay, run_at, max_attempts, context
         )
@@ -128,9 +134,10 @@ class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin):
 
     # -- claim / complete / fail / extend ------------------------------------------------
 
-    def claim(self, queue: str, *, batch: int = 1, lease: float = 300) -> list[Job[Any]]:
-        """Lease up to ``batch`` ready jobs for ``lease`` seconds. Payloads are not validated."""
-        batch, length = self._claim_args(queue, batch, lease)
+    def claim(self, queue: str, *, batch: int = 1, lease: float | None = None) -> list[Job[Any]]:
+        """Lease up to ``batch`` ready jobs for ``lease`` seconds (None: 300). Payloads are
+        not validated."""
+        batch, length = self._claim_args(queue, batch, DEFAULT_LEASE if lease is None else lease)
         return self.backend.read(queue, lease=length, batch=batch)
 
     def complete(self, job: Job[Any]) -> bool:
@@ -160,15 +167,17 @@ class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin):
         *,
         concurrency: int = 1,
         batch: int = 1,
-        lease: float = 300,
+        lease: float | None = None,
         budget: float | None = None,
         on_error: SyncOnError | None = None,
         all_tenants: bool = False,
+        deadline: float | None = None,
         heartbeat_every: float | None = None,
     ) -> WorkReport:
         """Run ``handler(payload, job)`` (a plain function) until the queue has no ready job
-        or ``budget`` seconds are spent; heartbeats run on a thread. See
-        :mod:`drainpipe.sync.worker`."""
+        or ``budget`` seconds are spent; heartbeats run on a thread. ``deadline`` is a
+        ``time.monotonic()`` time to stop claiming at (the earlier of it and ``budget`` wins). ``lease``: 300 s
+        when None. See :mod:`drainpipe.sync.worker`."""
         self._check_queue(queue)
         return SyncWorker(
             self,
@@ -176,8 +185,9 @@ class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin):
             handler,
             concurrency=concurrency,
             batch=batch,
-            lease=lease,
+            lease=DEFAULT_LEASE if lease is None else lease,
             budget=budget,
+            deadline=deadline,
             on_error=on_error,
             all_tenants=all_tenants,
             heartbeat_every=heartbeat_every,
@@ -260,13 +270,47 @@ class Queue(Generic[T]):
         self.jobs = jobs
         self.name = name
 
-    def enqueue(self, payload: T, **options: Any) -> int:
-        return self.jobs.enqueue(self.name, payload, **options)
+    def enqueue(
+        self,
+        payload: T,
+        *,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int | None = None,
+        dedupe_key: str | None = None,
+        dedupe: DedupeMode = "always",
+        context: JobContext | Mapping[str, Any] | None = None,
+    ) -> int:
+        return self.jobs.enqueue(
+            self.name,
+            payload,
+            delay=delay,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            dedupe_key=dedupe_key,
+            dedupe=dedupe,
+            context=context,
+        )
 
-    def enqueue_many(self, payloads: Sequence[T], **options: Any) -> list[int]:
-        return self.jobs.enqueue_many(self.name, payloads, **options)
+    def enqueue_many(
+        self,
+        payloads: Sequence[T],
+        *,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int | None = None,
+        context: JobContext | Mapping[str, Any] | None = None,
+    ) -> list[int]:
+        return self.jobs.enqueue_many(
+            self.name,
+            payloads,
+            delay=delay,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            context=context,
+        )
 
-    def claim(self, *, batch: int = 1, lease: float = 300) -> list[Job[Any]]:
+    def claim(self, *, batch: int = 1, lease: float | None = None) -> list[Job[Any]]:
         return self.jobs.claim(self.name, batch=batch, lease=lease)
 
     def complete(self, job: Job[Any]) -> bool:
@@ -280,8 +324,32 @@ class Queue(Generic[T]):
     def extend(self, job: Job[Any], lease: float | timedelta) -> bool:
         return self.jobs.extend(job, lease)
 
-    def drain(self, handler: Callable[[T, Job[T]], Any], **options: Any) -> WorkReport:
-        return self.jobs.drain(self.name, handler, **options)
+    def drain(
+        self,
+        handler: Callable[[T, Job[T]], Any],
+        *,
+        concurrency: int = 1,
+        batch: int = 1,
+        lease: float | None = None,
+        budget: float | None = None,
+        on_error: SyncOnError | None = None,
+        all_tenants: bool = False,
+        deadline: float | None = None,
+        heartbeat_every: float | None = None,
+    ) -> WorkReport:
+        """:meth:`Jobs.drain` on this queue."""
+        return self.jobs.drain(
+            self.name,
+            handler,
+            concurrency=concurrency,
+            batch=batch,
+            lease=lease,
+            budget=budget,
+            on_error=on_error,
+            all_tenants=all_tenants,
+            deadline=deadline,
+            heartbeat_every=heartbeat_every,
+        )
 
     def stats(self) -> QueueStats:
         return self.jobs.stats([self.name])[self.name]
@@ -295,5 +363,31 @@ class Queue(Generic[T]):
     def replay(self, job_id: int) -> int | None:
         return self.jobs.replay(self.name, job_id)
 
-    def purge_archive(self, **options: Any) -> int:
-        return self.jobs.purge_archive(self.name, **options)
+    def get(self, job_id: int) -> JobRecord | None:
+        return self.jobs.get(self.name, job_id)
+
+    def list_jobs(
+        self,
+        *,
+        state: str | None = None,
+        tenant: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> JobPage:
+        return self.jobs.list_jobs(
+            self.name, state=state, tenant=tenant, limit=limit, cursor=cursor
+        )
+
+    def cancel(self, job_id: int) -> bool:
+        return self.jobs.cancel(self.name, job_id)
+
+    def purge_archive(
+        self,
+        *,
+        older_than: float | timedelta = SEVEN_DAYS,
+        dead_older_than: float | timedelta = THIRTY_DAYS,
+        batch: int = 10000,
+    ) -> int:
+        return self.jobs.purge_archive(
+            self.name, older_than=older_than, dead_older_than=dead_older_than, batch=batch
+        )

@@ -121,6 +121,7 @@ class SyncWorker:
         budget: float | None = None,
         on_error: SyncOnError | None = None,
         all_tenants: bool = False,
+        deadline: float | None = None,
         heartbeat_every: float | None = None,
         poll_interval: float = 1.0,
     ) -> None:
@@ -151,7 +152,7 @@ class SyncWorker:
             JOB_HEARTBEAT_FLOOR if heartbeat_every is None else 0.0,
         )
         self.deadline = run_deadline(
-            time.monotonic(), None if budget is None else seconds(budget, "budget"), None
+            time.monotonic(), None if budget is None else seconds(budget, "budget"), deadline
         )
         self.report = WorkReport()
         self._count = threading.Lock()
