@@ -5,8 +5,9 @@ client runs on whichever of five server sessions is free.
 Debian's ``pgbouncer`` package (1.18: no prepared-statement support at all, which is what a
 newer one with ``max_prepared_statements=0`` does too). ``.ci/run`` installs it; elsewhere
 the tests skip and say so unless ``DRAINPIPE_REQUIRE_CHAOS=1``. It listens on a free port
-on 127.0.0.1, runs as ``postgres`` when started by root (PgBouncer refuses root), and is
-stopped when the tests end.
+on 127.0.0.1 and follows the test server wherever it is (host and port, or the embedded
+server's Unix socket), runs as ``postgres`` when started by root (PgBouncer refuses root;
+as the socket directory's owner for a Unix socket), and is stopped when the tests end.
 """
 
 from __future__ import annotations
@@ -52,8 +53,18 @@ class PgBouncer:
         self.user = str(server.get("user") or "postgres")
         self.port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix="drainpipe-pgbouncer-"))
-        self._run_as: str | None = "postgres" if os.geteuid() == 0 else None
+        self._run_as: str | None = self._user_to_run_as()
         self._process: subprocess.Popen[bytes] | None = None
+
+    def _user_to_run_as(self) -> str | None:
+        """PgBouncer refuses root: it runs as ``postgres``, or, when the server is reached
+        through a Unix socket (the embedded server's private directory), as the owner of
+        that directory, the one user besides root who may open the socket."""
+        if os.geteuid() != 0:
+            return None
+        if self.server_host.startswith("/"):
+            return pwd.getpwuid(Path(self.server_host).stat().st_uid).pw_name
+        return "postgres"
 
     def dsn(self, dbname: str) -> str:
         return f"postgresql://{self.user}@127.0.0.1:{self.port}/{dbname}"
