@@ -50,10 +50,11 @@ def console_build(env: Mapping[str, str]) -> ASGIApp:
     )
 
     async def seed() -> None:
-        await jobs.enqueue_many("emails", [{"n": n} for n in range(40)])
+        # emails as the example app's handler takes them: the serve entry drains this queue
+        await jobs.enqueue_many("emails", [{"to": f"user{n}@example.com"} for n in range(40)])
         await jobs.enqueue_many("reports", [{"n": n} for n in range(10)], max_attempts=1)
         for n in range(5):
-            await jobs.enqueue("emails", {"n": n}, dedupe_key=f"k{n}")
+            await jobs.enqueue("emails", {"to": f"dedupe{n}@example.com"}, dedupe_key=f"k{n}")
         for job in await jobs.claim("reports", batch=6, lease=60):
             await jobs.fail(job, "boom")  # dead: one attempt each
         inbox_id = await agents.create("console-chaos", lease_seconds=60)

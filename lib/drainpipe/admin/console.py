@@ -283,7 +283,7 @@ class Console:
         """The filter and expected count of a bulk call's body (400 on anything else)."""
         try:
             data = json.loads(body or b"null")
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, RecursionError):  # also JSON nested past the recursion limit
             raise invalid_request("The body must be JSON", code=BODY_INVALID) from None
         if not isinstance(data, dict) or set(data) - {"filter", "expected"}:
             raise invalid_request(
