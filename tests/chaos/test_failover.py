@@ -79,6 +79,14 @@ async def test_work_resumes_within_5_s_of_a_switchover_and_a_crash(
 
     runs: dict[int, list[float]] = {}
     errors: list[BaseException] = []
+    reported: list[tuple[float, str]] = []  # when each retry was reported, and its code
+
+    def on_error(error: BaseException, job: Any) -> None:
+        errors.append(error)
+        reported.append(
+            (time.monotonic(), str(getattr(error, "code", None) or type(error).__name__))
+        )
+
     stop = asyncio.Event()
 
     async def handle(payload: dict[str, Any], job: Job[Any]) -> None:
@@ -97,7 +105,7 @@ async def test_work_resumes_within_5_s_of_a_switchover_and_a_crash(
                 lease=5,
                 stop=stop,
                 max_outage=120,
-                on_error=lambda error, job: errors.append(error),
+                on_error=on_error,
             )
         )
         for w in workers
@@ -128,7 +136,8 @@ async def test_work_resumes_within_5_s_of_a_switchover_and_a_crash(
                 await asyncio.sleep(0.05)
             assert event in resumed, (event, back - event_started, errors[-3:])
             trace(
-                f"{event}: writable {back - event_started:.1f} s after it began, resumed {resumed[event]:.2f} s later"
+                f"{event}: writable {back - event_started:.1f} s after it began, resumed {resumed[event]:.2f} s later;"
+                f" retries at (s from writable) {[(round(t - back, 2), c) for t, c in reported if t >= event_started]}"
             )
         trace("both events over; waiting for every job to finish")
         # every job finishes: those cut off come back after their 5 s lease

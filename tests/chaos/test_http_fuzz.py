@@ -161,3 +161,29 @@ async def test_a_query_string_that_is_not_utf8_answers_400(
         assert answer.error is None and answer.status is not None and answer.status < 500
     finally:
         await app.aclose()  # type: ignore[attr-defined]
+
+
+async def test_a_stream_upgrade_with_a_query_string_that_is_not_utf8_is_closed(
+    fresh_database: Any,
+) -> None:
+    entry = by_name("agent-inbox")
+    app = entry.build(entry_env(fresh_database(entry.backend)))
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "websocket.connect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "websocket", "asgi": {"version": "3.0"}, "http_version": "1.1",
+        "scheme": "wss", "path": "/v1/agent/inbox/inb_1/stream", "raw_path": b"",
+        "query_string": b"q=\xe9", "root_path": "", "client": ("127.0.0.1", 1),
+        "server": ("chaos", 443), "subprotocols": [], "headers": [],
+    }  # fmt: skip
+    try:
+        await app(scope, receive, send)
+    finally:
+        await app.aclose()  # type: ignore[attr-defined]
+    assert sent == [{"type": "websocket.close", "code": 1008}]

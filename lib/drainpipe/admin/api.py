@@ -323,7 +323,8 @@ class ManagementApp:
 
     async def _guard(self, request: Any) -> None:
         """Before any route: a query string that is not UTF-8 and a cookie-carrying write
-        from another origin are refused, and a body is read as a capped stream (no route reads more than a small JSON body)."""
+        from another origin are refused, and a body is read as a capped stream (no route
+        reads more than a small JSON body)."""
         refusal = query_refusal(request.scope) or cross_site_refusal(
             request.method, request.headers, self.allowed_origins
         )
