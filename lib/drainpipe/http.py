@@ -238,6 +238,15 @@ def problem_body(error: DrainpipeError, instance: str | None = None) -> dict[str
     return body
 
 
+def request_path(request: Any) -> str:
+    """The path of a Starlette request (a Problem's ``instance``), read from its ASGI scope.
+
+    Not ``request.url.path``: building Starlette's URL decodes the whole query string as
+    UTF-8 and raises on any other byte, which HTTP servers pass on as received (a request
+    with ``?q=%ff`` spelled as a raw byte would answer 500)."""
+    return str(request.scope.get("path") or "/")
+
+
 def problem_response(
     error: DrainpipeError,
     instance: str | None = None,

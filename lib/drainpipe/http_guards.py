@@ -1,6 +1,6 @@
 """Guards every HTTP entry of drainpipe puts in front of its own code (docs/reference.md,
-"Hardening"): request bodies read as a capped stream, and writes carrying cookies refused
-unless they come from an allowed origin.
+"Hardening"): request bodies read as a capped stream, writes carrying cookies refused
+unless they come from an allowed origin, and query strings that are not UTF-8 refused.
 
 Both run before authentication and before anything is stored, so an unauthenticated
 client can neither make a server hold a large body nor ride a signed-in browser's cookies.
@@ -17,6 +17,7 @@ from .errors import DrainpipeError
 
 BODY_TOO_LARGE = "BODY_TOO_LARGE"
 CROSS_SITE_REQUEST = "CROSS_SITE_REQUEST"
+QUERY_INVALID = "QUERY_INVALID"
 
 #: The body caps of the apps drainpipe serves (the executor's depends on its queues).
 AGENT_MAX_BODY_BYTES = 128 * 1024
@@ -36,6 +37,47 @@ def body_too_large(max_bytes: int) -> DrainpipeError:
         code=BODY_TOO_LARGE,
         status=413,
     )
+
+
+def query_refusal(scope: Mapping[str, Any]) -> DrainpipeError | None:
+    """400 ``QUERY_INVALID`` when the raw query string is not UTF-8, else None.
+
+    HTTP servers hand the query string on as the bytes received, and a lenient parser lets
+    bytes past ASCII through; Starlette's ``request.url`` (its routing's trailing-slash
+    redirect too) decodes them as UTF-8 and raises, which answered 500."""
+    raw = scope.get("query_string") or b""
+    try:
+        bytes(raw).decode("utf-8")
+    except (UnicodeDecodeError, TypeError):
+        return DrainpipeError(
+            "invalid_request",
+            "The query string is not UTF-8 (percent-encode it)",
+            code=QUERY_INVALID,
+            status=400,
+        )
+    return None
+
+
+class TextQueryOnly:
+    """ASGI middleware for a Starlette app (``Middleware(TextQueryOnly)``): a request whose
+    query string is not UTF-8 gets 400 ``QUERY_INVALID`` before routing; a WebSocket
+    upgrade is closed (1008, which servers answer with a 403)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket"):
+            error = query_refusal(scope)
+            if error is not None:
+                if scope["type"] == "websocket":
+                    await send({"type": "websocket.close", "code": 1008})
+                    return
+                from .http import problem_response
+
+                await problem_response(error, str(scope.get("path") or "/"))(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def declared_too_large(headers: Mapping[str, str], max_bytes: int) -> bool:

@@ -309,6 +309,20 @@ async def test_bad_bulk_calls_are_400(inbox: Inbox, body: Any, code: str) -> Non
     problem(answer, 400, code)
 
 
+@pytest.mark.parametrize("opener", [b"[", b'{"a":'])
+async def test_a_bulk_body_nested_past_the_recursion_limit_is_400(
+    inbox: Inbox, opener: bytes
+) -> None:
+    # the 2,500-request fuzz found it: json.loads raised RecursionError, a 500
+    closer = b"]" if opener == b"[" else b"}"
+    answer = await inbox.http.post(
+        "/jobs/bulk/replay",
+        content=opener * 3000 + b"1" + closer * 3000,
+        headers={**bulk_headers("deep"), "Content-Type": "application/json"},
+    )
+    problem(answer, 400, "BODY_INVALID")
+
+
 async def test_a_filter_matching_more_than_10000_is_400(console: Inbox) -> None:
     await console.jobs.enqueue_many("emails", [{"n": n} for n in range(10_001)])
     body = {"filter": {"queue": "emails"}, "expected": 10_000}

@@ -8,7 +8,7 @@ primary that does not answer given up on after 2 s) so a crashed primary is repl
 about 5 s instead of about 30 s: the test is about what drainpipe does once the new primary
 takes writes, not about how long the monitor waits. ``crash_primary`` kills the primary's
 keeper and Postgres with SIGKILL, as a lost machine would; ``switchover`` is pg_autoctl's
-planned one. Workers connect with the multi-host URI the monitor gives
+planned one, bounded by :data:`SWITCHOVER_TIMEOUT`. Workers connect with the multi-host URI the monitor gives
 (``target_session_attrs=read-write``).
 """
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import re
 import shutil
 import signal
 import subprocess
@@ -38,6 +39,18 @@ MONITOR_SETTINGS = {
     "pgautofailover.node_considered_unhealthy_timeout": "2000",
     "pgautofailover.primary_demote_timeout": "2000",
 }
+
+
+#: A planned switchover takes 2-4 s here; pg_autoctl's own fast stop gives up after 60 s.
+SWITCHOVER_TIMEOUT = 45.0
+
+#: How ``wait_writable`` tells a primary takes writes: a transaction id, which only a
+#: primary out of recovery hands out, committed as any write is (waiting for the synchronous
+#: standby). Not a temp table: the session's exit drops it in a commit that waits for the
+#: standby too, and an exiting backend ignores SIGTERM, so on the old primary that wait (for
+#: a standby being promoted) held up the switchover's fast shutdown for good, about one run
+#: in five (tests/chaos/test_failover.py::test_the_write_probe_leaves_nothing_for_the_exit).
+WRITE_PROBE = "SELECT txid_current()"
 
 
 def pg_autoctl_binary() -> str | None:
@@ -178,9 +191,34 @@ class Formation:
     def primary_port(self) -> int:
         return next(port for port, reported, _ in self._states() if reported == "primary")
 
-    def switchover(self) -> None:
-        self._ctl("perform", "switchover", "--pgdata", str(self.root / "monitor"), timeout=45)
-        self._wait_for({("primary", "primary"), ("secondary", "secondary")})
+    def switchover(self, timeout: float = SWITCHOVER_TIMEOUT) -> None:
+        """pg_autoctl's planned switchover, over within ``timeout`` seconds (else
+        ``TimeoutError`` naming any session stuck waiting for a synchronous standby)."""
+        until = time.monotonic() + timeout
+        try:
+            self._ctl(
+                "perform", "switchover", "--pgdata", str(self.root / "monitor"), timeout=timeout
+            )
+            self._wait_for(
+                {("primary", "primary"), ("secondary", "secondary")},
+                timeout=max(1.0, until - time.monotonic()),
+            )
+        except (subprocess.TimeoutExpired, TimeoutError):
+            raise TimeoutError(
+                f"switchover not over in {timeout:.0f} s; sessions waiting for a synchronous"
+                f" standby: {self.waiting_for_standby()}; {self._log_tails()}"
+            ) from None
+
+    @staticmethod
+    def waiting_for_standby() -> list[str]:
+        """Server processes whose title says they wait for synchronous replication."""
+        listing = subprocess.run(
+            ["ps", "-eo", "args"],  # noqa: S607 - procps, to name what holds a shutdown up
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+        return [line for line in listing.splitlines() if re.search(r"waiting for [0-9A-F]+/", line)]
 
     def crash_primary(self) -> int:
         """SIGKILL the primary's keeper, its services and its Postgres; the port it had."""
@@ -205,7 +243,7 @@ class Formation:
                 contextlib.suppress(psycopg.Error),
                 psycopg.connect(uri, connect_timeout=2, autocommit=True) as conn,
             ):
-                conn.execute("CREATE TEMP TABLE probe (x int)")
+                conn.execute(WRITE_PROBE)
                 row = conn.execute("SELECT current_setting('port')::int").fetchone()
                 if row is not None and row[0] != not_port:
                     return time.monotonic()

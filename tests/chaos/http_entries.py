@@ -160,35 +160,17 @@ def jobs_admin_request(rng: random.Random, env: Mapping[str, str]) -> Draft:
     return Draft("GET", "/api/jobs/audit", headers, query=rng.choice(["", "limit=3"]))
 
 
-def console_request(rng: random.Random, env: Mapping[str, str]) -> Draft:
-    """The Job Inbox's console: the overview, pause/resume, search filters, bulk actions
-    (with counts right, wrong and too large), metrics."""
-    token = rng.choice([ADMIN_TOKEN, ADMIN_TOKEN, VIEWER_TOKEN])
-    headers = [("authorization", f"Bearer {token}")]
-    choice = rng.randrange(5)
-    if choice == 0:
-        return Draft("GET", rng.choice(["/api/jobs/queues", "/api/jobs/metrics"]), headers)
-    if choice == 1:
-        queue = rng.choice(["emails", "emails", "nosuchqueue"])
-        action = rng.choice(["pause", "resume", "resume"])
-        return Draft("POST", f"/api/jobs/queues/{queue}/{action}", headers)
-    if choice == 2:
-        query = rng.choice(
-            ["code=HANDLER_ERROR", "id=1", "dedupe_key=k", "since=2020-01-01&until=2030-01-01"]
-        )
-        return Draft("GET", "/api/jobs/jobs", headers, query=query)
-    body = {
-        "filter": rng.choice([{"queue": "emails", "state": "dead"}, {"state": "queued"}, {}]),
-        "expected": rng.choice([0, 1, 3, 10_001]),
-    }
-    key = ("idempotency-key", idempotency_key(rng))
-    return Draft(
-        "POST",
-        f"/api/jobs/jobs/bulk/{rng.choice(['cancel', 'replay'])}",
-        [*headers, key, ("content-type", "application/json")],
-        json.dumps(body).encode(),
-    )
-
+from .http_agents import (  # noqa: E402 - they build Drafts of this module
+    AGENT_LEASE_SECRET,
+    AGENT_TOKEN,
+    agent_build,
+    agent_learn,
+    agent_request,
+    executor_build,
+    executor_learn,
+    executor_request,
+)
+from .http_console import console_build, console_request  # noqa: E402 - same
 
 FUNCTION_REQUESTS = [
     order_request,
@@ -229,17 +211,6 @@ def serve_request(rng: random.Random, env: Mapping[str, str]) -> Draft:
     return draft
 
 
-from .http_agents import (  # noqa: E402 - they build Drafts of this module
-    AGENT_LEASE_SECRET,
-    AGENT_TOKEN,
-    agent_build,
-    agent_learn,
-    agent_request,
-    executor_build,
-    executor_learn,
-    executor_request,
-)
-
 ENTRIES: list[HttpEntry] = [
     HttpEntry("orders", "/api/orders", function_app("orders.py"), order_request),
     HttpEntry("drain", "/api/drain", function_app("drain.py"), drain_request),
@@ -250,6 +221,8 @@ ENTRIES: list[HttpEntry] = [
         webhook_request,
     ),
     HttpEntry("jobs-admin", "/api/jobs", function_app("jobs_admin.py"), jobs_admin_request),
+    # the console's routes on their own, /inboxes and the metrics token on, on table
+    HttpEntry("console", "/api/jobs", console_build, console_request, "table"),
     HttpEntry("agent-inbox", "/v1", agent_build, agent_request, learn=agent_learn),
     HttpEntry("executor", "/", executor_build, executor_request, learn=executor_learn),
     HttpEntry("serve", "/", serve_app, serve_request, "table"),  # every function, on table

@@ -112,7 +112,10 @@ def _mutate(draft: Draft, rng: random.Random) -> None:
         name, _ = draft.headers[rng.randrange(len(draft.headers))]
         draft.headers = [(k, _value(rng) if k == name else v) for k, v in draft.headers]
     elif choice == 7:
-        draft.query = rng.choice(["a=1", "budget=-1", "%ff%00", "x=" + "y" * 5000, "&&=="])
+        # raw bytes past ASCII too (é as latin-1: not UTF-8), as a lenient HTTP parser hands on
+        draft.query = rng.choice(
+            ["a=1", "budget=-1", "%ff%00", "x=" + "y" * 5000, "&&==", "q=\xe9", "limit=\xff1"]
+        )
     elif choice == 8:
         draft.path = draft.path + rng.choice(["/", "//x", "%00", "/..", "é", "?"])
     elif choice == 9 and draft.body:

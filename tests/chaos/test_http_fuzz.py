@@ -124,3 +124,66 @@ async def test_the_pull_apps_answer_deep_json_and_a_hung_up_client_with_a_400(
         assert await _post_raw(app, path, headers, [b'{"queues": ', b"..."]) == 400
     finally:
         await app.aclose()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("name", "path"),
+    [
+        ("jobs-admin", "/api/jobs/jobs"),
+        ("console", "/api/jobs/metrics"),
+        ("agent-inbox", "/v1/events/evt_1/ack"),
+        ("agent-inbox", "/v1/events/evt_1/ack/"),  # Starlette's trailing-slash redirect
+        ("executor", "/claim"),
+        ("executor", "/settle/"),
+    ],
+)
+async def test_a_query_string_that_is_not_utf8_answers_400(
+    fresh_database: Any, name: str, path: str
+) -> None:
+    # what the fuzz found once its queries held raw bytes past ASCII (a lenient HTTP parser
+    # passes them on): building Starlette's request.url raised UnicodeDecodeError, so the
+    # management app answered nothing and the agent and executor apps a 500
+    entry = by_name(name)
+    app = entry.build(entry_env(fresh_database(entry.backend)))
+    request = entry.request(random.Random(SEED), {})
+    headers = [h for h in request.headers if h[0] == "authorization"]
+    try:
+        for query in ("q=\xe9", "limit=\xff1"):
+            draft = Draft("POST" if name in ("agent-inbox", "executor") else "GET", path, headers)
+            draft.query = query
+            answer = await send_to(app, draft, random.Random(0))
+            assert answer.error is None and answer.status == 400, (query, answer)
+            assert json.loads(answer.body)["code"] == "QUERY_INVALID"
+        # percent-encoded, the same bytes are the app's to judge (never a 5xx)
+        draft = Draft("GET" if name in ("jobs-admin", "console") else "POST", path, headers)
+        draft.query = "q=%e9"
+        answer = await send_to(app, draft, random.Random(0))
+        assert answer.error is None and answer.status is not None and answer.status < 500
+    finally:
+        await app.aclose()  # type: ignore[attr-defined]
+
+
+async def test_a_stream_upgrade_with_a_query_string_that_is_not_utf8_is_closed(
+    fresh_database: Any,
+) -> None:
+    entry = by_name("agent-inbox")
+    app = entry.build(entry_env(fresh_database(entry.backend)))
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "websocket.connect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "websocket", "asgi": {"version": "3.0"}, "http_version": "1.1",
+        "scheme": "wss", "path": "/v1/agent/inbox/inb_1/stream", "raw_path": b"",
+        "query_string": b"q=\xe9", "root_path": "", "client": ("127.0.0.1", 1),
+        "server": ("chaos", 443), "subprotocols": [], "headers": [],
+    }  # fmt: skip
+    try:
+        await app(scope, receive, send)
+    finally:
+        await app.aclose()  # type: ignore[attr-defined]
+    assert sent == [{"type": "websocket.close", "code": 1008}]

@@ -2,8 +2,11 @@
 user's. Jobs (work and drain) run exactly once, idempotency keys and leases admit one
 holder, the webhook inbox processes each message once, the agent inbox's long poll wakes
 without LISTEN, the sync twin works, and the ``_pg3_0`` failure of server-side prepares
-cannot happen (it does, at once, with ``prepare=True``). See tests/chaos/pgbouncer.py for
-the pooler; ~10 s for the file."""
+cannot happen (it does, at once, with ``prepare=True``). Each test runs behind two
+PgBouncers: Debian's 1.18 (no prepared-statement support) and one of 1.21 or newer with
+``max_prepared_statements=100``, behind which the jobs, keys, leases and inboxes run with
+``prepare=True`` and nothing goes wrong. See tests/chaos/pgbouncer.py for the poolers;
+~20 s for the file."""
 
 from __future__ import annotations
 
@@ -20,23 +23,38 @@ import pytest
 from drainpipe import AgentInboxes, Idempotency, Job, Jobs, WebhookInbox, lease
 from drainpipe.db import Database
 from drainpipe.sync import Jobs as SyncJobs
-from tests.chaos.pgbouncer import PgBouncer, pgbouncer_binary, version
+from tests.chaos.pgbouncer import KINDS, PgBouncer, binary_for, version
 
 QUEUES: dict[str, Any] = {"work": dict[str, Any]}
 SECRET = "lease-secret-of-the-pooler-tests-0123"
 
 
-@pytest.fixture(scope="module")
-def pgbouncer(server_dsn: str) -> Iterator[PgBouncer]:
-    if pgbouncer_binary() is None:
+HOW_TO_GET = {
+    "no-prepares": "apt-get install pgbouncer; .ci/run does",
+    "prepares": "bash scripts/pgbouncer_build.sh, or DRAINPIPE_PGBOUNCER=<a 1.21+ binary>",
+}
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def pgbouncer(request: pytest.FixtureRequest, server_dsn: str) -> Iterator[PgBouncer]:
+    kind = str(request.param)
+    if binary_for(kind) is None:
         if os.environ.get("DRAINPIPE_REQUIRE_CHAOS") == "1":
-            pytest.fail("pgbouncer is not installed and DRAINPIPE_REQUIRE_CHAOS=1 (.ci/run)")
-        pytest.skip("pgbouncer is not installed (apt-get install pgbouncer; .ci/run does)")
-    bouncer = PgBouncer(server_dsn).start()
+            pytest.fail(
+                f"no pgbouncer for {kind} and DRAINPIPE_REQUIRE_CHAOS=1 ({HOW_TO_GET[kind]})"
+            )
+        pytest.skip(f"no pgbouncer for {kind} ({HOW_TO_GET[kind]})")
+    bouncer = PgBouncer(server_dsn, kind).start()
     try:
         yield bouncer
     finally:
         bouncer.stop()
+
+
+def prepare_of(bouncer: PgBouncer) -> bool | None:
+    """What the clients of a test ask for: server-side prepares where the pooler passes
+    them through, drainpipe's default (none behind a pooler) elsewhere."""
+    return True if bouncer.prepares else None
 
 
 def through(bouncer: PgBouncer, url: str) -> str:
@@ -70,13 +88,24 @@ async def test_the_defaults_never_prepare_behind_pgbouncer(
     pgbouncer: PgBouncer, db_url: str
 ) -> None:
     dsn = through(pgbouncer, db_url)
-    # what drainpipe did on any port but 6543: statements prepared on one server session
-    # meet another client's, or none ("_pg3_0" already exists / does not exist)
     prepared = await statements_from_many_clients(dsn, True)
-    assert any('prepared statement "_pg3_' in error for error in prepared), (
-        version(pgbouncer.binary),
-        prepared[:3],
-    )
+    if pgbouncer.prepares:
+        # 1.21+ with max_prepared_statements: the pooler prepares on each server session
+        # (under its own names), and the clients' statements run as prepared ones
+        assert prepared == [], (version(pgbouncer.binary), prepared[:3])
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            cur = await conn.execute(
+                "SELECT count(*) FROM pg_prepared_statements"
+                " WHERE name LIKE 'PGBOUNCER%%' AND statement LIKE '%%::int + 1'"
+            )
+            assert (await cur.fetchone() or (0,))[0] >= 1
+    else:
+        # what drainpipe did on any port but 6543: statements prepared on one server
+        # session meet another client's, or none ("_pg3_0" already exists / does not exist)
+        assert any('prepared statement "_pg3_' in error for error in prepared), (
+            version(pgbouncer.binary),
+            prepared[:3],
+        )
     assert await statements_from_many_clients(dsn, None) == []
 
 
@@ -94,9 +123,10 @@ async def test_jobs_run_exactly_once_through_pgbouncer(
         if sum(runs.values()) >= total - 50:
             stop.set()
 
-    async with Jobs(dsn, QUEUES) as producer:
+    databases = [Database(dsn, prepare=prepare_of(pgbouncer)) for _ in range(3)]
+    async with Jobs(databases[0], QUEUES) as producer:
         await producer.enqueue_many("work", [{"n": n} for n in range(total - 50)])
-        workers = [Jobs(dsn, QUEUES) for _ in range(2)]
+        workers = [Jobs(db, QUEUES) for db in databases[1:]]
         try:
             await asyncio.wait_for(
                 asyncio.gather(
@@ -112,17 +142,20 @@ async def test_jobs_run_exactly_once_through_pgbouncer(
         finally:
             for w in workers:
                 await w.close()
+            for db in databases[1:]:
+                await db.close()
         assert drained.succeeded == 50
         assert set(runs) == set(range(total)) and set(runs.values()) == {1}
         stats = (await producer.stats(["work"]))["work"]
         assert (stats.ready, stats.in_flight, stats.dead) == (0, 0, 0)
+    await databases[0].close()
 
 
 async def test_keys_leases_inboxes_and_the_sync_twin_through_pgbouncer(
     pgbouncer: PgBouncer, db_url: str
 ) -> None:
     dsn = through(pgbouncer, db_url)
-    db = Database(dsn, max_size=8)
+    db = Database(dsn, max_size=8, prepare=prepare_of(pgbouncer))
     try:
         # idempotency: 20 requests with one key at once, one runs
         keys = Idempotency(db)

@@ -30,11 +30,16 @@ SECRET = "s" * 32
 
 
 def as_url(conninfo: str, query: str = "") -> str:
-    """The test server's conninfo as a URL (the form users paste), with ``query``."""
+    """The test server's conninfo as a URL (the form users paste), with ``query``. A Unix
+    socket (the embedded server's) goes in ``host=``: a URL's authority cannot hold a path."""
     params = conninfo_to_dict(conninfo)
     host, port = params.get("host") or "127.0.0.1", params.get("port") or "5432"
-    url = f"postgresql://{params.get('user') or 'postgres'}@{host}:{port}/{params['dbname']}"
-    return url + (f"?{query}" if query else "")
+    user, dbname = params.get("user") or "postgres", params["dbname"]
+    if str(host).startswith("/"):
+        url, joiner = f"postgresql://{user}@:{port}/{dbname}?host={host}", "&"
+    else:
+        url, joiner = f"postgresql://{user}@{host}:{port}/{dbname}", "?"
+    return url + (f"{joiner}{query}" if query else "")
 
 
 def test_pgbouncer_flag_is_taken_out_of_the_dsn() -> None:
@@ -73,7 +78,7 @@ async def relay(url: str) -> AsyncIterator[str]:
     """``url`` through a TCP relay on a free port: the server is not where the client
     connected."""
     params = conninfo_to_dict(url)
-    host, port = params.get("host") or "127.0.0.1", int(params.get("port") or 5432)
+    host, port = str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432)
     pipes: set[asyncio.Task[None]] = set()
 
     async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -87,7 +92,10 @@ async def relay(url: str) -> AsyncIterator[str]:
             writer.close()
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(host, port)
+        if host.startswith("/"):  # a socket directory (the embedded server): its socket
+            up_reader, up_writer = await asyncio.open_unix_connection(f"{host}/.s.PGSQL.{port}")
+        else:
+            up_reader, up_writer = await asyncio.open_connection(host, port)
         for task in (pipe(reader, up_writer), pipe(up_reader, writer)):
             pipes.add(asyncio.create_task(task))
 

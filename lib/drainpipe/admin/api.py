@@ -40,12 +40,14 @@ from ..http import (
     Send,
     json_response,
     problem_response,
+    request_path,
     serve_lifespan,
 )
 from ..http_guards import (
     MANAGEMENT_MAX_BODY_BYTES,
     check_origins,
     cross_site_refusal,
+    query_refusal,
     read_starlette_body,
 )
 from ..jobs.replays import refused as replay_refused
@@ -229,7 +231,7 @@ class ManagementApp:
     async def handle(self, request: Any) -> Any:
         """Answer one Starlette request (an ours-or-Starlette response, both ASGI apps)."""
         path = self.route_path(request.scope)
-        instance = request.url.path
+        instance = request_path(request)
         try:
             await self._guard(request)
             response = await self._route(request, path)
@@ -320,9 +322,12 @@ class ManagementApp:
         return await self._replay(request, queue, job_id, principal)
 
     async def _guard(self, request: Any) -> None:
-        """Before any route: a cookie-carrying write from another origin is refused, and a
-        body is read as a capped stream (no route reads more than a small JSON body)."""
-        refusal = cross_site_refusal(request.method, request.headers, self.allowed_origins)
+        """Before any route: a query string that is not UTF-8 and a cookie-carrying write
+        from another origin are refused, and a body is read as a capped stream (no route
+        reads more than a small JSON body)."""
+        refusal = query_refusal(request.scope) or cross_site_refusal(
+            request.method, request.headers, self.allowed_origins
+        )
         if refusal is not None:
             raise refusal
         if request.method.upper() not in ("GET", "HEAD"):
@@ -486,7 +491,7 @@ class ManagementApp:
             except DrainpipeError as exc:
                 if exc.status >= 500:
                     raise  # the key is released: a retry with it runs again
-                return self._problem(exc, request.url.path)
+                return self._problem(exc, request_path(request))
 
         return await self.idempotency.handle(request, replay)
 

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DrainpipeError, invalid_request
-from ..http import Response
+from ..http import Response, request_path
 from ..ops import console as ops
 from ..ops.console import JobFilter, QueueOverview
 from ..validation import INT8_MAX, text_fault
@@ -283,7 +283,7 @@ class Console:
         """The filter and expected count of a bulk call's body (400 on anything else)."""
         try:
             data = json.loads(body or b"null")
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, RecursionError):  # also JSON nested past the recursion limit
             raise invalid_request("The body must be JSON", code=BODY_INVALID) from None
         if not isinstance(data, dict) or set(data) - {"filter", "expected"}:
             raise invalid_request(
@@ -353,7 +353,7 @@ class Console:
             except DrainpipeError as exc:
                 if exc.status >= 500:
                     raise  # the key is released: a retry with it runs again
-                return app._problem(exc, request.url.path)
+                return app._problem(exc, request_path(request))
 
         return await app.idempotency.handle(request, act)
 

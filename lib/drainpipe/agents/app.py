@@ -16,9 +16,10 @@ from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DrainpipeError
-from ..http import problem_response
+from ..http import problem_response, request_path
 from ..http_guards import (
     AGENT_MAX_BODY_BYTES,
+    TextQueryOnly,
     check_origins,
     cross_site_refusal,
     read_starlette_body,
@@ -90,6 +91,7 @@ def build_app(
     allowed_origins: Collection[str] | None = None,
 ) -> Any:
     from starlette.applications import Starlette
+    from starlette.middleware import Middleware
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route, WebSocketRoute
 
@@ -115,8 +117,8 @@ def build_app(
                 return await handler(request, principal)
             except DrainpipeError as error:
                 if error.status >= 500:
-                    log.warning("agent inbox %s: %s", request.url.path, error)
-                answer = problem_response(error, request.url.path)
+                    log.warning("agent inbox %s: %s", request_path(request), error)
+                answer = problem_response(error, request_path(request))
                 return answer.to_starlette()  # type: ignore[no-any-return]
 
         return endpoint
@@ -231,4 +233,4 @@ def build_app(
             lambda websocket: stream_endpoint(agents, authorize, websocket, origins),
         ),
     ]
-    return Starlette(routes=routes)
+    return Starlette(routes=routes, middleware=[Middleware(TextQueryOnly)])

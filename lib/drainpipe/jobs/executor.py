@@ -37,9 +37,10 @@ from ..agents.checks import bad_parameter, error_text, number, whole_number
 from ..codes import valid_code
 from ..engine.core import long_poll_wait, mint_lease_id, poll_backoff, read_lease_id
 from ..errors import DrainpipeError
-from ..http import problem_response
+from ..http import problem_response, request_path
 from ..http_guards import (
     EXECUTOR_BODY_MARGIN,
+    TextQueryOnly,
     check_origins,
     cross_site_refusal,
     read_starlette_body,
@@ -313,6 +314,7 @@ def build_executor_app(
     allowed_origins: Collection[str] | None = None,
 ) -> Any:
     from starlette.applications import Starlette
+    from starlette.middleware import Middleware
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
@@ -328,7 +330,7 @@ def build_executor_app(
             body = await _body(request, executor.max_body_bytes)
             return JSONResponse(await work(scope, body))
         except DrainpipeError as error:
-            return problem_response(error, request.url.path).to_starlette()  # type: ignore[no-any-return]
+            return problem_response(error, request_path(request)).to_starlette()  # type: ignore[no-any-return]
 
     async def claim(request: Request) -> Response:
         async def work(scope: Scope, body: dict[str, Any]) -> Any:
@@ -355,5 +357,6 @@ def build_executor_app(
             Route("/claim", claim, methods=["POST"]),
             Route("/settle", settle, methods=["POST"]),
             Route("/jobs/{lease_id}/{action}", moved, methods=["POST", "GET"]),
-        ]
+        ],
+        middleware=[Middleware(TextQueryOnly)],
     )
