@@ -408,7 +408,7 @@ class PostgrestBackend:
         """Store ``QueuePolicy.as_row(queue)`` where the ``drainpipe.*`` checks read it, so
         every call through the API (and every direct writer) obeys it."""
         params = dict(zip(_POLICY_COLUMNS, row, strict=True))
-        rows.flag(self.schema, "ensure_policy_v2", await self.rpc("ensure_policy_v2", params))
+        rows.flag(self.schema, "ensure_policy_v3", await self.rpc("ensure_policy_v3", params))
 
     async def apply_retention(self, *, min_interval: float | None) -> int | None:
         data = await self.rpc(
@@ -489,7 +489,7 @@ class PostgrestBackend:
         return rows.flag(self.schema, "advance_schedule_v1", data)
 
 
-# ensure_policy_v2's argument names, in QueuePolicy.as_row's order
+# ensure_policy_v3's argument names, in QueuePolicy.as_row's order
 _POLICY_COLUMNS = (
     "queue",
     "max_payload_bytes",
@@ -503,6 +503,13 @@ _POLICY_COLUMNS = (
     "encrypt",
     "replay_window",
     "replayable",
+    "concurrency",
+    "key_concurrency",
+    "rate_count",
+    "rate_per",
+    "key_rate_count",
+    "key_rate_per",
+    "ordered",
 )
 
 

@@ -89,12 +89,17 @@ class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, Schedu
         dedupe_key: str | None = None,
         dedupe: DedupeMode = "always",
         context: JobContext | Mapping[str, Any] | None = None,
+        key: str | None = None,
+        priority: int = 0,
     ) -> int:
         """Validate and store a job; returns its id (the existing id on a dedupe hit).
 
         ``delay`` (seconds) wins over ``run_at`` (aware datetime). ``dedupe="always"``
         coalesces onto any live job with the key; ``"waiting"`` only onto a never-claimed one.
         ``max_attempts``: 5, or the queue policy's (a larger value is capped at it).
+        ``key`` (at most 200 bytes; default: the context's tenant) names the job's
+        flow-control group; ``priority`` (-100..100) orders claims, higher first
+        (docs/flow-control.md). Bad values raise ``ValueError``.
         """
         otel = active_telemetry()
         if (
@@ -105,6 +110,8 @@ class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, Schedu
             and dedupe_key is None
             and dedupe == "always"
             and context is None
+            and key is None
+            and priority == 0
             and queue in self._schemas
             and queue not in self._policies
         ):
@@ -129,6 +136,8 @@ class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, Schedu
             dedupe,
             context,
             getattr(self.backend, "name", ""),
+            key,
+            priority,
         )
         dedupe_key = self._stored_dedupe_key(queue, dedupe_key)
         if otel is not None:
@@ -163,15 +172,18 @@ class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, Schedu
         run_at: datetime | None = None,
         max_attempts: int | None = None,
         context: JobContext | Mapping[str, Any] | None = None,
+        key: str | None = None,
+        priority: int = 0,
     ) -> list[int]:
         """Validate every payload first, then store them all in one round trip; ids in order.
 
         Nothing is stored when any payload fails validation (or a policy refuses the
-        batch: all or nothing). No dedupe keys here.
+        batch: all or nothing). No dedupe keys here; ``key`` and ``priority`` apply to
+        every job (see :meth:`enqueue`).
         """
         max_attempts = self._max_attempts(queue, max_attempts)
         values, wait = self._enqueue_many_args(
-            queue, payloads, delay, run_at, max_attempts, context
+            queue, payloads, delay, run_at, max_attempts, context, key, priority
         )
         if not values:
             return []

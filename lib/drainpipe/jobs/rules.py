@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..codes import PAYLOAD_INVALID
-from ..context import coerce_context, wrap_payload
+from ..context import add_flow, check_flow, coerce_context, wrap_payload
 from ..db.json import dump_json
 from ..errors import DrainpipeError, invalid_request, missing_feature, validation_error
 from ..models import Job, JobContext
@@ -260,10 +260,17 @@ class JobRules:
         dedupe: Any,
         context: Any,
         backend_name: str = "",
+        key: Any = None,
+        priority: Any = 0,
     ) -> tuple[Any, float]:
         """The stored value (validated, serialised, in its context envelope) and the delay."""
         self._check_queue(queue)
-        value = self._store(queue, self.serialise(queue, payload), coerce_context(context))
+        key, priority = check_flow(key, priority)
+        value = add_flow(
+            self._store(queue, self.serialise(queue, payload), coerce_context(context)),
+            key,
+            priority,
+        )
         wait = self._delay(delay, run_at)
         self._check_delay(queue, wait)
         positive_int(max_attempts, "max_attempts")
@@ -296,10 +303,13 @@ class JobRules:
         run_at: Any,
         max_attempts: Any,
         context: Any,
+        key: Any = None,
+        priority: Any = 0,
     ) -> tuple[list[Any], float]:
         """Every stored value (all validated before anything is sent) and the delay; an
         invalid payload's issue paths start with its index."""
         self._check_queue(queue)
+        key, priority = check_flow(key, priority)
         if isinstance(payloads, str | bytes) or not isinstance(payloads, Sequence):
             raise validation_error(
                 "payloads must be a sequence",
@@ -309,7 +319,8 @@ class JobRules:
         values = []
         for index, payload in enumerate(payloads):
             try:
-                values.append(self._store(queue, self.serialise(queue, payload), recorded))
+                stored = self._store(queue, self.serialise(queue, payload), recorded)
+                values.append(add_flow(stored, key, priority))
             except DrainpipeError as exc:
                 for issue in exc.issues or []:
                     issue["path"] = [index, *issue.get("path", [])]

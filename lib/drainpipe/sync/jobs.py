@@ -74,10 +74,15 @@ class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin):
         dedupe_key: str | None = None,
         dedupe: DedupeMode = "always",
         context: JobContext | Mapping[str, Any] | None = None,
+        key: str | None = None,
+        priority: int = 0,
     ) -> int:
-        """Validate and store a job; its id (the existing id on a dedupe hit)."""
+        """Validate and store a job; its id (the existing id on a dedupe hit). ``key`` and
+        ``priority``: as the async ``Jobs.enqueue`` (docs/flow-control.md)."""
         if (
-            delay is None
+            key is None
+            and priority == 0
+            and delay is None
             and run_at is None
             and type(max_attempts) is int
             and max_attempts == 5
@@ -97,7 +102,16 @@ class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin):
                 dedupe="always",
             )
         value, wait = self._enqueue_args(
-            queue, payload, delay, run_at, max_attempts, dedupe_key, dedupe, context
+            queue,
+            payload,
+            delay,
+            run_at,
+            max_attempts,
+            dedupe_key,
+            dedupe,
+            context,
+            key=key,
+            priority=priority,
         )
         return self.backend.send(
             queue,
@@ -117,10 +131,12 @@ class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin):
         run_at: datetime | None = None,
         max_attempts: int = 5,
         context: JobContext | Mapping[str, Any] | None = None,
+        key: str | None = None,
+        priority: int = 0,
     ) -> list[int]:
         """Validate every payload, then store them all in one round trip; ids in order."""
         values, wait = self._enqueue_many_args(
-            queue, payloads, delay, run_at, max_attempts, context
+            queue, payloads, delay, run_at, max_attempts, context, key, priority
         )
         if not values:
             return []

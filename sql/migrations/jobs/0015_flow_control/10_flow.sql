@@ -1,0 +1,176 @@
+-- jobs 0015: flow control in the claim (docs/flow-control.md, docs/reference.md section 14).
+--
+-- A queue's limits are a row of queue_flow, stored by ensure_queue_policy_v3 (the policy's
+-- concurrency, key_concurrency, rate, key_rate, ordered); a queue without limits has no
+-- row, and its claim pays one primary-key probe to learn it (as it does for a pause).
+-- A limited claim takes a transaction-level advisory lock on its queue, so two claimers of
+-- one limited queue count what is leased one after the other, never both before either
+-- took its jobs: no instant has more than the limit leased, whatever the number of
+-- claimers. The lock is held to the claim's commit, a millisecond or so.
+--
+-- A job's flow key (job_key) is metadata of its stored envelope: "key" when the enqueuer
+-- gave one, else the tenant of its context, else none (a job without a key is a group of
+-- its own). It stays in clear on an encrypted queue, as the tenant does.
+
+CREATE TABLE IF NOT EXISTS drainpipe.queue_flow (
+    queue text PRIMARY KEY,
+    -- at most this many leased jobs of the queue at any instant (NULL: no limit)
+    concurrency integer CHECK (concurrency > 0),
+    -- at most this many leased jobs per key
+    key_concurrency integer CHECK (key_concurrency > 0),
+    -- at most rate_count claims in any rate_per seconds, for the queue and per key
+    rate_count integer CHECK (rate_count > 0),
+    rate_per double precision CHECK (rate_per > 0),
+    key_rate_count integer CHECK (key_rate_count > 0),
+    key_rate_per double precision CHECK (key_rate_per > 0),
+    -- one job of a key at a time, in enqueue (id) order
+    ordered boolean NOT NULL DEFAULT false,
+    CHECK ((rate_count IS NULL) = (rate_per IS NULL)),
+    CHECK ((key_rate_count IS NULL) = (key_rate_per IS NULL))
+);
+ALTER TABLE drainpipe.queue_flow ENABLE ROW LEVEL SECURITY;
+
+-- The claims of rate-limited queues (one row per attempt started), kept for the longest
+-- window of the queue and pruned by the claims themselves. A rate is a sliding window:
+-- a claim at t takes at most count minus the claims in (t - per, t], so every interval
+-- of per seconds holds at most count claims.
+CREATE TABLE IF NOT EXISTS drainpipe.flow_claims (
+    queue text NOT NULL,
+    key text,
+    claimed_at timestamptz NOT NULL
+);
+ALTER TABLE drainpipe.flow_claims ENABLE ROW LEVEL SECURITY;
+-- the queue's window (rate) and the pruning
+CREATE INDEX IF NOT EXISTS flow_claims_queue_idx ON drainpipe.flow_claims (queue, claimed_at);
+-- one key's window (key_rate)
+CREATE INDEX IF NOT EXISTS flow_claims_key_idx ON drainpipe.flow_claims (queue, key, claimed_at)
+    WHERE key IS NOT NULL;
+
+-- The flow key of a stored value (see the header). IMMUTABLE: indexes use it.
+CREATE OR REPLACE FUNCTION drainpipe.job_key(p_stored jsonb)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN p_stored @> '{"$dp": 1}'
+                THEN coalesce(p_stored ->> 'key', p_stored #>> '{context,tenant}') END
+$$;
+
+-- The claim order's priority of a stored value: -100..100, 0 when none was given.
+CREATE OR REPLACE FUNCTION drainpipe.job_priority(p_stored jsonb)
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN p_stored @> '{"$dp": 1}' AND jsonb_typeof(p_stored -> 'priority') = 'number'
+                THEN greatest(-100, least(100, (p_stored ->> 'priority')::numeric::integer))
+                ELSE 0 END
+$$;
+
+-- Stores (or, all NULL and not ordered, removes) the flow limits of p_queue. Called by
+-- ensure_queue_policy_v3; the storage's ensure_flow_indexes builds what the limits read.
+CREATE OR REPLACE FUNCTION drainpipe.ensure_queue_flow_v1(
+    p_queue text, p_concurrency integer, p_key_concurrency integer,
+    p_rate_count integer, p_rate_per double precision,
+    p_key_rate_count integer, p_key_rate_per double precision, p_ordered boolean
+)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF p_concurrency IS NULL AND p_key_concurrency IS NULL AND p_rate_count IS NULL
+       AND p_key_rate_count IS NULL AND NOT coalesce(p_ordered, false) THEN
+        DELETE FROM drainpipe.queue_flow WHERE queue = p_queue;
+        RETURN;
+    END IF;
+    PERFORM drainpipe.ensure_flow_indexes(p_queue);
+    INSERT INTO drainpipe.queue_flow AS f (queue, concurrency, key_concurrency, rate_count,
+                                           rate_per, key_rate_count, key_rate_per, ordered)
+    VALUES (p_queue, p_concurrency, p_key_concurrency, p_rate_count, p_rate_per,
+            p_key_rate_count, p_key_rate_per, coalesce(p_ordered, false))
+    ON CONFLICT (queue) DO UPDATE
+       SET concurrency = excluded.concurrency, key_concurrency = excluded.key_concurrency,
+           rate_count = excluded.rate_count, rate_per = excluded.rate_per,
+           key_rate_count = excluded.key_rate_count, key_rate_per = excluded.key_rate_per,
+           ordered = excluded.ordered;
+END
+$$;
+
+-- ensure_queue_policy_v2 plus the flow limits (v2 stays for the previous release: it leaves
+-- the limits as they are).
+CREATE OR REPLACE FUNCTION drainpipe.ensure_queue_policy_v3(
+    p_queue text, p_max_payload_bytes integer, p_max_pending integer,
+    p_lease double precision, p_max_lease double precision, p_max_delay double precision,
+    p_max_attempts integer, p_attempt_window double precision, p_retention double precision,
+    p_encrypt boolean, p_replay_window double precision, p_replayable boolean,
+    p_concurrency integer DEFAULT NULL, p_key_concurrency integer DEFAULT NULL,
+    p_rate_count integer DEFAULT NULL, p_rate_per double precision DEFAULT NULL,
+    p_key_rate_count integer DEFAULT NULL, p_key_rate_per double precision DEFAULT NULL,
+    p_ordered boolean DEFAULT false
+)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM drainpipe.ensure_queue_policy_v2(p_queue, p_max_payload_bytes, p_max_pending,
+        p_lease, p_max_lease, p_max_delay, p_max_attempts, p_attempt_window, p_retention,
+        p_encrypt, p_replay_window, p_replayable);
+    PERFORM drainpipe.ensure_queue_flow_v1(p_queue, p_concurrency, p_key_concurrency,
+        p_rate_count, p_rate_per, p_key_rate_count, p_key_rate_per, p_ordered);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION drainpipe.drop_queue_policy_v1(p_queue text)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    DELETE FROM drainpipe.queue_pending WHERE queue = p_queue;
+    DELETE FROM drainpipe.queue_flow WHERE queue = p_queue;  -- jobs 0015
+    DELETE FROM drainpipe.queue_policies WHERE queue = p_queue;
+    RETURN FOUND;
+END
+$$;
+
+-- How many of a limited claim's v_room may be taken at p_now under the queue-wide limits
+-- (concurrency: p_leased is what the storage counted as leased; rate: the window's claims).
+CREATE OR REPLACE FUNCTION drainpipe.flow_room(
+    p_flow drainpipe.queue_flow, p_batch integer, p_leased bigint, p_now timestamptz
+)
+RETURNS integer
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT greatest(0, least(
+        p_batch,
+        coalesce(p_flow.concurrency - p_leased, p_batch),
+        coalesce(p_flow.rate_count - (
+            SELECT count(*) FROM drainpipe.flow_claims c
+             WHERE c.queue = p_flow.queue
+               AND c.claimed_at > p_now - make_interval(secs => p_flow.rate_per)), p_batch)
+    ))::integer
+$$;
+
+-- Records a limited claim's attempts for the rate windows, and forgets the claims no window
+-- of the queue can see any more. A no-op for a queue without a rate.
+CREATE OR REPLACE FUNCTION drainpipe.flow_record_claims(
+    p_flow drainpipe.queue_flow, p_keys text[], p_now timestamptz
+)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_flow.rate_count IS NULL AND p_flow.key_rate_count IS NULL THEN
+        RETURN;
+    END IF;
+    DELETE FROM drainpipe.flow_claims c
+     WHERE c.queue = p_flow.queue
+       AND c.claimed_at <= p_now - make_interval(
+               secs => greatest(coalesce(p_flow.rate_per, 0), coalesce(p_flow.key_rate_per, 0)));
+    INSERT INTO drainpipe.flow_claims (queue, key, claimed_at)
+    SELECT p_flow.queue, k, p_now FROM unnest(p_keys) AS k;
+END
+$$;
