@@ -39,7 +39,9 @@ SCHEDULE_TOO_FAR: Final = "SCHEDULE_TOO_FAR"
 DAY: Final = 86400.0
 
 
-def _duration(value: Any, name: str, *, optional: bool = False) -> float | None:
+def _duration(
+    value: Any, name: str, *, optional: bool = False, owner: str = "QueuePolicy"
+) -> float | None:
     if value is None and optional:
         return None
     if isinstance(value, timedelta):
@@ -47,9 +49,9 @@ def _duration(value: Any, name: str, *, optional: bool = False) -> float | None:
     elif isinstance(value, int | float) and not isinstance(value, bool):
         result = float(value)
     else:
-        raise ValueError(f"QueuePolicy.{name} must be seconds or a timedelta")
+        raise ValueError(f"{owner}.{name} must be seconds or a timedelta")
     if not math.isfinite(result) or result <= 0:
-        raise ValueError(f"QueuePolicy.{name} must be positive")
+        raise ValueError(f"{owner}.{name} must be positive")
     return result
 
 
@@ -70,7 +72,7 @@ class Rate:
     def __post_init__(self) -> None:
         if isinstance(self.n, bool) or not isinstance(self.n, int) or not 1 <= self.n < 2**31:
             raise ValueError("Rate.n must be an integer from 1 to 2147483647")
-        per = _duration(self.per, "per")
+        per = _duration(self.per, "per", owner="Rate")
         object.__setattr__(self, "per", per)
 
 

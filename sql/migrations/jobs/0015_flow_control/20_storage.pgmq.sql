@@ -161,11 +161,35 @@ BEGIN
             v_flow drainpipe.queue_flow;
             v_ids bigint[];
             v_keys text[];
+            v_room integer;
+            v_rows drainpipe.job_row_v1[];
         BEGIN
             SELECT * INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = %6$L;
             IF v_flow.queue IS NULL THEN
                 -- the limits were dropped since the caller looked
                 RETURN QUERY SELECT * FROM drainpipe.%9$I(p_lease, p_batch, p_now);
+                RETURN;
+            END IF;
+            IF v_flow.key_concurrency IS NULL AND v_flow.key_rate_count IS NULL AND NOT v_flow.ordered THEN
+                -- queue-wide limits only: the unlimited claim, no larger than the room left
+                PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%6$L));
+                v_room := drainpipe.flow_room(v_flow, greatest(p_batch, 1),
+                    CASE WHEN v_flow.concurrency IS NULL THEN 0 ELSE (
+                        SELECT count(*) FROM pgmq.%2$I l
+                         WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                           AND l.vt > v_now) END,
+                    v_now);
+                IF v_room = 0 THEN
+                    RETURN;
+                END IF;
+                IF v_flow.rate_count IS NULL THEN
+                    RETURN QUERY SELECT * FROM drainpipe.%9$I(p_lease, v_room, v_now);
+                    RETURN;
+                END IF;
+                v_rows := ARRAY(SELECT c FROM drainpipe.%9$I(p_lease, v_room, v_now) c);
+                PERFORM drainpipe.flow_record_claims(v_flow,
+                    ARRAY(SELECT drainpipe.job_key((r).payload) FROM unnest(v_rows) r), v_now);
+                RETURN QUERY SELECT (r).* FROM unnest(v_rows) r;
                 RETURN;
             END IF;
             v_ids := drainpipe.%10$I(v_flow, greatest(p_batch, 1), v_now);

@@ -24,6 +24,26 @@ BEGIN
 END
 $$;
 
+-- The room a limited claim of p_batch has under the queue-wide limits (concurrency, rate),
+-- after taking the queue's flow lock (10_flow.sql) until the caller's transaction ends.
+-- What is leased is counted through job_messages_flow_leased_idx: at most the limit's rows.
+CREATE OR REPLACE FUNCTION drainpipe.job_messages_flow_room(
+    p_flow drainpipe.queue_flow, p_batch integer, p_now timestamptz
+)
+RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(p_flow.queue));
+    RETURN drainpipe.flow_room(p_flow, p_batch,
+        CASE WHEN p_flow.concurrency IS NULL THEN 0 ELSE (
+            SELECT count(*) FROM drainpipe.job_messages l
+             WHERE l.queue = p_flow.queue AND l.state = 'leased' AND l.visible_at > p_now) END,
+        p_now);
+END
+$$;
+
 -- The ids (locked) of at most p_batch ready jobs of p_flow's queue that its limits allow
 -- at p_now, oldest eligible first, the held ones skipped. The caller holds nothing; this
 -- takes the queue's flow lock (see 10_flow.sql) until the caller's transaction ends.
@@ -54,14 +74,8 @@ DECLARE
     v_rows integer;
     v_take bigint[];
     v_take_keys text[];
-    v_locked bigint[];
 BEGIN
-    PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(v_queue));
-    v_room := drainpipe.flow_room(p_flow, p_batch,
-        CASE WHEN p_flow.concurrency IS NULL THEN 0 ELSE (
-            SELECT count(*) FROM drainpipe.job_messages l
-             WHERE l.queue = v_queue AND l.state = 'leased' AND l.visible_at > p_now) END,
-        p_now);
+    v_room := drainpipe.job_messages_flow_room(p_flow, p_batch, p_now);
     v_chunk := 2 * v_room + 8;
     WHILE v_room > 0 AND v_scanned < v_bound LOOP
         WITH chunk AS (
@@ -127,16 +141,12 @@ BEGIN
     END IF;
     -- The flow lock keeps other limited claims of this queue out; a cancel or a
     -- completion may hold a row: skip it, and read the row as it is once locked.
-    v_locked := ARRAY(
+    RETURN ARRAY(
         SELECT x.id FROM drainpipe.job_messages x
          WHERE x.id = ANY (v_ids) AND x.finished_at IS NULL AND x.visible_at <= p_now
            AND x.attempts < x.max_attempts
          ORDER BY x.visible_at, x.id
            FOR UPDATE SKIP LOCKED);
-    PERFORM drainpipe.flow_record_claims(p_flow,
-        ARRAY(SELECT drainpipe.job_key(x.payload) FROM drainpipe.job_messages x WHERE x.id = ANY (v_locked)),
-        p_now);
-    RETURN v_locked;
 END
 $$;
 
@@ -206,8 +216,8 @@ BEGIN
         ON CONFLICT DO NOTHING;
     END IF;
 
-    IF v_flow.queue IS NOT NULL THEN
-        -- a limited queue: the pick its limits allow (jobs 0015), rows locked
+    IF v_flow.key_concurrency IS NOT NULL OR v_flow.key_rate_count IS NOT NULL OR v_flow.ordered THEN
+        -- limits per key: the pick they allow (jobs 0015), rows locked
         v_ids := drainpipe.job_messages_flow_pick(v_flow, v_batch, v_now);
         IF cardinality(v_ids) = 0 THEN
             RETURN;
@@ -215,6 +225,13 @@ BEGIN
         SELECT bool_or(x.state = 'leased') INTO v_lapsed
           FROM drainpipe.job_messages x WHERE x.id = ANY (v_ids);
     ELSE
+    IF v_flow.queue IS NOT NULL THEN
+        -- queue-wide limits only: the pick below, no larger than the room they leave
+        v_batch := drainpipe.job_messages_flow_room(v_flow, v_batch, v_now);
+        IF v_batch = 0 THEN
+            RETURN;
+        END IF;
+    END IF;
     -- The pick is a statement of its own, into arrays: the take-over record below is then a
     -- branch taken only when a lapsed lease was picked (see jobs 0004).
     SELECT array_agg(p.id), bool_or(p.state = 'leased')
@@ -253,5 +270,12 @@ BEGIN
      WHERE j.id = ANY (v_ids)
     RETURNING j.id, j.attempts, j.enqueued_at, j.visible_at, j.payload, j.max_attempts,
               j.last_error, false;
+    IF v_flow.rate_count IS NOT NULL OR v_flow.key_rate_count IS NOT NULL THEN
+        -- the rate windows count the attempts just started (jobs 0015)
+        PERFORM drainpipe.flow_record_claims(v_flow,
+            ARRAY(SELECT drainpipe.job_key(x.payload) FROM drainpipe.job_messages x
+                   WHERE x.id = ANY (v_ids)),
+            v_now);
+    END IF;
 END
 $$;
