@@ -43,6 +43,7 @@ from .policies import SERVER  # noqa: E402
 from .results import Row, append_run  # noqa: E402
 
 KEYS = 10_000
+LANES = int(__import__("os").environ.get("FLOW_LANES", "4"))
 BIG = 2**31 - 1
 
 
@@ -167,7 +168,7 @@ async def processing(backend: str, jobs_count: int, rounds: int) -> list[Row]:
                     for start in range(0, jobs_count, 100):
                         await j.enqueue_many("q", [{"n": n} for n in range(start, start + 100)])
                     started = time.perf_counter()
-                    report = await j.drain("q", noop, concurrency=4, batch=10, lease=30)
+                    report = await j.drain("q", noop, concurrency=LANES, batch=10, lease=30)
                     rates[kind].append(report.succeeded / (time.perf_counter() - started))
                     assert report.succeeded == jobs_count
     finally:

@@ -140,17 +140,25 @@ CREATE OR REPLACE FUNCTION drainpipe.flow_room(
     p_flow drainpipe.queue_flow, p_batch integer, p_leased bigint, p_now timestamptz
 )
 RETURNS integer
-LANGUAGE sql STABLE
+-- plpgsql, not sql: its statement's plan is cached per session (a SQL function with a SET
+-- clause is not inlined and would be planned at every claim)
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT greatest(0, least(
-        p_batch,
-        coalesce(p_flow.concurrency - p_leased, p_batch),
-        coalesce(p_flow.rate_count - (
+DECLARE
+    v_room bigint := p_batch;
+BEGIN
+    IF p_flow.concurrency IS NOT NULL THEN
+        v_room := least(v_room, p_flow.concurrency - p_leased);
+    END IF;
+    IF p_flow.rate_count IS NOT NULL AND v_room > 0 THEN
+        v_room := least(v_room, p_flow.rate_count - (
             SELECT count(*) FROM drainpipe.flow_claims c
              WHERE c.queue = p_flow.queue
-               AND c.claimed_at > p_now - make_interval(secs => p_flow.rate_per)), p_batch)
-    ))::integer
+               AND c.claimed_at > p_now - make_interval(secs => p_flow.rate_per)));
+    END IF;
+    RETURN greatest(v_room, 0)::integer;
+END
 $$;
 
 -- Records a limited claim's attempts for the rate windows, and forgets the claims no window

@@ -310,12 +310,12 @@ BEGIN
                 RETURN;  -- paused: the completions above stand, nothing is claimed
             END IF;
             IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f WHERE f.queue = %4$L) THEN
-                -- limited (jobs 0015): by name, the flow claim exists only with limits
-                RETURN QUERY EXECUTE
-                    'SELECT c.id, c.attempts, c.enqueued_at, c.visible_until, c.payload,'
-                    ' c.max_attempts, c.last_error, false FROM drainpipe.' || quote_ident(%5$L)
-                    || '($1, $2, $3) AS c'
-                  USING p_lease, p_batch, p_now;
+                -- limited (jobs 0015): the flow claim, defined with the limits (plpgsql
+                -- resolves the name when this branch first runs)
+                RETURN QUERY
+                SELECT c.id, c.attempts, c.enqueued_at, c.visible_until, c.payload, c.max_attempts,
+                       c.last_error, false
+                  FROM drainpipe.%5$I(p_lease, p_batch, p_now) AS c;
                 RETURN;
             END IF;
             RETURN QUERY
