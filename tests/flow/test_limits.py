@@ -282,3 +282,20 @@ async def test_racing_claimers_keep_every_rate_window(jobs_db_url: str, backend_
     worst = max(sum(1 for t in times[i:] if t < start + 0.5) for i, start in enumerate(times))
     assert worst <= 10, f"{worst} claims in one 0.5 s window under Rate(10, per=0.5)"
     assert times[-1] - times[0] >= 1.5  # 40 claims at 10 per 0.5 s take at least 1.5 s
+
+
+async def test_racing_claimers_never_pass_a_concurrency_far_from_binding(
+    jobs_db_url: str, backend_name: str
+) -> None:
+    """A concurrency with room for 1,600 more lets claims run side by side (shared flow
+    lock, 8 slots); raised to binding, the same claimers still never pass it."""
+    seen: list[int] = []
+
+    def check(row: Any) -> None:
+        seen.append(row[0])
+        assert row[0] <= 1700
+
+    ran = await race(
+        jobs_db_url, {"concurrency": 1700}, 300, 0, leased_sql(backend_name, False), check
+    )
+    assert ran == 300

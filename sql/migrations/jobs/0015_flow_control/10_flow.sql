@@ -161,6 +161,44 @@ BEGIN
 END
 $$;
 
+-- The flow lock of a claim of p_batch on p_flow's queue, where p_leased is what the caller
+-- counted as leased before taking it. Returns how many leases claims in flight beside
+-- this one may still add (the caller counts again after this, and adds it): 0 when it
+-- holds the queue's flow lock alone. A concurrency far from binding (at least 2 x 8 x 100
+-- places free, batches of at most 100, no other limit) need not serialise its claims:
+-- they hold the lock shared and one of 8 slots, so at most 8 are in flight, each taking
+-- at most 100, and each leaves room for the 7 others. Any other claim holds the lock
+-- exclusively, so it waits for those in flight to commit and counts exactly.
+CREATE OR REPLACE FUNCTION drainpipe.flow_gate(
+    p_flow drainpipe.queue_flow, p_batch integer, p_leased bigint
+)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c_slots constant integer := 8;
+    c_cap constant integer := 100;
+    v_slot integer;
+BEGIN
+    IF p_flow.concurrency IS NOT NULL AND p_flow.rate_count IS NULL
+       AND p_flow.key_concurrency IS NULL AND p_flow.key_rate_count IS NULL AND NOT p_flow.ordered
+       AND p_batch <= c_cap AND p_leased + 2 * c_slots * c_cap <= p_flow.concurrency THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtext('drainpipe.flow'), hashtext(p_flow.queue));
+        FOR v_slot IN 0 .. c_slots - 1 LOOP
+            IF pg_try_advisory_xact_lock(hashtext('drainpipe.flow.slot:' || p_flow.queue), v_slot) THEN
+                RETURN (c_slots - 1) * c_cap;
+            END IF;
+        END LOOP;
+        PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow.slot:' || p_flow.queue),
+                                      pg_backend_pid() % c_slots);
+        RETURN (c_slots - 1) * c_cap;
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(p_flow.queue));
+    RETURN 0;
+END
+$$;
+
 -- Records a limited claim's attempts for the rate windows, and forgets the claims no window
 -- of the queue can see any more. A no-op for a queue without a rate.
 CREATE OR REPLACE FUNCTION drainpipe.flow_record_claims(

@@ -163,6 +163,8 @@ BEGIN
             v_keys text[];
             v_room integer;
             v_rows drainpipe.job_row_v1[];
+            v_leased bigint := 0;
+            v_beside integer;
         BEGIN
             SELECT * INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = %6$L;
             IF v_flow.queue IS NULL THEN
@@ -172,13 +174,19 @@ BEGIN
             END IF;
             IF v_flow.key_concurrency IS NULL AND v_flow.key_rate_count IS NULL AND NOT v_flow.ordered THEN
                 -- queue-wide limits only: the unlimited claim, no larger than the room left
-                PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%6$L));
-                v_room := drainpipe.flow_room(v_flow, greatest(p_batch, 1),
-                    CASE WHEN v_flow.concurrency IS NULL THEN 0 ELSE (
-                        SELECT count(*) FROM pgmq.%2$I l
-                         WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-                           AND l.vt > v_now) END,
-                    v_now);
+                IF v_flow.concurrency IS NOT NULL THEN
+                    SELECT count(*) INTO v_leased FROM pgmq.%2$I l
+                     WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                       AND l.vt > v_now;
+                END IF;
+                v_beside := drainpipe.flow_gate(v_flow, greatest(p_batch, 1), v_leased);
+                IF v_flow.concurrency IS NOT NULL THEN
+                    -- again, under the lock: what committed while this claim waited counts
+                    SELECT count(*) INTO v_leased FROM pgmq.%2$I l
+                     WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                       AND l.vt > v_now;
+                END IF;
+                v_room := drainpipe.flow_room(v_flow, greatest(p_batch, 1), v_leased + v_beside, v_now);
                 IF v_room = 0 THEN
                     RETURN;
                 END IF;

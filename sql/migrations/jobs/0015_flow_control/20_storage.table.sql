@@ -25,7 +25,8 @@ END
 $$;
 
 -- The room a limited claim of p_batch has under the queue-wide limits (concurrency, rate),
--- after taking the queue's flow lock (10_flow.sql) until the caller's transaction ends.
+-- after taking the queue's flow lock (flow_gate, 10_flow.sql) until the caller's
+-- transaction ends.
 -- What is leased is counted through job_messages_flow_leased_idx: at most the limit's rows.
 CREATE OR REPLACE FUNCTION drainpipe.job_messages_flow_room(
     p_flow drainpipe.queue_flow, p_batch integer, p_now timestamptz
@@ -34,13 +35,21 @@ RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_leased bigint := 0;
+    v_beside integer;
 BEGIN
-    PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(p_flow.queue));
-    RETURN drainpipe.flow_room(p_flow, p_batch,
-        CASE WHEN p_flow.concurrency IS NULL THEN 0 ELSE (
-            SELECT count(*) FROM drainpipe.job_messages l
-             WHERE l.queue = p_flow.queue AND l.state = 'leased' AND l.visible_at > p_now) END,
-        p_now);
+    IF p_flow.concurrency IS NOT NULL THEN
+        SELECT count(*) INTO v_leased FROM drainpipe.job_messages l
+         WHERE l.queue = p_flow.queue AND l.state = 'leased' AND l.visible_at > p_now;
+    END IF;
+    v_beside := drainpipe.flow_gate(p_flow, p_batch, v_leased);
+    IF p_flow.concurrency IS NOT NULL THEN
+        -- again, under the lock: what committed while this claim waited counts
+        SELECT count(*) INTO v_leased FROM drainpipe.job_messages l
+         WHERE l.queue = p_flow.queue AND l.state = 'leased' AND l.visible_at > p_now;
+    END IF;
+    RETURN drainpipe.flow_room(p_flow, p_batch, v_leased + v_beside, p_now);
 END
 $$;
 
