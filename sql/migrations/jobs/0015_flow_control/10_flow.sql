@@ -140,10 +140,9 @@ CREATE OR REPLACE FUNCTION drainpipe.flow_room(
     p_flow drainpipe.queue_flow, p_batch integer, p_leased bigint, p_now timestamptz
 )
 RETURNS integer
--- plpgsql, not sql: its statement's plan is cached per session (a SQL function with a SET
--- clause is not inlined and would be planned at every claim)
+-- plpgsql, not sql: its statement's plan is cached per session. No SET clause: it runs
+-- under its callers', the claim functions (a SET clause costs every call a save/restore).
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_room bigint := p_batch;
@@ -173,8 +172,7 @@ CREATE OR REPLACE FUNCTION drainpipe.flow_gate(
     p_flow drainpipe.queue_flow, p_batch integer, p_leased bigint
 )
 RETURNS integer
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql  -- under its callers' settings, as flow_room
 AS $$
 DECLARE
     c_slots constant integer := 8;

@@ -47,10 +47,9 @@ BEGIN
             p_flow drainpipe.queue_flow, p_batch integer, p_now timestamptz
         )
         RETURNS bigint[]
-        LANGUAGE plpgsql SECURITY DEFINER
-        SET search_path = pg_catalog, pg_temp
-        SET plan_cache_mode = force_generic_plan
-        SET enable_seqscan = off
+        -- runs under the settings of its only caller, the flow claim below (a SET clause
+        -- costs every call a save and restore)
+        LANGUAGE plpgsql
         AS $body$
         DECLARE
             v_room integer;

@@ -32,8 +32,9 @@ CREATE OR REPLACE FUNCTION drainpipe.job_messages_flow_room(
     p_flow drainpipe.queue_flow, p_batch integer, p_now timestamptz
 )
 RETURNS integer
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+-- no SET clause and not a security definer: called only by the claim functions, whose
+-- settings it runs under (a SET clause costs every call a save and restore)
+LANGUAGE plpgsql
 AS $$
 DECLARE
     v_leased bigint := 0;
@@ -65,10 +66,9 @@ CREATE OR REPLACE FUNCTION drainpipe.job_messages_flow_pick(
     p_flow drainpipe.queue_flow, p_batch integer, p_now timestamptz
 )
 RETURNS bigint[]
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
+-- runs under the settings of complete_and_claim_jobs_v1, its only caller (generic plans,
+-- no seqscans): see job_messages_flow_room
+LANGUAGE plpgsql
 AS $$
 DECLARE
     v_queue text := p_flow.queue;
