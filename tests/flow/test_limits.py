@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from drainpipe import Jobs, QueuePolicy, Rate
+from drainpipe.sync import Jobs as SyncJobs
 
 QUEUES: dict[str, Any] = {"llm": dict[str, Any], "plain": dict[str, Any]}
 BIG = 2**31 - 1
@@ -299,3 +300,48 @@ async def test_racing_claimers_never_pass_a_concurrency_far_from_binding(
         jobs_db_url, {"concurrency": 1700}, 300, 0, leased_sql(backend_name, False), check
     )
     assert ran == 300
+
+
+async def test_held_by_says_which_limit_holds_a_queued_job(jobs_db_url: str) -> None:
+    jobs = Jobs(
+        jobs_db_url,
+        {**QUEUES, "ledger": dict[str, Any], "slow": dict[str, Any]},
+        policies={
+            "llm": policy(concurrency=1),
+            "ledger": policy(ordered=True),
+            "slow": policy(key_rate=Rate(1, per=60)),
+        },
+    )
+    async with jobs:
+        await jobs.ensure_policies()
+        first, second = await jobs.enqueue_many("llm", [{"n": 1}, {"n": 2}])
+        head, behind = await jobs.enqueue_many("ledger", [{"n": 1}, {"n": 2}], key="acct")
+        fast, later = await jobs.enqueue_many("slow", [{"n": 1}, {"n": 2}], key="api")
+        plain = await jobs.enqueue("plain", {"n": 1})
+
+        async def held(queue: str, job_id: int) -> str | None:
+            record = await jobs.get(queue, job_id)
+            assert record is not None
+            return record.held_by
+
+        # nothing leased yet: only the ordered group holds its second job
+        assert [await held("llm", first), await held("ledger", behind)] == [None, "order"]
+        assert await held("ledger", head) is None
+        (claimed,) = await jobs.claim("llm", batch=5)
+        assert await held("llm", second) == "concurrency"
+        assert len(await jobs.claim("slow", batch=5)) == 1
+        assert await held("slow", later) == "rate"
+        assert await held("plain", plain) is None
+        page = await jobs.list_jobs("llm")
+        assert {item.id: item.held_by for item in page.items} == {
+            second: "concurrency",
+            first: None,
+        }
+        assert await jobs.complete(claimed)
+        assert await held("llm", second) is None
+        del fast
+        with SyncJobs(jobs_db_url, QUEUES) as twin:
+            record = twin.get("llm", second)
+            assert record is not None and record.held_by is None
+            assert [job.id for job in twin.claim("llm", batch=5, lease=30)] == [second]
+        assert await held("ledger", behind) == "order"

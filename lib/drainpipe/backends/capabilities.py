@@ -289,6 +289,15 @@ class SupportsPause(Protocol):
         ...
 
 
+@runtime_checkable
+class SupportsFlowHolds(Protocol):
+    """Why queued jobs of limited queues are held (docs/flow-control.md)."""
+
+    async def flow_holds(self, jobs: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:
+        """``(queue, id) -> "order" | "concurrency" | "rate"`` for the held ones."""
+        ...
+
+
 # -- schedules ----------------------------------------------------------------------------
 
 

@@ -231,6 +231,10 @@ class SqlQueueBackend:
         rows = await self.db.fetch(pause_ops.PAUSED, pause_ops.paused_params(queues))
         return pause_ops.parse_paused(rows)
 
+    async def flow_holds(self, jobs: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:
+        rows = await self.db.fetch(pause_ops.FLOW_HOLDS, pause_ops.flow_holds_params(jobs))
+        return pause_ops.parse_flow_holds(rows)
+
     # -- schedules (drain scheduler; pg_cron answers through the same functions) ----------
 
     async def schedule(

@@ -192,6 +192,11 @@ class SyncSqlBackend:
             self.db.fetch(pause_ops.PAUSED, pause_ops.paused_params(queues))
         )
 
+    def flow_holds(self, jobs: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:
+        return pause_ops.parse_flow_holds(
+            self.db.fetch(pause_ops.FLOW_HOLDS, pause_ops.flow_holds_params(jobs))
+        )
+
     def schedule(
         self,
         name: str,

@@ -354,3 +354,63 @@ BEGIN
     END LOOP;
 END
 $regenerate$;
+
+-- JobRecord.held_by of queued jobs: the table's job_flow_holds_v1 (see there), over each
+-- limited queue's own table.
+CREATE OR REPLACE FUNCTION drainpipe.job_flow_holds_v1(
+    p_queues text[], p_ids bigint[], p_now timestamptz DEFAULT NULL
+)
+RETURNS TABLE (queue text, id bigint, held_by text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_flow drainpipe.queue_flow;
+BEGIN
+    FOR v_flow IN SELECT f.* FROM drainpipe.queue_flow f WHERE f.queue = ANY (p_queues) LOOP
+        IF to_regclass('pgmq.' || quote_ident('q_' || v_flow.queue)) IS NULL THEN
+            CONTINUE;
+        END IF;
+        RETURN QUERY EXECUTE format($q$
+            SELECT h.queue, h.id, h.held_by FROM (
+                SELECT %1$L::text AS queue, j.msg_id AS id, CASE
+                    WHEN ($3).ordered AND k.key IS NOT NULL AND EXISTS (
+                             SELECT 1 FROM pgmq.%2$I e
+                              WHERE drainpipe.job_key(e.message -> 'payload') = k.key
+                                AND drainpipe.job_key(e.message -> 'payload') IS NOT NULL
+                                AND e.msg_id < j.msg_id) THEN 'order'
+                    WHEN ($3).concurrency IS NOT NULL AND (
+                             SELECT count(*) FROM pgmq.%2$I l
+                              WHERE l.read_ct > 0 AND l.vt > $2
+                                AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                         ) >= ($3).concurrency THEN 'concurrency'
+                    WHEN ($3).key_concurrency IS NOT NULL AND k.key IS NOT NULL AND (
+                             SELECT count(*) FROM pgmq.%2$I l
+                              WHERE drainpipe.job_key(l.message -> 'payload') = k.key
+                                AND l.read_ct > 0 AND l.vt > $2
+                                AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                         ) >= ($3).key_concurrency THEN 'concurrency'
+                    WHEN ($3).rate_count IS NOT NULL AND (
+                             SELECT count(*) FROM drainpipe.flow_claims c
+                              WHERE c.queue = %1$L
+                                AND c.claimed_at > $2 - make_interval(secs => ($3).rate_per)
+                         ) >= ($3).rate_count THEN 'rate'
+                    WHEN ($3).key_rate_count IS NOT NULL AND k.key IS NOT NULL AND (
+                             SELECT count(*) FROM drainpipe.flow_claims c
+                              WHERE c.queue = %1$L AND c.key = k.key
+                                AND c.claimed_at > $2 - make_interval(secs => ($3).key_rate_per)
+                         ) >= ($3).key_rate_count THEN 'rate'
+                    END AS held_by
+                  FROM pgmq.%2$I j
+                 CROSS JOIN LATERAL (SELECT drainpipe.job_key(j.message -> 'payload') AS key) k
+                 WHERE j.msg_id = ANY ($1) AND j.read_ct = 0 AND j.vt <= $2
+            ) h
+            WHERE h.held_by IS NOT NULL
+        $q$, v_flow.queue, 'q_' || v_flow.queue)
+        USING ARRAY(SELECT w.id FROM unnest(p_queues, p_ids) AS w(queue, id)
+                     WHERE w.queue = v_flow.queue),
+              v_now, v_flow;
+    END LOOP;
+END
+$$;

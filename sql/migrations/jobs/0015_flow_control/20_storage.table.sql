@@ -288,3 +288,56 @@ BEGIN
     END IF;
 END
 $$;
+
+-- JobRecord.held_by of queued jobs (docs/flow-control.md#what-held-means): for each
+-- (queue, id) of p_queues/p_ids that is queued, eligible at p_now and held by its queue's
+-- limits, why: 'order' (an earlier job of its key is live), 'concurrency' (the queue's or
+-- its key's leased jobs are at the limit), 'rate' (the queue's or its key's window is
+-- full). Jobs not held, and queues without limits, give no row.
+CREATE OR REPLACE FUNCTION drainpipe.job_flow_holds_v1(
+    p_queues text[], p_ids bigint[], p_now timestamptz DEFAULT NULL
+)
+RETURNS TABLE (queue text, id bigint, held_by text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+BEGIN
+    RETURN QUERY
+    SELECT h.queue, h.id, h.held_by FROM (
+        SELECT j.queue, j.id, CASE
+            WHEN f.ordered AND k.key IS NOT NULL AND EXISTS (
+                     SELECT 1 FROM drainpipe.job_messages e
+                      WHERE e.queue = j.queue AND drainpipe.job_key(e.payload) = k.key
+                        AND drainpipe.job_key(e.payload) IS NOT NULL
+                        AND e.finished_at IS NULL AND e.id < j.id) THEN 'order'
+            WHEN f.concurrency IS NOT NULL AND (
+                     SELECT count(*) FROM drainpipe.job_messages l
+                      WHERE l.queue = j.queue AND l.state = 'leased' AND l.visible_at > v_now
+                 ) >= f.concurrency THEN 'concurrency'
+            WHEN f.key_concurrency IS NOT NULL AND k.key IS NOT NULL AND (
+                     SELECT count(*) FROM drainpipe.job_messages l
+                      WHERE l.queue = j.queue AND drainpipe.job_key(l.payload) = k.key
+                        AND l.state = 'leased' AND l.visible_at > v_now
+                 ) >= f.key_concurrency THEN 'concurrency'
+            WHEN f.rate_count IS NOT NULL AND (
+                     SELECT count(*) FROM drainpipe.flow_claims c
+                      WHERE c.queue = j.queue
+                        AND c.claimed_at > v_now - make_interval(secs => f.rate_per)
+                 ) >= f.rate_count THEN 'rate'
+            WHEN f.key_rate_count IS NOT NULL AND k.key IS NOT NULL AND (
+                     SELECT count(*) FROM drainpipe.flow_claims c
+                      WHERE c.queue = j.queue AND c.key = k.key
+                        AND c.claimed_at > v_now - make_interval(secs => f.key_rate_per)
+                 ) >= f.key_rate_count THEN 'rate'
+            END AS held_by
+          FROM unnest(p_queues, p_ids) AS w(queue, id)
+          JOIN drainpipe.queue_flow f ON f.queue = w.queue
+          JOIN drainpipe.job_messages j ON j.id = w.id AND j.queue = w.queue
+         CROSS JOIN LATERAL (SELECT drainpipe.job_key(j.payload) AS key) k
+         WHERE j.state = 'queued' AND j.finished_at IS NULL AND j.visible_at <= v_now
+    ) h
+    WHERE h.held_by IS NOT NULL;
+END
+$$;
