@@ -73,3 +73,20 @@ def test_the_sync_twin_takes_keys_and_obeys_the_limits(jobs_db_url: str) -> None
         assert jobs.claim("llm", batch=10) == []
         assert jobs.complete(claimed[0])
         assert [job.id for job in jobs.claim("llm", batch=10)] == [second]
+
+
+async def test_postgrest_records_say_what_holds_them(jobs_db_url: str) -> None:
+    async with (
+        postgrest_emulation(jobs_db_url) as (server, _),
+        PostgrestBackend(BASE, SERVICE_KEY) as backend,
+    ):
+        jobs = Jobs(backend, QUEUES, policies=LIMITED)
+        await jobs.ensure_policies()
+        first, second = await jobs.enqueue_many("llm", [{"n": 1}, {"n": 2}], key="a")
+        assert len(await jobs.claim("llm", batch=5)) == 1
+        record = await jobs.get("llm", second)
+        assert record is not None and record.held_by == "concurrency"
+        assert server.calls()[-1][0] == "flow_holds_v1"
+        page = await jobs.list_jobs("llm")
+        assert [item.held_by for item in page.items] == ["concurrency", None]
+        assert first != second

@@ -281,6 +281,23 @@ class PostgrestBackend:
         data = await self.rpc("paused_v1", {"queues": list(queues)})
         return rows.names(self.schema, "paused_v1", data)
 
+    async def flow_holds(self, jobs: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:
+        """Why each held one of ``jobs`` (queued, of limited queues) is held (rest-api 0009)."""
+        data = await self.rpc(
+            "flow_holds_v1",
+            {"queues": [queue for queue, _ in jobs], "ids": [job_id for _, job_id in jobs]},
+        )
+        if not isinstance(data, list) or not all(
+            isinstance(item, list)
+            and len(item) == 3
+            and isinstance(item[0], str)
+            and isinstance(item[1], int)
+            and isinstance(item[2], str)
+            for item in data
+        ):
+            raise rows.malformed(self.schema, "flow_holds_v1", "[[queue, id, held_by], ...]", data)
+        return {(item[0], item[1]): item[2] for item in data}
+
     async def list_dead(self, queue: str, *, limit: int, before: int | None) -> list[DeadJob]:
         data = await self.rpc(
             "list_dead_v1", {"queue": queue, "max_rows": limit, "before_id": before}

@@ -1,6 +1,7 @@
 -- rest-api: flow control (docs/flow-control.md) over PostgREST. ensure_policy_v2 plus the
 -- flow limits; v2 stays for the previous release (it leaves stored limits as they are).
 -- Claims need nothing new: claim_v1 and the turn call the jobs functions that enforce them.
+-- flow_holds_v1 says why queued jobs are held (JobRecord.held_by).
 SELECT set_config('check_function_bodies', 'off', true);
 
 CREATE OR REPLACE FUNCTION drainpipe_api.ensure_policy_v3(
@@ -31,6 +32,16 @@ BEGIN
     );
     RETURN true;
 END
+$$;
+
+-- [[queue, id, held_by], ...] for the held ones of the given queued jobs (JobRecord.held_by)
+CREATE OR REPLACE FUNCTION drainpipe_api.flow_holds_v1(queues text[], ids bigint[])
+RETURNS jsonb
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(jsonb_agg(jsonb_build_array(h.queue, h.id, h.held_by)), '[]'::jsonb)
+      FROM drainpipe.job_flow_holds_v1(flow_holds_v1.queues, flow_holds_v1.ids) AS h
 $$;
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA drainpipe_api FROM PUBLIC;
