@@ -48,6 +48,8 @@ class Queue(Generic[T]):
         context: JobContext | Mapping[str, Any] | None = None,
         key: str | None = None,
         priority: int = 0,
+        debounce: float | timedelta | None = None,
+        throttle: float | timedelta | None = None,
     ) -> int:
         return await self.jobs.enqueue(
             self.name,
@@ -60,6 +62,8 @@ class Queue(Generic[T]):
             context=context,
             key=key,
             priority=priority,
+            debounce=debounce,
+            throttle=throttle,
         )
 
     async def enqueue_many(

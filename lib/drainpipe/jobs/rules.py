@@ -8,6 +8,7 @@ the same input before any SQL is sent, and store the same values.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -294,6 +295,47 @@ class JobRules:
             if backend_name == "pgmq_public":
                 raise missing_feature("dedupe_key", "pgmq_public")
         return value, wait
+
+    def _flow_enqueue_args(
+        self,
+        queue: str,
+        key: str | None,
+        context: Any,
+        delay: Any,
+        run_at: Any,
+        debounce: Any,
+        throttle: Any,
+    ) -> tuple[str, float | None, float | None]:
+        """The key a debounced or throttled enqueue goes by (``key``, else the tenant) and
+        the two windows in seconds; ``ValueError`` for bad values (docs/flow-control.md)."""
+        if debounce is not None and throttle is not None:
+            raise ValueError("debounce and throttle cannot be combined")
+        windows: list[float | None] = []
+        for name, value in (("debounce", debounce), ("throttle", throttle)):
+            if value is None:
+                windows.append(None)
+                continue
+            if isinstance(value, timedelta):
+                value = value.total_seconds()
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value <= 0
+            ):
+                raise ValueError(f"{name} must be a positive number of seconds or a timedelta")
+            windows.append(float(value))
+        if debounce is not None and (delay is not None or run_at is not None):
+            raise ValueError("debounce sets when the job runs: no delay or run_at with it")
+        if debounce is not None:
+            self._check_delay(queue, float(debounce))
+        effective = key
+        if effective is None:
+            recorded = coerce_context(context)
+            effective = recorded.tenant if recorded is not None else None
+        if effective is None:
+            raise ValueError("debounce and throttle need a key (or a tenant in the context)")
+        return effective, windows[0], windows[1]
 
     def _enqueue_many_args(
         self,

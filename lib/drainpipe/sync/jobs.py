@@ -76,12 +76,17 @@ class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin):
         context: JobContext | Mapping[str, Any] | None = None,
         key: str | None = None,
         priority: int = 0,
+        debounce: float | timedelta | None = None,
+        throttle: float | timedelta | None = None,
     ) -> int:
-        """Validate and store a job; its id (the existing id on a dedupe hit). ``key`` and
-        ``priority``: as the async ``Jobs.enqueue`` (docs/flow-control.md)."""
+        """Validate and store a job; its id (the existing id on a dedupe hit). ``key``,
+        ``priority``, ``debounce`` and ``throttle``: as the async ``Jobs.enqueue``
+        (docs/flow-control.md)."""
         if (
             key is None
             and priority == 0
+            and debounce is None
+            and throttle is None
             and delay is None
             and run_at is None
             and type(max_attempts) is int
@@ -113,6 +118,21 @@ class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin):
             key=key,
             priority=priority,
         )
+        if debounce is not None or throttle is not None:
+            effective, debounce_s, throttle_s = self._flow_enqueue_args(
+                queue, key, context, delay, run_at, debounce, throttle
+            )
+            return self.backend.send_flow(
+                queue,
+                value,
+                delay=wait,
+                max_attempts=max_attempts,
+                dedupe_key=dedupe_key,
+                dedupe=dedupe,
+                key=effective,
+                debounce=debounce_s,
+                throttle=throttle_s,
+            )
         return self.backend.send(
             queue,
             value,

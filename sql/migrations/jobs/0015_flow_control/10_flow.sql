@@ -218,3 +218,64 @@ BEGIN
     SELECT p_flow.queue, k, p_now FROM unnest(p_keys) AS k;
 END
 $$;
+
+-- Debounce and throttle (enqueue(..., key=, debounce= / throttle=)): the job each (queue,
+-- key) last accepted through them, and when. One row per key; the enqueue that reads it
+-- holds an advisory lock on (queue, key), so two enqueues of one key are ordered.
+CREATE TABLE IF NOT EXISTS drainpipe.flow_enqueues (
+    queue text NOT NULL,
+    key text NOT NULL,
+    job_id bigint NOT NULL,
+    accepted_at timestamptz NOT NULL,
+    PRIMARY KEY (queue, key)
+);
+ALTER TABLE drainpipe.flow_enqueues ENABLE ROW LEVEL SECURITY;
+
+-- A debounced or throttled enqueue; the job's id. Throttle: within p_throttle seconds of
+-- the key's last accepted enqueue (whatever that job's state since), that job's id and
+-- nothing stored. Debounce: the key's last debounced job, while it is still queued (never
+-- claimed), gets p_payload and becomes eligible p_debounce seconds from now; else a new job
+-- eligible then. The storage's debounce_job rewrites the queued job; enqueue_job_v1 stores
+-- a new one (so queue policies apply as to any enqueue).
+CREATE OR REPLACE FUNCTION drainpipe.enqueue_flow_job_v1(
+    p_queue text, p_payload jsonb, p_delay double precision, p_max_attempts integer,
+    p_dedupe_key text, p_dedupe_running boolean, p_key text,
+    p_debounce double precision, p_throttle double precision
+)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_id bigint;
+    v_at timestamptz;
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF p_key IS NULL OR (p_debounce IS NULL) = (p_throttle IS NULL)
+       OR coalesce(p_debounce, p_throttle) <= 0 THEN
+        RAISE EXCEPTION 'debounce or throttle (one, positive) needs a key'
+            USING ERRCODE = '22023';
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow_enqueue:' || p_queue), hashtext(p_key));
+    SELECT e.job_id, e.accepted_at INTO v_id, v_at
+      FROM drainpipe.flow_enqueues e WHERE e.queue = p_queue AND e.key = p_key;
+    IF p_throttle IS NOT NULL THEN
+        IF v_id IS NOT NULL AND v_at > v_now - make_interval(secs => p_throttle) THEN
+            RETURN v_id;
+        END IF;
+        v_id := drainpipe.enqueue_job_v1(p_queue, p_payload, p_delay, p_max_attempts,
+                                         p_dedupe_key, p_dedupe_running);
+    ELSE
+        IF v_id IS NOT NULL AND drainpipe.debounce_job(p_queue, v_id, p_payload, p_debounce) THEN
+            RETURN v_id;
+        END IF;
+        v_id := drainpipe.enqueue_job_v1(p_queue, p_payload, p_debounce, p_max_attempts,
+                                         p_dedupe_key, p_dedupe_running);
+    END IF;
+    INSERT INTO drainpipe.flow_enqueues AS e (queue, key, job_id, accepted_at)
+    VALUES (p_queue, p_key, v_id, v_now)
+    ON CONFLICT (queue, key) DO UPDATE SET job_id = excluded.job_id, accepted_at = excluded.accepted_at;
+    RETURN v_id;
+END
+$$;

@@ -414,3 +414,27 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- Debounce (enqueue_flow_job_v1): the table's debounce_job (see there), on the queue's table.
+CREATE OR REPLACE FUNCTION drainpipe.debounce_job(
+    p_queue text, p_id bigint, p_payload jsonb, p_seconds double precision
+)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_changed integer;
+BEGIN
+    IF to_regclass('pgmq.' || quote_ident('q_' || p_queue)) IS NULL THEN
+        RETURN false;
+    END IF;
+    EXECUTE format('UPDATE pgmq.%I m
+                       SET message = jsonb_set(m.message, ''{payload}'', coalesce($1, ''{}''::jsonb)),
+                           vt = clock_timestamp() + make_interval(secs => greatest($2, 0))
+                     WHERE m.msg_id = $3 AND m.read_ct = 0', 'q_' || p_queue)
+      USING p_payload, p_seconds, p_id;
+    GET DIAGNOSTICS v_changed = ROW_COUNT;
+    RETURN v_changed > 0;
+END
+$$;

@@ -341,3 +341,22 @@ BEGIN
     WHERE h.held_by IS NOT NULL;
 END
 $$;
+
+-- Debounce (enqueue_flow_job_v1): job p_id of p_queue, while still queued (never claimed,
+-- live), gets p_payload and becomes eligible p_seconds from now. True when it did.
+CREATE OR REPLACE FUNCTION drainpipe.debounce_job(
+    p_queue text, p_id bigint, p_payload jsonb, p_seconds double precision
+)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    UPDATE drainpipe.job_messages m
+       SET payload = coalesce(p_payload, '{}'::jsonb),
+           visible_at = clock_timestamp() + make_interval(secs => greatest(p_seconds, 0))
+     WHERE m.id = p_id AND m.queue = p_queue AND m.attempts = 0 AND m.finished_at IS NULL
+       AND m.state = 'queued';
+    RETURN FOUND;
+END
+$$;
