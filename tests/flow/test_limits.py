@@ -345,3 +345,41 @@ async def test_held_by_says_which_limit_holds_a_queued_job(jobs_db_url: str) -> 
             assert record is not None and record.held_by is None
             assert [job.id for job in twin.claim("llm", batch=5, lease=30)] == [second]
         assert await held("ledger", behind) == "order"
+
+
+async def test_claims_side_by_side_stop_exactly_at_a_large_concurrency(
+    jobs_db_url: str, backend_name: str
+) -> None:
+    """8 claimers take batches of 100 and hold everything they get: while 1,600 places are
+    free they claim side by side (shared flow lock), then one at a time; the leased count
+    ends exactly at the limit, and a watcher never sees it above."""
+    limit = 1750
+    async with await limited(jobs_db_url, concurrency=limit) as setup:
+        for start in range(0, 2600, 500):
+            await setup.enqueue_many("llm", [{"n": n} for n in range(start, start + 500)])
+    done = asyncio.Event()
+    seen: list[int] = []
+
+    async def watch() -> None:
+        async with await psycopg.AsyncConnection.connect(jobs_db_url, autocommit=True) as conn:
+            while not done.is_set():
+                row = await (await conn.execute(leased_sql(backend_name, False))).fetchone()
+                assert row is not None
+                seen.append(row[0])
+                assert row[0] <= limit
+
+    async def hoard() -> int:
+        async with Jobs(jobs_db_url, QUEUES, policies={"llm": policy(concurrency=limit)}) as j:
+            taken = 0
+            while batch := await j.claim("llm", batch=100, lease=60):
+                taken += len(batch)
+            return taken
+
+    watcher = asyncio.create_task(watch())
+    try:
+        taken = await asyncio.gather(*(hoard() for _ in range(8)))
+    finally:
+        done.set()
+        await watcher
+    assert sum(taken) == limit
+    assert seen and max(seen) <= limit
