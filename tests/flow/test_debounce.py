@@ -77,3 +77,20 @@ def test_the_sync_twin_debounces_and_throttles(jobs_db_url: str) -> None:
         assert jobs.enqueue("digests", {"v": 2}, key="b", throttle=30) == accepted
         with pytest.raises(ValueError, match="key"):
             jobs.enqueue("digests", {}, debounce=5)
+
+
+async def test_postgrest_debounces_and_throttles(jobs_db_url: str) -> None:
+    from drainpipe.backends.postgrest import PostgrestBackend
+    from tests.jobs.postgrest_emulation import BASE, SERVICE_KEY, postgrest_emulation
+
+    async with (
+        postgrest_emulation(jobs_db_url) as (server, _),
+        PostgrestBackend(BASE, SERVICE_KEY) as backend,
+    ):
+        jobs = Jobs(backend, QUEUES)
+        first = await jobs.enqueue("digests", {"v": 1}, key="a", debounce=30)
+        assert await jobs.enqueue("digests", {"v": 2}, key="a", debounce=30) == first
+        assert server.calls()[-1][0] == "enqueue_flow_v1"
+        accepted = await jobs.enqueue("digests", {"v": 1}, key="b", throttle=30)
+        assert await jobs.enqueue("digests", {"v": 2}, key="b", throttle=30) == accepted
+        assert (await jobs.stats(["digests"]))["digests"].delayed == 1

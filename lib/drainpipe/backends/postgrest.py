@@ -165,6 +165,34 @@ class PostgrestBackend:
             params["dedupe_running"] = dedupe != "waiting"
         return rows.job_id(self.schema, "enqueue_v1", await self.rpc("enqueue_v1", params))
 
+    async def send_flow(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        delay: float,
+        max_attempts: int,
+        dedupe_key: str | None,
+        dedupe: DedupeMode,
+        key: str,
+        debounce: float | None,
+        throttle: float | None,
+    ) -> int:
+        """A debounced or throttled enqueue (rest-api 0009_flow_control)."""
+        params: dict[str, Any] = {
+            "queue": queue,
+            "payload": payload,
+            "key": key,
+            "debounce": debounce,
+            "throttle": throttle,
+            "delay": float(delay),
+            "max_attempts": max_attempts,
+            "dedupe_key": dedupe_key,
+            "dedupe_running": dedupe != "waiting",
+        }
+        data = await self.rpc("enqueue_flow_v1", params)
+        return rows.job_id(self.schema, "enqueue_flow_v1", data)
+
     async def send_many(
         self, queue: str, payloads: Sequence[Any], *, delay: float = 0, max_attempts: int = 5
     ) -> list[int]:

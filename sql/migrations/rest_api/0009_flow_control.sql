@@ -1,7 +1,8 @@
 -- rest-api: flow control (docs/flow-control.md) over PostgREST. ensure_policy_v2 plus the
 -- flow limits; v2 stays for the previous release (it leaves stored limits as they are).
 -- Claims need nothing new: claim_v1 and the turn call the jobs functions that enforce them.
--- flow_holds_v1 says why queued jobs are held (JobRecord.held_by).
+-- flow_holds_v1 says why queued jobs are held (JobRecord.held_by); enqueue_flow_v1 is a
+-- debounced or throttled enqueue.
 SELECT set_config('check_function_bodies', 'off', true);
 
 CREATE OR REPLACE FUNCTION drainpipe_api.ensure_policy_v3(
@@ -42,6 +43,24 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT coalesce(jsonb_agg(jsonb_build_array(h.queue, h.id, h.held_by)), '[]'::jsonb)
       FROM drainpipe.job_flow_holds_v1(flow_holds_v1.queues, flow_holds_v1.ids) AS h
+$$;
+
+-- a debounced or throttled enqueue (jobs 0015's enqueue_flow_job_v1); the job's id
+CREATE OR REPLACE FUNCTION drainpipe_api.enqueue_flow_v1(
+    queue text, payload jsonb, key text, debounce double precision DEFAULT NULL,
+    throttle double precision DEFAULT NULL, delay double precision DEFAULT 0,
+    max_attempts integer DEFAULT 5, dedupe_key text DEFAULT NULL,
+    dedupe_running boolean DEFAULT true
+)
+RETURNS bigint
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT drainpipe.enqueue_flow_job_v1(
+        enqueue_flow_v1.queue, enqueue_flow_v1.payload, enqueue_flow_v1.delay,
+        enqueue_flow_v1.max_attempts, enqueue_flow_v1.dedupe_key, enqueue_flow_v1.dedupe_running,
+        enqueue_flow_v1.key, enqueue_flow_v1.debounce, enqueue_flow_v1.throttle
+    )
 $$;
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA drainpipe_api FROM PUBLIC;
