@@ -89,6 +89,12 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "drainpipe's SQL turn (complete_and_claim, batch 100, 5 threads) of this checkout over"
         " an earlier one's, the two interleaved round by round on one server",
     ),
+    "bench.flow": (
+        "python -m bench.flow",
+        "flow control (docs/flow-control.md): a claim of 10 from a backlog over 10,000 keys,"
+        " half held by key_concurrency=1, against the same backlog without limits; processing"
+        " under a concurrency that does not bind; a rate of 100/s with 8 claimers",
+    ),
     "bench.console_overview": (
         "python -m bench.console_overview 1000000",
         "`GET /queues` over 20 queues and 1,000,000 records, median of 20 reads",

@@ -41,6 +41,7 @@ _EXPORTS: dict[str, str] = {
     "Queue": "jobs",
     "QueueBackend": "backends",
     "QueuePolicy": "jobs",
+    "Rate": "jobs",
     "QueueStats": "models",
     "ReplayReport": "models",
     "Retry": "errors",
@@ -90,6 +91,7 @@ __all__ = [
     "QueueBackend",
     "QueuePolicy",
     "QueueStats",
+    "Rate",
     "ReplayReport",
     "Retry",
     "ScheduleDef",
@@ -124,7 +126,7 @@ if TYPE_CHECKING:
     from .errors import DrainpipeError, Retry
     from .idempotency import Begin, Idempotency
     from .inbox import InboxEntry, Stored, WebhookInbox, WebhookMessage
-    from .jobs import Jobs, Queue, QueuePolicy
+    from .jobs import Jobs, Queue, QueuePolicy, Rate
     from .keyring import Keyring
     from .leases import Lease, LeaseOutcome, lease, with_lease
     from .models import (

@@ -13,7 +13,7 @@ from typing import Any
 
 from .errors import validation_error
 from .models import Actor, JobContext
-from .validation import check_text
+from .validation import check_text, storable_text
 
 ENVELOPE_KEY = "$dp"
 _ACTOR_KINDS = ("user", "service", "anon")
@@ -96,6 +96,49 @@ def wrap_payload(payload: Any, context: JobContext | None) -> Any:
     if context.tenant is not None:
         recorded["tenant"] = context.tenant
     return {ENVELOPE_KEY: 1, "context": recorded, "payload": payload}
+
+
+MAX_KEY_BYTES = 200
+PRIORITY_RANGE = range(-100, 101)
+
+
+def check_flow(key: Any, priority: Any) -> tuple[str | None, int]:
+    """A job's flow ``key`` (text of at most 200 bytes) and ``priority`` (an int in
+    -100..100); ``ValueError`` otherwise."""
+    if key is not None and (
+        not isinstance(key, str)
+        or not key
+        or storable_text(key) != key
+        or len(key.encode()) > MAX_KEY_BYTES
+    ):
+        raise ValueError(
+            f"key must be a non-empty text of at most {MAX_KEY_BYTES} bytes"
+            " (no NUL characters or lone surrogates)"
+        )
+    if (
+        isinstance(priority, bool)
+        or not isinstance(priority, int)
+        or priority not in PRIORITY_RANGE
+    ):
+        raise ValueError("priority must be an integer from -100 to 100")
+    return key, priority
+
+
+def add_flow(stored: Any, key: str | None, priority: int) -> Any:
+    """``stored`` with the job's flow key and priority as envelope metadata (``key``,
+    ``priority``), kept in clear beside a sealed payload as the tenant is; unchanged when
+    there is neither. The database reads them (``drainpipe.job_key``/``job_priority``)."""
+    if key is None and priority == 0:
+        return stored
+    if not (isinstance(stored, dict) and stored.get(ENVELOPE_KEY) == 1):
+        stored = {ENVELOPE_KEY: 1, "context": {}, "payload": stored}
+    else:
+        stored = dict(stored)
+    if key is not None:
+        stored["key"] = key
+    if priority:
+        stored["priority"] = priority
+    return stored
 
 
 def add_trace(stored: Any, trace: Mapping[str, str]) -> Any:

@@ -265,7 +265,9 @@ class JobRecord:
     """A job as an operator sees it: metadata only, never the payload, error text or lease
     tokens. ``state`` is what holds at read time; ``history`` is filled by ``get`` (a
     listing leaves it empty). ``held_by`` says why a ``queued`` job that could run is not
-    claimed: ``"paused"`` (its queue is paused), else None."""
+    claimed: ``"paused"`` (its queue is paused), ``"concurrency"`` (its queue's or key's
+    leased jobs are at a limit), ``"rate"`` (a rate window is full), ``"order"`` (an earlier
+    job of its ordered key is live), else None."""
 
     id: int
     queue: str

@@ -27,6 +27,22 @@ CREATE TYPE drainpipe.schedule_entry_v1 AS (name text, cron text, time_zone text
 
 -- Tables, with their constraints, indexes and triggers
 
+CREATE TABLE drainpipe.flow_claims (
+    queue text NOT NULL,
+    key text,
+    claimed_at timestamp with time zone NOT NULL
+);
+CREATE INDEX flow_claims_key_idx ON drainpipe.flow_claims USING btree (queue, key, claimed_at) WHERE (key IS NOT NULL);
+CREATE INDEX flow_claims_queue_idx ON drainpipe.flow_claims USING btree (queue, claimed_at);
+
+CREATE TABLE drainpipe.flow_enqueues (
+    queue text NOT NULL,
+    key text NOT NULL,
+    job_id bigint NOT NULL,
+    accepted_at timestamp with time zone NOT NULL
+);
+ALTER TABLE drainpipe.flow_enqueues ADD CONSTRAINT flow_enqueues_pkey PRIMARY KEY (queue, key);
+
 CREATE TABLE drainpipe.job_attempts (
     queue text NOT NULL,
     job_id bigint NOT NULL,
@@ -159,6 +175,26 @@ CREATE TABLE drainpipe.modules (
     installed_at timestamp with time zone DEFAULT now() NOT NULL
 );
 ALTER TABLE drainpipe.modules ADD CONSTRAINT modules_pkey PRIMARY KEY (name);
+
+CREATE TABLE drainpipe.queue_flow (
+    queue text NOT NULL,
+    concurrency integer,
+    key_concurrency integer,
+    rate_count integer,
+    rate_per double precision,
+    key_rate_count integer,
+    key_rate_per double precision,
+    ordered boolean DEFAULT false NOT NULL
+);
+ALTER TABLE drainpipe.queue_flow ADD CONSTRAINT queue_flow_check CHECK (((rate_count IS NULL) = (rate_per IS NULL)));
+ALTER TABLE drainpipe.queue_flow ADD CONSTRAINT queue_flow_check1 CHECK (((key_rate_count IS NULL) = (key_rate_per IS NULL)));
+ALTER TABLE drainpipe.queue_flow ADD CONSTRAINT queue_flow_concurrency_check CHECK ((concurrency > 0));
+ALTER TABLE drainpipe.queue_flow ADD CONSTRAINT queue_flow_key_concurrency_check CHECK ((key_concurrency > 0));
+ALTER TABLE drainpipe.queue_flow ADD CONSTRAINT queue_flow_key_rate_count_check CHECK ((key_rate_count > 0));
+ALTER TABLE drainpipe.queue_flow ADD CONSTRAINT queue_flow_key_rate_per_check CHECK ((key_rate_per > (0)::double precision));
+ALTER TABLE drainpipe.queue_flow ADD CONSTRAINT queue_flow_pkey PRIMARY KEY (queue);
+ALTER TABLE drainpipe.queue_flow ADD CONSTRAINT queue_flow_rate_count_check CHECK ((rate_count > 0));
+ALTER TABLE drainpipe.queue_flow ADD CONSTRAINT queue_flow_rate_per_check CHECK ((rate_per > (0)::double precision));
 
 CREATE TABLE drainpipe.queue_pauses (
     queue text NOT NULL,
@@ -661,6 +697,7 @@ DECLARE
     v_batch integer := greatest(p_batch, 1);
     v_ids bigint[];
     v_lapsed boolean;
+    v_flow drainpipe.queue_flow;
 BEGIN
     -- the completions first: a claim must not take back a job this turn completes
     IF cardinality(p_ids) > 0 THEN
@@ -674,6 +711,8 @@ BEGIN
     IF EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = p_queue) THEN
         RETURN;  -- paused: the completions above stand, nothing is claimed (jobs 0012)
     END IF;
+    -- the queue's flow limits, if it has any (jobs 0015)
+    SELECT * INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = p_queue;
 
     -- the claim's clock starts after the completions (as a claim sent after them would)
     v_now := coalesce(p_now, clock_timestamp());
@@ -699,6 +738,22 @@ BEGIN
         ON CONFLICT DO NOTHING;
     END IF;
 
+    IF v_flow.key_concurrency IS NOT NULL OR v_flow.key_rate_count IS NOT NULL OR v_flow.ordered THEN
+        -- limits per key: the pick they allow (jobs 0015), rows locked
+        v_ids := drainpipe.job_messages_flow_pick(v_flow, v_batch, v_now);
+        IF cardinality(v_ids) = 0 THEN
+            RETURN;
+        END IF;
+        SELECT bool_or(x.state = 'leased') INTO v_lapsed
+          FROM drainpipe.job_messages x WHERE x.id = ANY (v_ids);
+    ELSE
+    IF v_flow.queue IS NOT NULL THEN
+        -- queue-wide limits only: the pick below, no larger than the room they leave
+        v_batch := drainpipe.job_messages_flow_room(v_flow, v_batch, v_now);
+        IF v_batch = 0 THEN
+            RETURN;
+        END IF;
+    END IF;
     -- The pick is a statement of its own, into arrays: the take-over record below is then a
     -- branch taken only when a lapsed lease was picked (see jobs 0004).
     SELECT array_agg(p.id), bool_or(p.state = 'leased')
@@ -713,6 +768,7 @@ BEGIN
            LIMIT v_batch
              FOR UPDATE SKIP LOCKED
       ) p;
+    END IF;
     IF v_ids IS NULL THEN
         RETURN;
     END IF;
@@ -736,6 +792,13 @@ BEGIN
      WHERE j.id = ANY (v_ids)
     RETURNING j.id, j.attempts, j.enqueued_at, j.visible_at, j.payload, j.max_attempts,
               j.last_error, false;
+    IF v_flow.rate_count IS NOT NULL OR v_flow.key_rate_count IS NOT NULL THEN
+        -- the rate windows count the attempts just started (jobs 0015)
+        PERFORM drainpipe.flow_record_claims(v_flow,
+            ARRAY(SELECT drainpipe.job_key(x.payload) FROM drainpipe.job_messages x
+                   WHERE x.id = ANY (v_ids)),
+            v_now);
+    END IF;
 END
 $function$;
 
@@ -813,6 +876,22 @@ AS $function$
                    ELSE jsonb_build_object('dedupe_key', p_dedupe_key) END
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.debounce_job(p_queue text, p_id bigint, p_payload jsonb, p_seconds double precision)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    UPDATE drainpipe.job_messages m
+       SET payload = coalesce(p_payload, '{}'::jsonb),
+           visible_at = clock_timestamp() + make_interval(secs => greatest(p_seconds, 0))
+     WHERE m.id = p_id AND m.queue = p_queue AND m.attempts = 0 AND m.finished_at IS NULL
+       AND m.state = 'queued';
+    RETURN FOUND;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.drop_queue_policy_v1(p_queue text)
  RETURNS boolean
  LANGUAGE plpgsql
@@ -821,8 +900,49 @@ CREATE OR REPLACE FUNCTION drainpipe.drop_queue_policy_v1(p_queue text)
 AS $function$
 BEGIN
     DELETE FROM drainpipe.queue_pending WHERE queue = p_queue;
+    DELETE FROM drainpipe.queue_flow WHERE queue = p_queue;  -- jobs 0015
     DELETE FROM drainpipe.queue_policies WHERE queue = p_queue;
     RETURN FOUND;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.enqueue_flow_job_v1(p_queue text, p_payload jsonb, p_delay double precision, p_max_attempts integer, p_dedupe_key text, p_dedupe_running boolean, p_key text, p_debounce double precision, p_throttle double precision)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_id bigint;
+    v_at timestamptz;
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF p_key IS NULL OR (p_debounce IS NULL) = (p_throttle IS NULL)
+       OR coalesce(p_debounce, p_throttle) <= 0 THEN
+        RAISE EXCEPTION 'debounce or throttle (one, positive) needs a key'
+            USING ERRCODE = '22023';
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow_enqueue:' || p_queue), hashtext(p_key));
+    SELECT e.job_id, e.accepted_at INTO v_id, v_at
+      FROM drainpipe.flow_enqueues e WHERE e.queue = p_queue AND e.key = p_key;
+    IF p_throttle IS NOT NULL THEN
+        IF v_id IS NOT NULL AND v_at > v_now - make_interval(secs => p_throttle) THEN
+            RETURN v_id;
+        END IF;
+        v_id := drainpipe.enqueue_job_v1(p_queue, p_payload, p_delay, p_max_attempts,
+                                         p_dedupe_key, p_dedupe_running);
+    ELSE
+        IF v_id IS NOT NULL AND drainpipe.debounce_job(p_queue, v_id, p_payload, p_debounce) THEN
+            RETURN v_id;
+        END IF;
+        v_id := drainpipe.enqueue_job_v1(p_queue, p_payload, p_debounce, p_max_attempts,
+                                         p_dedupe_key, p_dedupe_running);
+    END IF;
+    INSERT INTO drainpipe.flow_enqueues AS e (queue, key, job_id, accepted_at)
+    VALUES (p_queue, p_key, v_id, v_now)
+    ON CONFLICT (queue, key) DO UPDATE SET job_id = excluded.job_id, accepted_at = excluded.accepted_at;
+    RETURN v_id;
 END
 $function$;
 
@@ -917,6 +1037,51 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.ensure_flow_indexes(p_queue text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    -- what is leased, per queue and key: concurrency and key_concurrency count here
+    -- (bounded by the limits: only leased rows are in it)
+    CREATE INDEX IF NOT EXISTS job_messages_flow_leased_idx
+        ON drainpipe.job_messages (queue, drainpipe.job_key(payload), visible_at)
+        WHERE state = 'leased';
+    -- the live jobs of a key in enqueue order: ordered=True probes for an earlier one
+    CREATE INDEX IF NOT EXISTS job_messages_flow_order_idx
+        ON drainpipe.job_messages (queue, drainpipe.job_key(payload), id)
+        WHERE finished_at IS NULL AND drainpipe.job_key(payload) IS NOT NULL;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.ensure_queue_flow_v1(p_queue text, p_concurrency integer, p_key_concurrency integer, p_rate_count integer, p_rate_per double precision, p_key_rate_count integer, p_key_rate_per double precision, p_ordered boolean)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF p_concurrency IS NULL AND p_key_concurrency IS NULL AND p_rate_count IS NULL
+       AND p_key_rate_count IS NULL AND NOT coalesce(p_ordered, false) THEN
+        DELETE FROM drainpipe.queue_flow WHERE queue = p_queue;
+        RETURN;
+    END IF;
+    PERFORM drainpipe.ensure_flow_indexes(p_queue);
+    INSERT INTO drainpipe.queue_flow AS f (queue, concurrency, key_concurrency, rate_count,
+                                           rate_per, key_rate_count, key_rate_per, ordered)
+    VALUES (p_queue, p_concurrency, p_key_concurrency, p_rate_count, p_rate_per,
+            p_key_rate_count, p_key_rate_per, coalesce(p_ordered, false))
+    ON CONFLICT (queue) DO UPDATE
+       SET concurrency = excluded.concurrency, key_concurrency = excluded.key_concurrency,
+           rate_count = excluded.rate_count, rate_per = excluded.rate_per,
+           key_rate_count = excluded.key_rate_count, key_rate_per = excluded.key_rate_per,
+           ordered = excluded.ordered;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.ensure_queue_overview_v1(p_queues text[], p_force boolean DEFAULT false)
  RETURNS bigint
  LANGUAGE sql
@@ -962,6 +1127,21 @@ BEGIN
     UPDATE drainpipe.queue_policies
        SET replay_window = p_replay_window, replayable = coalesce(p_replayable, true)
      WHERE queue = p_queue;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.ensure_queue_policy_v3(p_queue text, p_max_payload_bytes integer, p_max_pending integer, p_lease double precision, p_max_lease double precision, p_max_delay double precision, p_max_attempts integer, p_attempt_window double precision, p_retention double precision, p_encrypt boolean, p_replay_window double precision, p_replayable boolean, p_concurrency integer DEFAULT NULL::integer, p_key_concurrency integer DEFAULT NULL::integer, p_rate_count integer DEFAULT NULL::integer, p_rate_per double precision DEFAULT NULL::double precision, p_key_rate_count integer DEFAULT NULL::integer, p_key_rate_per double precision DEFAULT NULL::double precision, p_ordered boolean DEFAULT false)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM drainpipe.ensure_queue_policy_v2(p_queue, p_max_payload_bytes, p_max_pending,
+        p_lease, p_max_lease, p_max_delay, p_max_attempts, p_attempt_window, p_retention,
+        p_encrypt, p_replay_window, p_replayable);
+    PERFORM drainpipe.ensure_queue_flow_v1(p_queue, p_concurrency, p_key_concurrency,
+        p_rate_count, p_rate_per, p_key_rate_count, p_key_rate_per, p_ordered);
 END
 $function$;
 
@@ -1049,6 +1229,72 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.flow_gate(p_flow drainpipe.queue_flow, p_batch integer, p_leased bigint)
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    c_slots constant integer := 8;
+    c_cap constant integer := 100;
+    v_slot integer;
+BEGIN
+    IF p_flow.concurrency IS NOT NULL AND p_flow.rate_count IS NULL
+       AND p_flow.key_concurrency IS NULL AND p_flow.key_rate_count IS NULL AND NOT p_flow.ordered
+       AND p_batch <= c_cap AND p_leased + 2 * c_slots * c_cap <= p_flow.concurrency THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtext('drainpipe.flow'), hashtext(p_flow.queue));
+        FOR v_slot IN 0 .. c_slots - 1 LOOP
+            IF pg_try_advisory_xact_lock(hashtext('drainpipe.flow.slot:' || p_flow.queue), v_slot) THEN
+                RETURN (c_slots - 1) * c_cap;
+            END IF;
+        END LOOP;
+        PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow.slot:' || p_flow.queue),
+                                      pg_backend_pid() % c_slots);
+        RETURN (c_slots - 1) * c_cap;
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(p_flow.queue));
+    RETURN 0;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.flow_record_claims(p_flow drainpipe.queue_flow, p_keys text[], p_now timestamp with time zone)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_flow.rate_count IS NULL AND p_flow.key_rate_count IS NULL THEN
+        RETURN;
+    END IF;
+    DELETE FROM drainpipe.flow_claims c
+     WHERE c.queue = p_flow.queue
+       AND c.claimed_at <= p_now - make_interval(
+               secs => greatest(coalesce(p_flow.rate_per, 0), coalesce(p_flow.key_rate_per, 0)));
+    INSERT INTO drainpipe.flow_claims (queue, key, claimed_at)
+    SELECT p_flow.queue, k, p_now FROM unnest(p_keys) AS k;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.flow_room(p_flow drainpipe.queue_flow, p_batch integer, p_leased bigint, p_now timestamp with time zone)
+ RETURNS integer
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+DECLARE
+    v_room bigint := p_batch;
+BEGIN
+    IF p_flow.concurrency IS NOT NULL THEN
+        v_room := least(v_room, p_flow.concurrency - p_leased);
+    END IF;
+    IF p_flow.rate_count IS NOT NULL AND v_room > 0 THEN
+        v_room := least(v_room, p_flow.rate_count - (
+            SELECT count(*) FROM drainpipe.flow_claims c
+             WHERE c.queue = p_flow.queue
+               AND c.claimed_at > p_now - make_interval(secs => p_flow.rate_per)));
+    END IF;
+    RETURN greatest(v_room, 0)::integer;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.get_job_v1(p_queue text, p_id bigint, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS SETOF drainpipe.job_record_v1
  LANGUAGE sql
@@ -1101,6 +1347,53 @@ AS $function$
       ) c
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.job_flow_holds_v1(p_queues text[], p_ids bigint[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS TABLE(queue text, id bigint, held_by text)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+BEGIN
+    RETURN QUERY
+    SELECT h.queue, h.id, h.held_by FROM (
+        SELECT j.queue, j.id, CASE
+            WHEN f.ordered AND k.key IS NOT NULL AND EXISTS (
+                     SELECT 1 FROM drainpipe.job_messages e
+                      WHERE e.queue = j.queue AND drainpipe.job_key(e.payload) = k.key
+                        AND drainpipe.job_key(e.payload) IS NOT NULL
+                        AND e.finished_at IS NULL AND e.id < j.id) THEN 'order'
+            WHEN f.concurrency IS NOT NULL AND (
+                     SELECT count(*) FROM drainpipe.job_messages l
+                      WHERE l.queue = j.queue AND l.state = 'leased' AND l.visible_at > v_now
+                 ) >= f.concurrency THEN 'concurrency'
+            WHEN f.key_concurrency IS NOT NULL AND k.key IS NOT NULL AND (
+                     SELECT count(*) FROM drainpipe.job_messages l
+                      WHERE l.queue = j.queue AND drainpipe.job_key(l.payload) = k.key
+                        AND l.state = 'leased' AND l.visible_at > v_now
+                 ) >= f.key_concurrency THEN 'concurrency'
+            WHEN f.rate_count IS NOT NULL AND (
+                     SELECT count(*) FROM drainpipe.flow_claims c
+                      WHERE c.queue = j.queue
+                        AND c.claimed_at > v_now - make_interval(secs => f.rate_per)
+                 ) >= f.rate_count THEN 'rate'
+            WHEN f.key_rate_count IS NOT NULL AND k.key IS NOT NULL AND (
+                     SELECT count(*) FROM drainpipe.flow_claims c
+                      WHERE c.queue = j.queue AND c.key = k.key
+                        AND c.claimed_at > v_now - make_interval(secs => f.key_rate_per)
+                 ) >= f.key_rate_count THEN 'rate'
+            END AS held_by
+          FROM unnest(p_queues, p_ids) AS w(queue, id)
+          JOIN drainpipe.queue_flow f ON f.queue = w.queue
+          JOIN drainpipe.job_messages j ON j.id = w.id AND j.queue = w.queue
+         CROSS JOIN LATERAL (SELECT drainpipe.job_key(j.payload) AS key) k
+         WHERE j.state = 'queued' AND j.finished_at IS NULL AND j.visible_at <= v_now
+    ) h
+    WHERE h.held_by IS NOT NULL;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.job_history_v1(p_queue text, p_id bigint, p_attempts integer, p_state text, p_started_at timestamp with time zone, p_finished_at timestamp with time zone, p_lease_end timestamp with time zone, p_last_code text, p_now timestamp with time zone)
  RETURNS jsonb
  LANGUAGE sql
@@ -1133,6 +1426,15 @@ AS $function$
         ON a.queue = p_queue AND a.job_id = p_id AND a.number = g.n
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.job_key(p_stored jsonb)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+    SELECT CASE WHEN p_stored @> '{"$dp": 1}'
+                THEN coalesce(p_stored ->> 'key', p_stored #>> '{context,tenant}') END
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.job_message(p_payload jsonb, p_max_attempts integer, p_dedupe_key text)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -1148,6 +1450,121 @@ BEGIN
         'max_attempts', p_max_attempts,
         'dedupe_key', p_dedupe_key
     )) || jsonb_build_object('payload', coalesce(p_payload, '{}'::jsonb));
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_messages_flow_pick(p_flow drainpipe.queue_flow, p_batch integer, p_now timestamp with time zone)
+ RETURNS bigint[]
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_queue text := p_flow.queue;
+    v_room integer;
+    v_ids bigint[] := '{}';
+    v_keys text[] := '{}';
+    v_chunk integer;
+    v_scanned integer := 0;
+    v_bound integer := p_batch * 50 + 500;
+    v_after_at timestamptz := '-infinity';
+    v_after_id bigint := 0;
+    v_rows integer;
+    v_take bigint[];
+    v_take_keys text[];
+BEGIN
+    v_room := drainpipe.job_messages_flow_room(p_flow, p_batch, p_now);
+    v_chunk := 2 * v_room + 8;
+    WHILE v_room > 0 AND v_scanned < v_bound LOOP
+        WITH chunk AS (
+            SELECT x.id, x.visible_at, drainpipe.job_key(x.payload) AS k
+              FROM drainpipe.job_messages x
+             WHERE x.queue = v_queue AND x.finished_at IS NULL AND x.visible_at <= p_now
+               AND x.attempts < x.max_attempts
+               AND (x.visible_at, x.id) > (v_after_at, v_after_id)
+             ORDER BY x.visible_at, x.id
+             LIMIT v_chunk
+        ), ranked AS (
+            -- nth: the place of a job among this chunk's jobs of its key
+            SELECT c.*, row_number() OVER (PARTITION BY c.k ORDER BY c.visible_at, c.id) AS nth,
+                   (SELECT count(*) FROM unnest(v_keys) p WHERE p = c.k) AS picked
+              FROM chunk c
+        ), keyed AS (
+            -- one probe per distinct key of the chunk, only for the limits the queue has
+            SELECT d.k,
+                   CASE WHEN p_flow.key_concurrency IS NULL THEN 0 ELSE (
+                       SELECT count(*) FROM drainpipe.job_messages l
+                        WHERE l.queue = v_queue AND drainpipe.job_key(l.payload) = d.k
+                          AND l.state = 'leased' AND l.visible_at > p_now) END AS leased,
+                   CASE WHEN p_flow.key_rate_count IS NULL THEN 0 ELSE (
+                       SELECT count(*) FROM drainpipe.flow_claims f
+                        WHERE f.queue = v_queue AND f.key = d.k
+                          AND f.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)) END AS claimed
+              FROM (SELECT DISTINCT c.k FROM chunk c WHERE c.k IS NOT NULL) d
+        ), allowed AS (
+            SELECT r.id, r.k, r.visible_at
+              FROM ranked r LEFT JOIN keyed k ON k.k = r.k
+             WHERE r.k IS NULL
+                OR ((p_flow.key_concurrency IS NULL
+                     OR k.leased + r.picked + r.nth <= p_flow.key_concurrency)
+                    AND (p_flow.key_rate_count IS NULL
+                         OR k.claimed + r.picked + r.nth <= p_flow.key_rate_count)
+                    -- ordered: only the first live job of its key (by id), one per claim
+                    AND (NOT p_flow.ordered
+                         OR (r.picked = 0 AND NOT EXISTS (
+                                SELECT 1 FROM drainpipe.job_messages e
+                                 WHERE e.queue = v_queue AND drainpipe.job_key(e.payload) = r.k
+                                   AND e.finished_at IS NULL AND e.id < r.id
+                                   AND drainpipe.job_key(e.payload) IS NOT NULL))))
+             ORDER BY r.visible_at, r.id
+             LIMIT v_room
+        )
+        SELECT array_agg(a.id ORDER BY a.visible_at, a.id), array_agg(a.k ORDER BY a.visible_at, a.id),
+               (SELECT count(*) FROM chunk),
+               (SELECT max(c.visible_at) FROM chunk c),
+               (SELECT c.id FROM chunk c ORDER BY c.visible_at DESC, c.id DESC LIMIT 1)
+          INTO v_take, v_take_keys, v_rows, v_after_at, v_after_id
+          FROM allowed a;
+        IF v_take IS NOT NULL THEN
+            v_ids := v_ids || v_take;
+            v_keys := v_keys || v_take_keys;
+            v_room := v_room - cardinality(v_take);
+        END IF;
+        v_scanned := v_scanned + v_rows;
+        EXIT WHEN v_rows < v_chunk;
+        v_chunk := least(v_chunk * 4, v_bound);
+    END LOOP;
+    IF cardinality(v_ids) = 0 THEN
+        RETURN v_ids;
+    END IF;
+    -- The flow lock keeps other limited claims of this queue out; a cancel or a
+    -- completion may hold a row: skip it, and read the row as it is once locked.
+    RETURN ARRAY(
+        SELECT x.id FROM drainpipe.job_messages x
+         WHERE x.id = ANY (v_ids) AND x.finished_at IS NULL AND x.visible_at <= p_now
+           AND x.attempts < x.max_attempts
+         ORDER BY x.visible_at, x.id
+           FOR UPDATE SKIP LOCKED);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_messages_flow_room(p_flow drainpipe.queue_flow, p_batch integer, p_now timestamp with time zone)
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_leased bigint := 0;
+    v_beside integer;
+BEGIN
+    IF p_flow.concurrency IS NOT NULL THEN
+        SELECT count(*) INTO v_leased FROM drainpipe.job_messages l
+         WHERE l.queue = p_flow.queue AND l.state = 'leased' AND l.visible_at > p_now;
+    END IF;
+    v_beside := drainpipe.flow_gate(p_flow, p_batch, v_leased);
+    IF p_flow.concurrency IS NOT NULL THEN
+        -- again, under the lock: what committed while this claim waited counts
+        SELECT count(*) INTO v_leased FROM drainpipe.job_messages l
+         WHERE l.queue = p_flow.queue AND l.state = 'leased' AND l.visible_at > p_now;
+    END IF;
+    RETURN drainpipe.flow_room(p_flow, p_batch, v_leased + v_beside, p_now);
 END
 $function$;
 
@@ -1200,6 +1617,16 @@ BEGIN
     END IF;
     RETURN NEW;
 END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_priority(p_stored jsonb)
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+    SELECT CASE WHEN p_stored @> '{"$dp": 1}' AND jsonb_typeof(p_stored -> 'priority') = 'number'
+                THEN greatest(-100, least(100, (p_stored ->> 'priority')::numeric::integer))
+                ELSE 0 END
 $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.job_queue_overview_v1(p_queues text[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)

@@ -119,6 +119,19 @@ AS $function$
     )
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe_api.enqueue_flow_v1(queue text, payload jsonb, key text, debounce double precision DEFAULT NULL::double precision, throttle double precision DEFAULT NULL::double precision, delay double precision DEFAULT 0, max_attempts integer DEFAULT 5, dedupe_key text DEFAULT NULL::text, dedupe_running boolean DEFAULT true)
+ RETURNS bigint
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT drainpipe.enqueue_flow_job_v1(
+        enqueue_flow_v1.queue, enqueue_flow_v1.payload, enqueue_flow_v1.delay,
+        enqueue_flow_v1.max_attempts, enqueue_flow_v1.dedupe_key, enqueue_flow_v1.dedupe_running,
+        enqueue_flow_v1.key, enqueue_flow_v1.debounce, enqueue_flow_v1.throttle
+    )
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe_api.enqueue_many_v1(queue text, payloads jsonb, delay double precision DEFAULT 0, max_attempts integer DEFAULT 5)
  RETURNS jsonb
  LANGUAGE sql
@@ -179,6 +192,27 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe_api.ensure_policy_v3(queue text, max_payload_bytes integer DEFAULT NULL::integer, max_pending integer DEFAULT NULL::integer, lease double precision DEFAULT NULL::double precision, max_lease double precision DEFAULT NULL::double precision, max_delay double precision DEFAULT NULL::double precision, max_attempts integer DEFAULT NULL::integer, attempt_window double precision DEFAULT NULL::double precision, retention double precision DEFAULT NULL::double precision, encrypt boolean DEFAULT false, replay_window double precision DEFAULT NULL::double precision, replayable boolean DEFAULT true, concurrency integer DEFAULT NULL::integer, key_concurrency integer DEFAULT NULL::integer, rate_count integer DEFAULT NULL::integer, rate_per double precision DEFAULT NULL::double precision, key_rate_count integer DEFAULT NULL::integer, key_rate_per double precision DEFAULT NULL::double precision, ordered boolean DEFAULT false)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM drainpipe.ensure_queue_policy_v3(
+        ensure_policy_v3.queue, ensure_policy_v3.max_payload_bytes, ensure_policy_v3.max_pending,
+        ensure_policy_v3.lease, ensure_policy_v3.max_lease, ensure_policy_v3.max_delay,
+        ensure_policy_v3.max_attempts, ensure_policy_v3.attempt_window,
+        ensure_policy_v3.retention, ensure_policy_v3.encrypt, ensure_policy_v3.replay_window,
+        ensure_policy_v3.replayable, ensure_policy_v3.concurrency,
+        ensure_policy_v3.key_concurrency, ensure_policy_v3.rate_count,
+        ensure_policy_v3.rate_per, ensure_policy_v3.key_rate_count,
+        ensure_policy_v3.key_rate_per, ensure_policy_v3.ordered
+    );
+    RETURN true;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe_api.extend_many_v1(queue text, ids bigint[], attempts integer[], lease double precision, now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS jsonb
  LANGUAGE sql
@@ -224,6 +258,16 @@ AS $function$
     SELECT drainpipe.fail_job_v1(
         fail_v1.queue, fail_v1.id, fail_v1.attempt, fail_v1.error, fail_v1.retry_in, fail_v1.now
     )
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe_api.flow_holds_v1(queues text[], ids bigint[])
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT coalesce(jsonb_agg(jsonb_build_array(h.queue, h.id, h.held_by)), '[]'::jsonb)
+      FROM drainpipe.job_flow_holds_v1(flow_holds_v1.queues, flow_holds_v1.ids) AS h
 $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe_api.get_job_v1(queue text, id bigint, now timestamp with time zone DEFAULT NULL::timestamp with time zone)

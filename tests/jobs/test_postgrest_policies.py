@@ -52,7 +52,7 @@ async def test_a_policy_stored_over_https_is_what_the_database_enforces(
     declared = Jobs(backend, QUEUES, policies={"inbox": SMALL})
     assert await declared.ensure_policies() == 1
     assert await declared.ensure_policies() == 1  # idempotent
-    assert server.calls()[-1][0] == "ensure_policy_v2"
+    assert server.calls()[-1][0] == "ensure_policy_v3"
     assert server.calls()[-1][1]["max_pending"] == 3
     # writers that never declared it, over HTTPS and over a direct connection
     over_https = Jobs(backend, QUEUES)
@@ -91,6 +91,7 @@ async def test_only_the_service_role_manages_policies(server: PostgrestEmulation
         for fn, params in (
             ("ensure_policy_v1", {"queue": "inbox", "max_pending": 1}),
             ("ensure_policy_v2", {"queue": "inbox", "replayable": False}),
+            ("ensure_policy_v3", {"queue": "inbox", "concurrency": 1}),
             ("replay_v3", {"queue": "inbox", "id": 1}),
             ("retry_dead_v2", {"queue": "inbox"}),
             ("apply_retention_v1", {}),

@@ -44,13 +44,16 @@ async def test_stored_rules_refuse_replays_over_https(
     declared = Jobs(backend, QUEUES, policies=policies)
     assert await declared.ensure_policies() == 2
     assert server.calls()[-1] == (
-        "ensure_policy_v2",
+        "ensure_policy_v3",
         {
             "queue": "hooks",
             **{"max_payload_bytes": 65536, "max_pending": 10000, "lease": 30.0},
             **{"max_lease": 60.0, "max_delay": 604800.0, "max_attempts": 5},
             **{"attempt_window": None, "retention": 2592000.0, "encrypt": False},
             **{"replay_window": 600.0, "replayable": True},
+            **{"concurrency": None, "key_concurrency": None, "rate_count": None},
+            **{"rate_per": None, "key_rate_count": None, "key_rate_per": None},
+            **{"ordered": False},
         },
     )
     over_https = Jobs(backend, QUEUES)  # declares nothing: the stored rules decide

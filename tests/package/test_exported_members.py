@@ -35,6 +35,7 @@ CONTRACT = {
     "testing",
     # docs/reference.md §9
     "QueuePolicy",
+    "Rate",
     "Keyring",
     # docs/reference.md §8
     "JobRecord",

@@ -29,6 +29,7 @@ from ..errors import DrainpipeError, missing_feature
 if TYPE_CHECKING:
     from ..models import (
         DeadJob,
+        DedupeMode,
         DueSchedule,
         FailOutcome,
         Job,
@@ -286,6 +287,36 @@ class SupportsPause(Protocol):
 
     async def paused(self, queues: Sequence[str]) -> set[str]:
         """The paused ones of ``queues``."""
+        ...
+
+
+@runtime_checkable
+class SupportsFlowEnqueue(Protocol):
+    """Debounced and throttled enqueues (docs/flow-control.md#debounce-and-throttle)."""
+
+    async def send_flow(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        delay: float,
+        max_attempts: int,
+        dedupe_key: str | None,
+        dedupe: DedupeMode,
+        key: str,
+        debounce: float | None,
+        throttle: float | None,
+    ) -> int:
+        """The job's id: the key's debounced or accepted job, or a new one."""
+        ...
+
+
+@runtime_checkable
+class SupportsFlowHolds(Protocol):
+    """Why queued jobs of limited queues are held (docs/flow-control.md)."""
+
+    async def flow_holds(self, jobs: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:
+        """``(queue, id) -> "order" | "concurrency" | "rate"`` for the held ones."""
         ...
 
 

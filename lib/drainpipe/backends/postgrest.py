@@ -165,6 +165,34 @@ class PostgrestBackend:
             params["dedupe_running"] = dedupe != "waiting"
         return rows.job_id(self.schema, "enqueue_v1", await self.rpc("enqueue_v1", params))
 
+    async def send_flow(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        delay: float,
+        max_attempts: int,
+        dedupe_key: str | None,
+        dedupe: DedupeMode,
+        key: str,
+        debounce: float | None,
+        throttle: float | None,
+    ) -> int:
+        """A debounced or throttled enqueue (rest-api 0009_flow_control)."""
+        params: dict[str, Any] = {
+            "queue": queue,
+            "payload": payload,
+            "key": key,
+            "debounce": debounce,
+            "throttle": throttle,
+            "delay": float(delay),
+            "max_attempts": max_attempts,
+            "dedupe_key": dedupe_key,
+            "dedupe_running": dedupe != "waiting",
+        }
+        data = await self.rpc("enqueue_flow_v1", params)
+        return rows.job_id(self.schema, "enqueue_flow_v1", data)
+
     async def send_many(
         self, queue: str, payloads: Sequence[Any], *, delay: float = 0, max_attempts: int = 5
     ) -> list[int]:
@@ -280,6 +308,23 @@ class PostgrestBackend:
     async def paused(self, queues: Sequence[str]) -> set[str]:
         data = await self.rpc("paused_v1", {"queues": list(queues)})
         return rows.names(self.schema, "paused_v1", data)
+
+    async def flow_holds(self, jobs: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:
+        """Why each held one of ``jobs`` (queued, of limited queues) is held (rest-api 0009)."""
+        data = await self.rpc(
+            "flow_holds_v1",
+            {"queues": [queue for queue, _ in jobs], "ids": [job_id for _, job_id in jobs]},
+        )
+        if not isinstance(data, list) or not all(
+            isinstance(item, list)
+            and len(item) == 3
+            and isinstance(item[0], str)
+            and isinstance(item[1], int)
+            and isinstance(item[2], str)
+            for item in data
+        ):
+            raise rows.malformed(self.schema, "flow_holds_v1", "[[queue, id, held_by], ...]", data)
+        return {(item[0], item[1]): item[2] for item in data}
 
     async def list_dead(self, queue: str, *, limit: int, before: int | None) -> list[DeadJob]:
         data = await self.rpc(
@@ -408,7 +453,7 @@ class PostgrestBackend:
         """Store ``QueuePolicy.as_row(queue)`` where the ``drainpipe.*`` checks read it, so
         every call through the API (and every direct writer) obeys it."""
         params = dict(zip(_POLICY_COLUMNS, row, strict=True))
-        rows.flag(self.schema, "ensure_policy_v2", await self.rpc("ensure_policy_v2", params))
+        rows.flag(self.schema, "ensure_policy_v3", await self.rpc("ensure_policy_v3", params))
 
     async def apply_retention(self, *, min_interval: float | None) -> int | None:
         data = await self.rpc(
@@ -489,7 +534,7 @@ class PostgrestBackend:
         return rows.flag(self.schema, "advance_schedule_v1", data)
 
 
-# ensure_policy_v2's argument names, in QueuePolicy.as_row's order
+# ensure_policy_v3's argument names, in QueuePolicy.as_row's order
 _POLICY_COLUMNS = (
     "queue",
     "max_payload_bytes",
@@ -503,6 +548,13 @@ _POLICY_COLUMNS = (
     "encrypt",
     "replay_window",
     "replayable",
+    "concurrency",
+    "key_concurrency",
+    "rate_count",
+    "rate_per",
+    "key_rate_count",
+    "key_rate_per",
+    "ordered",
 )
 
 

@@ -59,6 +59,24 @@ class SqlQueueBackend:
         )
         return ops.parse_enqueue(await self.db.fetch(statement, params))
 
+    async def send_flow(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        delay: float,
+        max_attempts: int,
+        dedupe_key: str | None,
+        dedupe: DedupeMode,
+        key: str,
+        debounce: float | None,
+        throttle: float | None,
+    ) -> int:
+        params = ops.enqueue_flow_params(
+            queue, payload, delay, max_attempts, dedupe_key, dedupe, key, debounce, throttle
+        )
+        return ops.parse_enqueue(await self.db.fetch(ops.ENQUEUE_FLOW, params))
+
     async def send_many(
         self, queue: str, payloads: Sequence[Any], *, delay: float = 0, max_attempts: int = 5
     ) -> list[int]:
@@ -230,6 +248,10 @@ class SqlQueueBackend:
     async def paused(self, queues: Sequence[str]) -> set[str]:
         rows = await self.db.fetch(pause_ops.PAUSED, pause_ops.paused_params(queues))
         return pause_ops.parse_paused(rows)
+
+    async def flow_holds(self, jobs: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:
+        rows = await self.db.fetch(pause_ops.FLOW_HOLDS, pause_ops.flow_holds_params(jobs))
+        return pause_ops.parse_flow_holds(rows)
 
     # -- schedules (drain scheduler; pg_cron answers through the same functions) ----------
 

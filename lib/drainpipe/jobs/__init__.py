@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .client import Handler, Jobs, OnError
-    from .policy import QueuePolicy
+    from .policy import QueuePolicy, Rate
     from .queue import Queue
 
-__all__ = ["Handler", "Jobs", "OnError", "Queue", "QueuePolicy"]
+__all__ = ["Handler", "Jobs", "OnError", "Queue", "QueuePolicy", "Rate"]
 
 _EXPORTS = {
     "Handler": "client",
@@ -24,6 +24,7 @@ _EXPORTS = {
     "OnError": "client",
     "Queue": "queue",
     "QueuePolicy": "policy",
+    "Rate": "policy",
 }
 
 

@@ -18,7 +18,7 @@ from ..backends import (
     lacking,
     resolve_backend,
 )
-from ..backends.capabilities import SupportsCodedSettle
+from ..backends.capabilities import SupportsCodedSettle, SupportsFlowEnqueue
 from ..codes import code_of
 from ..engine.core import MAX_OUTAGE
 from ..models import DeadJob, DedupeMode, FailOutcome, Job, JobContext, QueueStats, WorkReport
@@ -89,12 +89,22 @@ class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, Schedu
         dedupe_key: str | None = None,
         dedupe: DedupeMode = "always",
         context: JobContext | Mapping[str, Any] | None = None,
+        key: str | None = None,
+        priority: int = 0,
+        debounce: float | timedelta | None = None,
+        throttle: float | timedelta | None = None,
     ) -> int:
         """Validate and store a job; returns its id (the existing id on a dedupe hit).
 
         ``delay`` (seconds) wins over ``run_at`` (aware datetime). ``dedupe="always"``
         coalesces onto any live job with the key; ``"waiting"`` only onto a never-claimed one.
         ``max_attempts``: 5, or the queue policy's (a larger value is capped at it).
+        ``key`` (at most 200 bytes; default: the context's tenant) names the job's
+        flow-control group; ``priority`` (-100..100) orders claims, higher first
+        (docs/flow-control.md). ``debounce=seconds`` (needs a key): the key's debounced job,
+        while still queued, gets this payload and runs that long from now, and its id is
+        returned; ``throttle=seconds``: one job accepted per key per window, a later
+        enqueue in it returns the accepted job's id. Bad values raise ``ValueError``.
         """
         otel = active_telemetry()
         if (
@@ -105,6 +115,10 @@ class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, Schedu
             and dedupe_key is None
             and dedupe == "always"
             and context is None
+            and key is None
+            and priority == 0
+            and debounce is None
+            and throttle is None
             and queue in self._schemas
             and queue not in self._policies
         ):
@@ -129,8 +143,25 @@ class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, Schedu
             dedupe,
             context,
             getattr(self.backend, "name", ""),
+            key,
+            priority,
         )
         dedupe_key = self._stored_dedupe_key(queue, dedupe_key)
+        if debounce is not None or throttle is not None:
+            return await self._send_flow(
+                queue,
+                value,
+                wait,
+                max_attempts,
+                dedupe_key,
+                dedupe,
+                key,
+                context,
+                delay,
+                run_at,
+                debounce,
+                throttle,
+            )
         if otel is not None:
             backend = self.backend
             return await otel.enqueue(
@@ -154,6 +185,40 @@ class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, Schedu
             dedupe=dedupe,
         )
 
+    async def _send_flow(
+        self,
+        queue: str,
+        value: Any,
+        wait: float,
+        max_attempts: int,
+        dedupe_key: str | None,
+        dedupe: DedupeMode,
+        key: str | None,
+        context: Any,
+        delay: Any,
+        run_at: Any,
+        debounce: Any,
+        throttle: Any,
+    ) -> int:
+        """A debounced or throttled enqueue: one statement (docs/flow-control.md)."""
+        effective, debounce_s, throttle_s = self._flow_enqueue_args(
+            queue, key, context, delay, run_at, debounce, throttle
+        )
+        backend = self.backend
+        if not isinstance(backend, SupportsFlowEnqueue):
+            raise lacking(backend, "debounce" if debounce is not None else "throttle")
+        return await backend.send_flow(
+            queue,
+            value,
+            delay=wait,
+            max_attempts=max_attempts,
+            dedupe_key=dedupe_key,
+            dedupe=dedupe,
+            key=effective,
+            debounce=debounce_s,
+            throttle=throttle_s,
+        )
+
     async def enqueue_many(
         self,
         queue: str,
@@ -163,15 +228,18 @@ class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, Schedu
         run_at: datetime | None = None,
         max_attempts: int | None = None,
         context: JobContext | Mapping[str, Any] | None = None,
+        key: str | None = None,
+        priority: int = 0,
     ) -> list[int]:
         """Validate every payload first, then store them all in one round trip; ids in order.
 
         Nothing is stored when any payload fails validation (or a policy refuses the
-        batch: all or nothing). No dedupe keys here.
+        batch: all or nothing). No dedupe keys here; ``key`` and ``priority`` apply to
+        every job (see :meth:`enqueue`).
         """
         max_attempts = self._max_attempts(queue, max_attempts)
         values, wait = self._enqueue_many_args(
-            queue, payloads, delay, run_at, max_attempts, context
+            queue, payloads, delay, run_at, max_attempts, context, key, priority
         )
         if not values:
             return []

@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ..backends.capabilities import SupportsPause, lacking
+from ..backends.capabilities import SupportsFlowHolds, SupportsPause, lacking
 from ..models import JobRecord
 
 if TYPE_CHECKING:
@@ -34,6 +34,27 @@ def with_holds(records: list[JobRecord], paused: set[str]) -> list[JobRecord]:
     return [
         dataclasses.replace(record, held_by=HELD_BY_PAUSE)
         if record.state == "queued" and record.queue in paused
+        else record
+        for record in records
+    ]
+
+
+def flow_holdable(records: Iterable[JobRecord]) -> list[tuple[str, int]]:
+    """``(queue, id)`` of the queued records not held by a pause: a flow limit may hold them."""
+    return [
+        (record.queue, record.id)
+        for record in records
+        if record.state == "queued" and record.held_by is None
+    ]
+
+
+def with_flow_holds(records: list[JobRecord], holds: dict[tuple[str, int], str]) -> list[JobRecord]:
+    """``records`` with ``held_by`` set from :func:`flow_holdable`'s answer."""
+    if not holds:
+        return records
+    return [
+        dataclasses.replace(record, held_by=holds[(record.queue, record.id)])
+        if (record.queue, record.id) in holds
         else record
         for record in records
     ]
@@ -66,10 +87,15 @@ class PauseMixin:
         return await self._pause_backend("resume").resume(queue)
 
     async def _held(self, records: list[JobRecord]) -> list[JobRecord]:
-        """Mark the queued records of paused queues (one more round trip, only when the
-        records include a queued job)."""
+        """Mark the queued records of paused queues, then those a flow limit holds (a round
+        trip each, only when the records include a queued job)."""
         queues = holdable(records)
         backend = self.backend
         if not queues or not isinstance(backend, SupportsPause):
             return records
-        return with_holds(records, await backend.paused(queues))
+        records = with_holds(records, await backend.paused(queues))
+        # flow limits (docs/flow-control.md): one more round trip for the queued ones left
+        waiting = flow_holdable(records)
+        if waiting and isinstance(backend, SupportsFlowHolds):
+            records = with_flow_holds(records, await backend.flow_holds(waiting))
+        return records

@@ -26,6 +26,7 @@ __all__ = [
     "QUEUE_FULL",
     "SCHEDULE_TOO_FAR",
     "QueuePolicy",
+    "Rate",
     "check_policies",
     "queue_full",
 ]
@@ -37,7 +38,9 @@ SCHEDULE_TOO_FAR: Final = "SCHEDULE_TOO_FAR"
 DAY: Final = 86400.0
 
 
-def _duration(value: Any, name: str, *, optional: bool = False) -> float | None:
+def _duration(
+    value: Any, name: str, *, optional: bool = False, owner: str = "QueuePolicy"
+) -> float | None:
     if value is None and optional:
         return None
     if isinstance(value, timedelta):
@@ -45,9 +48,9 @@ def _duration(value: Any, name: str, *, optional: bool = False) -> float | None:
     elif isinstance(value, int | float) and not isinstance(value, bool):
         result = float(value)
     else:
-        raise ValueError(f"QueuePolicy.{name} must be seconds or a timedelta")
+        raise ValueError(f"{owner}.{name} must be seconds or a timedelta")
     if not math.isfinite(result) or result <= 0:
-        raise ValueError(f"QueuePolicy.{name} must be positive")
+        raise ValueError(f"{owner}.{name} must be positive")
     return result
 
 
@@ -55,6 +58,31 @@ def _count(value: Any, name: str, maximum: int = 2**31 - 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
         raise ValueError(f"QueuePolicy.{name} must be an integer from 1 to {maximum}")
     return value
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """At most ``n`` claims (attempts started) in any interval of ``per`` seconds
+    (``timedelta`` accepted). ``n`` from 1, ``per`` positive, else ``ValueError``."""
+
+    n: int
+    per: float = 1.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.n, bool) or not isinstance(self.n, int) or not 1 <= self.n < 2**31:
+            raise ValueError("Rate.n must be an integer from 1 to 2147483647")
+        per = _duration(self.per, "per", owner="Rate")
+        object.__setattr__(self, "per", per)
+
+
+def _limit(value: Any, name: str) -> int | None:
+    return None if value is None else _count(value, name)
+
+
+def _rate(value: Any, name: str) -> Rate | None:
+    if value is None or isinstance(value, Rate):
+        return value
+    raise ValueError(f"QueuePolicy.{name} must be a drainpipe.Rate or None")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +107,17 @@ class QueuePolicy:
     replay_window: float | None = None
     #: False: every replay of this queue's jobs is refused, 409 ``REPLAY_BLOCKED``
     replayable: bool = True
+    #: flow control (docs/flow-control.md), enforced in the claim for every claimer:
+    #: at most N leased jobs of the queue at any instant; None: no limit
+    concurrency: int | None = None
+    #: at most N leased jobs per job key
+    key_concurrency: int | None = None
+    #: at most ``rate.n`` claims of the queue in any ``rate.per`` seconds
+    rate: Rate | None = None
+    #: the same per job key
+    key_rate: Rate | None = None
+    #: the jobs of one key run one at a time, in enqueue order
+    ordered: bool = False
 
     def __post_init__(self) -> None:
         # 1 MiB is what every queue accepts (validation.MAX_PAYLOAD_BYTES)
@@ -97,6 +136,12 @@ class QueuePolicy:
             raise ValueError("QueuePolicy.encrypt must be True or False")
         if not isinstance(self.replayable, bool):
             raise ValueError("QueuePolicy.replayable must be True or False")
+        if not isinstance(self.ordered, bool):
+            raise ValueError("QueuePolicy.ordered must be True or False")
+        _limit(self.concurrency, "concurrency")
+        _limit(self.key_concurrency, "key_concurrency")
+        _rate(self.rate, "rate")
+        _rate(self.key_rate, "key_rate")
         for name, value in fields.items():
             object.__setattr__(self, name, value)
         if self.lease > self.max_lease:
@@ -127,8 +172,20 @@ class QueuePolicy:
         """``(replay_window, replayable)``: what a replay sends to SQL as its declared rules."""
         return self.replay_window, self.replayable
 
+    @property
+    def limits_flow(self) -> bool:
+        """Whether a claim of this queue goes through the flow limits."""
+        return (
+            self.concurrency is not None
+            or self.key_concurrency is not None
+            or self.rate is not None
+            or self.key_rate is not None
+            or self.ordered
+        )
+
     def as_row(self, queue: str) -> tuple[Any, ...]:
-        """The parameters of ``drainpipe.ensure_queue_policy_v2``."""
+        """The parameters of ``drainpipe.ensure_queue_policy_v3``."""
+        rate, key_rate = self.rate, self.key_rate
         return (
             queue,
             self.max_payload_bytes,
@@ -142,6 +199,13 @@ class QueuePolicy:
             self.encrypt,
             self.replay_window,
             self.replayable,
+            self.concurrency,
+            self.key_concurrency,
+            None if rate is None else rate.n,
+            None if rate is None else rate.per,
+            None if key_rate is None else key_rate.n,
+            None if key_rate is None else key_rate.per,
+            self.ordered,
         )
 
 

@@ -46,6 +46,10 @@ class Queue(Generic[T]):
         dedupe_key: str | None = None,
         dedupe: DedupeMode = "always",
         context: JobContext | Mapping[str, Any] | None = None,
+        key: str | None = None,
+        priority: int = 0,
+        debounce: float | timedelta | None = None,
+        throttle: float | timedelta | None = None,
     ) -> int:
         return await self.jobs.enqueue(
             self.name,
@@ -56,6 +60,10 @@ class Queue(Generic[T]):
             dedupe_key=dedupe_key,
             dedupe=dedupe,
             context=context,
+            key=key,
+            priority=priority,
+            debounce=debounce,
+            throttle=throttle,
         )
 
     async def enqueue_many(
@@ -66,6 +74,8 @@ class Queue(Generic[T]):
         run_at: datetime | None = None,
         max_attempts: int | None = None,
         context: JobContext | Mapping[str, Any] | None = None,
+        key: str | None = None,
+        priority: int = 0,
     ) -> list[int]:
         return await self.jobs.enqueue_many(
             self.name,
@@ -74,6 +84,8 @@ class Queue(Generic[T]):
             run_at=run_at,
             max_attempts=max_attempts,
             context=context,
+            key=key,
+            priority=priority,
         )
 
     async def claim(self, *, batch: int = 1, lease: float | None = None) -> list[Job[Any]]:

@@ -8,12 +8,13 @@ the same input before any SQL is sent, and store the same values.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..codes import PAYLOAD_INVALID
-from ..context import coerce_context, wrap_payload
+from ..context import add_flow, check_flow, coerce_context, wrap_payload
 from ..db.json import dump_json
 from ..errors import DrainpipeError, invalid_request, missing_feature, validation_error
 from ..models import Job, JobContext
@@ -260,10 +261,17 @@ class JobRules:
         dedupe: Any,
         context: Any,
         backend_name: str = "",
+        key: Any = None,
+        priority: Any = 0,
     ) -> tuple[Any, float]:
         """The stored value (validated, serialised, in its context envelope) and the delay."""
         self._check_queue(queue)
-        value = self._store(queue, self.serialise(queue, payload), coerce_context(context))
+        key, priority = check_flow(key, priority)
+        value = add_flow(
+            self._store(queue, self.serialise(queue, payload), coerce_context(context)),
+            key,
+            priority,
+        )
         wait = self._delay(delay, run_at)
         self._check_delay(queue, wait)
         positive_int(max_attempts, "max_attempts")
@@ -288,6 +296,47 @@ class JobRules:
                 raise missing_feature("dedupe_key", "pgmq_public")
         return value, wait
 
+    def _flow_enqueue_args(
+        self,
+        queue: str,
+        key: str | None,
+        context: Any,
+        delay: Any,
+        run_at: Any,
+        debounce: Any,
+        throttle: Any,
+    ) -> tuple[str, float | None, float | None]:
+        """The key a debounced or throttled enqueue goes by (``key``, else the tenant) and
+        the two windows in seconds; ``ValueError`` for bad values (docs/flow-control.md)."""
+        if debounce is not None and throttle is not None:
+            raise ValueError("debounce and throttle cannot be combined")
+        windows: list[float | None] = []
+        for name, value in (("debounce", debounce), ("throttle", throttle)):
+            if value is None:
+                windows.append(None)
+                continue
+            if isinstance(value, timedelta):
+                value = value.total_seconds()
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value <= 0
+            ):
+                raise ValueError(f"{name} must be a positive number of seconds or a timedelta")
+            windows.append(float(value))
+        if debounce is not None and (delay is not None or run_at is not None):
+            raise ValueError("debounce sets when the job runs: no delay or run_at with it")
+        if debounce is not None:
+            self._check_delay(queue, float(debounce))
+        effective = key
+        if effective is None:
+            recorded = coerce_context(context)
+            effective = recorded.tenant if recorded is not None else None
+        if effective is None:
+            raise ValueError("debounce and throttle need a key (or a tenant in the context)")
+        return effective, windows[0], windows[1]
+
     def _enqueue_many_args(
         self,
         queue: str,
@@ -296,10 +345,13 @@ class JobRules:
         run_at: Any,
         max_attempts: Any,
         context: Any,
+        key: Any = None,
+        priority: Any = 0,
     ) -> tuple[list[Any], float]:
         """Every stored value (all validated before anything is sent) and the delay; an
         invalid payload's issue paths start with its index."""
         self._check_queue(queue)
+        key, priority = check_flow(key, priority)
         if isinstance(payloads, str | bytes) or not isinstance(payloads, Sequence):
             raise validation_error(
                 "payloads must be a sequence",
@@ -309,7 +361,8 @@ class JobRules:
         values = []
         for index, payload in enumerate(payloads):
             try:
-                values.append(self._store(queue, self.serialise(queue, payload), recorded))
+                stored = self._store(queue, self.serialise(queue, payload), recorded)
+                values.append(add_flow(stored, key, priority))
             except DrainpipeError as exc:
                 for issue in exc.issues or []:
                     issue["path"] = [index, *issue.get("path", [])]

@@ -57,6 +57,34 @@ def enqueue_query(
     )
 
 
+#: a debounced or throttled enqueue (jobs 0015; docs/flow-control.md)
+ENQUEUE_FLOW = "SELECT drainpipe.enqueue_flow_job_v1(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+
+
+def enqueue_flow_params(
+    queue: str,
+    payload: Any,
+    delay: float,
+    max_attempts: int,
+    dedupe_key: str | None,
+    dedupe: DedupeMode,
+    key: str,
+    debounce: float | None,
+    throttle: float | None,
+) -> Params:
+    return (
+        queue,
+        jsonb(payload),
+        float(delay),
+        max_attempts,
+        dedupe_key,
+        dedupe != "waiting",
+        key,
+        debounce,
+        throttle,
+    )
+
+
 def parse_enqueue(rows: list[Row]) -> int:
     """The job id (the existing one on a dedupe hit)."""
     return int(rows[0][0])

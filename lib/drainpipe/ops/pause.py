@@ -10,6 +10,8 @@ from ._types import Params, Row
 PAUSE = "SELECT drainpipe.pause_queue_v1(%s)"
 RESUME = "SELECT drainpipe.resume_queue_v1(%s)"
 PAUSED = "SELECT drainpipe.paused_queues_v1(%s)"
+#: why each queued job of a limited queue is held (jobs 0015; docs/flow-control.md)
+FLOW_HOLDS = "SELECT queue, id, held_by FROM drainpipe.job_flow_holds_v1(%s, %s)"
 
 
 def queue_params(queue: str) -> Params:
@@ -27,3 +29,12 @@ def parse_changed(rows: list[Row]) -> bool:
 
 def parse_paused(rows: list[Row]) -> set[str]:
     return {str(row[0]) for row in rows}
+
+
+def flow_holds_params(jobs: Sequence[tuple[str, int]]) -> Params:
+    return ([queue for queue, _ in jobs], [job_id for _, job_id in jobs])
+
+
+def parse_flow_holds(rows: list[Row]) -> dict[tuple[str, int], str]:
+    """``(queue, id) -> "order" | "concurrency" | "rate"`` for the held ones."""
+    return {(str(row[0]), int(row[1])): str(row[2]) for row in rows}

@@ -9,9 +9,7 @@ from typing import Any
 from ..db import jsonb
 from ._types import Params, Row
 
-ENSURE_POLICY = (
-    "SELECT drainpipe.ensure_queue_policy_v2(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-)
+ENSURE_POLICY = "SELECT drainpipe.ensure_queue_policy_v3(" + ", ".join(["%s"] * 19) + ")"
 
 
 def ensure_policy_params(row: Sequence[Any]) -> Params:

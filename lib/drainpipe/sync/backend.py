@@ -54,6 +54,24 @@ class SyncSqlBackend:
         )
         return ops.parse_enqueue(self.db.fetch(statement, params))
 
+    def send_flow(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        delay: float,
+        max_attempts: int,
+        dedupe_key: str | None,
+        dedupe: DedupeMode,
+        key: str,
+        debounce: float | None,
+        throttle: float | None,
+    ) -> int:
+        params = ops.enqueue_flow_params(
+            queue, payload, delay, max_attempts, dedupe_key, dedupe, key, debounce, throttle
+        )
+        return ops.parse_enqueue(self.db.fetch(ops.ENQUEUE_FLOW, params))
+
     def send_many(
         self, queue: str, payloads: Sequence[Any], *, delay: float = 0, max_attempts: int = 5
     ) -> list[int]:
@@ -190,6 +208,11 @@ class SyncSqlBackend:
     def paused(self, queues: Sequence[str]) -> set[str]:
         return pause_ops.parse_paused(
             self.db.fetch(pause_ops.PAUSED, pause_ops.paused_params(queues))
+        )
+
+    def flow_holds(self, jobs: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:
+        return pause_ops.parse_flow_holds(
+            self.db.fetch(pause_ops.FLOW_HOLDS, pause_ops.flow_holds_params(jobs))
         )
 
     def schedule(

@@ -77,12 +77,21 @@ class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin):
         dedupe_key: str | None = None,
         dedupe: DedupeMode = "always",
         context: JobContext | Mapping[str, Any] | None = None,
+        key: str | None = None,
+        priority: int = 0,
+        debounce: float | timedelta | None = None,
+        throttle: float | timedelta | None = None,
     ) -> int:
         """Validate and store a job; its id (the existing id on a dedupe hit).
         ``max_attempts``: 5 when None, as for :meth:`drainpipe.Jobs.enqueue` on a queue
-        without a declared policy."""
+        without a declared policy. ``key``, ``priority``, ``debounce`` and ``throttle``: as
+        the async ``Jobs.enqueue`` (docs/flow-control.md)."""
         if (
-            delay is None
+            key is None
+            and priority == 0
+            and debounce is None
+            and throttle is None
+            and delay is None
             and run_at is None
             and max_attempts is None
             and dedupe_key is None
@@ -102,8 +111,32 @@ class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin):
             )
         max_attempts = DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts
         value, wait = self._enqueue_args(
-            queue, payload, delay, run_at, max_attempts, dedupe_key, dedupe, context
+            queue,
+            payload,
+            delay,
+            run_at,
+            max_attempts,
+            dedupe_key,
+            dedupe,
+            context,
+            key=key,
+            priority=priority,
         )
+        if debounce is not None or throttle is not None:
+            effective, debounce_s, throttle_s = self._flow_enqueue_args(
+                queue, key, context, delay, run_at, debounce, throttle
+            )
+            return self.backend.send_flow(
+                queue,
+                value,
+                delay=wait,
+                max_attempts=max_attempts,
+                dedupe_key=dedupe_key,
+                dedupe=dedupe,
+                key=effective,
+                debounce=debounce_s,
+                throttle=throttle_s,
+            )
         return self.backend.send(
             queue,
             value,
@@ -122,11 +155,13 @@ class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin):
         run_at: datetime | None = None,
         max_attempts: int | None = None,
         context: JobContext | Mapping[str, Any] | None = None,
+        key: str | None = None,
+        priority: int = 0,
     ) -> list[int]:
         """Validate every payload, then store them all in one round trip; ids in order."""
         max_attempts = DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts
         values, wait = self._enqueue_many_args(
-            queue, payloads, delay, run_at, max_attempts, context
+            queue, payloads, delay, run_at, max_attempts, context, key, priority
         )
         if not values:
             return []
@@ -280,6 +315,10 @@ class Queue(Generic[T]):
         dedupe_key: str | None = None,
         dedupe: DedupeMode = "always",
         context: JobContext | Mapping[str, Any] | None = None,
+        key: str | None = None,
+        priority: int = 0,
+        debounce: float | timedelta | None = None,
+        throttle: float | timedelta | None = None,
     ) -> int:
         return self.jobs.enqueue(
             self.name,
@@ -290,6 +329,10 @@ class Queue(Generic[T]):
             dedupe_key=dedupe_key,
             dedupe=dedupe,
             context=context,
+            key=key,
+            priority=priority,
+            debounce=debounce,
+            throttle=throttle,
         )
 
     def enqueue_many(
@@ -300,6 +343,8 @@ class Queue(Generic[T]):
         run_at: datetime | None = None,
         max_attempts: int | None = None,
         context: JobContext | Mapping[str, Any] | None = None,
+        key: str | None = None,
+        priority: int = 0,
     ) -> list[int]:
         return self.jobs.enqueue_many(
             self.name,
@@ -308,6 +353,8 @@ class Queue(Generic[T]):
             run_at=run_at,
             max_attempts=max_attempts,
             context=context,
+            key=key,
+            priority=priority,
         )
 
     def claim(self, *, batch: int = 1, lease: float | None = None) -> list[Job[Any]]:

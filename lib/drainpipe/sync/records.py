@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..jobs.pause import holdable, with_holds
+from ..jobs.pause import flow_holdable, holdable, with_flow_holds, with_holds
 from ..jobs.records import RecordsRules
 from ..models import JobPage, JobRecord, Position
 
@@ -26,9 +26,14 @@ class SyncRecordsMixin(RecordsRules):
         return None if record is None else self._held([record])[0]
 
     def _held(self, records: list[JobRecord]) -> list[JobRecord]:
-        """Mark the queued records of paused queues (a round trip only when one is queued)."""
+        """Mark the queued records of paused queues, then those a flow limit holds (a round
+        trip each, only when one is queued)."""
         queues = holdable(records)
-        return with_holds(records, self.backend.paused(queues)) if queues else records
+        if not queues:
+            return records
+        records = with_holds(records, self.backend.paused(queues))
+        waiting = flow_holdable(records)
+        return with_flow_holds(records, self.backend.flow_holds(waiting)) if waiting else records
 
     def list_records(
         self,

@@ -1,0 +1,287 @@
+"""Flow control (docs/flow-control.md): what the limits cost, and whether a rate holds.
+
+    python -m bench.flow                      # 200,000 queued jobs; ~3 minutes
+    python -m bench.flow --backlog 1000000    # the issue's backlog (slow to build here)
+    python -m bench.flow --quick              # smoke run
+
+Per storage (pgmq, table), each on a fresh database dropped at the end:
+
+* ``backlog``: two queues with the same backlog straight into storage (``--backlog`` jobs
+  over 10,000 keys, interleaved), one limited by ``key_concurrency=1`` with the first job
+  of half the keys leased (so half the keys are held), the other without limits and as
+  many jobs leased. Reported: the p50 of a claim of 10 (``claim_jobs_v1``, run in a
+  transaction that is rolled back, so every sample sees the same backlog), limited over
+  unlimited, the samples interleaved.
+* ``processing``: ``drain`` (4 lanes, batches of 10, a no-op handler) of ``--jobs`` jobs on
+  a queue with ``QueuePolicy(concurrency=10000)`` (never binding) against ``QueuePolicy()``
+  and against no policy at all; rounds interleave, ratios are per round.
+* ``rate``: ``Rate(100, per=1)``, 8 claimers on their own pools claiming batches of 10 and
+  completing them at once for ``--seconds``; reported: claims per second over the run and
+  the most claims any 1 s window held (from the attempts' start times the claim stamped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "lib"))
+
+from drainpipe import Jobs, QueuePolicy, Rate, install  # noqa: E402
+
+from .policies import SERVER  # noqa: E402
+from .results import Row, append_run  # noqa: E402
+
+KEYS = 10_000
+LANES = int(__import__("os").environ.get("FLOW_LANES", "4"))
+BIG = 2**31 - 1
+
+
+def database_url(name: str) -> str:
+    params = conninfo_to_dict(SERVER)
+    params["dbname"] = name
+    return make_conninfo(**params)
+
+
+async def fresh(backend: str) -> tuple[str, str]:
+    name = f"bench_flow_{backend}_{uuid.uuid4().hex[:8]}"
+    async with await psycopg.AsyncConnection.connect(SERVER, autocommit=True) as admin:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    url = database_url(name)
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await install(conn, ["jobs"], backend=backend)  # type: ignore[arg-type]
+    return name, url
+
+
+async def drop(name: str) -> None:
+    async with await psycopg.AsyncConnection.connect(SERVER, autocommit=True) as admin:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def stored(g: str) -> str:
+    return (
+        "jsonb_build_object('$dp', 1, 'context', '{}'::jsonb, 'key', 'k' || "
+        f"mod({g}, {KEYS}), 'payload', jsonb_build_object('n', {g}))"
+    )
+
+
+def fill(conn: psycopg.Connection[Any], backend: str, queue: str, count: int) -> None:
+    if backend == "table":
+        conn.execute(
+            "INSERT INTO drainpipe.job_messages (queue, payload, visible_at)"
+            f" SELECT '{queue}', {stored('g')},"
+            " now() - interval '1 hour' + g * interval '1 microsecond'"
+            f" FROM generate_series(1, {count}) g"
+        )
+    else:
+        conn.execute("SELECT drainpipe.ensure_job_queue_v1(%s)", (queue,))
+        conn.execute(
+            f"INSERT INTO pgmq.q_{queue} (vt, message)"
+            " SELECT now() - interval '1 hour' + g * interval '1 microsecond',"
+            f" jsonb_build_object('payload', {stored('g')}, 'max_attempts', 5)"
+            f" FROM generate_series(1, {count}) g"
+        )
+
+
+def backlog(backend: str, count: int, samples: int) -> Row:
+    name, url = asyncio.run(fresh(backend))
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(
+                "SELECT drainpipe.ensure_queue_flow_v1('limited', NULL, 1, NULL, NULL, NULL,"
+                " NULL, false)"
+            )
+            for queue in ("limited", "plain"):
+                fill(conn, backend, queue, count)
+            conn.execute("VACUUM ANALYZE" if backend == "table" else "ANALYZE")
+            # half the keys held: the first job of keys 0..4999 leased (and as many leased
+            # on the unlimited queue)
+            for queue in ("limited", "plain"):
+                got = conn.execute(
+                    "SELECT count(*) FROM drainpipe.claim_jobs_v1(%s, 3600, %s)",
+                    (queue, KEYS // 2),
+                ).fetchone()
+                assert got == (KEYS // 2,), got
+            times: dict[str, list[float]] = {"limited": [], "plain": []}
+            for i in range(samples):
+                order = ("limited", "plain") if i % 2 == 0 else ("plain", "limited")
+                for queue in order:
+                    with conn.transaction(force_rollback=True):
+                        started = time.perf_counter()
+                        rows = conn.execute(
+                            "SELECT id FROM drainpipe.claim_jobs_v1(%s, 300, 10)", (queue,)
+                        ).fetchall()
+                        times[queue].append(time.perf_counter() - started)
+                    assert len(rows) == 10
+        limited = statistics.median(times["limited"]) * 1000
+        plain = statistics.median(times["plain"]) * 1000
+        print(
+            f"{backend:6} backlog {count:,}: claim of 10 p50 limited {limited:.3f} ms"
+            f" plain {plain:.3f} ms ratio {limited / plain:.2f}"
+        )
+        return Row(
+            metric=f"claim of 10 p50, {count:,} queued over 10,000 keys, half held",
+            system=f"{backend} key_concurrency=1",
+            baseline=f"{backend} no limits",
+            ratio=round(limited / plain, 2),
+            value=round(limited, 3),
+            unit="ms",
+            note=f"time ratio (lower is better); no limits: {plain:.3f} ms; {samples} samples"
+            " each, interleaved, every claim rolled back",
+        )
+    finally:
+        asyncio.run(drop(name))
+
+
+async def noop(payload: Any, job: Any) -> None:
+    return None
+
+
+async def processing(backend: str, jobs_count: int, rounds: int) -> list[Row]:
+    systems = {
+        "none": None,
+        "policy": QueuePolicy(max_pending=BIG),
+        "concurrency": QueuePolicy(max_pending=BIG, concurrency=10_000),
+    }
+    created = {kind: await fresh(backend) for kind in systems}
+    rates: dict[str, list[float]] = {kind: [] for kind in systems}
+    try:
+        for round_no in range(rounds):
+            kinds = list(systems)
+            kinds = kinds[round_no % 3 :] + kinds[: round_no % 3]
+            for kind in kinds:
+                policy = systems[kind]
+                policies = {"q": policy} if policy is not None else None
+                async with Jobs(created[kind][1], {"q": dict[str, Any]}, policies=policies) as j:
+                    if policy is not None:
+                        await j.ensure_policies()
+                    for start in range(0, jobs_count, 100):
+                        await j.enqueue_many("q", [{"n": n} for n in range(start, start + 100)])
+                    started = time.perf_counter()
+                    report = await j.drain("q", noop, concurrency=LANES, batch=10, lease=30)
+                    rates[kind].append(report.succeeded / (time.perf_counter() - started))
+                    assert report.succeeded == jobs_count
+    finally:
+        for name, _ in created.values():
+            await drop(name)
+    rows = []
+    for baseline in ("none", "policy"):
+        ratios = [c / b for c, b in zip(rates["concurrency"], rates[baseline], strict=True)]
+        print(
+            f"{backend:6} processing concurrency=10000 / {baseline}: "
+            + " ".join(f"{r:.2f}" for r in ratios)
+        )
+        rows.append(
+            Row(
+                metric="processing, a concurrency that does not bind",
+                system=f"{backend} concurrency=10000",
+                baseline=f"{backend} {'no policy' if baseline == 'none' else 'QueuePolicy()'}",
+                ratio=round(statistics.median(ratios), 2),
+                ratio_range=(round(min(ratios), 2), round(max(ratios), 2)),
+                value=round(statistics.median(rates["concurrency"])),
+                unit="jobs/s",
+                note=f"drain, 4 lanes, batch 10, {jobs_count:,} jobs, {rounds} rounds",
+            )
+        )
+    return rows
+
+
+async def rate(backend: str, seconds: float) -> Row:
+    name, url = await fresh(backend)
+    policy = QueuePolicy(max_pending=BIG, rate=Rate(100, per=1))
+    queues: dict[str, Any] = {"q": dict[str, Any]}
+    try:
+        async with Jobs(url, queues, policies={"q": policy}) as setup:
+            await setup.ensure_policies()
+            total = int(100 * seconds) + 2000
+            for start in range(0, total, 500):
+                await setup.enqueue_many("q", [{"n": n} for n in range(start, start + 500)])
+        stop = time.perf_counter() + seconds
+
+        async def claimer() -> None:
+            async with Jobs(url, queues, policies={"q": policy}) as jobs:
+                while time.perf_counter() < stop:
+                    claimed = await jobs.claim("q", batch=10)
+                    for job in claimed:
+                        await jobs.complete(job)
+                    if not claimed:
+                        await asyncio.sleep(0.01)
+
+        await asyncio.gather(*(claimer() for _ in range(8)))
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            column = "started_at" if backend == "table" else "last_read_at"
+            source = (
+                "drainpipe.job_messages WHERE queue = 'q' AND attempts > 0"
+                if backend == "table"
+                else "(SELECT last_read_at FROM pgmq.a_q UNION ALL SELECT last_read_at"
+                " FROM pgmq.q_q WHERE read_ct > 0) s"
+            )
+            rows = await (
+                await conn.execute(
+                    f"SELECT extract(epoch FROM {column})::float8 FROM {source} ORDER BY 1"
+                )
+            ).fetchall()
+        times = [r[0] for r in rows if r[0] is not None]
+        span = times[-1] - times[0]
+        achieved = (len(times) - 1) / span if span > 0 else 0.0
+        worst = 0
+        j = 0
+        for i, start in enumerate(times):
+            while j < len(times) and times[j] < start + 1.0:
+                j += 1
+            worst = max(worst, j - i)
+        print(
+            f"{backend:6} rate Rate(100, per=1), 8 claimers, {seconds:.0f} s: {achieved:.1f}/s,"
+            f" at most {worst} in any 1 s window, {len(times)} claims"
+        )
+        return Row(
+            metric=f"claims/s under Rate(100, per=1), 8 claimers, {seconds:.0f} s",
+            system=backend,
+            value=round(achieved, 1),
+            unit="claims/s",
+            note=f"at most {worst} claims in any 1 s window; {len(times)} claims",
+        )
+    finally:
+        await drop(name)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.flow")
+    parser.add_argument("--backlog", type=int, default=200_000)
+    parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--jobs", type=int, default=5_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--backends", default="pgmq,table")
+    parser.add_argument("--parts", default="backlog,processing,rate")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--record", action="store_true", help="append to bench/results")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.backlog, args.samples, args.jobs, args.rounds, args.seconds = 20_000, 30, 500, 2, 3
+    rows: list[Row] = []
+    parts = args.parts.split(",")
+    for backend in args.backends.split(","):
+        if "backlog" in parts:
+            rows.append(backlog(backend, args.backlog, args.samples))
+        if "processing" in parts:
+            rows.extend(asyncio.run(processing(backend, args.jobs, args.rounds)))
+        if "rate" in parts:
+            rows.append(asyncio.run(rate(backend, args.seconds)))
+    if args.record:
+        print(append_run("bench.flow", rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
