@@ -279,7 +279,7 @@ class TracedSource:
         self.log = inner.log
         self.name: str = inner.name
         # optional source calls (skips, why a lease was lost) pass straight through
-        for optional in ("skip", "why_lost"):
+        for optional in ("skip", "why_lost", "keep_result"):
             if hasattr(inner, optional):
                 setattr(self, optional, getattr(inner, optional))
         if hasattr(inner, "complete_and_claim"):

@@ -29,6 +29,12 @@ from tests.schedules.test_pg_cron import cleanup, cron_db, cron_url, names  # no
 
 # Called by no client: they stay unversioned (docs/sql.md).
 INTERNAL_FUNCTIONS = {
+    # jobs 0016 (durable steps): helpers of the step functions, never called by the client
+    "assert_event_name",
+    "hold_job_fence",
+    "lock_job_event",
+    "park_job",
+    "wake_job",
     # jobs 0004 (records): helpers the _v1/_v2 functions call, never the client
     "assert_job_code",
     "is_job_code",

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
-from ..db import Database, as_database
+from ..db import Database, as_database, jsonb
 from ..models import (
     DeadJob,
     DedupeMode,
@@ -32,6 +32,12 @@ from ..ops._types import int_array
 from ..ops.jobs import parse_claimed, parse_dead
 
 __all__ = ["SqlQueueBackend", "int_array", "parse_claimed", "parse_dead"]
+
+
+def _steps() -> Any:
+    from ..ops import steps
+
+    return steps
 
 
 class SqlQueueBackend:
@@ -105,6 +111,68 @@ class SqlQueueBackend:
             return set()
         rows = await self.db.fetch(ops.EXTEND_MANY, ops.extend_many_params(jobs, lease))
         return ops.parse_extend_many(rows)
+
+    # -- durable steps (jobs 0016); their statements are imported on first use, so a
+    # function that never runs a step does not pay for them at cold start ----------------
+
+    async def load_steps(self, queue: str, job_id: int) -> dict[int, tuple[str, str, Any]]:
+        """The job's recorded steps: number → (name, state, stored result)."""
+        rows = await self.db.fetch(_steps().LOAD_STEPS, (queue, job_id))
+        return _steps().parse_loaded(rows)
+
+    async def record_step(
+        self,
+        job: Job[Any],
+        number: int,
+        name: str,
+        state: str,
+        result: Any,
+        code: str | None = None,
+        started_at: datetime | None = None,
+    ) -> str:
+        """``recorded``, ``exists``, ``mismatch`` or ``lost`` (the attempt's fence moved)."""
+        params = _steps().record_params(
+            job.queue, job.id, job.attempts, number, name, state, result, code, started_at
+        )
+        return _steps().parse_text(await self.db.fetch(_steps().RECORD_STEP, params))
+
+    async def suspend(
+        self,
+        job: Job[Any],
+        delay: float,
+        waiting_for: str | None,
+        number: int | None = None,
+        name: str | None = None,
+        started_at: datetime | None = None,
+    ) -> str:
+        """``suspended``, ``mismatch`` or ``lost``; the lease is released with it."""
+        params = (job.queue, job.id, job.attempts, delay, waiting_for, number, name, started_at)
+        return _steps().parse_text(await self.db.fetch(_steps().SUSPEND, params))
+
+    async def wait_event(
+        self,
+        job: Job[Any],
+        event: str,
+        key: str,
+        timeout: float | None,  # noqa: ASYNC109 - the wait's stored deadline, in seconds
+        number: int,
+        name: str,
+        started_at: datetime | None = None,
+    ) -> tuple[str, Any]:
+        """(``taken`` | ``timeout`` | ``suspended`` | ``mismatch`` | ``lost``, data)."""
+        params = (job.queue, job.id, job.attempts, event, key, timeout, number, name, started_at)
+        rows = await self.db.fetch(_steps().WAIT_EVENT, params)
+        return (str(rows[0][0]), rows[0][1]) if rows else ("lost", None)
+
+    async def emit(self, event: str, key: str, data: Any = None) -> int:
+        rows = await self.db.fetch(_steps().EMIT, (event, key, jsonb(data)))
+        return int(rows[0][0])
+
+    async def job_workflow(self, queue: str, job_id: int) -> Any:
+        return _steps().parse_workflow(await self.db.fetch(_steps().WORKFLOW, (queue, job_id)))
+
+    async def job_result(self, queue: str, job_id: int) -> tuple[bool, Any]:
+        return _steps().parse_result(await self.db.fetch(_steps().RESULT, (queue, job_id)))
 
     async def replay(self, queue: str, job_id: int) -> int | None:
         return ops.parse_replay(await self.db.fetch(ops.REPLAY, ops.replay_params(queue, job_id)))

@@ -7,6 +7,7 @@ working. Every call validates its input and answers with the contract's errors.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,7 @@ from ..backends.capabilities import (
     lacking,
 )
 from ..errors import DrainpipeError, invalid_request
-from ..models import JOB_STATES, JobPage, JobRecord, Position
+from ..models import JOB_STATES, TERMINAL_STATES, JobPage, JobRecord, Position
 from ..validation import INT8_MAX, check_queue_name, positive_int
 from .cursor import read_cursor, sign_cursor
 
@@ -129,6 +130,29 @@ class RecordsRules:
         return result == "cancelled"
 
 
+def with_workflow(record: JobRecord, workflow: Any) -> JobRecord:
+    """``record`` with its steps and ``waiting_for``; its attempt counts without the
+    suspensions (a resumption moves the fence, not the count: jobs 0016)."""
+    if workflow is None:
+        return record
+    suspensions, last_fence, waiting_for, steps = workflow
+    # every suspension raised the stored max_attempts by one; every resumption claim moved
+    # the fence by one (the latest suspension's resumption has not come while the fence
+    # still is the one it suspended with)
+    resumptions = suspensions - (1 if suspensions and record.attempts == last_fence else 0)
+    attempts = max(0, record.attempts - resumptions)
+    max_attempts = max(1, record.max_attempts - suspensions)
+    terminal = record.state in TERMINAL_STATES
+    return replace(
+        record,
+        attempts=attempts,
+        max_attempts=max_attempts,
+        attempts_left=0 if terminal else max(0, max_attempts - attempts),
+        steps=steps,
+        waiting_for=waiting_for if record.state == "waiting" else None,
+    )
+
+
 class RecordsMixin(RecordsRules):
     """``get``, ``list_jobs``, ``list_records`` and ``cancel`` of :class:`Jobs`."""
 
@@ -146,6 +170,9 @@ class RecordsMixin(RecordsRules):
         record = await backend.get_record(queue, job_id)
         if record is None:
             return None
+        workflow = getattr(backend, "job_workflow", None)
+        if workflow is not None:
+            record = with_workflow(record, await workflow(queue, job_id))
         return (await self._held([record]))[0]
 
     async def list_records(
