@@ -97,6 +97,23 @@ class Job(Generic[T]):
         ``timeout``."""
         return await _workflow(self).wait_for(self, event, key, timeout)
 
+    async def spawn(self, queue: str, payload: Any, **enqueue_options: Any) -> int:
+        """Enqueue a child job (``parent_id`` = this job) once over every run: a step.
+        Options: ``delay``, ``run_at``, ``max_attempts``, ``context``."""
+        ids: list[int] = await _workflow(self).spawn_many(self, queue, [payload], enqueue_options)
+        return ids[0]
+
+    async def spawn_many(self, queue: str, payloads: Any, **enqueue_options: Any) -> list[int]:
+        """Enqueue several children at once (one step, one round trip); their ids."""
+        ids: list[int] = await _workflow(self).spawn_many(self, queue, payloads, enqueue_options)
+        return ids
+
+    async def join(self, ids: Any, *, queue: str | None = None) -> list[ChildOutcome]:
+        """Suspend until every child in ``ids`` finished; their outcomes in that order.
+        ``queue`` defaults to the one queue this run spawned into."""
+        outcomes: list[ChildOutcome] = await _workflow(self).join(self, ids, queue)
+        return outcomes
+
 
 def _workflow(job: Job[Any]) -> Any:
     workflow = job.__dict__.get("_workflow")

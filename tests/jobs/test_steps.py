@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
+import drainpipe
 from drainpipe import DrainpipeError, Job, Jobs, Keyring, QueuePolicy, Suspend
 from tests.conftest import connect
 
@@ -477,3 +478,87 @@ async def test_a_step_with_the_budget_spent_suspends_with_immediate_eligibility(
     report = await jobs.drain("flows", handler)
     assert report.succeeded == 1
     assert calls == [0, 1, 2]
+
+
+# -- slice 4: children -------------------------------------------------------------------------
+
+
+async def test_spawn_enqueues_children_once_and_join_waits_for_every_one(
+    jobs: Jobs, jobs_db_url: str, backend_name: str
+) -> None:
+    joined: list[Any] = []
+    parents: list[int] = []
+
+    async def parent(payload: Any, job: Job[Any]) -> None:
+        parents.append(job.id)
+        one = await job.spawn("other", {"size": 64})
+        more = await job.spawn_many("other", [{"size": 256}, {"size": 512}])
+        if len(parents) == 1:
+            raise RuntimeError("crash after spawning")  # the retry must not spawn again
+        joined.append(await job.join([one, *more]))
+
+    async def child(payload: Any, job: Job[Any]) -> dict[str, int]:
+        if payload["size"] == 512:
+            raise drainpipe.Discard("TOO_BIG")
+        return {"thumb": payload["size"]}
+
+    parent_id = await jobs.enqueue("flows", {})
+    await jobs.drain("flows", parent)
+    await move_time(jobs_db_url, backend_name, "flows", parent_id, 3600)
+    report = await jobs.drain("flows", parent)
+    assert report.suspended == 1  # the children are not done yet
+    record = await state_of(jobs, parent_id)
+    assert (record.state, record.waiting_for) == ("waiting", "children")
+    page = await jobs.list_jobs("other")
+    assert len(page.items) == 3  # spawned once over two runs
+    assert {item.parent_id for item in page.items} == {parent_id}
+    await jobs.drain("other", child)
+    await move_time(jobs_db_url, backend_name, "flows", parent_id, 60)
+    report = await jobs.drain("flows", parent)
+    assert report.succeeded == 1
+    [outcomes] = joined
+    ids = sorted(item.id for item in page.items)
+    assert [(o.id, o.queue, o.state, o.last_code, o.result) for o in outcomes] == [
+        (ids[0], "other", "succeeded", None, {"thumb": 64}),
+        (ids[1], "other", "succeeded", None, {"thumb": 256}),
+        (ids[2], "other", "dead", "TOO_BIG", None),
+    ]
+    record = await state_of(jobs, parent_id)
+    assert [s.name for s in record.steps] == ["spawn:other", "spawn:other", "join"]
+    assert record.attempts == 2  # one failed run, one that suspended and resumed
+
+
+async def test_cancel_with_children_cancels_the_live_children(jobs: Jobs) -> None:
+    async def parent(payload: Any, job: Job[Any]) -> None:
+        kids = await job.spawn_many("other", [{"n": 1}, {"n": 2}])
+        await job.join(kids)
+
+    parent_id = await jobs.enqueue("flows", {})
+    await jobs.drain("flows", parent)
+    page = await jobs.list_jobs("other")
+    done = page.items[0].id
+    await jobs.drain("other", _one_of(done))
+    assert await jobs.cancel("flows", parent_id, children=True) is True
+    assert (await state_of(jobs, parent_id)).state == "cancelled"
+    states = {item.id: item.state for item in (await jobs.list_jobs("other")).items}
+    assert states[done] == "succeeded"
+    assert [state for key, state in states.items() if key != done] == ["cancelled"]
+
+
+def _one_of(wanted: int) -> Any:
+    async def handler(payload: Any, job: Job[Any]) -> None:
+        if job.id != wanted:
+            raise drainpipe.Retry(after=3600)
+
+    return handler
+
+
+async def test_join_without_a_queue_needs_one_spawned_queue(jobs: Jobs) -> None:
+    errors: list[BaseException] = []
+
+    async def handler(payload: Any, job: Job[Any]) -> None:
+        await job.join([1, 2])
+
+    await jobs.enqueue("flows", {})
+    await jobs.drain("flows", handler, on_error=lambda error, job: errors.append(error))
+    assert isinstance(errors[0], DrainpipeError) and errors[0].kind == "invalid_request"

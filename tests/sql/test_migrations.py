@@ -35,6 +35,8 @@ INTERNAL_FUNCTIONS = {
     "lock_job_event",
     "park_job",
     "wake_job",
+    "set_job_parent",
+    "child_job_states",
     # jobs 0004 (records): helpers the _v1/_v2 functions call, never the client
     "assert_job_code",
     "is_job_code",

@@ -34,12 +34,6 @@ from ..ops.jobs import parse_claimed, parse_dead
 __all__ = ["SqlQueueBackend", "int_array", "parse_claimed", "parse_dead"]
 
 
-def _steps() -> Any:
-    from ..ops import steps
-
-    return steps
-
-
 class SqlQueueBackend:
     """Jobs over a direct Postgres connection (psycopg): a DSN, a pool or a connection."""
 
@@ -117,8 +111,10 @@ class SqlQueueBackend:
 
     async def load_steps(self, queue: str, job_id: int) -> dict[int, tuple[str, str, Any]]:
         """The job's recorded steps: number → (name, state, stored result)."""
-        rows = await self.db.fetch(_steps().LOAD_STEPS, (queue, job_id))
-        return _steps().parse_loaded(rows)
+        from ..ops import steps as step_ops
+
+        rows = await self.db.fetch(step_ops.LOAD_STEPS, (queue, job_id))
+        return step_ops.parse_loaded(rows)
 
     async def record_step(
         self,
@@ -131,10 +127,12 @@ class SqlQueueBackend:
         started_at: datetime | None = None,
     ) -> str:
         """``recorded``, ``exists``, ``mismatch`` or ``lost`` (the attempt's fence moved)."""
-        params = _steps().record_params(
+        from ..ops import steps as step_ops
+
+        params = step_ops.record_params(
             job.queue, job.id, job.attempts, number, name, state, result, code, started_at
         )
-        return _steps().parse_text(await self.db.fetch(_steps().RECORD_STEP, params))
+        return step_ops.parse_text(await self.db.fetch(step_ops.RECORD_STEP, params))
 
     async def suspend(
         self,
@@ -147,7 +145,9 @@ class SqlQueueBackend:
     ) -> str:
         """``suspended``, ``mismatch`` or ``lost``; the lease is released with it."""
         params = (job.queue, job.id, job.attempts, delay, waiting_for, number, name, started_at)
-        return _steps().parse_text(await self.db.fetch(_steps().SUSPEND, params))
+        from ..ops import steps as step_ops
+
+        return step_ops.parse_text(await self.db.fetch(step_ops.SUSPEND, params))
 
     async def wait_event(
         self,
@@ -161,18 +161,81 @@ class SqlQueueBackend:
     ) -> tuple[str, Any]:
         """(``taken`` | ``timeout`` | ``suspended`` | ``mismatch`` | ``lost``, data)."""
         params = (job.queue, job.id, job.attempts, event, key, timeout, number, name, started_at)
-        rows = await self.db.fetch(_steps().WAIT_EVENT, params)
+        from ..ops import steps as step_ops
+
+        rows = await self.db.fetch(step_ops.WAIT_EVENT, params)
         return (str(rows[0][0]), rows[0][1]) if rows else ("lost", None)
 
     async def emit(self, event: str, key: str, data: Any = None) -> int:
-        rows = await self.db.fetch(_steps().EMIT, (event, key, jsonb(data)))
+        from ..ops import steps as step_ops
+
+        rows = await self.db.fetch(step_ops.EMIT, (event, key, jsonb(data)))
         return int(rows[0][0])
 
+    async def spawn(
+        self,
+        job: Job[Any],
+        number: int,
+        name: str,
+        queue: str,
+        payloads: Sequence[Any],
+        delay: float,
+        max_attempts: int,
+        started_at: datetime | None = None,
+    ) -> tuple[str, list[int]]:
+        """Enqueue ``payloads`` as children of ``job`` and record the step, at most once:
+        (``recorded`` | ``exists`` | ``mismatch`` | ``lost``, the children's ids)."""
+        params = (
+            job.queue, job.id, job.attempts, number, name, queue, jsonb(list(payloads)),
+            delay, max_attempts, started_at,
+        )  # fmt: skip
+        from ..ops import steps as step_ops
+
+        rows = await self.db.fetch(step_ops.SPAWN, params)
+        if not rows:
+            return "lost", []
+        return str(rows[0][0]), [int(i) for i in rows[0][1] or ()]
+
+    async def join(
+        self,
+        job: Job[Any],
+        queue: str,
+        ids: Sequence[int],
+        number: int,
+        name: str,
+        started_at: datetime | None = None,
+    ) -> str:
+        """``done`` (every child finished), ``suspended``, ``mismatch`` or ``lost``."""
+        params = (
+            job.queue, job.id, job.attempts, queue, int_array(ids), number, name, started_at,
+        )  # fmt: skip
+        from ..ops import steps as step_ops
+
+        return step_ops.parse_text(await self.db.fetch(step_ops.JOIN, params))
+
+    async def child_outcomes(
+        self, queue: str, ids: Sequence[int]
+    ) -> list[tuple[int, str, str | None, bool, Any]]:
+        from ..ops import steps as step_ops
+
+        rows = await self.db.fetch(step_ops.CHILD_OUTCOMES, (queue, int_array(ids)))
+        return [(int(r[0]), str(r[1]), r[2], bool(r[3]), r[4]) for r in rows]
+
+    async def cancel_children(self, queue: str, job_id: int) -> int:
+        from ..ops import steps as step_ops
+
+        rows = await self.db.fetch(step_ops.CANCEL_CHILDREN, (queue, job_id))
+        return int(rows[0][0] or 0) if rows else 0
+
     async def job_workflow(self, queue: str, job_id: int) -> Any:
-        return _steps().parse_workflow(await self.db.fetch(_steps().WORKFLOW, (queue, job_id)))
+        from ..ops import steps as step_ops
+
+        return step_ops.parse_workflow(await self.db.fetch(step_ops.WORKFLOW, (queue, job_id)))
 
     async def job_result(self, queue: str, job_id: int) -> tuple[bool, Any]:
-        return _steps().parse_result(await self.db.fetch(_steps().RESULT, (queue, job_id)))
+        from ..ops import steps as step_ops
+
+        return step_ops.parse_result(await self.db.fetch(step_ops.RESULT, (queue, job_id)))
 
     async def replay(self, queue: str, job_id: int) -> int | None:
         return ops.parse_replay(await self.db.fetch(ops.REPLAY, ops.replay_params(queue, job_id)))

@@ -214,13 +214,22 @@ class RecordsMixin(RecordsRules):
         )
         return self._page(records, after, name, wanted, who)
 
-    async def cancel(self, queue: str, job_id: int) -> bool:
-        """Cancel a live job: True when it is now cancelled (a queued or retry_wait job never
-        runs again; a leased one is fenced at once, its worker stops it at the next
-        heartbeat), False when it had finished already; an unknown job is ``not_found``.
+    async def cancel(self, queue: str, job_id: int, *, children: bool = False) -> bool:
+        """Cancel a live job: True when it is now cancelled (a queued, retry_wait or waiting
+        job never runs again; a leased one is fenced at once, its worker stops it at the
+        next heartbeat), False when it had finished already; an unknown job is
+        ``not_found``. ``children=True`` also cancels the live children its steps spawned.
         A cancel cannot undo what a running handler already did."""
         job_id = self._get_args(queue, job_id)
+        if not isinstance(children, bool):
+            raise invalid_request("children must be True or False")
         backend = self.backend
         if not isinstance(backend, SupportsCancel):
             raise lacking(backend, "cancel")
-        return self._cancel_answer(await backend.cancel(queue, job_id), queue, job_id)
+        answer = self._cancel_answer(await backend.cancel(queue, job_id), queue, job_id)
+        if children:
+            cancel_children = getattr(backend, "cancel_children", None)
+            if cancel_children is None:
+                raise lacking(backend, "cancel(children=True)")
+            await cancel_children(queue, job_id)
+        return answer

@@ -39,13 +39,15 @@ _STATE = "_step_state"
 
 
 class _RunState:
-    """One run's replay state: the recorded steps and the number the next one gets."""
+    """One run's replay state: the recorded steps, the number the next one gets, and the
+    queues this run's spawns went to (``join``'s default)."""
 
-    __slots__ = ("next", "recorded")
+    __slots__ = ("next", "recorded", "spawned")
 
     def __init__(self, recorded: dict[int, tuple[str, str, Any]]) -> None:
         self.recorded = recorded
         self.next = 1
+        self.spawned: set[str] = set()
 
     def take(self) -> tuple[int, tuple[str, str, Any] | None]:
         number = self.next
@@ -97,6 +99,7 @@ class StepRuntime:
     ) -> None:
         self.backend: Any = jobs.backend
         self.queue = queue
+        self._jobs = jobs
         self._now = jobs._now
         policy = jobs.policy(queue)
         self._max_bytes = None if policy is None else policy.max_payload_bytes
@@ -253,6 +256,98 @@ class StepRuntime:
         if outcome == "mismatch":
             raise _mismatch(job, number, name, "another step")
         raise _lost(job)
+
+    # -- children -------------------------------------------------------------------------
+
+    async def spawn_many(
+        self, job: Job[Any], queue: str, payloads: Any, options: dict[str, Any]
+    ) -> list[int]:
+        jobs = self._jobs
+        jobs._check_queue(queue)
+        unknown = set(options) - {"delay", "run_at", "max_attempts", "context"}
+        if unknown:
+            raise TypeError(
+                f"spawn takes delay, run_at, max_attempts and context, not {sorted(unknown)}"
+            )
+        if isinstance(payloads, str | bytes) or not hasattr(payloads, "__iter__"):
+            raise TypeError("spawn_many(queue, payloads): payloads must be a list")
+        max_attempts = jobs._max_attempts(queue, options.get("max_attempts"))
+        backend_name = getattr(self.backend, "name", "")
+        stored: list[Any] = []
+        wait = 0.0
+        for payload in payloads:
+            value, wait = jobs._enqueue_args(
+                queue,
+                payload,
+                options.get("delay"),
+                options.get("run_at"),
+                max_attempts,
+                None,
+                "always",
+                options.get("context"),
+                backend_name,
+            )
+            stored.append(value)
+        name = step_names("spawn", queue)
+        state = await self._state(job)
+        number, recorded = state.take()
+        if recorded is not None:
+            if recorded[0] != name:
+                raise _mismatch(job, number, name, recorded[0])
+            if recorded[1] == "done":
+                state.spawned.add(queue)
+                recorded_ids: list[int] = [int(i) for i in recorded[2]["ids"]]
+                return recorded_ids
+        if self._budget_low():
+            await self._yield_turn(job)
+        outcome, ids = await self.backend.spawn(
+            job, number, name, queue, stored, wait, max_attempts, self._now()
+        )
+        if outcome == "lost":
+            raise _lost(job)
+        if outcome == "mismatch":
+            raise _mismatch(job, number, name, "another step")
+        state.recorded[number] = (name, "done", {"queue": queue, "ids": ids})
+        state.spawned.add(queue)
+        return [int(i) for i in ids]
+
+    async def join(self, job: Job[Any], ids: Any, queue: str | None) -> list[Any]:
+        from ..models import ChildOutcome
+
+        state = await self._state(job)
+        if queue is None:
+            if len(state.spawned) != 1:
+                raise DrainpipeError(
+                    "invalid_request",
+                    "join(ids) needs queue= unless this run spawned into exactly one queue",
+                )
+            queue = next(iter(state.spawned))
+        self._jobs._check_queue(queue)
+        children = [int(i) for i in ids]
+        number, recorded = state.take()
+        if recorded is not None and recorded[0] != "join":
+            raise _mismatch(job, number, "join", recorded[0])
+        if recorded is None or recorded[1] != "done":
+            outcome = await self.backend.join(job, queue, children, number, "join", self._now())
+            if outcome == "suspended":
+                raise Suspend("children")
+            if outcome == "lost":
+                raise _lost(job)
+            if outcome == "mismatch":
+                raise _mismatch(job, number, "join", "another step")
+            state.recorded[number] = ("join", "done", {"queue": queue, "ids": children})
+        rows = await self.backend.child_outcomes(queue, children)
+        child_runtime = StepRuntime(self._jobs, queue)
+        return [
+            ChildOutcome(
+                id=child,
+                queue=queue,
+                state=child_state,
+                last_code=code,
+                result=child_runtime.open_result(result) if kept else None,
+            )
+            for child, child_state, code, kept, result in rows
+        ]
 
     # -- the handler's return value ---------------------------------------------------------
 

@@ -25,6 +25,14 @@ EMIT = "SELECT drainpipe.emit_event_v1(%s, %s, %s)"
 LOAD_STEPS = "SELECT number, name, state, result FROM drainpipe.job_steps_v1(%s, %s)"
 WORKFLOW = "SELECT drainpipe.job_workflow_v1(%s, %s)"
 RESULT = "SELECT kept, result FROM drainpipe.job_result_v1(%s, %s)"
+#: (queue, id, attempt, number, name, child queue, payloads, delay, max_attempts, started_at)
+SPAWN = "SELECT outcome, ids FROM drainpipe.spawn_jobs_v1(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+#: (queue, id, attempt, child queue, ids, number, name, started_at)
+JOIN = "SELECT drainpipe.join_jobs_v1(%s, %s, %s, %s, %s::bigint[], %s, %s, %s)"
+CHILD_OUTCOMES = (
+    "SELECT id, state, last_code, kept, result FROM drainpipe.child_outcomes_v1(%s, %s::bigint[])"
+)
+CANCEL_CHILDREN = "SELECT drainpipe.cancel_job_children_v1(%s, %s)"
 PURGE_EVENTS = "SELECT drainpipe.purge_job_events_v1(%s)"
 
 #: the step number under which a handler's return value is kept

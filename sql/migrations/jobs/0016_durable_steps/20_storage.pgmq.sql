@@ -79,3 +79,47 @@ AS $$
                 WHEN p_message ->> 'failed' = p_read_ct::text THEN 'retry_wait'
                 ELSE 'leased' END
 $$;
+
+-- Children (job.spawn): the parent's id in each child's document, as replays carry theirs.
+CREATE OR REPLACE FUNCTION drainpipe.set_job_parent(p_queue text, p_ids bigint[], p_parent bigint)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    EXECUTE format('UPDATE pgmq.%I SET message = message || jsonb_build_object(''parent_id'', $2)
+                     WHERE msg_id = ANY ($1)', 'q_' || p_queue)
+      USING p_ids, p_parent;
+END
+$$;
+
+-- Where each child is: 'live' (in the queue), its terminal state (in the archive), or
+-- 'purged'; and why a finished one ended (a success: its skip code).
+CREATE OR REPLACE FUNCTION drainpipe.child_job_states(p_queue text, p_ids bigint[])
+RETURNS TABLE (id bigint, state text, last_code text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF to_regclass('pgmq.q_' || p_queue) IS NULL THEN
+        RETURN QUERY SELECT i.id, 'purged'::text, NULL::text FROM unnest(p_ids) AS i(id);
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format(
+        'SELECT i.id,
+                CASE WHEN q.msg_id IS NOT NULL THEN ''live''
+                     WHEN a.msg_id IS NULL THEN ''purged''
+                     WHEN a.message ? ''cancelled'' THEN ''cancelled''
+                     WHEN a.message ? ''dead'' THEN ''dead''
+                     ELSE ''succeeded'' END,
+                CASE WHEN q.msg_id IS NOT NULL OR a.msg_id IS NULL THEN NULL
+                     WHEN a.message ? ''cancelled'' OR a.message ? ''dead'' THEN a.message ->> ''last_code''
+                     ELSE a.message ->> ''skipped'' END
+           FROM unnest($1) WITH ORDINALITY AS i(id, n)
+           LEFT JOIN pgmq.%I q ON q.msg_id = i.id
+           LEFT JOIN pgmq.%I a ON a.msg_id = i.id
+          ORDER BY i.n', 'q_' || p_queue, 'a_' || p_queue)
+      USING p_ids;
+END
+$$;

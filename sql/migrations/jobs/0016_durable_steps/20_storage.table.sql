@@ -40,3 +40,26 @@ BEGIN
     RETURN FOUND;
 END
 $$;
+
+-- Children (job.spawn): the parent's id on each child's row.
+CREATE OR REPLACE FUNCTION drainpipe.set_job_parent(p_queue text, p_ids bigint[], p_parent bigint)
+RETURNS void
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    UPDATE drainpipe.job_messages SET parent_id = p_parent WHERE id = ANY (p_ids) AND queue = p_queue
+$$;
+
+-- Where each child is: 'live', its terminal state, or 'purged'; why a finished one ended.
+CREATE OR REPLACE FUNCTION drainpipe.child_job_states(p_queue text, p_ids bigint[])
+RETURNS TABLE (id bigint, state text, last_code text)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT i.id,
+           CASE WHEN m.id IS NULL THEN 'purged' WHEN m.finished_at IS NULL THEN 'live' ELSE m.state END,
+           CASE WHEN m.finished_at IS NOT NULL THEN m.last_code END
+      FROM unnest(p_ids) WITH ORDINALITY AS i(id, n)
+      LEFT JOIN drainpipe.job_messages m ON m.id = i.id AND m.queue = p_queue
+     ORDER BY i.n
+$$;
