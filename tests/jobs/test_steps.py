@@ -562,3 +562,80 @@ async def test_join_without_a_queue_needs_one_spawned_queue(jobs: Jobs) -> None:
     await jobs.enqueue("flows", {})
     await jobs.drain("flows", handler, on_error=lambda error, job: errors.append(error))
     assert isinstance(errors[0], DrainpipeError) and errors[0].kind == "invalid_request"
+
+
+async def test_a_long_workflow_finishes_over_short_drain_route_calls(jobs: Jobs) -> None:
+    """The drain route's budget rule: each call runs steps until less than step_margin is
+    left, suspends the job eligible at once and answers more=true; each step runs once."""
+    import httpx
+
+    secret = "s" * 40
+    ran: list[int] = []
+
+    async def part(n: int) -> int:
+        await asyncio.sleep(0.15)  # a step that takes a while (kept short: real time)
+        ran.append(n)
+        return n
+
+    async def workflow(payload: Any, job: Job[Any]) -> int:
+        total = 0
+        for n in range(8):
+            total += await job.step(f"part-{n}", part, n)
+        return total
+
+    route = jobs.drain_route(
+        secret=secret, handlers={"flows": workflow}, budget=0.8, step_margin=0.5, schedules=False
+    )
+    job_id = await jobs.enqueue("flows", {})
+    answers: list[dict[str, Any]] = []
+    transport = httpx.ASGITransport(app=route)
+    async with httpx.AsyncClient(transport=transport, base_url="http://route") as client:
+        for _ in range(20):
+            response = await client.get("/", headers={"Authorization": f"Bearer {secret}"})
+            assert response.status_code == 200, response.text
+            answers.append(response.json())
+            if not answers[-1]["more"]:
+                break
+    assert ran == list(range(8))  # each step once, in order, over several calls
+    assert len(answers) > 2
+    assert all(answer["more"] for answer in answers[:-1])
+    assert answers[-1]["queues"]["flows"]["succeeded"] == 1
+    assert await jobs.result("flows", job_id) == sum(range(8))
+    record = await state_of(jobs, job_id)
+    assert (record.state, record.attempts, len(record.steps)) == ("succeeded", 1, 8)
+
+
+# -- the sync twin --------------------------------------------------------------------------------
+
+
+async def test_the_sync_twin_emits_reads_and_cancels_children(jobs: Jobs, jobs_db_url: str) -> None:
+    from drainpipe import sync
+
+    seen: list[Any] = []
+
+    async def handler(payload: Any, job: Job[Any]) -> str:
+        seen.append(await job.wait_for("signed", key="doc-1"))
+        return "filed"
+
+    job_id = await jobs.enqueue("flows", {})
+    await jobs.drain("flows", handler)
+    with sync.Jobs(jobs_db_url, QUEUES) as twin:
+        record = await asyncio.to_thread(twin.get, "flows", job_id)
+        assert record is not None
+        assert (record.state, record.waiting_for, record.attempts) == ("waiting", "event:signed", 1)
+        assert await asyncio.to_thread(twin.emit, "signed", "doc-1", {"by": "ann"}) > 0
+        await jobs.drain("flows", handler)
+        assert seen == [{"by": "ann"}]
+        assert await asyncio.to_thread(twin.result, "flows", job_id) == "filed"
+        with pytest.raises(DrainpipeError) as refused:
+            await asyncio.to_thread(twin.emit, "", "k")
+        assert refused.value.kind == "validation"
+
+        async def parent(payload: Any, job: Job[Any]) -> None:
+            await job.join(await job.spawn_many("other", [{}, {}]))
+
+        parent_id = await jobs.enqueue("flows", {})
+        await jobs.drain("flows", parent)
+        assert await asyncio.to_thread(twin.cancel, "flows", parent_id, children=True)
+        states = {item.state for item in (await jobs.list_jobs("other")).items}
+        assert states == {"cancelled"}

@@ -21,7 +21,6 @@ from ..backends import (
 from ..backends.capabilities import SupportsCodedSettle
 from ..codes import code_of
 from ..engine.core import MAX_OUTAGE
-from ..errors import DrainpipeError
 from ..models import DeadJob, DedupeMode, FailOutcome, Job, JobContext, QueueStats, WorkReport
 from ..schedules import ScheduleMixin
 from ..telemetry import active_telemetry
@@ -328,19 +327,9 @@ class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, Schedu
         """Store event ``event`` with ``key`` (and JSON ``data``) and wake every job waiting
         on both (``job.wait_for``); the event's id. Events are kept ``event_retention``
         (7 days); one emitted before a job waits counts for it, if emitted after its enqueue."""
-        from .steps import MAX_NAME
+        from .steps import check_event
 
-        for value, what in ((event, "event"), (key, "key")):
-            if (
-                not isinstance(value, str)
-                or len(value) > MAX_NAME
-                or (what == "event" and not value)
-            ):
-                raise DrainpipeError(
-                    "validation",
-                    f"{what} must be a text of {'1' if what == 'event' else '0'} to {MAX_NAME} characters",
-                    issues=[{"message": "Expected a short text", "path": [what]}],
-                )
+        check_event(event, key)
         backend = self.backend
         emit = getattr(backend, "emit", None)
         if emit is None:

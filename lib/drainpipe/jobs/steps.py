@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ..keyring import Keyring
     from .client import Jobs
 
-__all__ = ["MAX_NAME", "StepRuntime", "step_names"]
+__all__ = ["MAX_NAME", "StepRuntime", "check_event", "step_names"]
 
 #: step names, event names and keys: at most this many characters (the SQL checks it too)
 MAX_NAME = 200
@@ -62,6 +62,16 @@ def _name(value: Any, what: str) -> str:
             [{"message": "Expected a short text", "path": [what]}],
         )
     return value
+
+
+def check_event(event: Any, key: Any) -> None:
+    """An event name (1..200 characters) and key (0..200): ``validation`` otherwise."""
+    _name(event, "event")
+    if not isinstance(key, str) or len(key) > MAX_NAME:
+        raise validation_error(
+            f"key must be a text of at most {MAX_NAME} characters",
+            [{"message": "Expected a short text", "path": ["key"]}],
+        )
 
 
 def _lost(job: Job[Any]) -> DrainpipeError:
@@ -227,12 +237,7 @@ class StepRuntime:
         raise Suspend("time")
 
     async def wait_for(self, job: Job[Any], event: str, key: Any, timeout: Any) -> Any:  # noqa: ASYNC109 - the contract's name: a stored deadline, not a wait here
-        event = _name(event, "event")
-        if not isinstance(key, str) or len(key) > MAX_NAME:
-            raise validation_error(
-                f"key must be a text of at most {MAX_NAME} characters",
-                [{"message": "Expected a short text", "path": ["key"]}],
-            )
+        check_event(event, key)
         wait = None if timeout is None else seconds(timeout, "timeout")
         if wait is not None and self._policy is not None:
             self._policy.check_delay(wait)
