@@ -639,3 +639,62 @@ async def test_the_sync_twin_emits_reads_and_cancels_children(jobs: Jobs, jobs_d
         assert await asyncio.to_thread(twin.cancel, "flows", parent_id, children=True)
         states = {item.state for item in (await jobs.list_jobs("other")).items}
         assert states == {"cancelled"}
+
+
+# -- over PostgREST (drainpipe_api, routed to real Postgres) -------------------------------------
+
+
+@pytest.fixture(params=["pgmq", "table"])
+async def over_http(
+    request: pytest.FixtureRequest, fresh_database: Any
+) -> AsyncIterator[tuple[Jobs, str, str]]:
+    from drainpipe.backends.postgrest import PostgrestBackend
+    from tests.jobs.postgrest_emulation import BASE, SERVICE_KEY, postgrest_emulation
+
+    storage = str(request.param)
+    url = str(fresh_database(storage))
+    async with postgrest_emulation(url), PostgrestBackend(BASE, SERVICE_KEY) as backend:
+        yield Jobs(backend, QUEUES), url, storage
+
+
+async def test_a_whole_workflow_over_postgrest(over_http: tuple[Jobs, str, str]) -> None:
+    jobs, url, storage = over_http
+    calls: list[str] = []
+
+    async def child(payload: Any, job: Job[Any]) -> int:
+        return int(payload["n"]) * 10
+
+    async def flow(payload: Any, job: Job[Any]) -> dict[str, Any]:
+        user = await job.step("create", lambda: calls.append("create") or {"id": 1})
+        await job.sleep(3600)
+        data = await job.wait_for("clicked", key="1", timeout=600)
+        kids = await job.spawn_many("other", [{"n": 1}, {"n": 2}])
+        outcomes = await job.join(kids)
+        return {"user": user, "data": data, "kids": [o.result for o in outcomes]}
+
+    job_id = await jobs.enqueue("flows", {})
+    assert (await jobs.drain("flows", flow)).suspended == 1  # sleeping
+    record = await state_of(jobs, job_id)
+    assert (record.state, record.waiting_for) == ("waiting", "time")
+    await move_time(url, storage, "flows", job_id, 3600)
+    assert (await jobs.drain("flows", flow)).suspended == 1  # waiting for the event
+    await jobs.emit("clicked", "1", {"at": "noon"})
+    assert (await jobs.drain("flows", flow)).suspended == 1  # waiting for the children
+    await jobs.drain("other", child)
+    await move_time(url, storage, "flows", job_id, 60)
+    assert (await jobs.drain("flows", flow)).succeeded == 1
+    assert calls == ["create"]
+    assert await jobs.result("flows", job_id) == {
+        "user": {"id": 1},
+        "data": {"at": "noon"},
+        "kids": [10, 20],
+    }
+    record = await state_of(jobs, job_id)
+    assert (record.state, record.attempts, record.max_attempts) == ("succeeded", 1, 5)
+    assert [s.name for s in record.steps] == [
+        "create",
+        "sleep",
+        "wait:clicked",
+        "spawn:other",
+        "join",
+    ]
