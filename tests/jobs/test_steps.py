@@ -698,3 +698,35 @@ async def test_a_whole_workflow_over_postgrest(over_http: tuple[Jobs, str, str])
         "spawn:other",
         "join",
     ]
+
+
+# -- the Job Inbox -------------------------------------------------------------------------------
+
+
+async def test_the_job_inbox_shows_steps_and_waiting_for_but_no_results(jobs: Jobs) -> None:
+    import httpx
+
+    from tests.admin.conftest import VIEWER, bearer, make_app
+
+    async def handler(payload: Any, job: Job[Any]) -> None:
+        await job.step("lookup", lambda: {"secret": "STEP-RESULT-MARKER"})
+        await job.wait_for("approved", key="EVENT-KEY")
+
+    job_id = await jobs.enqueue("flows", {})
+    await jobs.drain("flows", handler)
+    await jobs.emit("approved", "other", {"secret": "EVENT-DATA-MARKER"})
+    app = make_app(jobs)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://inbox") as http:
+        one = await http.get(f"/jobs/flows/{job_id}", headers=bearer(VIEWER))
+        listed = await http.get("/jobs?state=waiting", headers=bearer(VIEWER))
+    assert one.status_code == 200, one.text
+    data = one.json()["data"]
+    assert (data["state"], data["waiting_for"]) == ("waiting", "event:approved")
+    # the pending wait is not a recorded step yet
+    assert [(s["number"], s["name"], s["state"]) for s in data["steps"]] == [(1, "lookup", "done")]
+    assert set(data["steps"][0]) == {"number", "name", "state", "started_at", "ended_at", "code"}
+    assert listed.status_code == 200, listed.text
+    assert [item["id"] for item in listed.json()["data"]] == [job_id]
+    for body in (one.text, listed.text):
+        assert "MARKER" not in body

@@ -24,6 +24,7 @@ from ..codes import STEP_MISMATCH, Discard, Suspend
 from ..db import dump_json
 from ..errors import DrainpipeError, validation_error
 from ..models import Job
+from ..telemetry import active_telemetry
 from ..validation import aware, seconds
 from .sealing import SEALED_KEY, is_sealed
 
@@ -175,6 +176,30 @@ class StepRuntime:
                 return self._open(recorded[2])
         if self._budget_low():
             await self._yield_turn(job)
+        otel = active_telemetry()
+        if otel is None:
+            return await self._run_step(job, state, number, name, fn, args, kwargs)
+        # one span per step that runs (a replayed step runs nothing: no span); the run's
+        # span is its parent, and every run of a job is in the trace its enqueue started
+        attributes = {
+            "messaging.destination.name": job.queue,
+            "messaging.message.id": str(job.id),
+            "drainpipe.step.number": number,
+            "drainpipe.step.name": name,
+        }
+        with otel.span("drainpipe.step", attributes):
+            return await self._run_step(job, state, number, name, fn, args, kwargs)
+
+    async def _run_step(
+        self,
+        job: Job[Any],
+        state: _RunState,
+        number: int,
+        name: str,
+        fn: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
         started = self._now()
         try:
             value = fn(*args, **kwargs)
