@@ -730,3 +730,35 @@ async def test_the_job_inbox_shows_steps_and_waiting_for_but_no_results(jobs: Jo
     assert [item["id"] for item in listed.json()["data"]] == [job_id]
     for body in (one.text, listed.text):
         assert "MARKER" not in body
+
+
+async def test_a_cancel_racing_a_running_workflow_stops_its_step_records(
+    jobs: Jobs, jobs_db_url: str
+) -> None:
+    """An operator cancels (on its own connection) while the handler records steps: the
+    job ends cancelled and no step is recorded after the cancel took the row."""
+    recorded: list[int] = []
+    errors: list[BaseException] = []
+
+    async def handler(payload: Any, job: Job[Any]) -> None:
+        for n in range(200):
+            await job.step(f"s{n}", lambda: None)
+            recorded.append(n)
+            await asyncio.sleep(0.002)
+
+    job_id = await jobs.enqueue("flows", {})
+    async with Jobs(jobs_db_url, QUEUES) as operator:
+
+        async def cancel_soon() -> None:
+            await asyncio.sleep(0.05)
+            assert await operator.cancel("flows", job_id) is True
+
+        await asyncio.gather(
+            jobs.drain("flows", handler, on_error=lambda error, job: errors.append(error)),
+            cancel_soon(),
+        )
+    record = await state_of(jobs, job_id)
+    assert record.state == "cancelled"
+    assert 0 < len(recorded) < 200
+    assert len(record.steps) == len(recorded)  # the refused record was the last attempt
+    assert any(getattr(error, "code", None) in ("LEASE_LOST", "CANCELLED") for error in errors)

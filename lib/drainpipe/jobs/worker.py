@@ -241,13 +241,11 @@ class Worker:
     ) -> None:
         poll = seconds(poll_interval, "poll_interval")
         loop = asyncio.get_running_loop()
-        jobs_source = JobSource(
-            jobs,
-            queue,
-            handler,
-            all_tenants=all_tenants,
-            step_margin=seconds(step_margin, "step_margin"),
-        )
+        margin = seconds(step_margin, "step_margin")
+        if not callable(lease):
+            # a margin past half the lease would suspend every step: clamped to half of it
+            margin = min(margin, seconds(lease, "lease") / 2)
+        jobs_source = JobSource(jobs, queue, handler, all_tenants=all_tenants, step_margin=margin)
         source: ClaimableSource[Any] = jobs_source
         # chosen once per run: without a tracer or meter the jobs take the plain path
         if (otel := active_telemetry()) is not None:
