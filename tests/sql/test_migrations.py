@@ -126,6 +126,8 @@ def test_every_module_has_numbered_migrations_with_known_option_parts() -> None:
                 ("list_jobs_v2", False),
                 ("replay_rules_v1", False),
                 ("console_v1", False),
+                # (0008 and 0009 belong to other branches of this wave)
+                ("steps_v1", False),
             ]
             assert not any(m.contract for m in found)
             continue

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 from ..errors import invalid_request
 from ..jobs.pause import holdable, with_holds
 from ..jobs.records import RecordsRules, with_workflow
-from ..jobs.steps import check_event
 from ..models import JobPage, JobRecord, Position
 
 if TYPE_CHECKING:
@@ -81,6 +80,8 @@ class SyncRecordsMixin(RecordsRules):
 
     def emit(self, event: str, key: str, data: Any = None) -> int:
         """Store an event and wake the jobs waiting on its name and key (``Jobs.emit``)."""
+        from ..jobs.steps import check_event  # here: the steps module loads asyncio
+
         check_event(event, key)
         return self.backend.emit(event, key, data)
 
