@@ -14,6 +14,9 @@ __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
     "Skip": "codes",
+    "Suspend": "codes",
+    "Step": "models",
+    "ChildOutcome": "models",
     "Position": "models",
     "JobRecord": "models",
     "JobPage": "models",
@@ -67,6 +70,7 @@ __all__ = [
     "AgentInboxes",
     "Attempt",
     "Begin",
+    "ChildOutcome",
     "DeadJob",
     "DevDrain",
     "Discard",
@@ -97,7 +101,9 @@ __all__ = [
     "ScheduleDef",
     "ScheduleInfo",
     "Skip",
+    "Step",
     "Stored",
+    "Suspend",
     "WebhookInbox",
     "WebhookMessage",
     "WorkReport",
@@ -121,7 +127,7 @@ if TYPE_CHECKING:
     from .agents import AgentInboxes
     from .backends import QueueBackend
     from .backends.postgrest import PostgrestBackend
-    from .codes import Discard, Skip
+    from .codes import Discard, Skip, Suspend
     from .drain import DevDrain, DrainRoute, dev_drain, dev_drain_secret
     from .errors import DrainpipeError, Retry
     from .idempotency import Begin, Idempotency

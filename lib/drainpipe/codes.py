@@ -112,3 +112,20 @@ class Discard(Exception):
     def __init__(self, code: str, message: str | None = None) -> None:
         self.code = _checked(code, "Discard")
         super().__init__(message or f"Discarded: {self.code}")
+
+
+#: a run whose n-th step has another name than the one recorded: the job ends dead
+STEP_MISMATCH = "STEP_MISMATCH"
+
+
+class Suspend(BaseException):
+    """Raised by ``job.sleep``, ``job.wait_for`` and ``job.join`` (and a step under a
+    spent budget) once the job is suspended: its lease is released already and the run
+    ends here. A ``BaseException``, so an ``except Exception`` in a handler lets it pass;
+    the runner catches it. A handler must not swallow it."""
+
+    def __init__(self, waiting_for: str | None = None, *, budget: bool = False) -> None:
+        self.waiting_for = waiting_for
+        #: suspended because the run's budget is nearly spent: the run claims no more
+        self.budget = budget
+        super().__init__(f"Suspended: waiting for {waiting_for or 'its turn'}")

@@ -11,11 +11,19 @@ from typing import Any, Generic, Literal, TypeVar
 T = TypeVar("T")
 
 FailOutcome = Literal["queued", "dead"]
-JobState = Literal["queued", "leased", "retry_wait", "succeeded", "dead", "cancelled"]
+JobState = Literal["queued", "leased", "retry_wait", "waiting", "succeeded", "dead", "cancelled"]
 AttemptOutcome = Literal[
     "running", "succeeded", "skipped", "failed", "expired", "cancelled", "discarded"
 ]
-JOB_STATES: tuple[str, ...] = ("queued", "leased", "retry_wait", "succeeded", "dead", "cancelled")
+JOB_STATES: tuple[str, ...] = (
+    "queued",
+    "leased",
+    "retry_wait",
+    "waiting",
+    "succeeded",
+    "dead",
+    "cancelled",
+)
 TERMINAL_STATES: frozenset[str] = frozenset({"succeeded", "dead", "cancelled"})
 DedupeMode = Literal["always", "waiting"]
 BeginState = Literal["started", "replay", "running", "mismatch"]
@@ -63,6 +71,61 @@ class Job(Generic[T]):
     enqueued_at: datetime
     visible_until: datetime
     last_error: str | None = None
+
+    # -- durable steps (docs/steps.md): only while a worker, drain or route runs the job --
+
+    async def step(self, name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Call ``fn(*args, **kwargs)`` (plain or async) once over every run of this job and
+        keep its result (a JSON value or a pydantic model, dumped); a later run gets the
+        kept value back without calling ``fn``. Steps are known by order and name."""
+        return await _workflow(self).step(self, name, fn, args, kwargs)
+
+    async def sleep(self, delay_or_until: float | timedelta | datetime) -> None:
+        """Suspend the job until then (seconds, a timedelta or an aware datetime): the run
+        ends here (:class:`drainpipe.Suspend`) and any worker or drain resumes it."""
+        await _workflow(self).sleep(self, delay_or_until)
+
+    async def wait_for(
+        self,
+        event: str,
+        *,
+        key: str,
+        timeout: float | timedelta | None = None,  # noqa: ASYNC109 - a stored deadline
+    ) -> Any:
+        """The data of the oldest event ``event`` with ``key`` emitted since this job was
+        enqueued that it has not taken yet, suspending until one comes; None after
+        ``timeout``."""
+        return await _workflow(self).wait_for(self, event, key, timeout)
+
+    async def spawn(self, queue: str, payload: Any, **enqueue_options: Any) -> int:
+        """Enqueue a child job (``parent_id`` = this job) once over every run: a step.
+        Options: ``delay``, ``run_at``, ``max_attempts``, ``context``."""
+        ids: list[int] = await _workflow(self).spawn_many(self, queue, [payload], enqueue_options)
+        return ids[0]
+
+    async def spawn_many(self, queue: str, payloads: Any, **enqueue_options: Any) -> list[int]:
+        """Enqueue several children at once (one step, one round trip); their ids."""
+        ids: list[int] = await _workflow(self).spawn_many(self, queue, payloads, enqueue_options)
+        return ids
+
+    async def join(self, ids: Any, *, queue: str | None = None) -> list[ChildOutcome]:
+        """Suspend until every child in ``ids`` finished; their outcomes in that order.
+        ``queue`` defaults to the one queue this run spawned into."""
+        outcomes: list[ChildOutcome] = await _workflow(self).join(self, ids, queue)
+        return outcomes
+
+
+def _workflow(job: Job[Any]) -> Any:
+    workflow = job.__dict__.get("_workflow")
+    if workflow is None:
+        from .errors import DrainpipeError
+
+        raise DrainpipeError(
+            "invalid_request",
+            "Steps run only under work, drain or the drain route (a claimed job has none)",
+            code="STEPS_UNAVAILABLE",
+        )
+    return workflow
 
 
 _new_object = object.__new__
@@ -188,6 +251,8 @@ class WorkReport:
     succeeded: int = 0
     failed: int = 0
     budget_exhausted: bool = field(default=False, compare=False)
+    #: runs that suspended (sleep, wait_for, join, or a step under a spent budget)
+    suspended: int = field(default=0, compare=False, repr=False)
 
     def __iter__(self) -> Any:
         return iter((self.succeeded, self.failed))
@@ -261,6 +326,30 @@ class Attempt:
 
 
 @dataclass(frozen=True, slots=True)
+class Step:
+    """One recorded step of a job (metadata only: never its result). ``state`` is
+    ``"done"`` or ``"failed"``; ``code`` says why a failed one failed."""
+
+    number: int
+    name: str
+    state: Literal["done", "failed"]
+    started_at: datetime | None
+    ended_at: datetime | None
+    code: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChildOutcome:
+    """How a spawned child ended (``job.join``): its state, code and kept result."""
+
+    id: int
+    queue: str
+    state: str
+    last_code: str | None
+    result: Any = None
+
+
+@dataclass(frozen=True, slots=True)
 class JobRecord:
     """A job as an operator sees it: metadata only, never the payload, error text or lease
     tokens. ``state`` is what holds at read time; ``history`` is filled by ``get`` (a
@@ -287,6 +376,10 @@ class JobRecord:
     replayed_by: int | None
     history: tuple[Attempt, ...] = ()
     held_by: str | None = None
+    #: the recorded steps (``get`` fills them; a listing leaves them empty)
+    steps: tuple[Step, ...] = ()
+    #: ``"time"``, ``"event:<name>"``, ``"children"`` while ``waiting``, else None
+    waiting_for: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

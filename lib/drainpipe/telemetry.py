@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from .codes import Suspend
 from .errors import Retry
 from .validation import error_text
 
@@ -279,7 +280,7 @@ class TracedSource:
         self.log = inner.log
         self.name: str = inner.name
         # optional source calls (skips, why a lease was lost) pass straight through
-        for optional in ("skip", "why_lost"):
+        for optional in ("skip", "why_lost", "keep_result"):
             if hasattr(inner, optional):
                 setattr(self, optional, getattr(inner, optional))
         if hasattr(inner, "complete_and_claim"):
@@ -296,7 +297,7 @@ class TracedSource:
         # built once: a new attribute dict per job is measurable on this path
         self._by_outcome = {
             outcome: {**self._labels, "outcome": outcome}
-            for outcome in ("succeeded", "failed", "retry", "cancelled")
+            for outcome in ("succeeded", "failed", "retry", "cancelled", "suspended")
         }
 
     def fields(self, item: Any) -> dict[str, Any]:
@@ -409,6 +410,9 @@ class TracedSource:
                 return result
             except Retry:
                 outcome = "retry"  # asked for, not an error
+                raise
+            except Suspend:
+                outcome = "suspended"  # a sleep, a wait or the budget: not an error
                 raise
             except asyncio.CancelledError:
                 outcome = "cancelled"  # the lease was lost, or the run is being stopped

@@ -56,6 +56,17 @@ CREATE TABLE drainpipe.job_attempts (
 ALTER TABLE drainpipe.job_attempts ADD CONSTRAINT job_attempts_pkey PRIMARY KEY (queue, job_id, number);
 CREATE INDEX job_attempts_failed_idx ON drainpipe.job_attempts USING btree (queue, ended_at) WHERE (outcome = ANY (ARRAY['failed'::text, 'discarded'::text, 'expired'::text]));
 
+CREATE TABLE drainpipe.job_events (
+    id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
+    name text NOT NULL,
+    key text NOT NULL,
+    data jsonb,
+    emitted_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+ALTER TABLE drainpipe.job_events ADD CONSTRAINT job_events_pkey PRIMARY KEY (id);
+CREATE INDEX job_events_emitted_brin ON drainpipe.job_events USING brin (emitted_at);
+CREATE INDEX job_events_match_idx ON drainpipe.job_events USING btree (name, key, id);
+
 CREATE TABLE drainpipe.job_retention_runs (
     id integer NOT NULL,
     last_run timestamp with time zone
@@ -84,6 +95,20 @@ ALTER TABLE drainpipe.job_schedules ADD CONSTRAINT job_schedules_queue_name CHEC
 CREATE INDEX job_schedules_due_idx ON drainpipe.job_schedules USING btree (due_at, name);
 CREATE INDEX job_schedules_tenant_idx ON drainpipe.job_schedules USING btree (tenant, name) WHERE (tenant IS NOT NULL);
 
+CREATE TABLE drainpipe.job_steps (
+    queue text NOT NULL,
+    job_id bigint NOT NULL,
+    number integer NOT NULL,
+    name text NOT NULL,
+    state text NOT NULL,
+    result jsonb,
+    event_id bigint,
+    code text,
+    started_at timestamp with time zone NOT NULL,
+    ended_at timestamp with time zone NOT NULL
+);
+ALTER TABLE drainpipe.job_steps ADD CONSTRAINT job_steps_pkey PRIMARY KEY (queue, job_id, number);
+
 CREATE TABLE drainpipe.job_totals (
     queue text NOT NULL,
     state text NOT NULL,
@@ -96,6 +121,21 @@ CREATE TABLE drainpipe.job_totals_kept (
     queue text NOT NULL
 );
 ALTER TABLE drainpipe.job_totals_kept ADD CONSTRAINT job_totals_kept_pkey PRIMARY KEY (queue);
+
+CREATE TABLE drainpipe.job_workflows (
+    queue text NOT NULL,
+    job_id bigint NOT NULL,
+    suspensions integer DEFAULT 0 NOT NULL,
+    last_fence integer,
+    waiting_for text,
+    wait_number integer,
+    wait_event text,
+    wait_key text,
+    wait_deadline timestamp with time zone,
+    updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+ALTER TABLE drainpipe.job_workflows ADD CONSTRAINT job_workflows_pkey PRIMARY KEY (queue, job_id);
+CREATE INDEX job_workflows_waiting_idx ON drainpipe.job_workflows USING btree (wait_event, wait_key) WHERE (wait_event IS NOT NULL);
 
 CREATE TABLE drainpipe.known_time_zones (
     name text NOT NULL
@@ -272,6 +312,21 @@ BEGIN
         v_total := v_total + v_count;
     END LOOP;
     RETURN v_total;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.assert_event_name(p_event text, p_key text)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+AS $function$
+BEGIN
+    IF p_event IS NULL OR length(p_event) = 0 OR length(p_event) > 200 THEN
+        RAISE EXCEPTION 'event must be 1 to 200 characters' USING ERRCODE = '22023';
+    END IF;
+    IF p_key IS NULL OR length(p_key) > 200 THEN
+        RAISE EXCEPTION 'event key must be at most 200 characters' USING ERRCODE = '22023';
+    END IF;
 END
 $function$;
 
@@ -520,6 +575,29 @@ AS $function$
     SELECT coalesce(drainpipe.fail_job_v2(p_queue, p_id, p_attempt, p_error, NULL, p_code, true, p_now) = 'dead', false)
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.cancel_job_children_v1(p_queue text, p_id bigint, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_child record;
+    v_count integer := 0;
+BEGIN
+    FOR v_child IN
+        SELECT s.result ->> 'queue' AS queue, jsonb_array_elements_text(s.result -> 'ids')::bigint AS id
+          FROM drainpipe.job_steps s
+         WHERE s.queue = p_queue AND s.job_id = p_id AND s.name LIKE 'spawn:%' AND s.state = 'done'
+    LOOP
+        IF drainpipe.cancel_job_v1(v_child.queue, v_child.id, p_now) = 'cancelled' THEN
+            v_count := v_count + 1;
+        END IF;
+    END LOOP;
+    RETURN v_count;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.cancel_job_v1(p_queue text, p_id bigint, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS text
  LANGUAGE plpgsql
@@ -604,6 +682,47 @@ BEGIN
         END IF;
     END IF;
 END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.child_job_states(p_queue text, p_ids bigint[])
+ RETURNS TABLE(id bigint, state text, last_code text)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF to_regclass('pgmq.q_' || p_queue) IS NULL THEN
+        RETURN QUERY SELECT i.id, 'purged'::text, NULL::text FROM unnest(p_ids) AS i(id);
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format(
+        'SELECT i.id,
+                CASE WHEN q.msg_id IS NOT NULL THEN ''live''
+                     WHEN a.msg_id IS NULL THEN ''purged''
+                     WHEN a.message ? ''cancelled'' THEN ''cancelled''
+                     WHEN a.message ? ''dead'' THEN ''dead''
+                     ELSE ''succeeded'' END,
+                CASE WHEN q.msg_id IS NOT NULL OR a.msg_id IS NULL THEN NULL
+                     WHEN a.message ? ''cancelled'' OR a.message ? ''dead'' THEN a.message ->> ''last_code''
+                     ELSE a.message ->> ''skipped'' END
+           FROM unnest($1) WITH ORDINALITY AS i(id, n)
+           LEFT JOIN pgmq.%I q ON q.msg_id = i.id
+           LEFT JOIN pgmq.%I a ON a.msg_id = i.id
+          ORDER BY i.n', 'q_' || p_queue, 'a_' || p_queue)
+      USING p_ids;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.child_outcomes_v1(p_queue text, p_ids bigint[])
+ RETURNS TABLE(id bigint, state text, last_code text, kept boolean, result jsonb)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT c.id, c.state, c.last_code, r.job_id IS NOT NULL, r.result
+      FROM drainpipe.child_job_states(p_queue, p_ids) AS c
+      LEFT JOIN drainpipe.job_steps r ON r.queue = p_queue AND r.job_id = c.id AND r.number = 0
 $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.claim_due_schedules_v1(p_lease double precision DEFAULT 60, p_batch integer DEFAULT 100, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
@@ -970,6 +1089,36 @@ BEGIN
     DELETE FROM drainpipe.queue_flow WHERE queue = p_queue;  -- jobs 0015
     DELETE FROM drainpipe.queue_policies WHERE queue = p_queue;
     RETURN FOUND;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.emit_event_v1(p_event text, p_key text, p_data jsonb DEFAULT NULL::jsonb, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_id bigint;
+    v_waiter record;
+BEGIN
+    PERFORM drainpipe.assert_event_name(p_event, p_key);
+    PERFORM drainpipe.lock_job_event(p_event, p_key);
+    INSERT INTO drainpipe.job_events (name, key, data, emitted_at)
+    VALUES (p_event, p_key, p_data, v_now)
+    RETURNING id INTO v_id;
+    FOR v_waiter IN
+        SELECT w.queue, w.job_id FROM drainpipe.job_workflows w
+         WHERE w.wait_event = p_event AND w.wait_key = p_key
+         ORDER BY w.queue, w.job_id
+    LOOP
+        PERFORM drainpipe.wake_job(v_waiter.queue, v_waiter.job_id, v_now);
+        UPDATE drainpipe.job_workflows
+           SET waiting_for = NULL, wait_event = NULL, wait_key = NULL, updated_at = v_now
+         WHERE queue = v_waiter.queue AND job_id = v_waiter.job_id;
+    END LOOP;
+    RETURN v_id;
 END
 $function$;
 
@@ -1647,6 +1796,27 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.hold_job_fence(p_queue text, p_id bigint, p_attempt integer)
+ RETURNS timestamp with time zone
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_enqueued timestamptz;
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF to_regclass('pgmq.q_' || p_queue) IS NULL THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE format('SELECT enqueued_at FROM pgmq.%I WHERE msg_id = $1 AND read_ct = $2
+                       AND message ->> ''failed'' IS DISTINCT FROM read_ct::text FOR UPDATE',
+                   'q_' || p_queue)
+      INTO v_enqueued USING p_id, p_attempt;
+    RETURN v_enqueued;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.is_job_code(p_code text)
  RETURNS boolean
  LANGUAGE sql
@@ -1968,6 +2138,16 @@ AS $function$
       FROM drainpipe.job_queue_stats_v2(p_queues) s
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.job_result_v1(p_queue text, p_id bigint)
+ RETURNS TABLE(kept boolean, result jsonb)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT count(s.*) > 0, (array_agg(s.result))[1] FROM drainpipe.job_steps s
+     WHERE s.queue = p_queue AND s.job_id = p_id AND s.number = 0
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.job_retry_delay(p_attempt integer)
  RETURNS double precision
  LANGUAGE sql
@@ -1986,11 +2166,86 @@ AS $function$
                 ELSE p_state END
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.job_steps_v1(p_queue text, p_id bigint)
+ RETURNS TABLE(number integer, name text, state text, result jsonb)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT s.number, s.name, s.state, s.result FROM drainpipe.job_steps s
+     WHERE s.queue = p_queue AND s.job_id = p_id AND s.number > 0
+     ORDER BY s.number
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.job_tenant(p_stored jsonb)
  RETURNS text
  LANGUAGE sql
  IMMUTABLE
 AS $function$ SELECT CASE WHEN p_stored @> '{"$dp": 1}' THEN p_stored #>> '{context,tenant}' END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_workflow_v1(p_queue text, p_id bigint)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT CASE WHEN w.job_id IS NULL AND s.steps IS NULL THEN NULL ELSE jsonb_build_object(
+               'suspensions', coalesce(w.suspensions, 0),
+               'last_fence', w.last_fence,
+               'waiting_for', w.waiting_for,
+               'steps', coalesce(s.steps, '[]'::jsonb)) END
+      FROM (SELECT 1) one
+      LEFT JOIN drainpipe.job_workflows w ON w.queue = p_queue AND w.job_id = p_id
+      LEFT JOIN LATERAL (
+          SELECT jsonb_agg(jsonb_build_object(
+                     'number', x.number, 'name', x.name, 'state', x.state,
+                     'started_at', x.started_at, 'ended_at', x.ended_at, 'code', x.code)
+                   ORDER BY x.number) AS steps
+            FROM drainpipe.job_steps x
+           WHERE x.queue = p_queue AND x.job_id = p_id AND x.number > 0
+      ) s ON true
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.join_jobs_v1(p_queue text, p_id bigint, p_attempt integer, p_child_queue text, p_ids bigint[], p_number integer, p_name text, p_started_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_suspensions integer;
+BEGIN
+    IF drainpipe.hold_job_fence(p_queue, p_id, p_attempt) IS NULL THEN
+        RETURN 'lost';
+    END IF;
+    IF EXISTS (SELECT 1 FROM drainpipe.child_job_states(p_child_queue, p_ids) c WHERE c.state = 'live') THEN
+        INSERT INTO drainpipe.job_workflows AS w (queue, job_id, suspensions, last_fence, waiting_for, updated_at)
+        VALUES (p_queue, p_id, 1, p_attempt, 'children', v_now)
+        ON CONFLICT (queue, job_id) DO UPDATE
+           SET suspensions = w.suspensions + 1, last_fence = excluded.last_fence,
+               waiting_for = 'children', wait_number = NULL, wait_event = NULL, wait_key = NULL,
+               wait_deadline = NULL, updated_at = v_now
+        RETURNING w.suspensions INTO v_suspensions;
+        PERFORM drainpipe.park_job(p_queue, p_id,
+            v_now + make_interval(secs => least(60, 2 ^ least(v_suspensions, 6))), 'children');
+        RETURN 'suspended';
+    END IF;
+    INSERT INTO drainpipe.job_steps AS s (queue, job_id, number, name, state, result, started_at, ended_at)
+    VALUES (p_queue, p_id, p_number, p_name, 'done',
+            jsonb_build_object('queue', p_child_queue, 'ids', to_jsonb(p_ids)),
+            coalesce(p_started_at, v_now), v_now)
+    ON CONFLICT (queue, job_id, number) DO UPDATE
+       SET state = excluded.state, result = excluded.result, ended_at = excluded.ended_at
+     WHERE s.state = 'failed' AND s.name = excluded.name;
+    IF NOT FOUND THEN
+        RETURN 'mismatch';
+    END IF;
+    UPDATE drainpipe.job_workflows SET waiting_for = NULL, updated_at = v_now
+     WHERE queue = p_queue AND job_id = p_id;
+    RETURN 'done';
+END
+$function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.kept_job_totals(p_queue text)
  RETURNS jsonb
@@ -2138,6 +2393,14 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.lock_job_event(p_event text, p_key text)
+ RETURNS void
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT pg_advisory_xact_lock(hashtextextended('drainpipe.event:' || p_event || chr(1) || p_key, 0))
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.overview_minutes(p_now timestamp with time zone)
  RETURNS SETOF timestamp with time zone
  LANGUAGE sql
@@ -2170,6 +2433,24 @@ AS $function$
       FROM (SELECT o.minute, extract(epoch FROM o.minute)::bigint::text AS k
               FROM drainpipe.overview_minutes(p_now) AS o(minute)) m
       LEFT JOIN failed f ON f.minute = m.minute
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.park_job(p_queue text, p_id bigint, p_until timestamp with time zone, p_waiting_for text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    EXECUTE format(
+        'UPDATE pgmq.%I SET vt = $2,
+                message = (message - ''waiting_for'')
+                          || jsonb_build_object(''failed'', read_ct, ''suspended'', read_ct,
+                                                ''max_attempts'', coalesce((message ->> ''max_attempts'')::integer, 5) + 1)
+                          || CASE WHEN $3 IS NULL THEN ''{}''::jsonb ELSE jsonb_build_object(''waiting_for'', $3) END
+          WHERE msg_id = $1', 'q_' || p_queue)
+      USING p_id, p_until, p_waiting_for;
+END
 $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.pause_queue_v1(p_queue text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
@@ -2283,6 +2564,8 @@ CREATE OR REPLACE FUNCTION drainpipe.pgmq_live_state(p_read_ct integer, p_messag
  IMMUTABLE
 AS $function$
     SELECT CASE WHEN p_read_ct = 0 THEN 'queued'
+                WHEN p_message ->> 'suspended' = p_read_ct::text
+                     THEN CASE WHEN p_message ? 'waiting_for' THEN 'waiting' ELSE 'queued' END
                 WHEN p_message ->> 'failed' = p_read_ct::text THEN 'retry_wait'
                 ELSE 'leased' END
 $function$;
@@ -2587,6 +2870,57 @@ BEGIN
          SELECT count(*)::integer FROM gone', 'a_' || p_queue)
       INTO v_count USING p_dead_older_than, p_older_than, greatest(coalesce(p_batch, 10000), 1), p_queue;
     RETURN v_count;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.purge_job_events_v1(p_older_than double precision DEFAULT 604800, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS bigint
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    WITH gone AS (
+        DELETE FROM drainpipe.job_events
+         WHERE emitted_at < coalesce(p_now, clock_timestamp()) - make_interval(secs => p_older_than)
+        RETURNING 1
+    )
+    SELECT count(*) FROM gone
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.record_job_step_v1(p_queue text, p_id bigint, p_attempt integer, p_number integer, p_name text, p_state text, p_result jsonb, p_code text DEFAULT NULL::text, p_started_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_name text;
+BEGIN
+    IF p_state NOT IN ('done', 'failed') THEN
+        RAISE EXCEPTION 'step state must be done or failed' USING ERRCODE = '22023';
+    END IF;
+    IF p_number IS NULL OR p_number < 0 OR p_name IS NULL OR length(p_name) = 0 OR length(p_name) > 200 THEN
+        RAISE EXCEPTION 'a step needs a number >= 0 and a name of 1 to 200 characters' USING ERRCODE = '22023';
+    END IF;
+    IF drainpipe.hold_job_fence(p_queue, p_id, p_attempt) IS NULL THEN
+        RETURN 'lost';
+    END IF;
+    INSERT INTO drainpipe.job_steps AS s (queue, job_id, number, name, state, result, code, started_at, ended_at)
+    VALUES (p_queue, p_id, p_number, p_name, p_state,
+            CASE WHEN p_state = 'done' THEN p_result END,
+            CASE WHEN drainpipe.is_job_code(p_code) THEN p_code END,
+            coalesce(p_started_at, v_now), v_now)
+    ON CONFLICT (queue, job_id, number) DO UPDATE
+       SET state = excluded.state, result = excluded.result, code = excluded.code,
+           started_at = excluded.started_at, ended_at = excluded.ended_at
+     WHERE s.state = 'failed' AND s.name = excluded.name;
+    IF FOUND THEN
+        RETURN 'recorded';
+    END IF;
+    SELECT s.name INTO v_name FROM drainpipe.job_steps s
+     WHERE s.queue = p_queue AND s.job_id = p_id AND s.number = p_number;
+    RETURN CASE WHEN v_name = p_name THEN 'exists' ELSE 'mismatch' END;
 END
 $function$;
 
@@ -2921,6 +3255,19 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.set_job_parent(p_queue text, p_ids bigint[], p_parent bigint)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    EXECUTE format('UPDATE pgmq.%I SET message = message || jsonb_build_object(''parent_id'', $2)
+                     WHERE msg_id = ANY ($1)', 'q_' || p_queue)
+      USING p_ids, p_parent;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.skip_job_v1(p_queue text, p_id bigint, p_attempt integer, p_code text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS boolean
  LANGUAGE plpgsql
@@ -2951,6 +3298,82 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.spawn_jobs_v1(p_queue text, p_id bigint, p_attempt integer, p_number integer, p_name text, p_child_queue text, p_payloads jsonb, p_delay double precision DEFAULT 0, p_max_attempts integer DEFAULT 5, p_started_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS TABLE(outcome text, ids bigint[])
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_step drainpipe.job_steps;
+    v_ids bigint[];
+BEGIN
+    IF drainpipe.hold_job_fence(p_queue, p_id, p_attempt) IS NULL THEN
+        RETURN QUERY SELECT 'lost'::text, NULL::bigint[];
+        RETURN;
+    END IF;
+    SELECT * INTO v_step FROM drainpipe.job_steps s
+     WHERE s.queue = p_queue AND s.job_id = p_id AND s.number = p_number;
+    IF FOUND AND v_step.name IS DISTINCT FROM p_name THEN
+        RETURN QUERY SELECT 'mismatch'::text, NULL::bigint[];
+        RETURN;
+    ELSIF FOUND AND v_step.state = 'done' THEN
+        RETURN QUERY SELECT 'exists'::text,
+            ARRAY(SELECT jsonb_array_elements_text(v_step.result -> 'ids')::bigint);
+        RETURN;
+    END IF;
+    v_ids := ARRAY(SELECT drainpipe.enqueue_jobs_v1(p_child_queue, p_payloads, p_delay, p_max_attempts));
+    PERFORM drainpipe.set_job_parent(p_child_queue, v_ids, p_id);
+    INSERT INTO drainpipe.job_steps AS s (queue, job_id, number, name, state, result, started_at, ended_at)
+    VALUES (p_queue, p_id, p_number, p_name, 'done',
+            jsonb_build_object('queue', p_child_queue, 'ids', to_jsonb(v_ids)),
+            coalesce(p_started_at, v_now), v_now)
+    ON CONFLICT (queue, job_id, number) DO UPDATE
+       SET state = excluded.state, result = excluded.result, ended_at = excluded.ended_at;
+    RETURN QUERY SELECT 'recorded'::text, v_ids;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.suspend_job_v1(p_queue text, p_id bigint, p_attempt integer, p_delay double precision, p_waiting_for text DEFAULT NULL::text, p_number integer DEFAULT NULL::integer, p_name text DEFAULT NULL::text, p_started_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_until timestamptz := v_now + make_interval(secs => greatest(coalesce(p_delay, 0), 0));
+    v_name text;
+BEGIN
+    IF drainpipe.hold_job_fence(p_queue, p_id, p_attempt) IS NULL THEN
+        RETURN 'lost';
+    END IF;
+    IF p_number IS NOT NULL THEN
+        INSERT INTO drainpipe.job_steps (queue, job_id, number, name, state, result, started_at, ended_at)
+        VALUES (p_queue, p_id, p_number, p_name, 'done', jsonb_build_object('until', v_until),
+                coalesce(p_started_at, v_now), v_now)
+        ON CONFLICT (queue, job_id, number) DO NOTHING;
+        IF NOT FOUND THEN
+            SELECT s.name INTO v_name FROM drainpipe.job_steps s
+             WHERE s.queue = p_queue AND s.job_id = p_id AND s.number = p_number;
+            IF v_name IS DISTINCT FROM p_name THEN
+                RETURN 'mismatch';
+            END IF;
+        END IF;
+    END IF;
+    INSERT INTO drainpipe.job_workflows AS w (queue, job_id, suspensions, last_fence, waiting_for, updated_at)
+    VALUES (p_queue, p_id, 1, p_attempt, p_waiting_for, v_now)
+    ON CONFLICT (queue, job_id) DO UPDATE
+       SET suspensions = w.suspensions + 1, last_fence = excluded.last_fence,
+           waiting_for = excluded.waiting_for,
+           wait_number = NULL, wait_event = NULL, wait_key = NULL, wait_deadline = NULL,
+           updated_at = v_now;
+    PERFORM drainpipe.park_job(p_queue, p_id, v_until, p_waiting_for);
+    RETURN 'suspended';
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.unschedule_job_v1(p_name text)
  RETURNS boolean
  LANGUAGE sql
@@ -2969,4 +3392,96 @@ CREATE OR REPLACE FUNCTION drainpipe.unschedule_tenant_v1(p_tenant text)
 AS $function$
     WITH gone AS (DELETE FROM drainpipe.job_schedules WHERE tenant = p_tenant RETURNING 1)
     SELECT count(*)::integer FROM gone
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.wait_job_event_v1(p_queue text, p_id bigint, p_attempt integer, p_event text, p_key text, p_timeout double precision, p_number integer, p_name text, p_started_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS TABLE(outcome text, data jsonb)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_enqueued timestamptz;
+    v_event_id bigint;
+    v_data jsonb;
+    v_deadline timestamptz;
+BEGIN
+    PERFORM drainpipe.assert_event_name(p_event, p_key);
+    -- the event lock before the job's row, as emit takes them: no deadlock between the two
+    PERFORM drainpipe.lock_job_event(p_event, p_key);
+    v_enqueued := drainpipe.hold_job_fence(p_queue, p_id, p_attempt);
+    IF v_enqueued IS NULL THEN
+        RETURN QUERY SELECT 'lost'::text, NULL::jsonb;
+        RETURN;
+    END IF;
+    SELECT e.id, e.data INTO v_event_id, v_data
+      FROM drainpipe.job_events e
+     WHERE e.name = p_event AND e.key = p_key AND e.emitted_at >= v_enqueued
+       AND NOT EXISTS (SELECT 1 FROM drainpipe.job_steps s
+                        WHERE s.queue = p_queue AND s.job_id = p_id AND s.event_id = e.id)
+     ORDER BY e.id
+     LIMIT 1;
+    SELECT w.wait_deadline INTO v_deadline FROM drainpipe.job_workflows w
+     WHERE w.queue = p_queue AND w.job_id = p_id AND w.wait_number = p_number;
+    IF NOT FOUND THEN
+        v_deadline := v_now + make_interval(secs => p_timeout);  -- NULL without a timeout
+    END IF;
+    IF v_event_id IS NOT NULL OR v_deadline <= v_now THEN
+        INSERT INTO drainpipe.job_steps AS s (queue, job_id, number, name, state, result, event_id, started_at, ended_at)
+        VALUES (p_queue, p_id, p_number, p_name, 'done',
+                jsonb_build_object('data', v_data, 'timeout', v_event_id IS NULL), v_event_id,
+                coalesce(p_started_at, v_now), v_now)
+        ON CONFLICT (queue, job_id, number) DO UPDATE
+           SET state = excluded.state, result = excluded.result, event_id = excluded.event_id,
+               ended_at = excluded.ended_at
+         WHERE s.state = 'failed' AND s.name = excluded.name;
+        IF NOT FOUND THEN
+            RETURN QUERY SELECT 'mismatch'::text, NULL::jsonb;
+            RETURN;
+        END IF;
+        UPDATE drainpipe.job_workflows
+           SET waiting_for = NULL, wait_number = NULL, wait_event = NULL, wait_key = NULL,
+               wait_deadline = NULL, updated_at = v_now
+         WHERE queue = p_queue AND job_id = p_id AND wait_number IS NOT NULL;
+        RETURN QUERY SELECT CASE WHEN v_event_id IS NULL THEN 'timeout' ELSE 'taken' END, v_data;
+        RETURN;
+    END IF;
+    INSERT INTO drainpipe.job_workflows AS w
+           (queue, job_id, suspensions, last_fence, waiting_for, wait_number, wait_event, wait_key,
+            wait_deadline, updated_at)
+    VALUES (p_queue, p_id, 1, p_attempt, 'event:' || p_event, p_number, p_event, p_key, v_deadline, v_now)
+    ON CONFLICT (queue, job_id) DO UPDATE
+       SET suspensions = w.suspensions + 1, last_fence = excluded.last_fence,
+           waiting_for = excluded.waiting_for,
+           wait_number = excluded.wait_number, wait_event = excluded.wait_event,
+           wait_key = excluded.wait_key, wait_deadline = excluded.wait_deadline,
+           updated_at = v_now;
+    -- without a timeout the job is eligible only when an emit wakes it (a century is "never"
+    -- that a timestamp can still carry to every client)
+    PERFORM drainpipe.park_job(p_queue, p_id, coalesce(v_deadline, v_now + interval '100 years'),
+                               'event:' || p_event);
+    RETURN QUERY SELECT 'suspended'::text, NULL::jsonb;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.wake_job(p_queue text, p_id bigint, p_now timestamp with time zone)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_woken integer;
+BEGIN
+    IF to_regclass('pgmq.q_' || p_queue) IS NULL THEN
+        RETURN false;
+    END IF;
+    EXECUTE format('UPDATE pgmq.%I SET vt = least(vt, $2), message = message - ''waiting_for''
+                     WHERE msg_id = $1 AND message ->> ''suspended'' = read_ct::text
+                       AND message ? ''waiting_for''', 'q_' || p_queue)
+      USING p_id, p_now;
+    GET DIAGNOSTICS v_woken = ROW_COUNT;
+    RETURN v_woken > 0;
+END
 $function$;

@@ -41,6 +41,13 @@ AS $function$
     )
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe_api.cancel_children_v1(queue text, id bigint)
+ RETURNS integer
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ SELECT drainpipe.cancel_job_children_v1(cancel_children_v1.queue, cancel_children_v1.id) $function$;
+
 CREATE OR REPLACE FUNCTION drainpipe_api.cancel_v1(queue text, id bigint, now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS text
  LANGUAGE sql
@@ -48,6 +55,17 @@ CREATE OR REPLACE FUNCTION drainpipe_api.cancel_v1(queue text, id bigint, now ti
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
     SELECT drainpipe.cancel_job_v1(cancel_v1.queue, cancel_v1.id, cancel_v1.now)
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe_api.child_outcomes_v1(queue text, ids bigint[])
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT coalesce(jsonb_agg(jsonb_build_object('id', c.id, 'state', c.state,
+               'last_code', c.last_code, 'kept', c.kept, 'result', c.result)), '[]'::jsonb)
+      FROM drainpipe.child_outcomes_v1(child_outcomes_v1.queue, child_outcomes_v1.ids) AS c
 $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe_api.claim_due_schedules_v1(lease double precision DEFAULT 60, batch integer DEFAULT 100, now timestamp with time zone DEFAULT NULL::timestamp with time zone)
@@ -118,6 +136,13 @@ AS $function$
         complete_v1.queue, complete_v1.id, complete_v1.attempt, complete_v1.now
     )
 $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe_api.emit_v1(event text, key text, data jsonb DEFAULT NULL::jsonb)
+ RETURNS bigint
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ SELECT drainpipe.emit_event_v1(emit_v1.event, emit_v1.key, emit_v1.data) $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe_api.enqueue_flow_v1(queue text, payload jsonb, key text, debounce double precision DEFAULT NULL::double precision, throttle double precision DEFAULT NULL::double precision, delay double precision DEFAULT 0, max_attempts integer DEFAULT 5, dedupe_key text DEFAULT NULL::text, dedupe_running boolean DEFAULT true)
  RETURNS bigint
@@ -279,6 +304,23 @@ AS $function$
     SELECT to_jsonb(r) FROM drainpipe.get_job_v1(get_job_v1.queue, get_job_v1.id, get_job_v1.now) r
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe_api.job_workflow_v1(queue text, id bigint)
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ SELECT drainpipe.job_workflow_v1(job_workflow_v1.queue, job_workflow_v1.id) $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe_api.join_v1(queue text, id bigint, attempt integer, child_queue text, ids bigint[], number integer, name text, started_at timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS text
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT drainpipe.join_jobs_v1(join_v1.queue, join_v1.id, join_v1.attempt,
+        join_v1.child_queue, join_v1.ids, join_v1.number, join_v1.name, join_v1.started_at)
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe_api.list_dead_v1(queue text, max_rows integer DEFAULT 100, before_id bigint DEFAULT NULL::bigint)
  RETURNS jsonb
  LANGUAGE sql
@@ -345,6 +387,18 @@ AS $function$
            ) p
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe_api.load_steps_v1(queue text, id bigint)
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT coalesce(jsonb_agg(jsonb_build_object('number', s.number, 'name', s.name,
+                                                 'state', s.state, 'result', s.result)
+                              ORDER BY s.number), '[]'::jsonb)
+      FROM drainpipe.job_steps_v1(load_steps_v1.queue, load_steps_v1.id) AS s
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe_api.pause_v1(queue text)
  RETURNS boolean
  LANGUAGE sql
@@ -376,6 +430,17 @@ AS $function$
     )
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe_api.record_step_v1(queue text, id bigint, attempt integer, number integer, name text, state text, result jsonb DEFAULT NULL::jsonb, code text DEFAULT NULL::text, started_at timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS text
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT drainpipe.record_job_step_v1(record_step_v1.queue, record_step_v1.id,
+        record_step_v1.attempt, record_step_v1.number, record_step_v1.name, record_step_v1.state,
+        record_step_v1.result, record_step_v1.code, record_step_v1.started_at)
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe_api.replay_v1(queue text, id bigint)
  RETURNS bigint
  LANGUAGE sql
@@ -403,6 +468,16 @@ AS $function$
     SELECT jsonb_build_object('id', r.new_job_id, 'code', r.code)
       FROM drainpipe.replay_dead_job_v3(replay_v3.queue, replay_v3.id, replay_v3.replay_window,
                                         replay_v3.replayable) AS r
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe_api.result_v1(queue text, id bigint)
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT jsonb_build_object('kept', r.kept, 'result', r.result)
+      FROM drainpipe.job_result_v1(result_v1.queue, result_v1.id) AS r
 $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe_api.resume_v1(queue text)
@@ -465,6 +540,18 @@ AS $function$
     SELECT drainpipe.skip_job_v1(skip_v1.queue, skip_v1.id, skip_v1.attempt, skip_v1.code, skip_v1.now)
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe_api.spawn_v1(queue text, id bigint, attempt integer, number integer, name text, child_queue text, payloads jsonb, delay double precision DEFAULT 0, max_attempts integer DEFAULT 5, started_at timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT jsonb_build_object('outcome', s.outcome, 'ids', to_jsonb(s.ids))
+      FROM drainpipe.spawn_jobs_v1(spawn_v1.queue, spawn_v1.id, spawn_v1.attempt,
+               spawn_v1.number, spawn_v1.name, spawn_v1.child_queue, spawn_v1.payloads,
+               spawn_v1.delay, spawn_v1.max_attempts, spawn_v1.started_at) AS s
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe_api.stats_v1(queues text[])
  RETURNS jsonb
  LANGUAGE sql
@@ -509,6 +596,17 @@ AS $function$
       FROM drainpipe.job_queue_stats_v3(stats_v3.queues) s
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe_api.suspend_v1(queue text, id bigint, attempt integer, delay double precision, waiting_for text DEFAULT NULL::text, number integer DEFAULT NULL::integer, name text DEFAULT NULL::text, started_at timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS text
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT drainpipe.suspend_job_v1(suspend_v1.queue, suspend_v1.id, suspend_v1.attempt,
+        suspend_v1.delay, suspend_v1.waiting_for, suspend_v1.number, suspend_v1.name,
+        suspend_v1.started_at)
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe_api.unschedule_tenant_v1(tenant text)
  RETURNS integer
  LANGUAGE sql
@@ -525,4 +623,17 @@ CREATE OR REPLACE FUNCTION drainpipe_api.unschedule_v1(name text)
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
     SELECT drainpipe.unschedule_job_v1(unschedule_v1.name)
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe_api.wait_event_v1(queue text, id bigint, attempt integer, event text, key text, timeout double precision, number integer, name text, started_at timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT jsonb_build_object('outcome', w.outcome, 'data', w.data)
+      FROM drainpipe.wait_job_event_v1(wait_event_v1.queue, wait_event_v1.id,
+               wait_event_v1.attempt, wait_event_v1.event, wait_event_v1.key,
+               wait_event_v1.timeout, wait_event_v1.number, wait_event_v1.name,
+               wait_event_v1.started_at) AS w
 $function$;

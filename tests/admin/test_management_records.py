@@ -122,7 +122,7 @@ async def test_get_has_the_history_and_unknown_jobs_are_404(records: Inbox) -> N
     response = await records.http.get(f"/jobs/emails/{dead}", headers=bearer(VIEWER))
     assert response.status_code == 200, response.text
     job = response.json()["data"]
-    assert set(job) == {*SHOWN_FIELDS, "history"}
+    assert set(job) == {*SHOWN_FIELDS, "history", "steps"}
     [attempt] = job["history"]
     assert set(attempt) == set(ATTEMPT_FIELDS)
     assert (attempt["number"], attempt["outcome"], attempt["code"]) == (

@@ -52,6 +52,10 @@ CONTRACT = {
     "bearer_tokens",
     # docs/reference.md §12
     "sync",
+    # docs/reference.md §13
+    "Suspend",
+    "Step",
+    "ChildOutcome",
 }
 EXTENSIONS = {
     "Actor",

@@ -27,12 +27,15 @@ RECORD_FIELDS = (
     "parent_id",
     "replayed_by",
     "held_by",
+    "waiting_for",
 )
 #: what the API shows of a record: its fields and, for a job that spent its attempts, the
 #: ``cause`` of its death (the last attempt's code; None otherwise)
 SHOWN_FIELDS = (*RECORD_FIELDS, "cause")
 ATTEMPT_FIELDS = ("number", "started_at", "ended_at", "outcome", "code", "late_outcome")
-STATES = ("queued", "leased", "retry_wait", "succeeded", "dead", "cancelled")
+#: a step's metadata: never its result
+STEP_FIELDS = ("number", "name", "state", "started_at", "ended_at", "code")
+STATES = ("queued", "leased", "retry_wait", "waiting", "succeeded", "dead", "cancelled")
 
 
 def _plain(value: Any) -> Any:
@@ -51,6 +54,10 @@ def record_json(record: Any, *, history: bool, cause: str | None = None) -> dict
         out["history"] = [
             {name: _plain(getattr(attempt, name, None)) for name in ATTEMPT_FIELDS}
             for attempt in getattr(record, "history", ()) or ()
+        ]
+        out["steps"] = [
+            {name: _plain(getattr(step, name, None)) for name in STEP_FIELDS}
+            for step in getattr(record, "steps", ()) or ()
         ]
     return out
 

@@ -178,7 +178,7 @@ class PostgrestBackend:
         debounce: float | None,
         throttle: float | None,
     ) -> int:
-        """A debounced or throttled enqueue (rest-api 0009_flow_control)."""
+        """A debounced or throttled enqueue (rest-api 0008_flow_control)."""
         params: dict[str, Any] = {
             "queue": queue,
             "payload": payload,
@@ -310,7 +310,7 @@ class PostgrestBackend:
         return rows.names(self.schema, "paused_v1", data)
 
     async def flow_holds(self, jobs: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:
-        """Why each held one of ``jobs`` (queued, of limited queues) is held (rest-api 0009)."""
+        """Why each held one of ``jobs`` (queued, of limited queues) is held (rest-api 0008)."""
         data = await self.rpc(
             "flow_holds_v1",
             {"queues": [queue for queue, _ in jobs], "ids": [job_id for _, job_id in jobs]},
@@ -446,6 +446,138 @@ class PostgrestBackend:
         if data is None or data in ("cancelled", "terminal"):
             return data  # type: ignore[no-any-return]
         raise rows.malformed(self.schema, "cancel_v1", '"cancelled", "terminal" or null', data)
+
+    # -- durable steps (rest-api 0009_steps_v1): the jobs module's fenced functions --------
+
+    async def load_steps(self, queue: str, job_id: int) -> dict[int, tuple[str, str, Any]]:
+        data = await self.rpc("load_steps_v1", {"queue": queue, "id": job_id})
+        return {
+            int(item["number"]): (str(item["name"]), str(item["state"]), item.get("result"))
+            for item in data or ()
+        }
+
+    async def record_step(
+        self,
+        job: Job[Any],
+        number: int,
+        name: str,
+        state: str,
+        result: Any,
+        code: str | None = None,
+        started_at: datetime | None = None,
+    ) -> str:
+        params = {
+            "queue": job.queue, "id": job.id, "attempt": job.attempts, "number": number,
+            "name": name, "state": state, "result": result, "code": code,
+            "started_at": _instant(started_at),
+        }  # fmt: skip
+        return str(await self.rpc("record_step_v1", params) or "lost")
+
+    async def suspend(
+        self,
+        job: Job[Any],
+        delay: float,
+        waiting_for: str | None,
+        number: int | None = None,
+        name: str | None = None,
+        started_at: datetime | None = None,
+    ) -> str:
+        params = {
+            "queue": job.queue, "id": job.id, "attempt": job.attempts, "delay": delay,
+            "waiting_for": waiting_for, "number": number, "name": name,
+            "started_at": _instant(started_at),
+        }  # fmt: skip
+        return str(await self.rpc("suspend_v1", params) or "lost")
+
+    async def wait_event(
+        self,
+        job: Job[Any],
+        event: str,
+        key: str,
+        timeout: float | None,  # noqa: ASYNC109 - the wait's stored deadline, in seconds
+        number: int,
+        name: str,
+        started_at: datetime | None = None,
+    ) -> tuple[str, Any]:
+        params = {
+            "queue": job.queue, "id": job.id, "attempt": job.attempts, "event": event,
+            "key": key, "timeout": timeout, "number": number, "name": name,
+            "started_at": _instant(started_at),
+        }  # fmt: skip
+        data = await self.rpc("wait_event_v1", params)
+        if not isinstance(data, dict):
+            return "lost", None
+        return str(data.get("outcome") or "lost"), data.get("data")
+
+    async def emit(self, event: str, key: str, data: Any = None) -> int:
+        return int(await self.rpc("emit_v1", {"event": event, "key": key, "data": data}))
+
+    async def spawn(
+        self,
+        job: Job[Any],
+        number: int,
+        name: str,
+        queue: str,
+        payloads: Sequence[Any],
+        delay: float,
+        max_attempts: int,
+        started_at: datetime | None = None,
+    ) -> tuple[str, list[int]]:
+        params = {
+            "queue": job.queue, "id": job.id, "attempt": job.attempts, "number": number,
+            "name": name, "child_queue": queue, "payloads": list(payloads), "delay": delay,
+            "max_attempts": max_attempts, "started_at": _instant(started_at),
+        }  # fmt: skip
+        data = await self.rpc("spawn_v1", params)
+        if not isinstance(data, dict):
+            return "lost", []
+        return str(data.get("outcome") or "lost"), [int(i) for i in data.get("ids") or ()]
+
+    async def join(
+        self,
+        job: Job[Any],
+        queue: str,
+        ids: Sequence[int],
+        number: int,
+        name: str,
+        started_at: datetime | None = None,
+    ) -> str:
+        params = {
+            "queue": job.queue, "id": job.id, "attempt": job.attempts, "child_queue": queue,
+            "ids": list(ids), "number": number, "name": name,
+            "started_at": _instant(started_at),
+        }  # fmt: skip
+        return str(await self.rpc("join_v1", params) or "lost")
+
+    async def child_outcomes(
+        self, queue: str, ids: Sequence[int]
+    ) -> list[tuple[int, str, str | None, bool, Any]]:
+        data = await self.rpc("child_outcomes_v1", {"queue": queue, "ids": list(ids)})
+        return [
+            (
+                int(i["id"]),
+                str(i["state"]),
+                i.get("last_code"),
+                bool(i.get("kept")),
+                i.get("result"),
+            )
+            for i in data or ()
+        ]
+
+    async def cancel_children(self, queue: str, job_id: int) -> int:
+        return int(await self.rpc("cancel_children_v1", {"queue": queue, "id": job_id}) or 0)
+
+    async def job_workflow(self, queue: str, job_id: int) -> Any:
+        from ..ops.steps import parse_workflow
+
+        data = await self.rpc("job_workflow_v1", {"queue": queue, "id": job_id})
+        return parse_workflow([(data,)])
+
+    async def job_result(self, queue: str, job_id: int) -> tuple[bool, Any]:
+        data = await self.rpc("result_v1", {"queue": queue, "id": job_id})
+        if not isinstance(data, dict):
+            return False, None
+        return bool(data.get("kept")), data.get("result")
 
     # -- queue policies and encrypted payloads (rest-api 0003_policies_v1) ----------------
 

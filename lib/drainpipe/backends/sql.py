@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
-from ..db import Database, as_database
+from ..db import Database, as_database, jsonb
 from ..models import (
     DeadJob,
     DedupeMode,
@@ -123,6 +123,137 @@ class SqlQueueBackend:
             return set()
         rows = await self.db.fetch(ops.EXTEND_MANY, ops.extend_many_params(jobs, lease))
         return ops.parse_extend_many(rows)
+
+    # -- durable steps (jobs 0016); their statements are imported on first use, so a
+    # function that never runs a step does not pay for them at cold start ----------------
+
+    async def load_steps(self, queue: str, job_id: int) -> dict[int, tuple[str, str, Any]]:
+        """The job's recorded steps: number → (name, state, stored result)."""
+        from ..ops import steps as step_ops
+
+        rows = await self.db.fetch(step_ops.LOAD_STEPS, (queue, job_id))
+        return step_ops.parse_loaded(rows)
+
+    async def record_step(
+        self,
+        job: Job[Any],
+        number: int,
+        name: str,
+        state: str,
+        result: Any,
+        code: str | None = None,
+        started_at: datetime | None = None,
+    ) -> str:
+        """``recorded``, ``exists``, ``mismatch`` or ``lost`` (the attempt's fence moved)."""
+        from ..ops import steps as step_ops
+
+        params = step_ops.record_params(
+            job.queue, job.id, job.attempts, number, name, state, result, code, started_at
+        )
+        return step_ops.parse_text(await self.db.fetch(step_ops.RECORD_STEP, params))
+
+    async def suspend(
+        self,
+        job: Job[Any],
+        delay: float,
+        waiting_for: str | None,
+        number: int | None = None,
+        name: str | None = None,
+        started_at: datetime | None = None,
+    ) -> str:
+        """``suspended``, ``mismatch`` or ``lost``; the lease is released with it."""
+        params = (job.queue, job.id, job.attempts, delay, waiting_for, number, name, started_at)
+        from ..ops import steps as step_ops
+
+        return step_ops.parse_text(await self.db.fetch(step_ops.SUSPEND, params))
+
+    async def wait_event(
+        self,
+        job: Job[Any],
+        event: str,
+        key: str,
+        timeout: float | None,  # noqa: ASYNC109 - the wait's stored deadline, in seconds
+        number: int,
+        name: str,
+        started_at: datetime | None = None,
+    ) -> tuple[str, Any]:
+        """(``taken`` | ``timeout`` | ``suspended`` | ``mismatch`` | ``lost``, data)."""
+        params = (job.queue, job.id, job.attempts, event, key, timeout, number, name, started_at)
+        from ..ops import steps as step_ops
+
+        rows = await self.db.fetch(step_ops.WAIT_EVENT, params)
+        return (str(rows[0][0]), rows[0][1]) if rows else ("lost", None)
+
+    async def emit(self, event: str, key: str, data: Any = None) -> int:
+        from ..ops import steps as step_ops
+
+        rows = await self.db.fetch(step_ops.EMIT, (event, key, jsonb(data)))
+        return int(rows[0][0])
+
+    async def spawn(
+        self,
+        job: Job[Any],
+        number: int,
+        name: str,
+        queue: str,
+        payloads: Sequence[Any],
+        delay: float,
+        max_attempts: int,
+        started_at: datetime | None = None,
+    ) -> tuple[str, list[int]]:
+        """Enqueue ``payloads`` as children of ``job`` and record the step, at most once:
+        (``recorded`` | ``exists`` | ``mismatch`` | ``lost``, the children's ids)."""
+        params = (
+            job.queue, job.id, job.attempts, number, name, queue, jsonb(list(payloads)),
+            delay, max_attempts, started_at,
+        )  # fmt: skip
+        from ..ops import steps as step_ops
+
+        rows = await self.db.fetch(step_ops.SPAWN, params)
+        if not rows:
+            return "lost", []
+        return str(rows[0][0]), [int(i) for i in rows[0][1] or ()]
+
+    async def join(
+        self,
+        job: Job[Any],
+        queue: str,
+        ids: Sequence[int],
+        number: int,
+        name: str,
+        started_at: datetime | None = None,
+    ) -> str:
+        """``done`` (every child finished), ``suspended``, ``mismatch`` or ``lost``."""
+        params = (
+            job.queue, job.id, job.attempts, queue, int_array(ids), number, name, started_at,
+        )  # fmt: skip
+        from ..ops import steps as step_ops
+
+        return step_ops.parse_text(await self.db.fetch(step_ops.JOIN, params))
+
+    async def child_outcomes(
+        self, queue: str, ids: Sequence[int]
+    ) -> list[tuple[int, str, str | None, bool, Any]]:
+        from ..ops import steps as step_ops
+
+        rows = await self.db.fetch(step_ops.CHILD_OUTCOMES, (queue, int_array(ids)))
+        return [(int(r[0]), str(r[1]), r[2], bool(r[3]), r[4]) for r in rows]
+
+    async def cancel_children(self, queue: str, job_id: int) -> int:
+        from ..ops import steps as step_ops
+
+        rows = await self.db.fetch(step_ops.CANCEL_CHILDREN, (queue, job_id))
+        return int(rows[0][0] or 0) if rows else 0
+
+    async def job_workflow(self, queue: str, job_id: int) -> Any:
+        from ..ops import steps as step_ops
+
+        return step_ops.parse_workflow(await self.db.fetch(step_ops.WORKFLOW, (queue, job_id)))
+
+    async def job_result(self, queue: str, job_id: int) -> tuple[bool, Any]:
+        from ..ops import steps as step_ops
+
+        return step_ops.parse_result(await self.db.fetch(step_ops.RESULT, (queue, job_id)))
 
     async def replay(self, queue: str, job_id: int) -> int | None:
         return ops.parse_replay(await self.db.fetch(ops.REPLAY, ops.replay_params(queue, job_id)))

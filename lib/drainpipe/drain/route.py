@@ -108,6 +108,7 @@ class DrainRoute:
         inboxes: Sequence[tuple[Any, Callable[..., Any]]] = (),
         problem: ProblemFormatter | None = None,
         lease_margin: float = DEFAULT_LEASE_MARGIN,
+        step_margin: float = 5.0,
     ) -> None:
         if handlers is None:
             handlers = {}
@@ -122,6 +123,9 @@ class DrainRoute:
             self.budget = seconds(budget, "budget")
             self.lease_floor = 0.0 if lease is None else seconds(lease, "lease")
             self.lease_margin = seconds(lease_margin, "lease_margin", minimum=0.001)
+            # a job's steps suspend (eligible again at once) when less than this is left of
+            # the budget, so a long workflow goes on at the next call instead of overrunning
+            self.step_margin = seconds(step_margin, "step_margin")
             self.concurrency = positive_int(concurrency, "concurrency")
             self.batch = positive_int(batch, "batch")
         except DrainpipeError as exc:
@@ -331,6 +335,7 @@ class DrainRoute:
                 all_tenants=self.all_tenants,
                 heartbeat_every=beat,
                 retry_unreached=reached,
+                step_margin=self.step_margin,
             )
             return await worker.run(until_empty=True)
         make_runner = getattr(source.inbox, "_runner", None)

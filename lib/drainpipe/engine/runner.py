@@ -53,7 +53,7 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from ..codes import Discard, Skip, code_of
+from ..codes import Discard, Skip, Suspend, code_of
 from ..errors import TRANSIENT_KINDS, DrainpipeError, Retry
 from ..models import WorkReport
 from ..validation import error_text
@@ -411,7 +411,18 @@ class Runner:
         try:
             result = source.start(item)
             if source.async_handler or inspect.isawaitable(result):
-                await result
+                result = await result
+            if result is not None and (keep := getattr(source, "keep_result", None)) is not None:
+                await keep(item, result)  # the handler's value, kept before the completion
+        except Suspend as suspend:
+            # the job is suspended and its lease released already (in the same round trip):
+            # nothing to settle, neither a success nor a failure
+            batch.running = None
+            batch.unfinished.pop(item.id, None)
+            self.report.suspended += 1
+            if suspend.budget:  # the budget is as good as spent: claim nothing more
+                self.deadline = asyncio.get_running_loop().time()
+            return False
         except asyncio.CancelledError:
             batch.running = None
             if batch.cancelled != item.id or batch.lane is None:

@@ -321,6 +321,7 @@ class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, Schedu
         all_tenants: bool = False,
         heartbeat_every: float | None = None,
         max_outage: float | None = MAX_OUTAGE,
+        step_margin: float | timedelta = 5.0,
     ) -> WorkReport:
         """Run ``handler`` on jobs until ``stop`` (an ``asyncio.Event``) is set.
 
@@ -345,6 +346,7 @@ class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, Schedu
             all_tenants=all_tenants,
             heartbeat_every=heartbeat_every,
             max_outage=max_outage,
+            step_margin=step_margin,
         ).run(until_empty=False)
 
     async def drain(
@@ -360,10 +362,13 @@ class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, Schedu
         all_tenants: bool = False,
         deadline: float | None = None,
         heartbeat_every: float | None = None,
+        step_margin: float | timedelta = 5.0,
     ) -> WorkReport:
         """Run ``handler`` until the queue has no ready job or ``budget`` seconds are spent
         (checked before each claim; claimed jobs always finish). ``deadline`` is an
-        ``asyncio`` loop time that wins over ``budget`` when given."""
+        ``asyncio`` loop time that wins over ``budget`` when given. A job with less than
+        ``step_margin`` seconds of the budget left suspends at its next step (eligible at
+        once) instead of running past it (docs/steps.md)."""
         from .worker import Worker
 
         self._check_queue(queue)
@@ -381,7 +386,39 @@ class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, Schedu
             on_error=on_error,
             all_tenants=all_tenants,
             heartbeat_every=heartbeat_every,
+            step_margin=step_margin,
         ).run(until_empty=True)
+
+    # -- durable steps: events and results -------------------------------------------------
+
+    async def emit(self, event: str, key: str, data: Any = None) -> int:
+        """Store event ``event`` with ``key`` (and JSON ``data``) and wake every job waiting
+        on both (``job.wait_for``); the event's id. Events are kept ``event_retention``
+        (7 days); one emitted before a job waits counts for it, if emitted after its enqueue."""
+        from .steps import check_event
+
+        check_event(event, key)
+        backend = self.backend
+        emit = getattr(backend, "emit", None)
+        if emit is None:
+            raise lacking(backend, "emit")
+        result: int = await emit(event, key, data)
+        return result
+
+    async def result(self, queue: str, job_id: int) -> Any:
+        """The kept return value of a job's handler (None when none was kept). For trusted
+        code: a management response never carries it."""
+        job_id = self._get_args(queue, job_id)
+        backend = self.backend
+        read = getattr(backend, "job_result", None)
+        if read is None:
+            raise lacking(backend, "result")
+        kept, stored = await read(queue, job_id)
+        if not kept:
+            return None
+        from .steps import StepRuntime
+
+        return StepRuntime(self, queue).open_result(stored)
 
     # -- dead letters, stats, archive ----------------------------------------------------
 

@@ -116,6 +116,7 @@ class Queue(Generic[T]):
         all_tenants: bool = False,
         heartbeat_every: float | None = None,
         max_outage: float | None = MAX_OUTAGE,
+        step_margin: float | timedelta = 5.0,
     ) -> WorkReport:
         """:meth:`Jobs.work` on this queue."""
         return await self.jobs.work(
@@ -131,6 +132,7 @@ class Queue(Generic[T]):
             all_tenants=all_tenants,
             heartbeat_every=heartbeat_every,
             max_outage=max_outage,
+            step_margin=step_margin,
         )
 
     async def drain(
@@ -145,6 +147,7 @@ class Queue(Generic[T]):
         all_tenants: bool = False,
         deadline: float | None = None,
         heartbeat_every: float | None = None,
+        step_margin: float | timedelta = 5.0,
     ) -> WorkReport:
         """:meth:`Jobs.drain` on this queue."""
         return await self.jobs.drain(
@@ -158,6 +161,7 @@ class Queue(Generic[T]):
             all_tenants=all_tenants,
             deadline=deadline,
             heartbeat_every=heartbeat_every,
+            step_margin=step_margin,
         )
 
     async def stats(self) -> QueueStats:

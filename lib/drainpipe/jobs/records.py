@@ -7,6 +7,7 @@ working. Every call validates its input and answers with the contract's errors.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,7 @@ from ..backends.capabilities import (
     lacking,
 )
 from ..errors import DrainpipeError, invalid_request
-from ..models import JOB_STATES, JobPage, JobRecord, Position
+from ..models import JOB_STATES, TERMINAL_STATES, JobPage, JobRecord, Position
 from ..validation import INT8_MAX, check_queue_name, positive_int
 from .cursor import read_cursor, sign_cursor
 
@@ -129,6 +130,29 @@ class RecordsRules:
         return result == "cancelled"
 
 
+def with_workflow(record: JobRecord, workflow: Any) -> JobRecord:
+    """``record`` with its steps and ``waiting_for``; its attempt counts without the
+    suspensions (a resumption moves the fence, not the count: jobs 0016)."""
+    if workflow is None:
+        return record
+    suspensions, last_fence, waiting_for, steps = workflow
+    # every suspension raised the stored max_attempts by one; every resumption claim moved
+    # the fence by one (the latest suspension's resumption has not come while the fence
+    # still is the one it suspended with)
+    resumptions = suspensions - (1 if suspensions and record.attempts == last_fence else 0)
+    attempts = max(0, record.attempts - resumptions)
+    max_attempts = max(1, record.max_attempts - suspensions)
+    terminal = record.state in TERMINAL_STATES
+    return replace(
+        record,
+        attempts=attempts,
+        max_attempts=max_attempts,
+        attempts_left=0 if terminal else max(0, max_attempts - attempts),
+        steps=steps,
+        waiting_for=waiting_for if record.state == "waiting" else None,
+    )
+
+
 class RecordsMixin(RecordsRules):
     """``get``, ``list_jobs``, ``list_records`` and ``cancel`` of :class:`Jobs`."""
 
@@ -146,6 +170,9 @@ class RecordsMixin(RecordsRules):
         record = await backend.get_record(queue, job_id)
         if record is None:
             return None
+        workflow = getattr(backend, "job_workflow", None)
+        if workflow is not None:
+            record = with_workflow(record, await workflow(queue, job_id))
         return (await self._held([record]))[0]
 
     async def list_records(
@@ -187,13 +214,22 @@ class RecordsMixin(RecordsRules):
         )
         return self._page(records, after, name, wanted, who)
 
-    async def cancel(self, queue: str, job_id: int) -> bool:
-        """Cancel a live job: True when it is now cancelled (a queued or retry_wait job never
-        runs again; a leased one is fenced at once, its worker stops it at the next
-        heartbeat), False when it had finished already; an unknown job is ``not_found``.
+    async def cancel(self, queue: str, job_id: int, *, children: bool = False) -> bool:
+        """Cancel a live job: True when it is now cancelled (a queued, retry_wait or waiting
+        job never runs again; a leased one is fenced at once, its worker stops it at the
+        next heartbeat), False when it had finished already; an unknown job is
+        ``not_found``. ``children=True`` also cancels the live children its steps spawned.
         A cancel cannot undo what a running handler already did."""
         job_id = self._get_args(queue, job_id)
+        if not isinstance(children, bool):
+            raise invalid_request("children must be True or False")
         backend = self.backend
         if not isinstance(backend, SupportsCancel):
             raise lacking(backend, "cancel")
-        return self._cancel_answer(await backend.cancel(queue, job_id), queue, job_id)
+        answer = self._cancel_answer(await backend.cancel(queue, job_id), queue, job_id)
+        if children:
+            cancel_children = getattr(backend, "cancel_children", None)
+            if cancel_children is None:
+                raise lacking(backend, "cancel(children=True)")
+            await cancel_children(queue, job_id)
+        return answer

@@ -11,6 +11,7 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..backends.capabilities import (
@@ -29,6 +30,7 @@ from ..validation import positive_int, seconds
 from .guard import bury, fail_within_window
 from .policy import PAYLOAD_UNREADABLE
 from .rules import hand_over
+from .steps import StepRuntime
 
 if TYPE_CHECKING:
     from .client import Handler, Jobs, OnError
@@ -51,7 +53,15 @@ class JobSource:
     concept = "jobs"
     log = log
 
-    def __init__(self, jobs: Jobs, queue: str, handler: Handler, *, all_tenants: bool) -> None:
+    def __init__(
+        self,
+        jobs: Jobs,
+        queue: str,
+        handler: Handler,
+        *,
+        all_tenants: bool,
+        step_margin: float = 5.0,
+    ) -> None:
         backend = jobs.backend
         self.queue = self.name = queue
         self.leases = bool(getattr(backend, "leases", False))
@@ -80,6 +90,11 @@ class JobSource:
         self._unreadable: set[int] = set()
         self._policy = jobs.policy(queue)
         self._window = None if self._policy is None else self._policy.attempt_window
+        #: durable steps (docs/steps.md), on backends that record them
+        self.steps: StepRuntime | None = None
+        if callable(getattr(backend, "record_step", None)):
+            self.steps = StepRuntime(jobs, queue, step_margin=step_margin)
+            self.keep_result = self.steps.keep_result
 
     def claim(self, batch: int, lease: float) -> Awaitable[list[Job[Any]]]:
         return self._backend.read(self.queue, lease=lease, batch=batch)
@@ -172,6 +187,8 @@ class JobSource:
     def start(self, item: Job[Any]) -> Any:
         if self._keyring is not None and _is_sealed(item.payload):
             self._open(item)
+        if self.steps is not None:
+            item.__dict__["_workflow"] = self.steps
         return self._handler(hand_over(item, self._validate, self._all_tenants), item)
 
     def fields(self, item: Job[Any] | None) -> dict[str, Any]:
@@ -220,10 +237,16 @@ class Worker:
         heartbeat_every: float | None = None,
         retry_unreached: bool = True,
         max_outage: float | None = None,
+        step_margin: float | timedelta = 5.0,
     ) -> None:
         poll = seconds(poll_interval, "poll_interval")
         loop = asyncio.get_running_loop()
-        source: ClaimableSource[Any] = JobSource(jobs, queue, handler, all_tenants=all_tenants)
+        margin = seconds(step_margin, "step_margin")
+        if not callable(lease):
+            # a margin past half the lease would suspend every step: clamped to half of it
+            margin = min(margin, seconds(lease, "lease") / 2)
+        jobs_source = JobSource(jobs, queue, handler, all_tenants=all_tenants, step_margin=margin)
+        source: ClaimableSource[Any] = jobs_source
         # chosen once per run: without a tracer or meter the jobs take the plain path
         if (otel := active_telemetry()) is not None:
             source = otel.traced(source)
@@ -247,6 +270,9 @@ class Worker:
             retry_unreached=retry_unreached,
             max_outage=None if max_outage is None else seconds(max_outage, "max_outage"),
         )
+        if jobs_source.steps is not None:
+            # the budget rule: a step started with less than the margin left suspends
+            jobs_source.steps.deadline = self.runner.deadline
 
     @property
     def report(self) -> WorkReport:

@@ -173,6 +173,31 @@ class SyncSqlBackend:
         rows = self.db.fetch(record_ops.CANCEL, record_ops.cancel_params(queue, job_id))
         return record_ops.parse_cancel(rows)
 
+    # -- durable steps (jobs 0016): the calls that need no event loop --------------------
+
+    def emit(self, event: str, key: str, data: Any = None) -> int:
+        from ..db import jsonb
+        from ..ops import steps as step_ops
+
+        rows = self.db.fetch(step_ops.EMIT, (event, key, jsonb(data)))
+        return int(rows[0][0])
+
+    def job_workflow(self, queue: str, job_id: int) -> Any:
+        from ..ops import steps as step_ops
+
+        return step_ops.parse_workflow(self.db.fetch(step_ops.WORKFLOW, (queue, job_id)))
+
+    def job_result(self, queue: str, job_id: int) -> tuple[bool, Any]:
+        from ..ops import steps as step_ops
+
+        return step_ops.parse_result(self.db.fetch(step_ops.RESULT, (queue, job_id)))
+
+    def cancel_children(self, queue: str, job_id: int) -> int:
+        from ..ops import steps as step_ops
+
+        rows = self.db.fetch(step_ops.CANCEL_CHILDREN, (queue, job_id))
+        return int(rows[0][0] or 0) if rows else 0
+
     def stats(self, queues: Sequence[str]) -> dict[str, QueueStats]:
         return ops.parse_stats(self.db.fetch(ops.STATS, ops.stats_params(queues)))
 

@@ -4,10 +4,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from ..errors import invalid_request
 from ..jobs.pause import flow_holdable, holdable, with_flow_holds, with_holds
-from ..jobs.records import RecordsRules
+from ..jobs.records import RecordsRules, with_workflow
 from ..models import JobPage, JobRecord, Position
 
 if TYPE_CHECKING:
@@ -22,8 +23,12 @@ class SyncRecordsMixin(RecordsRules):
 
     def get(self, queue: str, job_id: int) -> JobRecord | None:
         """The job's record with its attempt history; None when unknown or purged."""
-        record = self.backend.get_record(queue, self._get_args(queue, job_id))
-        return None if record is None else self._held([record])[0]
+        job_id = self._get_args(queue, job_id)
+        record = self.backend.get_record(queue, job_id)
+        if record is None:
+            return None
+        record = with_workflow(record, self.backend.job_workflow(queue, job_id))
+        return self._held([record])[0]
 
     def _held(self, records: list[JobRecord]) -> list[JobRecord]:
         """Mark the queued records of paused queues, then those a flow limit holds (a round
@@ -67,7 +72,26 @@ class SyncRecordsMixin(RecordsRules):
         )
         return self._page(records, after, name, wanted, who)
 
-    def cancel(self, queue: str, job_id: int) -> bool:
-        """True: a live job is now cancelled; False: it was terminal; unknown: not_found."""
+    def cancel(self, queue: str, job_id: int, *, children: bool = False) -> bool:
+        """True: a live job is now cancelled; False: it was terminal; unknown: not_found.
+        ``children=True`` also cancels the live children its steps spawned."""
         job_id = self._get_args(queue, job_id)
-        return self._cancel_answer(self.backend.cancel(queue, job_id), queue, job_id)
+        if not isinstance(children, bool):
+            raise invalid_request("children must be True or False")
+        answer = self._cancel_answer(self.backend.cancel(queue, job_id), queue, job_id)
+        if children:
+            self.backend.cancel_children(queue, job_id)
+        return answer
+
+    def emit(self, event: str, key: str, data: Any = None) -> int:
+        """Store an event and wake the jobs waiting on its name and key (``Jobs.emit``)."""
+        from ..jobs.steps import check_event  # here: the steps module loads asyncio
+
+        check_event(event, key)
+        return self.backend.emit(event, key, data)
+
+    def result(self, queue: str, job_id: int) -> Any:
+        """A job handler's kept return value (None when none); for trusted code."""
+        job_id = self._get_args(queue, job_id)
+        kept, stored = self.backend.job_result(queue, job_id)
+        return stored if kept else None
