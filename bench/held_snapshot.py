@@ -61,6 +61,8 @@ from bench.run import SERVER, payload, with_database  # noqa: E402
 from drainpipe.backends.capabilities import SupportsCompleteMany  # noqa: E402
 
 SYSTEMS = ("dp-pgmq", "dp-table", "raw-pgmq", "raw-skip-keep", "agents")
+#: storage shapes measured against raw-skip-keep, not drainpipe's (see the classes)
+PROTOTYPES = ("raw-skip-bound", "raw-skip-split")
 QUEUE = "held"
 LEASE = 30
 SECRET = "held-snapshot-bench-secret-0123456789"  # noqa: S105 - a throw-away database
@@ -273,6 +275,135 @@ class RawSkipKeep(System):
             )
 
 
+class RawSkipBound(RawSkipKeep):
+    """``raw-skip-keep`` whose claim starts at a bound: the oldest visibility time it last
+    picked (kept by this process, shared by its consumers), with a pass from the index's start
+    at most once a ``FULL_PASS`` seconds (it finds what a bound can hide: a job committed after
+    a later one was claimed, a claim rolled back). Measures the bound alone: leases still
+    move ``visible_at``, so every claim still adds an entry to the claimed index."""
+
+    FULL_PASS = 1.0
+
+    def __init__(self, url: str, cfg: Config) -> None:
+        super().__init__(url, cfg)
+        self.bound: Any = None
+        self.full_at = 0.0
+
+    def bounded(self) -> tuple[str, tuple[Any, ...]]:
+        if self.bound is None or time.perf_counter() - self.full_at > self.FULL_PASS:
+            self.full_at = time.perf_counter()
+            return "", ()
+        return " AND visible_at >= %s", (self.bound,)
+
+    def picked(self, rows: list[Any]) -> list[Any]:
+        if rows:
+            self.bound = min(row[1] for row in rows)
+        return [row[0] for row in rows]
+
+    async def claim(self, pool: AsyncConnectionPool[Any]) -> list[Any]:
+        where, args = self.bounded()
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                f"""WITH c AS (
+                       SELECT id, visible_at FROM bench_keep
+                        WHERE done_at IS NULL AND visible_at <= now(){where}
+                        ORDER BY visible_at, id LIMIT %s FOR UPDATE SKIP LOCKED)
+                   UPDATE bench_keep b
+                      SET visible_at = now() + make_interval(secs => %s), attempts = b.attempts + 1
+                     FROM c WHERE b.id = c.id
+                   RETURNING b.id, c.visible_at""",
+                (*args, self.cfg.batch, LEASE),
+            )
+            return self.picked(await cur.fetchall())
+
+
+class RawSkipSplit(RawSkipBound):
+    """``raw-skip-bound`` with the lease out of the claimed index: a claim sets
+    ``leased_until`` (the ready index covers rows without one) and leaves ``visible_at``; so
+    the ready index only ever gets an entry when a job is enqueued or comes back. Lapsed
+    leases come back through their own index, swept at most once a ``FULL_PASS`` seconds from
+    the previous sweep's time less ``LEASE_SLACK`` (what a claim committing late could hide),
+    each ``SWEEP_EVERY`` sweeps from the index's start."""
+
+    LEASE_SLACK = 5.0
+    SWEEP_EVERY = 30
+
+    def __init__(self, url: str, cfg: Config) -> None:
+        super().__init__(url, cfg)
+        self.swept_at: Any = None
+        self.sweeps = 0
+        self.sweeping = False
+
+    async def setup(self, pool: AsyncConnectionPool[Any]) -> None:
+        async with pool.connection() as conn:
+            await conn.execute(
+                """CREATE TABLE bench_keep (
+                       id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                       payload jsonb NOT NULL,
+                       attempts integer NOT NULL DEFAULT 0,
+                       visible_at timestamptz NOT NULL DEFAULT now(),
+                       leased_until timestamptz,
+                       done_at timestamptz)"""
+            )
+            await conn.execute(
+                "CREATE INDEX bench_keep_ready_idx ON bench_keep (visible_at, id)"
+                " WHERE done_at IS NULL AND leased_until IS NULL"
+            )
+            await conn.execute(
+                "CREATE INDEX bench_keep_leased_idx ON bench_keep (leased_until)"
+                " WHERE done_at IS NULL AND leased_until IS NOT NULL"
+            )
+            await conn.execute(
+                "CREATE INDEX bench_keep_done_idx ON bench_keep (done_at) WHERE done_at IS NOT NULL"
+            )
+
+    async def sweep(self, pool: AsyncConnectionPool[Any]) -> None:
+        self.sweeps += 1
+        full = self.swept_at is None or self.sweeps % self.SWEEP_EVERY == 0
+        where = "" if full else " AND leased_until > %s - make_interval(secs => %s)"
+        args = () if full else (self.swept_at, self.LEASE_SLACK)
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                f"""WITH l AS (
+                       SELECT id FROM bench_keep
+                        WHERE done_at IS NULL AND leased_until IS NOT NULL
+                          AND leased_until <= now(){where}
+                        FOR UPDATE SKIP LOCKED)
+                   UPDATE bench_keep b SET visible_at = b.leased_until, leased_until = NULL
+                     FROM l WHERE b.id = l.id
+                   RETURNING now()""",
+                args,
+            )
+            await cur.fetchall()
+            cur = await conn.execute("SELECT now()")
+            row = await cur.fetchone()
+            self.swept_at = row[0] if row else None
+
+    async def claim(self, pool: AsyncConnectionPool[Any]) -> list[Any]:
+        where, args = self.bounded()
+        if not args and not self.sweeping:  # the once-a-second pass also sweeps leases
+            self.sweeping = True
+            try:
+                await self.sweep(pool)
+            finally:
+                self.sweeping = False
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                f"""WITH c AS (
+                       SELECT id, visible_at FROM bench_keep
+                        WHERE done_at IS NULL AND leased_until IS NULL
+                          AND visible_at <= now(){where}
+                        ORDER BY visible_at, id LIMIT %s FOR UPDATE SKIP LOCKED)
+                   UPDATE bench_keep b
+                      SET leased_until = now() + make_interval(secs => %s),
+                          attempts = b.attempts + 1
+                     FROM c WHERE b.id = c.id
+                   RETURNING b.id, c.visible_at""",
+                (*args, self.cfg.batch, LEASE),
+            )
+            return self.picked(await cur.fetchall())
+
+
 class Agents(System):
     modules = ("jobs", "webhook-inbox")
 
@@ -322,6 +453,10 @@ def make_system(name: str, url: str, cfg: Config) -> System:
         return RawPgmq(url, cfg)
     if name == "raw-skip-keep":
         return RawSkipKeep(url, cfg)
+    if name == "raw-skip-bound":
+        return RawSkipBound(url, cfg)
+    if name == "raw-skip-split":
+        return RawSkipSplit(url, cfg)
     return Agents(url, cfg)
 
 
@@ -611,7 +746,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
     parser.add_argument("--high", type=int, default=20_000, help="top the backlog up to")
     parser.add_argument("--vacuum-every", type=float, default=5.0)
     parser.add_argument("--early", type=float, default=3.0, help="the early explained claim")
-    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    parser.add_argument("--systems", nargs="+", choices=SYSTEMS + PROTOTYPES, default=list(SYSTEMS))
     parser.add_argument("--quick", action="store_true", help="10 s runs, 2.5 s windows")
     parser.add_argument("--record", action="store_true", help="append to bench/results/")
     parser.add_argument("--plans", type=Path, default=None, help="write the claims' plans")

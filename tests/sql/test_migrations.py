@@ -91,6 +91,10 @@ INTERNAL_FUNCTIONS = {
     # a turn's checks and refusals (jobs 0008): called by complete_and_claim_jobs_v1 only
     "assert_turn_arrays",
     "refused_turn_rows",
+    # the claims' bound (jobs 0014): called by the claims only
+    "claim_bound_pass",
+    "claim_bound",
+    "keep_claim_bound",
 }
 
 # what release 0 (0.1.0) shipped; later modules have no release-0 state to upgrade from
