@@ -17,9 +17,12 @@ Each run here gets a fresh database (dropped at the end) and:
 * with ``held``: a second session in the same database runs
   ``BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT txid_current();`` before the clock starts
   and stays idle in that transaction until the end;
-* makes one claim through a session with ``auto_explain`` (ANALYZE, BUFFERS, nested
-  statements) early (after ``--early`` s) and one late (in the last window): the buffers
-  the whole claim touched (shared hit + read), and its plans with ``--plans FILE``.
+* the first consumer claims through a session with ``auto_explain`` loaded (ANALYZE,
+  BUFFERS, nested statements) and explains one claim early (after ``--early`` s) and one
+  late (in the last window): the buffers the whole claim touched (shared hit + read), and
+  its plans with ``--plans FILE``. (A session of its own, claiming only then, would measure
+  a claim whose connection has no recent bound: drainpipe's claims keep one per
+  connection, jobs 0014.)
 
 Systems: ``dp-pgmq`` and ``dp-table`` (``Jobs.claim`` + the backend's batch complete, the
 calls ``work`` makes), ``raw-pgmq`` (``pgmq.read`` + ``pgmq.archive(ids[])``),
@@ -67,7 +70,7 @@ QUEUE = "held"
 LEASE = 30
 SECRET = "held-snapshot-bench-secret-0123456789"  # noqa: S105 - a throw-away database
 EXPLAIN_SETTINGS = (
-    "SET auto_explain.log_min_duration = 0; SET auto_explain.log_analyze = on;"
+    "SET auto_explain.log_min_duration = -1; SET auto_explain.log_analyze = on;"
     " SET auto_explain.log_buffers = on; SET auto_explain.log_nested_statements = on;"
     " SET client_min_messages = log"
 )
@@ -471,9 +474,16 @@ async def admin(sql: str) -> None:
 async def explained_claim(
     system: System, pool: AsyncConnectionPool[Any], notes: list[str]
 ) -> tuple[list[Any], Probe]:
-    """A claim through the auto_explain session: every plan it ran, the last the whole call."""
+    """A claim through the auto_explain session (one of the consumers' sessions, so its claim
+    is one of theirs, bound and all): every plan it ran, the last the whole call."""
+    async with pool.connection() as conn:
+        await conn.execute("SET auto_explain.log_min_duration = 0")
     notes.clear()
-    items = await system.claim(pool)
+    try:
+        items = await system.claim(pool)
+    finally:
+        async with pool.connection() as conn:
+            await conn.execute("SET auto_explain.log_min_duration = -1")
     plans = list(notes)
     buffers = 0
     if plans:
@@ -543,10 +553,22 @@ async def one_run(name: str, held: bool, cfg: Config) -> Run:
         def now() -> float:
             return time.perf_counter() - started
 
-        async def consumer() -> None:
+        probes = [cfg.early, cfg.seconds - min(cfg.window, cfg.seconds) / 2]
+
+        async def consumer(index: int) -> None:
+            # the first consumer claims through the auto_explain session and explains its
+            # claims at the probe times (early, and in the last window)
+            through = probe_pool if index == 0 else pool
             while not stop.is_set():
-                t0 = time.perf_counter()
-                items = await system.claim(pool)
+                if index == 0 and probes and now() >= probes[0]:
+                    probes.pop(0)
+                    t0 = time.perf_counter()
+                    items, found = await explained_claim(system, probe_pool, notes)
+                    found.at = now()
+                    run.probes.append(found)
+                else:
+                    t0 = time.perf_counter()
+                    items = await system.claim(through)
                 run.claims.append(Claim(now(), time.perf_counter() - t0, len(items)))
                 if not items:
                     await asyncio.sleep(0.01)
@@ -571,29 +593,12 @@ async def one_run(name: str, held: bool, cfg: Config) -> Run:
                     if not stop.is_set():
                         await conn.execute("VACUUM")
 
-        async def probe(at: float) -> None:
-            await asyncio.sleep(max(0.0, at - now()))
-            if stop.is_set():
-                return
-            items, found = await explained_claim(system, probe_pool, notes)
-            found.at = now()
-            run.probes.append(found)
-            if items:
-                await system.settle(pool, items)
-                backlog[0] -= len(items)
-
         async def clock() -> None:
             await asyncio.sleep(cfg.seconds)
             stop.set()
 
-        late = cfg.seconds - min(cfg.window, cfg.seconds) / 2
         await asyncio.gather(
-            clock(),
-            produce(),
-            vacuum(),
-            probe(cfg.early),
-            probe(late),
-            *(consumer() for _ in range(cfg.consumers)),
+            clock(), produce(), vacuum(), *(consumer(i) for i in range(cfg.consumers))
         )
         await producer.close()
         return run
