@@ -17,9 +17,12 @@ Each run here gets a fresh database (dropped at the end) and:
 * with ``held``: a second session in the same database runs
   ``BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT txid_current();`` before the clock starts
   and stays idle in that transaction until the end;
-* makes one claim through a session with ``auto_explain`` (ANALYZE, BUFFERS, nested
-  statements) early (after ``--early`` s) and one late (in the last window): the buffers
-  the whole claim touched (shared hit + read), and its plans with ``--plans FILE``.
+* the first consumer claims through a session with ``auto_explain`` loaded (ANALYZE,
+  BUFFERS, nested statements) and explains one claim early (after ``--early`` s) and one
+  late (in the last window): the buffers the whole claim touched (shared hit + read), and
+  its plans with ``--plans FILE``. (A session of its own, claiming only then, would measure
+  a claim whose connection has no recent bound: drainpipe's claims keep one per
+  connection, jobs 0014.)
 
 Systems: ``dp-pgmq`` and ``dp-table`` (``Jobs.claim`` + the backend's batch complete, the
 calls ``work`` makes), ``raw-pgmq`` (``pgmq.read`` + ``pgmq.archive(ids[])``),
@@ -61,11 +64,13 @@ from bench.run import SERVER, payload, with_database  # noqa: E402
 from drainpipe.backends.capabilities import SupportsCompleteMany  # noqa: E402
 
 SYSTEMS = ("dp-pgmq", "dp-table", "raw-pgmq", "raw-skip-keep", "agents")
+#: storage shapes measured against raw-skip-keep, not drainpipe's (see the classes)
+PROTOTYPES = ("raw-skip-bound", "raw-skip-split")
 QUEUE = "held"
 LEASE = 30
 SECRET = "held-snapshot-bench-secret-0123456789"  # noqa: S105 - a throw-away database
 EXPLAIN_SETTINGS = (
-    "SET auto_explain.log_min_duration = 0; SET auto_explain.log_analyze = on;"
+    "SET auto_explain.log_min_duration = -1; SET auto_explain.log_analyze = on;"
     " SET auto_explain.log_buffers = on; SET auto_explain.log_nested_statements = on;"
     " SET client_min_messages = log"
 )
@@ -273,6 +278,135 @@ class RawSkipKeep(System):
             )
 
 
+class RawSkipBound(RawSkipKeep):
+    """``raw-skip-keep`` whose claim starts at a bound: the oldest visibility time it last
+    picked (kept by this process, shared by its consumers), with a pass from the index's start
+    at most once a ``FULL_PASS`` seconds (it finds what a bound can hide: a job committed after
+    a later one was claimed, a claim rolled back). Measures the bound alone: leases still
+    move ``visible_at``, so every claim still adds an entry to the claimed index."""
+
+    FULL_PASS = 1.0
+
+    def __init__(self, url: str, cfg: Config) -> None:
+        super().__init__(url, cfg)
+        self.bound: Any = None
+        self.full_at = 0.0
+
+    def bounded(self) -> tuple[str, tuple[Any, ...]]:
+        if self.bound is None or time.perf_counter() - self.full_at > self.FULL_PASS:
+            self.full_at = time.perf_counter()
+            return "", ()
+        return " AND visible_at >= %s", (self.bound,)
+
+    def picked(self, rows: list[Any]) -> list[Any]:
+        if rows:
+            self.bound = min(row[1] for row in rows)
+        return [row[0] for row in rows]
+
+    async def claim(self, pool: AsyncConnectionPool[Any]) -> list[Any]:
+        where, args = self.bounded()
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                f"""WITH c AS (
+                       SELECT id, visible_at FROM bench_keep
+                        WHERE done_at IS NULL AND visible_at <= now(){where}
+                        ORDER BY visible_at, id LIMIT %s FOR UPDATE SKIP LOCKED)
+                   UPDATE bench_keep b
+                      SET visible_at = now() + make_interval(secs => %s), attempts = b.attempts + 1
+                     FROM c WHERE b.id = c.id
+                   RETURNING b.id, c.visible_at""",
+                (*args, self.cfg.batch, LEASE),
+            )
+            return self.picked(await cur.fetchall())
+
+
+class RawSkipSplit(RawSkipBound):
+    """``raw-skip-bound`` with the lease out of the claimed index: a claim sets
+    ``leased_until`` (the ready index covers rows without one) and leaves ``visible_at``; so
+    the ready index only ever gets an entry when a job is enqueued or comes back. Lapsed
+    leases come back through their own index, swept at most once a ``FULL_PASS`` seconds from
+    the previous sweep's time less ``LEASE_SLACK`` (what a claim committing late could hide),
+    each ``SWEEP_EVERY`` sweeps from the index's start."""
+
+    LEASE_SLACK = 5.0
+    SWEEP_EVERY = 30
+
+    def __init__(self, url: str, cfg: Config) -> None:
+        super().__init__(url, cfg)
+        self.swept_at: Any = None
+        self.sweeps = 0
+        self.sweeping = False
+
+    async def setup(self, pool: AsyncConnectionPool[Any]) -> None:
+        async with pool.connection() as conn:
+            await conn.execute(
+                """CREATE TABLE bench_keep (
+                       id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                       payload jsonb NOT NULL,
+                       attempts integer NOT NULL DEFAULT 0,
+                       visible_at timestamptz NOT NULL DEFAULT now(),
+                       leased_until timestamptz,
+                       done_at timestamptz)"""
+            )
+            await conn.execute(
+                "CREATE INDEX bench_keep_ready_idx ON bench_keep (visible_at, id)"
+                " WHERE done_at IS NULL AND leased_until IS NULL"
+            )
+            await conn.execute(
+                "CREATE INDEX bench_keep_leased_idx ON bench_keep (leased_until)"
+                " WHERE done_at IS NULL AND leased_until IS NOT NULL"
+            )
+            await conn.execute(
+                "CREATE INDEX bench_keep_done_idx ON bench_keep (done_at) WHERE done_at IS NOT NULL"
+            )
+
+    async def sweep(self, pool: AsyncConnectionPool[Any]) -> None:
+        self.sweeps += 1
+        full = self.swept_at is None or self.sweeps % self.SWEEP_EVERY == 0
+        where = "" if full else " AND leased_until > %s - make_interval(secs => %s)"
+        args = () if full else (self.swept_at, self.LEASE_SLACK)
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                f"""WITH l AS (
+                       SELECT id FROM bench_keep
+                        WHERE done_at IS NULL AND leased_until IS NOT NULL
+                          AND leased_until <= now(){where}
+                        FOR UPDATE SKIP LOCKED)
+                   UPDATE bench_keep b SET visible_at = b.leased_until, leased_until = NULL
+                     FROM l WHERE b.id = l.id
+                   RETURNING now()""",
+                args,
+            )
+            await cur.fetchall()
+            cur = await conn.execute("SELECT now()")
+            row = await cur.fetchone()
+            self.swept_at = row[0] if row else None
+
+    async def claim(self, pool: AsyncConnectionPool[Any]) -> list[Any]:
+        where, args = self.bounded()
+        if not args and not self.sweeping:  # the once-a-second pass also sweeps leases
+            self.sweeping = True
+            try:
+                await self.sweep(pool)
+            finally:
+                self.sweeping = False
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                f"""WITH c AS (
+                       SELECT id, visible_at FROM bench_keep
+                        WHERE done_at IS NULL AND leased_until IS NULL
+                          AND visible_at <= now(){where}
+                        ORDER BY visible_at, id LIMIT %s FOR UPDATE SKIP LOCKED)
+                   UPDATE bench_keep b
+                      SET leased_until = now() + make_interval(secs => %s),
+                          attempts = b.attempts + 1
+                     FROM c WHERE b.id = c.id
+                   RETURNING b.id, c.visible_at""",
+                (*args, self.cfg.batch, LEASE),
+            )
+            return self.picked(await cur.fetchall())
+
+
 class Agents(System):
     modules = ("jobs", "webhook-inbox")
 
@@ -322,6 +456,10 @@ def make_system(name: str, url: str, cfg: Config) -> System:
         return RawPgmq(url, cfg)
     if name == "raw-skip-keep":
         return RawSkipKeep(url, cfg)
+    if name == "raw-skip-bound":
+        return RawSkipBound(url, cfg)
+    if name == "raw-skip-split":
+        return RawSkipSplit(url, cfg)
     return Agents(url, cfg)
 
 
@@ -336,9 +474,16 @@ async def admin(sql: str) -> None:
 async def explained_claim(
     system: System, pool: AsyncConnectionPool[Any], notes: list[str]
 ) -> tuple[list[Any], Probe]:
-    """A claim through the auto_explain session: every plan it ran, the last the whole call."""
+    """A claim through the auto_explain session (one of the consumers' sessions, so its claim
+    is one of theirs, bound and all): every plan it ran, the last the whole call."""
+    async with pool.connection() as conn:
+        await conn.execute("SET auto_explain.log_min_duration = 0")
     notes.clear()
-    items = await system.claim(pool)
+    try:
+        items = await system.claim(pool)
+    finally:
+        async with pool.connection() as conn:
+            await conn.execute("SET auto_explain.log_min_duration = -1")
     plans = list(notes)
     buffers = 0
     if plans:
@@ -408,10 +553,22 @@ async def one_run(name: str, held: bool, cfg: Config) -> Run:
         def now() -> float:
             return time.perf_counter() - started
 
-        async def consumer() -> None:
+        probes = [cfg.early, cfg.seconds - min(cfg.window, cfg.seconds) / 2]
+
+        async def consumer(index: int) -> None:
+            # the first consumer claims through the auto_explain session and explains its
+            # claims at the probe times (early, and in the last window)
+            through = probe_pool if index == 0 else pool
             while not stop.is_set():
-                t0 = time.perf_counter()
-                items = await system.claim(pool)
+                if index == 0 and probes and now() >= probes[0]:
+                    probes.pop(0)
+                    t0 = time.perf_counter()
+                    items, found = await explained_claim(system, probe_pool, notes)
+                    found.at = now()
+                    run.probes.append(found)
+                else:
+                    t0 = time.perf_counter()
+                    items = await system.claim(through)
                 run.claims.append(Claim(now(), time.perf_counter() - t0, len(items)))
                 if not items:
                     await asyncio.sleep(0.01)
@@ -436,29 +593,12 @@ async def one_run(name: str, held: bool, cfg: Config) -> Run:
                     if not stop.is_set():
                         await conn.execute("VACUUM")
 
-        async def probe(at: float) -> None:
-            await asyncio.sleep(max(0.0, at - now()))
-            if stop.is_set():
-                return
-            items, found = await explained_claim(system, probe_pool, notes)
-            found.at = now()
-            run.probes.append(found)
-            if items:
-                await system.settle(pool, items)
-                backlog[0] -= len(items)
-
         async def clock() -> None:
             await asyncio.sleep(cfg.seconds)
             stop.set()
 
-        late = cfg.seconds - min(cfg.window, cfg.seconds) / 2
         await asyncio.gather(
-            clock(),
-            produce(),
-            vacuum(),
-            probe(cfg.early),
-            probe(late),
-            *(consumer() for _ in range(cfg.consumers)),
+            clock(), produce(), vacuum(), *(consumer(i) for i in range(cfg.consumers))
         )
         await producer.close()
         return run
@@ -611,7 +751,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
     parser.add_argument("--high", type=int, default=20_000, help="top the backlog up to")
     parser.add_argument("--vacuum-every", type=float, default=5.0)
     parser.add_argument("--early", type=float, default=3.0, help="the early explained claim")
-    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    parser.add_argument("--systems", nargs="+", choices=SYSTEMS + PROTOTYPES, default=list(SYSTEMS))
     parser.add_argument("--quick", action="store_true", help="10 s runs, 2.5 s windows")
     parser.add_argument("--record", action="store_true", help="append to bench/results/")
     parser.add_argument("--plans", type=Path, default=None, help="write the claims' plans")

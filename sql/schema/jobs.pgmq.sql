@@ -725,6 +725,34 @@ AS $function$
       LEFT JOIN drainpipe.job_steps r ON r.queue = p_queue AND r.job_id = c.id AND r.number = 0
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.claim_bound(p_queue text, p_now timestamp with time zone)
+ RETURNS timestamp with time zone
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_passed bigint := nullif(current_setting('drainpipe.claim_passed.' || p_queue, true), '')::bigint;
+    v_from bigint := nullif(current_setting('drainpipe.claim_from.' || p_queue, true), '')::bigint;
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_passed_at timestamptz := 'epoch'::timestamptz + v_passed * interval '1 microsecond';
+BEGIN
+    IF v_from IS NULL OR v_passed IS NULL
+       OR v_passed_at NOT BETWEEN v_now - drainpipe.claim_bound_pass() AND v_now THEN
+        PERFORM set_config('drainpipe.claim_passed.' || p_queue,
+                           (extract(epoch FROM v_now) * 1000000)::bigint::text, false);
+        RETURN '-infinity';
+    END IF;
+    RETURN 'epoch'::timestamptz + v_from * interval '1 microsecond';
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.claim_bound_pass()
+ RETURNS interval
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ SELECT interval '10 seconds' $function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.claim_due_schedules_v1(p_lease double precision DEFAULT 60, p_batch integer DEFAULT 100, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS SETOF drainpipe.schedule_claim_v1
  LANGUAGE sql
@@ -919,7 +947,12 @@ BEGIN
             v_now timestamptz;
             v_until timestamptz;
             v_batch integer := greatest(p_batch, 1);
+            v_from timestamptz := '-infinity';  -- the bound (jobs 0014)
+            v_below timestamptz := 'infinity';  -- the pass under the bound
         BEGIN
+            IF p_now IS NULL THEN
+                v_from := drainpipe.claim_bound(%6$L, clock_timestamp());
+            END IF;
             LOOP
                 v_now := coalesce(p_now, clock_timestamp());
                 v_until := v_now + make_interval(secs => greatest(p_lease, 0));
@@ -936,9 +969,14 @@ BEGIN
                      -- visibility time, as on the table backend; for jobs enqueued and never
                      -- claimed that is their enqueue order.
                      WHERE q.vt <= v_now
+                       AND q.vt >= v_from AND q.vt < v_below  -- the bound: entries below are not visited
                      ORDER BY q.vt
                      LIMIT v_batch
                        FOR UPDATE SKIP LOCKED
+                ), bound AS (
+                    -- the oldest vt picked: this connection's next bound (volatile, so
+                    -- evaluated once, where the update's id list reads it)
+                    SELECT drainpipe.keep_claim_bound(%6$L, min(p.vt), p_now) AS kept FROM picked p
                 ), expired AS (
                     INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
                     SELECT %6$L, p.msg_id, p.read_ct, p.started_at, p.vt, 'expired', 'LEASE_EXPIRED'
@@ -958,10 +996,18 @@ BEGIN
                 UPDATE pgmq.%2$I m
                    SET vt = v_until,
                        read_ct = m.read_ct + 1%5$s
-                 WHERE m.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE NOT p.exhausted))
+                 WHERE m.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p, bound b WHERE NOT p.exhausted))
                 RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message -> 'payload',
                           coalesce((m.message ->> 'max_attempts')::integer, 5), m.message ->> 'last_error';
                 GET DIAGNOSTICS v_claimed = ROW_COUNT;
+                IF v_claimed < v_batch AND v_from > '-infinity' THEN
+                    -- short above the bound: the rest from below it (the index's start up
+                    -- to the bound; what this claim took has its lease's vt now, not below)
+                    v_below := v_from;
+                    v_from := '-infinity';
+                    v_batch := v_batch - v_claimed;
+                    CONTINUE;
+                END IF;
                 EXIT WHEN v_claimed > 0;
                 PERFORM 1 FROM pgmq.%2$I w WHERE w.vt <= v_now ORDER BY w.vt LIMIT 1
                     FOR UPDATE SKIP LOCKED;
@@ -2244,6 +2290,20 @@ BEGIN
     UPDATE drainpipe.job_workflows SET waiting_for = NULL, updated_at = v_now
      WHERE queue = p_queue AND job_id = p_id;
     RETURN 'done';
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.keep_claim_bound(p_queue text, p_first timestamp with time zone, p_now timestamp with time zone)
+ RETURNS timestamp with time zone
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_first IS NOT NULL AND p_now IS NULL AND isfinite(p_first) THEN
+        PERFORM set_config('drainpipe.claim_from.' || p_queue,
+                           (extract(epoch FROM p_first) * 1000000)::bigint::text, false);
+    END IF;
+    RETURN p_first;
 END
 $function$;
 

@@ -748,6 +748,34 @@ AS $function$
       LEFT JOIN drainpipe.job_steps r ON r.queue = p_queue AND r.job_id = c.id AND r.number = 0
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.claim_bound(p_queue text, p_now timestamp with time zone)
+ RETURNS timestamp with time zone
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_passed bigint := nullif(current_setting('drainpipe.claim_passed.' || p_queue, true), '')::bigint;
+    v_from bigint := nullif(current_setting('drainpipe.claim_from.' || p_queue, true), '')::bigint;
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_passed_at timestamptz := 'epoch'::timestamptz + v_passed * interval '1 microsecond';
+BEGIN
+    IF v_from IS NULL OR v_passed IS NULL
+       OR v_passed_at NOT BETWEEN v_now - drainpipe.claim_bound_pass() AND v_now THEN
+        PERFORM set_config('drainpipe.claim_passed.' || p_queue,
+                           (extract(epoch FROM v_now) * 1000000)::bigint::text, false);
+        RETURN '-infinity';
+    END IF;
+    RETURN 'epoch'::timestamptz + v_from * interval '1 microsecond';
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.claim_bound_pass()
+ RETURNS interval
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ SELECT interval '10 seconds' $function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.claim_due_schedules_v1(p_lease double precision DEFAULT 60, p_batch integer DEFAULT 100, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS SETOF drainpipe.schedule_claim_v1
  LANGUAGE sql
@@ -801,6 +829,8 @@ DECLARE
     v_ids bigint[];
     v_lapsed boolean;
     v_flow drainpipe.queue_flow;
+    v_from timestamptz := '-infinity';  -- the bound (jobs 0014)
+    v_first timestamptz;
 BEGIN
     -- the completions first: a claim must not take back a job this turn completes
     IF cardinality(p_ids) > 0 THEN
@@ -858,19 +888,29 @@ BEGIN
         END IF;
     END IF;
     -- The pick is a statement of its own, into arrays: the take-over record below is then a
-    -- branch taken only when a lapsed lease was picked (see jobs 0004).
-    SELECT array_agg(p.id), bool_or(p.state = 'leased')
-      INTO v_ids, v_lapsed
-      FROM (
-          -- oldest visible first; rows another worker is claiming right now are skipped
-          SELECT x.id, x.state
-            FROM drainpipe.job_messages x
-           WHERE x.queue = p_queue AND x.finished_at IS NULL AND x.visible_at <= v_now
-             AND x.attempts < x.max_attempts
-           ORDER BY x.visible_at, x.id
-           LIMIT v_batch
-             FOR UPDATE SKIP LOCKED
-      ) p;
+    -- branch taken only when a lapsed lease was picked (see jobs 0004). It starts at this
+    -- connection's bound for the queue (jobs 0014), once more from the start when short.
+    IF p_now IS NULL THEN
+        v_from := drainpipe.claim_bound(p_queue, v_now);
+    END IF;
+    LOOP
+        SELECT array_agg(p.id), bool_or(p.state = 'leased'), min(p.visible_at)
+          INTO v_ids, v_lapsed, v_first
+          FROM (
+              -- oldest visible first; rows another worker is claiming right now are skipped
+              SELECT x.id, x.state, x.visible_at
+                FROM drainpipe.job_messages x
+               WHERE x.queue = p_queue AND x.finished_at IS NULL AND x.visible_at <= v_now
+                 AND x.attempts < x.max_attempts
+                 AND x.visible_at >= v_from  -- the bound: entries below are not visited
+               ORDER BY x.visible_at, x.id
+               LIMIT v_batch
+                 FOR UPDATE SKIP LOCKED
+          ) p;
+        EXIT WHEN v_from = '-infinity' OR coalesce(cardinality(v_ids), 0) >= v_batch;
+        v_from := '-infinity';  -- short above the bound: once more from the start
+    END LOOP;
+    PERFORM drainpipe.keep_claim_bound(p_queue, v_first, p_now);
     END IF;
     IF v_ids IS NULL THEN
         RETURN;
@@ -2089,6 +2129,20 @@ BEGIN
     UPDATE drainpipe.job_workflows SET waiting_for = NULL, updated_at = v_now
      WHERE queue = p_queue AND job_id = p_id;
     RETURN 'done';
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.keep_claim_bound(p_queue text, p_first timestamp with time zone, p_now timestamp with time zone)
+ RETURNS timestamp with time zone
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_first IS NOT NULL AND p_now IS NULL AND isfinite(p_first) THEN
+        PERFORM set_config('drainpipe.claim_from.' || p_queue,
+                           (extract(epoch FROM p_first) * 1000000)::bigint::text, false);
+    END IF;
+    RETURN p_first;
 END
 $function$;
 

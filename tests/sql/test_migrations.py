@@ -99,6 +99,10 @@ INTERNAL_FUNCTIONS = {
     # a turn's checks and refusals (jobs 0008): called by complete_and_claim_jobs_v1 only
     "assert_turn_arrays",
     "refused_turn_rows",
+    # the claims' bound (jobs 0014): called by the claims only
+    "claim_bound_pass",
+    "claim_bound",
+    "keep_claim_bound",
     # flow control (jobs 0015): helpers of the claims and of enqueue_flow_job_v1
     "job_key",
     "job_priority",

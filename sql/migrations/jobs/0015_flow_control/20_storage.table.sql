@@ -2,6 +2,7 @@
 -- claim_jobs_v1, the executor, PostgREST and every other claimer. The limited pick is
 -- job_messages_flow_pick, a filter over the candidate rows the unlimited pick would read;
 -- complete_and_claim_jobs_v1 calls it instead of its own pick when its queue has limits.
+-- The unlimited pick is jobs 0014's, starting at the connection's bound (10_claim_bound.sql).
 
 -- Built when a first queue gets limits (ensure_queue_flow_v1), so a database that uses
 -- no flow control pays nothing for them on its claims. A plain CREATE INDEX: writes wait
@@ -185,6 +186,8 @@ DECLARE
     v_ids bigint[];
     v_lapsed boolean;
     v_flow drainpipe.queue_flow;
+    v_from timestamptz := '-infinity';  -- the bound (jobs 0014)
+    v_first timestamptz;
 BEGIN
     -- the completions first: a claim must not take back a job this turn completes
     IF cardinality(p_ids) > 0 THEN
@@ -242,19 +245,29 @@ BEGIN
         END IF;
     END IF;
     -- The pick is a statement of its own, into arrays: the take-over record below is then a
-    -- branch taken only when a lapsed lease was picked (see jobs 0004).
-    SELECT array_agg(p.id), bool_or(p.state = 'leased')
-      INTO v_ids, v_lapsed
-      FROM (
-          -- oldest visible first; rows another worker is claiming right now are skipped
-          SELECT x.id, x.state
-            FROM drainpipe.job_messages x
-           WHERE x.queue = p_queue AND x.finished_at IS NULL AND x.visible_at <= v_now
-             AND x.attempts < x.max_attempts
-           ORDER BY x.visible_at, x.id
-           LIMIT v_batch
-             FOR UPDATE SKIP LOCKED
-      ) p;
+    -- branch taken only when a lapsed lease was picked (see jobs 0004). It starts at this
+    -- connection's bound for the queue (jobs 0014), once more from the start when short.
+    IF p_now IS NULL THEN
+        v_from := drainpipe.claim_bound(p_queue, v_now);
+    END IF;
+    LOOP
+        SELECT array_agg(p.id), bool_or(p.state = 'leased'), min(p.visible_at)
+          INTO v_ids, v_lapsed, v_first
+          FROM (
+              -- oldest visible first; rows another worker is claiming right now are skipped
+              SELECT x.id, x.state, x.visible_at
+                FROM drainpipe.job_messages x
+               WHERE x.queue = p_queue AND x.finished_at IS NULL AND x.visible_at <= v_now
+                 AND x.attempts < x.max_attempts
+                 AND x.visible_at >= v_from  -- the bound: entries below are not visited
+               ORDER BY x.visible_at, x.id
+               LIMIT v_batch
+                 FOR UPDATE SKIP LOCKED
+          ) p;
+        EXIT WHEN v_from = '-infinity' OR coalesce(cardinality(v_ids), 0) >= v_batch;
+        v_from := '-infinity';  -- short above the bound: once more from the start
+    END LOOP;
+    PERFORM drainpipe.keep_claim_bound(p_queue, v_first, p_now);
     END IF;
     IF v_ids IS NULL THEN
         RETURN;
