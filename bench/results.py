@@ -223,11 +223,18 @@ def load(directory: Path = RESULTS) -> list[Result]:
     return rows
 
 
+#: Metrics a later run of the same benchmark measures better: kept as data, left off the page
+SUPERSEDED = frozenset({("bench.held_snapshot", "jobs/s with a snapshot held 30 s")})
+
+
 def current(rows: Iterable[Result]) -> list[Result]:
     """The newest row of each (benchmark, metric, system, baseline), by date (the later
-    line of a file on a tie), in the order the figures first appear."""
+    line of a file on a tie), in the order the figures first appear; superseded metrics
+    are left out."""
     latest: dict[tuple[str, str, str, str | None], Result] = {}
     for row in rows:
+        if (row.benchmark, row.metric) in SUPERSEDED:
+            continue
         key = (row.benchmark, row.metric, row.system, row.baseline)
         if key not in latest or row.date >= latest[key].date:
             latest[key] = row
