@@ -351,8 +351,10 @@ BEGIN
                            'q_' || p_queue, 'a_' || p_queue)
               INTO v_bound USING v_last;
             EXIT WHEN v_newest[v_limit] >= v_bound + v_window;
+            v_chunk := 64 + v_limit / 4;  -- the page is found: only its last window is left
+        ELSE
+            v_chunk := least(v_chunk * 2, 100000);
         END IF;
-        v_chunk := least(v_chunk * 2, 100000);
     END LOOP;
 END
 $$;

@@ -265,8 +265,10 @@ BEGIN
               FROM (SELECT m.enqueued_at FROM drainpipe.job_messages m
                      WHERE m.id >= v_last ORDER BY m.id LIMIT 16) l;
             EXIT WHEN v_newest[v_limit] >= v_bound + v_window;
+            v_chunk := 64 + v_limit / 4;  -- the page is found: only its last window is left
+        ELSE
+            v_chunk := least(v_chunk * 2, 100000);
         END IF;
-        v_chunk := least(v_chunk * 2, 100000);
     END LOOP;
 
     -- the page: the rows read, sorted (the tenant read from the payload for these only)
