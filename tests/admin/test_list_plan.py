@@ -59,7 +59,9 @@ def rows_read(plans: str, table: str) -> list[int]:
     """The rows each scan of ``table`` returned, from auto_explain's analyzed plans."""
     return [
         int(match)
-        for match in re.findall(rf"Scan[^\n]* on {table} [^\n]*actual time=[^\n]* rows=(\d+)", plans)
+        for match in re.findall(
+            rf"Scan[^\n]* on {table} [^\n]*actual time=[^\n]* rows=(\d+)", plans
+        )
     ]
 
 
@@ -85,9 +87,7 @@ async def test_the_newest_first_page_walks_the_primary_key(
         assert conn.execute(
             "SELECT count(*) FROM pg_indexes WHERE indexdef LIKE '%(enqueued_at%'"
         ).fetchone() == (0,)
-    plans = nested_plans(
-        url, f"SELECT * FROM drainpipe.list_jobs_v2({arguments})", analyze=True
-    )
+    plans = nested_plans(url, f"SELECT * FROM drainpipe.list_jobs_v2({arguments})", analyze=True)
     assert "Index Scan Backward using job_messages_pkey" in plans, plans
     assert "Seq Scan on job_messages" not in plans, plans
     # a page and the walk past it: far from the 5,000 rows stored
