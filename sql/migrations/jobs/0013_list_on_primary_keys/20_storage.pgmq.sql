@@ -195,11 +195,12 @@ $$;
 -- -- the listing --------------------------------------------------------------------------
 
 -- One queue's jobs as SQL text, newest first by (enqueued_at, msg_id), with ids from p_from
--- to p_to (NULL: no bound), live and archived, with 0010's parameters: $1 state, $2 tenant,
+-- to p_to (NULL: no bound) or among p_ids, live and archived, with 0010's parameters: $1 state, $2 tenant,
 -- $3 before enqueued_at, $4 before id, $5 before queue, $6 now, $7 limit. Over the ids of
--- pgmq_list_before, the partial indexes give that order; over a window from
--- pgmq_newest_window, the primary keys give the rows and the few are sorted.
-CREATE OR REPLACE FUNCTION drainpipe.pgmq_records_ids_sql(p_queue text, p_from bigint, p_to bigint)
+-- pgmq_list_before, the partial indexes give that order; pgmq_newest_window names the
+-- ids of the rest of the page, found on the primary keys.
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_records_ids_sql(p_queue text, p_from bigint, p_to bigint,
+                                                          p_ids bigint[] DEFAULT NULL)
 RETURNS text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -245,8 +246,10 @@ AS $$
     $sql$, p_queue, 'q_' || p_queue, 'a_' || p_queue,
        CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'm.last_read_at' ELSE 'NULL::timestamptz' END,
        CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'a.last_read_at' ELSE 'NULL::timestamptz' END,
-       concat_ws(' AND ', 'true', 'm.msg_id >= ' || p_from, 'm.msg_id <= ' || p_to),
-       concat_ws(' AND ', 'true', 'a.msg_id >= ' || p_from, 'a.msg_id <= ' || p_to))
+       concat_ws(' AND ', 'true', 'm.msg_id >= ' || p_from, 'm.msg_id <= ' || p_to,
+                 'm.msg_id = ANY (' || quote_literal(p_ids::text) || '::bigint[])'),
+       concat_ws(' AND ', 'true', 'a.msg_id >= ' || p_from, 'a.msg_id <= ' || p_to,
+                 'a.msg_id = ANY (' || quote_literal(p_ids::text) || '::bigint[])'))
 $$;
 
 
@@ -257,7 +260,8 @@ $$;
 -- down is the table's (job_records_newest), over the live and archive tables together.
 CREATE OR REPLACE FUNCTION drainpipe.pgmq_newest_window(
     p_queue text, p_state text, p_tenant text, p_limit integer, p_before_at timestamptz,
-    p_before_id bigint, p_now timestamptz, p_after bigint, OUT low bigint, OUT top bigint
+    p_before_id bigint, p_now timestamptz, p_after bigint, OUT low bigint, OUT top bigint,
+    OUT ids bigint[]
 )
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -278,7 +282,7 @@ DECLARE
     v_read integer;
     v_last bigint;
     v_bound timestamptz;
-    v_newest timestamptz[] := '{}';
+    v_newest drainpipe.job_stamp_v1[] := '{}';  -- the page's rows so far, newest first
 BEGIN
     IF p_before_at IS NOT NULL THEN
         -- the newest id (above p_after) and its stamp
@@ -314,8 +318,9 @@ BEGIN
     LOOP
         EXECUTE format(
             'SELECT count(*)::integer, min(w.id),
-                    ARRAY(SELECT x FROM unnest($9 || array_agg(w.at) FILTER (WHERE w.fits)) x
-                           ORDER BY x DESC LIMIT $10)
+                    ARRAY(SELECT x FROM unnest($9 || array_agg(ROW(w.id, w.at)::drainpipe.job_stamp_v1)
+                                                               FILTER (WHERE w.fits)) x
+                           ORDER BY x.at DESC, x.id DESC LIMIT $10)
                FROM (SELECT c.id, c.at,
                             ($3::timestamptz IS NULL OR (c.at, c.id) < ($3, $4))
                             AND ($2::text IS NULL OR drainpipe.job_tenant(c.message -> ''payload'') = $2)
@@ -350,12 +355,13 @@ BEGIN
                                  WHERE u.id >= $1 ORDER BY u.id LIMIT 16) l',
                            'q_' || p_queue, 'a_' || p_queue)
               INTO v_bound USING v_last;
-            EXIT WHEN v_newest[v_limit] >= v_bound + v_window;
+            EXIT WHEN (v_newest[v_limit]).at >= v_bound + v_window;
             v_chunk := 64 + v_limit / 4;  -- the page is found: only its last window is left
         ELSE
             v_chunk := least(v_chunk * 2, 100000);
         END IF;
     END LOOP;
+    ids := ARRAY(SELECT x.id FROM unnest(v_newest) x);
 END
 $$;
 
@@ -400,8 +406,10 @@ BEGIN
     LOOP
         v_window := drainpipe.pgmq_newest_window(v_queue.name, p_state, p_tenant, v_limit, p_before_at,
                                                  v_queue.before_id, v_now, v_queue.after);
-        v_parts := v_parts || drainpipe.pgmq_records_ids_sql(
-            v_queue.name, coalesce(v_window.low, v_queue.after + 1), v_window.top - 1);
+        IF cardinality(v_window.ids) > 0 THEN
+            -- the page's rows the walk found (each queue's page is these, by id)
+            v_parts := v_parts || drainpipe.pgmq_records_ids_sql(v_queue.name, NULL, NULL, v_window.ids);
+        END IF;
         IF v_queue.after > 0 THEN
             v_parts := v_parts || drainpipe.pgmq_records_ids_sql(v_queue.name, NULL, v_queue.after);
         END IF;
