@@ -194,6 +194,12 @@ $$;
 
 -- -- the listing --------------------------------------------------------------------------
 
+-- (shapes of these two helpers in a draft of this migration, so a database that ran it
+-- takes these without "cannot change return type" or two overloads)
+DROP FUNCTION IF EXISTS drainpipe.pgmq_records_ids_sql(text, bigint, bigint);
+DROP FUNCTION IF EXISTS drainpipe.pgmq_newest_window(text, text, text, integer, timestamptz, bigint,
+                                                     timestamptz, bigint);
+
 -- One queue's jobs as SQL text, newest first by (enqueued_at, msg_id), with ids from p_from
 -- to p_to (NULL: no bound) or among p_ids, live and archived, with 0010's parameters: $1 state, $2 tenant,
 -- $3 before enqueued_at, $4 before id, $5 before queue, $6 now, $7 limit. Over the ids of
