@@ -176,7 +176,7 @@ BEGIN
               ORDER BY e.n
          ), stamped AS (
              SELECT d.n, d.value, d.id, d.at,
-                    CASE WHEN d.at - d.before_at > drainpipe.job_stamp_window()
+                    CASE WHEN d.at - d.before_at > $5
                          THEN drainpipe.job_stamp($4) END AS again
                FROM drawn d
              OFFSET 0
@@ -188,7 +188,8 @@ BEGIN
           ORDER BY s.n
          RETURNING msg_id', 'q_' || p_queue)
       USING clock_timestamp() + make_interval(secs => greatest(coalesce(p_delay, 0), 0)), p_max_attempts,
-            p_payloads, format('pgmq.%I', 'q_' || p_queue || '_msg_id_seq')::regclass;
+            p_payloads, format('pgmq.%I', 'q_' || p_queue || '_msg_id_seq')::regclass,
+            drainpipe.job_stamp_window();
 END
 $$;
 

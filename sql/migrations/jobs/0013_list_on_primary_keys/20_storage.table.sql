@@ -102,6 +102,9 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    -- read once: a function with its own settings is called, not inlined, for every row
+    v_window interval := drainpipe.job_stamp_window();
 BEGIN
     IF NOT drainpipe.is_queue_name(p_queue) THEN
         PERFORM drainpipe.assert_queue_name(p_queue);
@@ -117,7 +120,7 @@ BEGIN
          ORDER BY e.n
     ), stamped AS (
         SELECT d.n, d.value, d.id, d.at,
-               CASE WHEN d.at - d.before_at > drainpipe.job_stamp_window()
+               CASE WHEN d.at - d.before_at > v_window
                     THEN drainpipe.job_stamp('drainpipe.job_messages_id_seq') END AS again
           FROM drawn d
         OFFSET 0
