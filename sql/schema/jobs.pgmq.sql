@@ -18,6 +18,8 @@ CREATE TYPE drainpipe.job_record_v1 AS (id bigint, queue text, state text, attem
 
 CREATE TYPE drainpipe.job_row_v1 AS (id bigint, attempts integer, enqueued_at timestamp with time zone, visible_until timestamp with time zone, payload jsonb, max_attempts integer, last_error text);
 
+CREATE TYPE drainpipe.job_stamp_v1 AS (id bigint, at timestamp with time zone);
+
 CREATE TYPE drainpipe.job_turn_row_v1 AS (id bigint, attempts integer, enqueued_at timestamp with time zone, visible_until timestamp with time zone, payload jsonb, max_attempts integer, last_error text, refused boolean);
 
 CREATE TYPE drainpipe.schedule_claim_v1 AS (name text, cron text, time_zone text, queue text, payload jsonb, next_run timestamp with time zone, first_after timestamp with time zone, claim_token uuid);
@@ -172,6 +174,12 @@ CREATE TABLE drainpipe.modules (
     installed_at timestamp with time zone DEFAULT now() NOT NULL
 );
 ALTER TABLE drainpipe.modules ADD CONSTRAINT modules_pkey PRIMARY KEY (name);
+
+CREATE TABLE drainpipe.pgmq_list_before (
+    queue text NOT NULL,
+    last_id bigint NOT NULL
+);
+ALTER TABLE drainpipe.pgmq_list_before ADD CONSTRAINT pgmq_list_before_pkey PRIMARY KEY (queue);
 
 CREATE TABLE drainpipe.queue_flow (
     queue text NOT NULL,
@@ -1218,6 +1226,7 @@ DECLARE
     v_message jsonb;
     v_table text := 'q_' || p_queue;
     v_id bigint;
+    v_stamp drainpipe.job_stamp_v1;
 BEGIN
     IF NOT drainpipe.is_queue_name(p_queue) THEN
         PERFORM drainpipe.assert_queue_name(p_queue);
@@ -1246,10 +1255,12 @@ BEGIN
             RETURN v_id;
         END IF;
     END IF;
-    EXECUTE format('INSERT INTO pgmq.%I (vt, message) VALUES ($1, $2) RETURNING msg_id', v_table)
-      INTO v_id
-      USING clock_timestamp() + make_interval(secs => greatest(coalesce(p_delay, 0), 0)), v_message;
-    RETURN v_id;
+    v_stamp := drainpipe.job_stamp(format('pgmq.%I', v_table || '_msg_id_seq')::regclass);
+    EXECUTE format('INSERT INTO pgmq.%I (msg_id, enqueued_at, vt, message) OVERRIDING SYSTEM VALUE
+                    VALUES ($1, $2, $3, $4)', v_table)
+      USING v_stamp.id, v_stamp.at,
+            clock_timestamp() + make_interval(secs => greatest(coalesce(p_delay, 0), 0)), v_message;
+    RETURN v_stamp.id;
 END
 $function$;
 
@@ -1270,12 +1281,27 @@ BEGIN
         PERFORM drainpipe.ensure_job_queue_v1(p_queue);
     END IF;
     RETURN QUERY EXECUTE format(
-        'INSERT INTO pgmq.%I (vt, message)
-         SELECT $1, jsonb_build_object(''payload'', e.value, ''max_attempts'', $2)
-           FROM jsonb_array_elements($3) WITH ORDINALITY AS e(value, n)
-          ORDER BY e.n
+        'WITH drawn AS MATERIALIZED (
+             SELECT e.n, e.value, clock_timestamp() AS before_at, nextval($4) AS id,
+                    clock_timestamp() AS at
+               FROM jsonb_array_elements($3) WITH ORDINALITY AS e(value, n)
+              ORDER BY e.n
+         ), stamped AS (
+             SELECT d.n, d.value, d.id, d.at,
+                    CASE WHEN d.at - d.before_at > $5
+                         THEN drainpipe.job_stamp($4) END AS again
+               FROM drawn d
+             OFFSET 0
+         )
+         INSERT INTO pgmq.%I (msg_id, enqueued_at, vt, message) OVERRIDING SYSTEM VALUE
+         SELECT coalesce((s.again).id, s.id), coalesce((s.again).at, s.at), $1,
+                jsonb_build_object(''payload'', s.value, ''max_attempts'', $2)
+           FROM stamped s
+          ORDER BY s.n
          RETURNING msg_id', 'q_' || p_queue)
-      USING clock_timestamp() + make_interval(secs => greatest(coalesce(p_delay, 0), 0)), p_max_attempts, p_payloads;
+      USING clock_timestamp() + make_interval(secs => greatest(coalesce(p_delay, 0), 0)), p_max_attempts,
+            p_payloads, format('pgmq.%I', 'q_' || p_queue || '_msg_id_seq')::regclass,
+            drainpipe.job_stamp_window();
 END
 $function$;
 
@@ -1544,7 +1570,7 @@ BEGIN
     EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (msg_id) WHERE message ? ''dead'' AND NOT message ? ''replayed_by''',
                    'a_' || p_queue || '_unreplayed_idx', 'a_' || p_queue);
     EXECUTE format('DROP INDEX IF EXISTS pgmq.%I', 'a_' || p_queue || '_dead_idx');
-    PERFORM drainpipe.pgmq_enqueued_indexes(p_queue);
+    PERFORM drainpipe.pgmq_list_by_ids(p_queue);
     IF to_regprocedure('drainpipe.claim_jobs__' || p_queue || '(double precision, integer, timestamptz)') IS NULL
        OR to_regprocedure('drainpipe.complete_jobs__' || p_queue || '(bigint[], integer[], timestamptz)') IS NULL THEN
         PERFORM drainpipe.define_job_queue_functions_v1(p_queue);
@@ -2202,6 +2228,33 @@ AS $function$
     SELECT 1 + floor(random() * least(3600, 10 * power(2, least(greatest(p_attempt, 1) - 1, 20))))
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.job_stamp(p_sequence regclass)
+ RETURNS drainpipe.job_stamp_v1
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_before timestamptz;
+    v_stamp drainpipe.job_stamp_v1;
+BEGIN
+    LOOP
+        -- one statement, planned before it runs: nothing but the draw between the reads
+        SELECT clock_timestamp(), nextval(p_sequence), clock_timestamp()
+          INTO v_before, v_stamp.id, v_stamp.at;
+        -- (a clock stepped back reads as no time at all: the id is kept)
+        EXIT WHEN v_stamp.at - v_before <= drainpipe.job_stamp_window();
+    END LOOP;
+    RETURN v_stamp;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_stamp_window()
+ RETURNS interval
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ SELECT interval '1 millisecond' $function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.job_state_at(p_state text, p_lease_end timestamp with time zone, p_attempts integer, p_max_attempts integer, p_now timestamp with time zone)
  RETURNS text
  LANGUAGE sql
@@ -2359,20 +2412,39 @@ CREATE OR REPLACE FUNCTION drainpipe.list_jobs_v2(p_queue text DEFAULT NULL::tex
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
+ SET enable_seqscan TO 'off'
+ SET jit TO 'off'
 AS $function$
 DECLARE
-    v_parts text;
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_limit integer := greatest(coalesce(p_limit, 100), 1);
+    v_queue record;
+    v_window record;
+    v_parts text[] := '{}';
 BEGIN
     IF p_queue IS NOT NULL THEN
         PERFORM drainpipe.assert_queue_name(p_queue);
     END IF;
-    SELECT string_agg(drainpipe.pgmq_records_newest_sql(m.queue_name), ' UNION ALL ')
-      INTO v_parts
-      FROM pgmq.meta m
-     WHERE m.queue_name ~ '^[a-z_][a-z0-9_]{0,46}$'
-       AND (p_queue IS NULL OR m.queue_name = p_queue)
-       AND to_regclass('pgmq.a_' || m.queue_name) IS NOT NULL;
-    IF v_parts IS NULL THEN
+    FOR v_queue IN
+        SELECT m.queue_name::text AS name, coalesce(b.last_id, 0) AS after,
+               coalesce(p_before_id, 0)
+                 + CASE WHEN m.queue_name::text < coalesce(p_before_queue, '') THEN 1 ELSE 0 END AS before_id
+          FROM pgmq.meta m LEFT JOIN drainpipe.pgmq_list_before b ON b.queue = m.queue_name::text
+         WHERE m.queue_name ~ '^[a-z_][a-z0-9_]{0,46}$'
+           AND (p_queue IS NULL OR m.queue_name = p_queue)
+           AND to_regclass('pgmq.a_' || m.queue_name) IS NOT NULL
+    LOOP
+        v_window := drainpipe.pgmq_newest_window(v_queue.name, p_state, p_tenant, v_limit, p_before_at,
+                                                 v_queue.before_id, v_now, v_queue.after);
+        IF cardinality(v_window.ids) > 0 THEN
+            -- the page's rows the walk found (each queue's page is these, by id)
+            v_parts := v_parts || drainpipe.pgmq_records_ids_sql(v_queue.name, NULL, NULL, v_window.ids);
+        END IF;
+        IF v_queue.after > 0 THEN
+            v_parts := v_parts || drainpipe.pgmq_records_ids_sql(v_queue.name, NULL, v_queue.after);
+        END IF;
+    END LOOP;
+    IF cardinality(v_parts) = 0 THEN
         RETURN;
     END IF;
     RETURN QUERY EXECUTE format($sql$
@@ -2389,9 +2461,9 @@ BEGIN
                   FROM (%s) u) r
          ORDER BY r.enqueued_at DESC, r.id DESC, r.queue DESC
          LIMIT $7
-    $sql$, v_parts)
+    $sql$, array_to_string(v_parts, ' UNION ALL '))
       USING p_state, p_tenant, p_before_at, coalesce(p_before_id, 0), coalesce(p_before_queue, ''),
-            coalesce(p_now, clock_timestamp()), greatest(coalesce(p_limit, 100), 1);
+            v_now, v_limit;
 END
 $function$;
 
@@ -2618,6 +2690,40 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_list_by_ids(p_queue text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_stamped boolean;
+    v_last bigint;
+BEGIN
+    SELECT pg_get_expr(d.adbin, d.adrelid) = 'clock_timestamp()' INTO v_stamped
+      FROM pg_attrdef d JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+     WHERE d.adrelid = format('pgmq.%I', 'q_' || p_queue)::regclass AND a.attname = 'enqueued_at';
+    IF coalesce(v_stamped, false)
+       AND to_regclass(format('pgmq.%I', 'q_' || p_queue || '_enqueued_idx')) IS NULL
+       AND to_regclass(format('pgmq.%I', 'a_' || p_queue || '_enqueued_idx')) IS NULL THEN
+        RETURN;  -- done already, or made after this migration
+    END IF;
+    EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN enqueued_at SET DEFAULT clock_timestamp()',
+                   'q_' || p_queue);
+    EXECUTE format('SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM pgmq.%I',
+                   'q_' || p_queue || '_msg_id_seq')
+      INTO v_last;
+    IF v_last > 0 AND NOT EXISTS (SELECT 1 FROM drainpipe.pgmq_list_before b WHERE b.queue = p_queue) THEN
+        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (enqueued_at, msg_id) WHERE msg_id <= %s',
+                       'q_' || p_queue || '_old_enqueued', 'q_' || p_queue, v_last);
+        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (enqueued_at, msg_id) WHERE msg_id <= %s',
+                       'a_' || p_queue || '_old_enqueued', 'a_' || p_queue, v_last);
+        INSERT INTO drainpipe.pgmq_list_before (queue, last_id) VALUES (p_queue, v_last);
+    END IF;
+    EXECUTE format('DROP INDEX IF EXISTS pgmq.%I', 'q_' || p_queue || '_enqueued_idx');
+    EXECUTE format('DROP INDEX IF EXISTS pgmq.%I', 'a_' || p_queue || '_enqueued_idx');
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.pgmq_live_state(p_read_ct integer, p_message jsonb)
  RETURNS text
  LANGUAGE sql
@@ -2628,6 +2734,108 @@ AS $function$
                      THEN CASE WHEN p_message ? 'waiting_for' THEN 'waiting' ELSE 'queued' END
                 WHEN p_message ->> 'failed' = p_read_ct::text THEN 'retry_wait'
                 ELSE 'leased' END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_newest_window(p_queue text, p_state text, p_tenant text, p_limit integer, p_before_at timestamp with time zone, p_before_id bigint, p_now timestamp with time zone, p_after bigint, OUT low bigint, OUT top bigint, OUT ids bigint[])
+ RETURNS record
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET enable_sort TO 'off'
+ SET enable_seqscan TO 'off'
+ SET jit TO 'off'
+ SET enable_bitmapscan TO 'off'
+AS $function$
+DECLARE
+    v_window interval := drainpipe.job_stamp_window();
+    v_limit integer := greatest(coalesce(p_limit, 100), 1);
+    v_id bigint;
+    v_at timestamptz;
+    v_chunk integer := 2 * v_limit + 64;
+    v_read integer;
+    v_last bigint;
+    v_bound timestamptz;
+    v_newest drainpipe.job_stamp_v1[] := '{}';  -- the page's rows so far, newest first
+BEGIN
+    IF p_before_at IS NOT NULL THEN
+        -- the newest id (above p_after) and its stamp
+        EXECUTE format('SELECT u.id, u.at FROM (SELECT msg_id AS id, enqueued_at AS at FROM pgmq.%1$I
+                                                UNION ALL
+                                                SELECT msg_id, enqueued_at FROM pgmq.%2$I) u
+                         WHERE u.id > $1 ORDER BY u.id DESC LIMIT 1',
+                       'q_' || p_queue, 'a_' || p_queue)
+          INTO v_id, v_at USING p_after;
+        IF v_at >= p_before_at + v_window THEN
+            -- a binary search down the ids for a lower one as new, in one statement
+            EXECUTE format(
+                'WITH RECURSIVE s (lo, hi, best) AS (
+                     SELECT $2::bigint, $3::bigint, $3::bigint
+                     UNION ALL
+                     SELECT CASE WHEN f.id < s.hi AND f.at < $1 THEN f.id + 1 ELSE s.lo END,
+                            CASE WHEN f.id < s.hi AND f.at < $1 THEN s.hi ELSE m.mid END,
+                            CASE WHEN f.id < s.hi AND f.at >= $1 THEN f.id ELSE s.best END
+                       FROM s
+                       CROSS JOIN LATERAL (SELECT s.lo + (s.hi - s.lo) / 2 AS mid) m
+                       CROSS JOIN LATERAL (
+                           SELECT u.id, u.at
+                             FROM (SELECT msg_id AS id, enqueued_at AS at FROM pgmq.%1$I
+                                   UNION ALL
+                                   SELECT msg_id, enqueued_at FROM pgmq.%2$I) u
+                            WHERE u.id >= m.mid ORDER BY u.id LIMIT 1) f
+                      WHERE s.lo < s.hi)
+                 SELECT min(best) FROM s', 'q_' || p_queue, 'a_' || p_queue)
+              INTO top USING p_before_at + v_window, p_after + 1, v_id;
+        END IF;
+    END IF;
+    low := top;
+    LOOP
+        EXECUTE format(
+            'SELECT count(*)::integer, min(w.id),
+                    ARRAY(SELECT x FROM unnest($9 || array_agg(ROW(w.id, w.at)::drainpipe.job_stamp_v1)
+                                                               FILTER (WHERE w.fits)) x
+                           ORDER BY x.at DESC, x.id DESC LIMIT $10)
+               FROM (SELECT c.id, c.at,
+                            ($3::timestamptz IS NULL OR (c.at, c.id) < ($3, $4))
+                            AND ($2::text IS NULL OR drainpipe.job_tenant(c.message -> ''payload'') = $2)
+                            AND ($1::text IS NULL OR $1 = CASE
+                                WHEN c.live THEN drainpipe.job_state_at(drainpipe.pgmq_live_state(c.read_ct, c.message),
+                                         c.vt, c.read_ct, coalesce((c.message ->> ''max_attempts'')::integer, 5), $5)
+                                WHEN c.message ? ''cancelled'' THEN ''cancelled''
+                                WHEN c.message ? ''dead'' THEN ''dead'' ELSE ''succeeded'' END) AS fits
+                       FROM (SELECT u.* FROM (
+                               SELECT m.msg_id AS id, m.enqueued_at AS at, true AS live, m.read_ct, m.vt, m.message
+                                 FROM pgmq.%1$I m
+                               UNION ALL
+                               SELECT a.msg_id, a.enqueued_at, false, a.read_ct, a.vt, a.message
+                                 FROM pgmq.%2$I a) u
+                              WHERE u.id < $6 AND u.id > $7
+                              ORDER BY u.id DESC LIMIT $8) c) w',
+            'q_' || p_queue, 'a_' || p_queue)
+          INTO v_read, v_last, v_newest
+          USING p_state, p_tenant, p_before_at, p_before_id, p_now,
+                coalesce(low, 9223372036854775807), p_after, v_chunk, v_newest, v_limit;
+        IF v_read < v_chunk THEN
+            low := NULL;  -- read down to p_after
+            EXIT;
+        END IF;
+        low := v_last;
+        IF cardinality(v_newest) >= v_limit THEN
+            -- the newest stamp of the lowest 16 ids read (see job_records_newest)
+            EXECUTE format('SELECT max(l.at) FROM (
+                                SELECT u.at FROM (SELECT msg_id AS id, enqueued_at AS at FROM pgmq.%1$I
+                                                  UNION ALL
+                                                  SELECT msg_id, enqueued_at FROM pgmq.%2$I) u
+                                 WHERE u.id >= $1 ORDER BY u.id LIMIT 16) l',
+                           'q_' || p_queue, 'a_' || p_queue)
+              INTO v_bound USING v_last;
+            EXIT WHEN (v_newest[v_limit]).at >= v_bound + v_window;
+            v_chunk := 64 + v_limit / 4;  -- the page is found: only its last window is left
+        ELSE
+            v_chunk := least(v_chunk * 2, 100000);
+        END IF;
+    END LOOP;
+    ids := ARRAY(SELECT x.id FROM unnest(v_newest) x);
+END
 $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.pgmq_queue_policy_insert()
@@ -2710,6 +2918,59 @@ BEGIN
       USING p_state, p_tenant, p_before_id, coalesce(p_before_queue, ''), p_now,
             greatest(coalesce(p_limit, 100), 1), p_id, p_history;
 END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_records_ids_sql(p_queue text, p_from bigint, p_to bigint, p_ids bigint[] DEFAULT NULL::bigint[])
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT format($sql$
+        (SELECT * FROM (
+            SELECT m.msg_id AS id, %1$L::text AS queue,
+                   drainpipe.pgmq_live_state(m.read_ct, m.message) AS stored_state,
+                   m.read_ct AS attempts, coalesce((m.message ->> 'max_attempts')::integer, 5) AS max_attempts,
+                   drainpipe.job_tenant(m.message -> 'payload') AS tenant,
+                   m.message ->> 'dedupe_key' AS dedupe_key, m.enqueued_at, m.vt AS lease_end,
+                   %4$s AS started_at, NULL::timestamptz AS finished_at,
+                   m.message ->> 'last_code' AS last_code, (m.message ->> 'parent_id')::bigint AS parent_id,
+                   NULL::bigint AS replayed_by
+              FROM pgmq.%2$I m
+             WHERE %6$s AND ($3::timestamptz IS NULL
+                    OR (m.enqueued_at, m.msg_id) < ($3, $4 + CASE WHEN %1$L < $5 THEN 1 ELSE 0 END))
+               AND ($2::text IS NULL OR drainpipe.job_tenant(m.message -> 'payload') = $2)
+             ORDER BY m.enqueued_at DESC, m.msg_id DESC) l
+          WHERE $1::text IS NULL
+             OR drainpipe.job_state_at(l.stored_state, l.lease_end, l.attempts, l.max_attempts, $6) = $1
+          LIMIT $7)
+        UNION ALL
+        (SELECT * FROM (
+            SELECT a.msg_id, %1$L::text,
+                   CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
+                        WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END,
+                   a.read_ct, coalesce((a.message ->> 'max_attempts')::integer, 5),
+                   drainpipe.job_tenant(a.message -> 'payload'),
+                   a.message ->> 'dedupe_key', a.enqueued_at, a.vt, %5$s, a.archived_at,
+                   CASE WHEN a.message ? 'cancelled' OR a.message ? 'dead' THEN a.message ->> 'last_code'
+                        ELSE a.message ->> 'skipped' END,
+                   (a.message ->> 'parent_id')::bigint,
+                   (a.message ->> 'replayed_by')::bigint
+              FROM pgmq.%3$I a
+             WHERE %7$s AND ($3::timestamptz IS NULL
+                    OR (a.enqueued_at, a.msg_id) < ($3, $4 + CASE WHEN %1$L < $5 THEN 1 ELSE 0 END))
+               AND ($2::text IS NULL OR drainpipe.job_tenant(a.message -> 'payload') = $2)
+               AND ($1::text IS NULL OR $1 = CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
+                                                  WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END)
+             ORDER BY a.enqueued_at DESC, a.msg_id DESC) t
+          LIMIT $7)
+    $sql$, p_queue, 'q_' || p_queue, 'a_' || p_queue,
+       CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'm.last_read_at' ELSE 'NULL::timestamptz' END,
+       CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'a.last_read_at' ELSE 'NULL::timestamptz' END,
+       concat_ws(' AND ', 'true', 'm.msg_id >= ' || p_from, 'm.msg_id <= ' || p_to,
+                 'm.msg_id = ANY (' || quote_literal(p_ids::text) || '::bigint[])'),
+       concat_ws(' AND ', 'true', 'a.msg_id >= ' || p_from, 'a.msg_id <= ' || p_to,
+                 'a.msg_id = ANY (' || quote_literal(p_ids::text) || '::bigint[])'))
 $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.pgmq_records_newest_sql(p_queue text)

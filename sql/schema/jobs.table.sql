@@ -18,6 +18,8 @@ CREATE TYPE drainpipe.job_record_v1 AS (id bigint, queue text, state text, attem
 
 CREATE TYPE drainpipe.job_row_v1 AS (id bigint, attempts integer, enqueued_at timestamp with time zone, visible_until timestamp with time zone, payload jsonb, max_attempts integer, last_error text);
 
+CREATE TYPE drainpipe.job_stamp_v1 AS (id bigint, at timestamp with time zone);
+
 CREATE TYPE drainpipe.job_turn_row_v1 AS (id bigint, attempts integer, enqueued_at timestamp with time zone, visible_until timestamp with time zone, payload jsonb, max_attempts integer, last_error text, refused boolean);
 
 CREATE TYPE drainpipe.schedule_claim_v1 AS (name text, cron text, time_zone text, queue text, payload jsonb, next_run timestamp with time zone, first_after timestamp with time zone, claim_token uuid);
@@ -98,7 +100,6 @@ CREATE TABLE drainpipe.job_messages (
 );
 ALTER TABLE drainpipe.job_messages ADD CONSTRAINT job_messages_pkey PRIMARY KEY (id);
 CREATE INDEX job_messages_dead_idx ON drainpipe.job_messages USING btree (queue, id) WHERE ((state = 'dead'::text) AND (replayed_by IS NULL));
-CREATE INDEX job_messages_enqueued_idx ON drainpipe.job_messages USING btree (enqueued_at, id);
 CREATE INDEX job_messages_exhausted_live_idx ON drainpipe.job_messages USING btree (queue, visible_at) WHERE ((finished_at IS NULL) AND (attempts >= max_attempts));
 CREATE INDEX job_messages_finished_idx ON drainpipe.job_messages USING btree (queue, finished_at) INCLUDE (state) WHERE (finished_at IS NOT NULL);
 CREATE INDEX job_messages_live_idx ON drainpipe.job_messages USING btree (queue, visible_at, id) WHERE (finished_at IS NULL);
@@ -1127,6 +1128,7 @@ CREATE OR REPLACE FUNCTION drainpipe.enqueue_job_v1(p_queue text, p_payload json
 AS $function$
 DECLARE
     v_id bigint;
+    v_at timestamptz;
 BEGIN
     IF NOT drainpipe.is_queue_name(p_queue) THEN
         PERFORM drainpipe.assert_queue_name(p_queue);
@@ -1135,11 +1137,12 @@ BEGIN
         PERFORM drainpipe.assert_max_attempts(p_max_attempts);
     END IF;
     IF p_dedupe_key IS NULL THEN
-        -- the common case stays a plain INSERT
-        INSERT INTO drainpipe.job_messages (queue, payload, max_attempts, visible_at)
-        VALUES (p_queue, coalesce(p_payload, '{}'::jsonb), p_max_attempts,
-                clock_timestamp() + make_interval(secs => greatest(coalesce(p_delay, 0), 0)))
-        RETURNING id INTO v_id;
+        -- the common case stays one INSERT
+        SELECT s.id, s.at INTO v_id, v_at FROM drainpipe.job_stamp('drainpipe.job_messages_id_seq') s;
+        INSERT INTO drainpipe.job_messages (id, queue, payload, max_attempts, enqueued_at, visible_at)
+        OVERRIDING SYSTEM VALUE
+        VALUES (v_id, p_queue, coalesce(p_payload, '{}'::jsonb), p_max_attempts, v_at,
+                clock_timestamp() + make_interval(secs => greatest(coalesce(p_delay, 0), 0)));
         RETURN v_id;
     END IF;
     RETURN drainpipe.enqueue_keyed_job(p_queue, p_payload, p_delay, p_max_attempts,
@@ -1153,6 +1156,9 @@ CREATE OR REPLACE FUNCTION drainpipe.enqueue_jobs_v1(p_queue text, p_payloads js
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+    -- read once: a function with its own settings is called, not inlined, for every row
+    v_window interval := drainpipe.job_stamp_window();
 BEGIN
     IF NOT drainpipe.is_queue_name(p_queue) THEN
         PERFORM drainpipe.assert_queue_name(p_queue);
@@ -1161,11 +1167,25 @@ BEGIN
         PERFORM drainpipe.assert_max_attempts(p_max_attempts);
     END IF;
     RETURN QUERY
-    INSERT INTO drainpipe.job_messages (queue, payload, max_attempts, visible_at)
-    SELECT p_queue, e.value, p_max_attempts,
+    WITH drawn AS MATERIALIZED (
+        SELECT e.n, e.value, clock_timestamp() AS before_at,
+               nextval('drainpipe.job_messages_id_seq'::regclass) AS id, clock_timestamp() AS at
+          FROM jsonb_array_elements(p_payloads) WITH ORDINALITY AS e(value, n)
+         ORDER BY e.n
+    ), stamped AS (
+        SELECT d.n, d.value, d.id, d.at,
+               CASE WHEN d.at - d.before_at > v_window
+                    THEN drainpipe.job_stamp('drainpipe.job_messages_id_seq') END AS again
+          FROM drawn d
+        OFFSET 0
+    )
+    INSERT INTO drainpipe.job_messages (id, queue, payload, max_attempts, enqueued_at, visible_at)
+    OVERRIDING SYSTEM VALUE
+    SELECT coalesce((s.again).id, s.id), p_queue, s.value, p_max_attempts,
+           coalesce((s.again).at, s.at),
            clock_timestamp() + make_interval(secs => greatest(coalesce(p_delay, 0), 0))
-      FROM jsonb_array_elements(p_payloads) WITH ORDINALITY AS e(value, n)
-     ORDER BY e.n
+      FROM stamped s
+     ORDER BY s.n
     RETURNING id;
 END
 $function$;
@@ -1178,6 +1198,7 @@ CREATE OR REPLACE FUNCTION drainpipe.enqueue_keyed_job(p_queue text, p_payload j
 AS $function$
 DECLARE
     v_id bigint;
+    v_at timestamptz;
 BEGIN
     -- one enqueuer per (queue, key) at a time, so two callers cannot both miss each other
     PERFORM pg_advisory_xact_lock(hashtext('drainpipe.job:' || p_queue), hashtext(p_dedupe_key));
@@ -1192,8 +1213,11 @@ BEGIN
     IF v_id IS NOT NULL THEN
         RETURN v_id;
     END IF;
-    INSERT INTO drainpipe.job_messages (queue, payload, max_attempts, dedupe_key, visible_at, parent_id)
-    VALUES (p_queue, coalesce(p_payload, '{}'::jsonb), p_max_attempts, p_dedupe_key,
+    SELECT s.id, s.at INTO v_id, v_at FROM drainpipe.job_stamp('drainpipe.job_messages_id_seq') s;
+    INSERT INTO drainpipe.job_messages (id, queue, payload, max_attempts, dedupe_key, enqueued_at,
+                                        visible_at, parent_id)
+    OVERRIDING SYSTEM VALUE
+    VALUES (v_id, p_queue, coalesce(p_payload, '{}'::jsonb), p_max_attempts, p_dedupe_key, v_at,
             clock_timestamp() + make_interval(secs => greatest(coalesce(p_delay, 0), 0)), p_parent_id)
     -- The lock makes a clash impossible under READ COMMITTED. A caller's REPEATABLE READ
     -- transaction may not see a waiting job committed after its snapshot: DO NOTHING then
@@ -1990,28 +2014,88 @@ CREATE OR REPLACE FUNCTION drainpipe.job_records_newest(p_queue text, p_state te
  STABLE
  SET plan_cache_mode TO 'force_custom_plan'
  SET search_path TO 'pg_catalog', 'pg_temp'
+ SET enable_seqscan TO 'off'
+ SET jit TO 'off'
+ SET enable_bitmapscan TO 'off'
 AS $function$
 #variable_conflict use_column
+DECLARE
+    v_window interval := drainpipe.job_stamp_window();
+    v_limit integer := greatest(coalesce(p_limit, 100), 1);
+    v_before_id bigint := coalesce(p_before_id, 0);
+    v_top bigint;    -- the walk reads the ids below this one (NULL: from the newest)
+    v_low bigint;    -- and down to this one (NULL: to the oldest)
+    v_chunk integer := 2 * v_limit + 64;
+    v_read integer;
+    v_last bigint;
+    v_bound timestamptz;
+    v_newest timestamptz[] := '{}';  -- the stamps of the newest rows for the page so far
 BEGIN
+    IF p_before_at IS NOT NULL THEN
+        -- a row a window newer than the cursor: every row above it is newer than the cursor
+        SELECT m.id INTO v_top FROM drainpipe.job_messages m
+         WHERE m.id > v_before_id AND m.enqueued_at >= p_before_at + v_window
+         ORDER BY m.id LIMIT 1;
+    END IF;
+    v_low := v_top;
+    LOOP
+        SELECT count(*)::integer, min(w.id),
+               ARRAY(SELECT x FROM unnest(v_newest || array_agg(w.enqueued_at) FILTER (WHERE w.fits)) x
+                      ORDER BY x DESC LIMIT v_limit)
+          INTO v_read, v_last, v_newest
+          FROM (SELECT m.id, m.enqueued_at,
+                       (p_queue IS NULL OR m.queue = p_queue)
+                       AND (p_before_at IS NULL OR (m.enqueued_at, m.id) < (p_before_at, v_before_id))
+                       AND (p_tenant IS NULL OR drainpipe.job_tenant(m.payload) = p_tenant)
+                       AND (p_state IS NULL
+                            OR drainpipe.job_state_at(m.state, m.visible_at, m.attempts,
+                                                      m.max_attempts, p_now) = p_state) AS fits
+                  FROM drainpipe.job_messages m
+                 WHERE v_low IS NULL OR m.id < v_low
+                 ORDER BY m.id DESC
+                 LIMIT v_chunk) w;
+        IF v_read < v_chunk THEN
+            v_low := NULL;  -- the oldest row was read
+            EXIT;
+        END IF;
+        v_low := v_last;
+        IF cardinality(v_newest) >= v_limit THEN
+            SELECT max(l.enqueued_at) INTO v_bound
+              FROM (SELECT m.enqueued_at FROM drainpipe.job_messages m
+                     WHERE m.id >= v_last ORDER BY m.id LIMIT 16) l;
+            EXIT WHEN v_newest[v_limit] >= v_bound + v_window;
+            v_chunk := 64 + v_limit / 4;  -- the page is found: only its last window is left
+        ELSE
+            v_chunk := least(v_chunk * 2, 100000);
+        END IF;
+    END LOOP;
+
+    -- the page: the rows read, sorted (the tenant read from the payload for these only)
     RETURN QUERY
-    SELECT s.id, s.queue, s.read_state, s.attempts, s.max_attempts, s.tenant, s.dedupe_key,
+    SELECT s.id, s.queue, s.read_state, s.attempts, s.max_attempts,
+           drainpipe.job_tenant(s.payload), s.dedupe_key, s.enqueued_at, s.eligible_at,
+           s.started_at, s.finished_at, s.last_code, s.parent_id, s.replayed_by
+      FROM (
+    SELECT s.id, s.queue, s.read_state, s.attempts, s.max_attempts, s.payload, s.dedupe_key,
            s.enqueued_at,
-           CASE WHEN s.read_state IN ('queued', 'retry_wait') THEN s.visible_at END,
+           CASE WHEN s.read_state IN ('queued', 'retry_wait') THEN s.visible_at END AS eligible_at,
            s.started_at,
            CASE WHEN s.read_state = 'dead' AND s.finished_at IS NULL THEN s.visible_at
-                ELSE s.finished_at END,
+                ELSE s.finished_at END AS finished_at,
            CASE WHEN s.read_state = s.state THEN s.last_code
                 WHEN s.read_state = 'dead' THEN 'MAX_ATTEMPTS'
-                ELSE 'LEASE_EXPIRED' END,
+                ELSE 'LEASE_EXPIRED' END AS last_code,
            s.parent_id, s.replayed_by
       FROM (
           SELECT m.id, m.queue, m.state, m.attempts, m.max_attempts, m.dedupe_key,
                  m.enqueued_at, m.visible_at, m.started_at, m.finished_at, m.last_code,
-                 m.parent_id, m.replayed_by, drainpipe.job_tenant(m.payload) AS tenant,
+                 m.parent_id, m.replayed_by, m.payload,
                  drainpipe.job_state_at(m.state, m.visible_at, m.attempts, m.max_attempts, p_now) AS read_state
             FROM drainpipe.job_messages m
-           WHERE (p_queue IS NULL OR m.queue = p_queue)
-             AND (p_before_at IS NULL OR (m.enqueued_at, m.id) < (p_before_at, coalesce(p_before_id, 0)))
+           WHERE (v_top IS NULL OR m.id < v_top)
+             AND (v_low IS NULL OR m.id >= v_low)
+             AND (p_queue IS NULL OR m.queue = p_queue)
+             AND (p_before_at IS NULL OR (m.enqueued_at, m.id) < (p_before_at, v_before_id))
              AND (p_tenant IS NULL OR drainpipe.job_tenant(m.payload) = p_tenant)
              -- a stored state that can read as the one asked for
              AND (p_state IS NULL OR m.state = p_state
@@ -2019,7 +2103,7 @@ BEGIN
            ORDER BY m.enqueued_at DESC, m.id DESC
       ) s
      WHERE p_state IS NULL OR s.read_state = p_state
-     LIMIT greatest(coalesce(p_limit, 100), 1);
+     LIMIT v_limit) s;
 END
 $function$;
 
@@ -2040,6 +2124,33 @@ CREATE OR REPLACE FUNCTION drainpipe.job_retry_delay(p_attempt integer)
 AS $function$
     SELECT 1 + floor(random() * least(3600, 10 * power(2, least(greatest(p_attempt, 1) - 1, 20))))
 $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_stamp(p_sequence regclass)
+ RETURNS drainpipe.job_stamp_v1
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_before timestamptz;
+    v_stamp drainpipe.job_stamp_v1;
+BEGIN
+    LOOP
+        -- one statement, planned before it runs: nothing but the draw between the reads
+        SELECT clock_timestamp(), nextval(p_sequence), clock_timestamp()
+          INTO v_before, v_stamp.id, v_stamp.at;
+        -- (a clock stepped back reads as no time at all: the id is kept)
+        EXIT WHEN v_stamp.at - v_before <= drainpipe.job_stamp_window();
+    END LOOP;
+    RETURN v_stamp;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_stamp_window()
+ RETURNS interval
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ SELECT interval '1 millisecond' $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.job_state_at(p_state text, p_lease_end timestamp with time zone, p_attempts integer, p_max_attempts integer, p_now timestamp with time zone)
  RETURNS text
@@ -2515,6 +2626,7 @@ DECLARE
     v_job drainpipe.job_messages;
     v_now timestamptz := coalesce(p_now, clock_timestamp());
     v_new bigint;
+    v_at timestamptz;
 BEGIN
     -- the policy row first (see replay_rules_in_force), then the job
     v_rules := drainpipe.replay_rules_in_force(p_queue, p_window, p_replayable);
@@ -2548,9 +2660,10 @@ BEGIN
         RETURN;
     END IF;
     IF v_job.dedupe_key IS NULL THEN
-        INSERT INTO drainpipe.job_messages (queue, payload, max_attempts, visible_at, parent_id)
-        VALUES (p_queue, v_job.payload, v_job.max_attempts, clock_timestamp(), p_id)
-        RETURNING id INTO v_new;
+        SELECT s.id, s.at INTO v_new, v_at FROM drainpipe.job_stamp('drainpipe.job_messages_id_seq') s;
+        INSERT INTO drainpipe.job_messages (id, queue, payload, max_attempts, enqueued_at, visible_at, parent_id)
+        OVERRIDING SYSTEM VALUE
+        VALUES (v_new, p_queue, v_job.payload, v_job.max_attempts, v_at, clock_timestamp(), p_id);
     ELSE
         v_new := drainpipe.enqueue_keyed_job(p_queue, v_job.payload, 0, v_job.max_attempts,
                                              v_job.dedupe_key, true, p_id);

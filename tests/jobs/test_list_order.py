@@ -3,8 +3,9 @@ every backend (docs/reference.md, job records), and its cursors walk that order 
 
 pgmq numbers each queue on its own: sorted by (id, queue), a fresh job of a quiet queue
 came after every older job of a busy one, so the Job Inbox's all-queues view hid it. The
-table's ids come from one sequence, but a transaction that began earlier and commits later
-holds a larger id with an earlier ``enqueued_at``."""
+table's ids come from one sequence, but transactions commit in another order than they draw
+ids. (How ids and stamps agree, so that the list needs no index on ``enqueued_at``:
+test_list_stamps.py.)"""
 
 from __future__ import annotations
 
@@ -73,12 +74,12 @@ async def test_ties_and_overlapping_transactions_follow_enqueued_at(jobs_db_url:
         await psycopg.AsyncConnection.connect(jobs_db_url) as early,
         await psycopg.AsyncConnection.connect(jobs_db_url) as late,
     ):
-        # `early` begins first and commits last: on pgmq its jobs carry its transaction's
-        # time (now()) with larger ids; the table stamps each statement's clock
+        # `early` begins first and commits last: its jobs are stamped when their ids are
+        # drawn (jobs 0013; pgmq stamped the transaction's start, now(), before that)
         await early.execute("SELECT now()")
         await Jobs(late, QUEUES).enqueue("busy", {"n": "late"})
         await late.commit()
-        # one transaction, two queues: on pgmq equal times, the id decides, then the queue
+        # one transaction, two queues (on pgmq two id sequences, so ids may be equal)
         in_early = Jobs(early, QUEUES)
         await in_early.enqueue("busy", {"n": "early"})
         await in_early.enqueue("quiet", {"n": "early"})

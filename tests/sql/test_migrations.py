@@ -53,6 +53,12 @@ INTERNAL_FUNCTIONS = {
     "job_records_newest",
     "pgmq_records_newest_sql",
     "pgmq_enqueued_indexes",
+    # jobs 0013 (newest first on the primary keys): stamps, the walk, the queues' setup
+    "job_stamp",
+    "job_stamp_window",
+    "pgmq_list_by_ids",
+    "pgmq_newest_window",
+    "pgmq_records_ids_sql",
     "assert_queue_name",
     "is_queue_name",
     "job_retry_delay",
