@@ -61,7 +61,8 @@ async def enqueue_until_written(jobs: Jobs, numbers: range) -> None:
         try:
             await jobs.enqueue_many("work", [{"n": n} for n in numbers])
             return
-        except Exception:
+        except Exception as exc:
+            trace(f"enqueue refused: {exc!r}"[:300])
             await asyncio.sleep(0.2)
     raise AssertionError("could not enqueue")
 
@@ -127,9 +128,16 @@ async def test_work_resumes_within_5_s_of_a_switchover_and_a_crash(
                 formation.switchover if event == "switchover" else formation.crash_primary
             )
             back = await writable
+            # fresh work, enqueued once the new primary takes writes: the jobs of before the
+            # event are done or leased by then, and a leased job's rerun after its 5 s lease
+            # would measure the lease, not how fast the workers came back
+            fresh = range(total, total + 40)
+            await enqueue_until_written(producer, fresh)
+            trace(f"{event}: fresh jobs enqueued {time.monotonic() - back:.2f} s after writable")
+            total += 40
             until = time.monotonic() + 30
             while time.monotonic() < until:
-                later = [t for times in runs.values() for t in times if t > back]
+                later = [t for n in fresh for t in runs.get(n, ())]
                 if later:
                     resumed[event] = min(later) - back
                     break
