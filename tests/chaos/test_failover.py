@@ -104,6 +104,10 @@ async def test_work_resumes_within_5_s_of_a_switchover_and_a_crash(
                 concurrency=2,
                 batch=5,
                 lease=5,
+                # an idle worker's polls double up to max_poll_interval (30 s by default)
+                # on a healthy database too: capped at 1 s, the idle wait it slept through
+                # the event in adds at most 1 s to what the failover itself costs
+                max_poll_interval=1.0,
                 stop=stop,
                 max_outage=120,
                 on_error=on_error,
