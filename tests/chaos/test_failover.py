@@ -61,7 +61,8 @@ async def enqueue_until_written(jobs: Jobs, numbers: range) -> None:
         try:
             await jobs.enqueue_many("work", [{"n": n} for n in numbers])
             return
-        except Exception:
+        except Exception as exc:
+            trace(f"enqueue refused: {exc!r}"[:300])
             await asyncio.sleep(0.2)
     raise AssertionError("could not enqueue")
 
@@ -103,6 +104,10 @@ async def test_work_resumes_within_5_s_of_a_switchover_and_a_crash(
                 concurrency=2,
                 batch=5,
                 lease=5,
+                # an idle worker's polls double up to max_poll_interval (30 s by default)
+                # on a healthy database too: capped at 1 s, the idle wait it slept through
+                # the event in adds at most 1 s to what the failover itself costs
+                max_poll_interval=1.0,
                 stop=stop,
                 max_outage=120,
                 on_error=on_error,
@@ -111,6 +116,7 @@ async def test_work_resumes_within_5_s_of_a_switchover_and_a_crash(
         for w in workers
     ]
     resumed: dict[str, float] = {}
+    enqueued: dict[str, float] = {}  # the producer's first enqueue that went through
     total = 0
     try:
         for event in EVENTS:
@@ -123,18 +129,32 @@ async def test_work_resumes_within_5_s_of_a_switchover_and_a_crash(
             writable = asyncio.create_task(
                 asyncio.to_thread(formation.wait_writable, "failover", old)
             )
-            await asyncio.to_thread(
-                formation.switchover if event == "switchover" else formation.crash_primary
+            # not awaited before the fresh work: pg_autoctl's switchover returns once the
+            # monitor reports both nodes settled, 5-7 s after the new primary took its first
+            # write, and work enqueued only then measured pg_autoctl, not drainpipe
+            happening = asyncio.create_task(
+                asyncio.to_thread(
+                    formation.switchover if event == "switchover" else formation.crash_primary
+                )
             )
             back = await writable
+            # fresh work, enqueued once the new primary takes writes: the jobs of before the
+            # event are done or leased by then, and a leased job's rerun after its 5 s lease
+            # would measure the lease, not how fast the workers came back
+            fresh = range(total, total + 40)
+            await enqueue_until_written(producer, fresh)
+            enqueued[event] = time.monotonic() - back
+            trace(f"{event}: fresh jobs enqueued {enqueued[event]:.2f} s after writable")
+            total += 40
             until = time.monotonic() + 30
             while time.monotonic() < until:
-                later = [t for times in runs.values() for t in times if t > back]
+                later = [t for n in fresh for t in runs.get(n, ())]
                 if later:
                     resumed[event] = min(later) - back
                     break
                 await asyncio.sleep(0.05)
             assert event in resumed, (event, back - event_started, errors[-3:])
+            await happening  # the formation settled: the next event starts from two nodes
             trace(
                 f"{event}: writable {back - event_started:.1f} s after it began, resumed {resumed[event]:.2f} s later;"
                 f" retries at (s from writable) {[(round(t - back, 2), c) for t, c in reported if t >= event_started]}"
@@ -166,6 +186,7 @@ async def test_work_resumes_within_5_s_of_a_switchover_and_a_crash(
     try:
         assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes  # gave up
         assert all(seconds < RESUME_WITHIN for seconds in resumed.values()), resumed
+        assert all(seconds < RESUME_WITHIN for seconds in enqueued.values()), enqueued
         assert set(runs) == set(range(total)), sorted(set(range(total)) - set(runs))[:10]
         # no stale completion accepted: each job succeeded once, on its last attempt
         records: list[Any] = []
@@ -183,7 +204,10 @@ async def test_work_resumes_within_5_s_of_a_switchover_and_a_crash(
             assert full is not None
             won = [a for a in full.history if a.outcome == "succeeded"]
             assert len(won) == 1 and won[0].number == full.attempts, full
-        trace(f"resumed {resumed}, {len(errors)} retries reported, {len(records)} jobs")
+        trace(
+            f"enqueued {enqueued}, resumed {resumed}, {len(errors)} retries reported,"
+            f" {len(records)} jobs"
+        )
     finally:
         await producer.close()
 

@@ -6,6 +6,7 @@ retry, then raises."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -14,8 +15,10 @@ import psycopg_pool
 import pytest
 
 from drainpipe import DrainpipeError, Job, Jobs
+from drainpipe.engine import Runner
 from drainpipe.engine.core import outage_left, outage_wait
 from tests.conftest import connect
+from tests.engine.test_engine import FlakySource, Item
 
 QUEUES: dict[str, Any] = {"raw": dict[str, Any]}
 
@@ -154,3 +157,44 @@ async def test_work_without_max_outage_keeps_the_three_retries() -> None:
             max_outage=None,
         )
     assert backend.reads == 4
+
+
+class ScriptedSource(FlakySource):
+    """Claims answer from a script: ``[]`` (nothing to do), an exception (the database is
+    away), or items; the time of each claim is kept."""
+
+    def __init__(self, script: list[Any], stop: asyncio.Event) -> None:
+        super().__init__([])
+        self.script = script
+        self.stop = stop
+        self.at: list[float] = []
+
+    log = logging.getLogger("tests.outages")
+
+    def fields(self, item: Item | None) -> dict[str, Any]:
+        return {}
+
+    async def claim(self, batch: int, lease: float) -> list[Item]:
+        self.at.append(time.monotonic())
+        step = self.script.pop(0) if self.script else []
+        if isinstance(step, BaseException):
+            raise step
+        if not self.script and step:
+            self.stop.set()
+        return list(step)
+
+
+async def test_after_an_outage_an_idle_worker_polls_again_at_its_first_interval() -> None:
+    # an idle worker's polls double (0.05, 0.1, 0.2, 0.4 s here); the database goes away
+    # and comes back. Work enqueued as it comes back waited out the doubled wait of before
+    # the outage (up to max_poll_interval: 30 s by default; 3.7 s after a failover, where
+    # the producer enqueued 0.3 s after the new primary took writes): the idle wait now
+    # starts again from poll_interval once a claim goes through after an outage
+    away = [DrainpipeError("network", "the database is away") for _ in range(3)]
+    stop = asyncio.Event()
+    source = ScriptedSource([[], [], [], [], *away, [], [Item(1)]], stop)
+    runner = Runner(source, poll_interval=0.05, max_poll_interval=5.0, max_outage=10, stop=stop)
+    await asyncio.wait_for(runner.run(until_empty=False), 10)
+    assert source.completed == [1]
+    back = 4 + len(away)  # the first claim that went through after the outage
+    assert source.at[back + 1] - source.at[back] < 0.3, source.at[back + 1] - source.at[back]

@@ -31,7 +31,14 @@ from .json import careful_dumps as careful_dumps
 from .json import dump_json as dump_json
 from .json import jsonb as jsonb
 from .json import use_fast_json as use_fast_json
-from .outage import Outage, ends_session
+from .outage import (
+    PROBE_WRITABLE,
+    Outage,
+    ends_session,
+    read_only,
+    read_only_error,
+    still_read_only,
+)
 from .poolers import decide_prepare, names_pooler, prepare_mode, split_dsn
 
 Row = tuple[Any, ...]
@@ -413,6 +420,8 @@ class Database:
     def _error(self, exc: Exception) -> DrainpipeError | None:
         """The error for a failed call: a pool that waited in vain names why it could not
         connect (the last attempt's libpq message and its code), others are translated."""
+        if self._dsn is not None and read_only(exc):
+            return read_only_error(exc)  # our session is on a standby: an outage (.outage)
         failure = self._last_connect_error
         if failure is not None and type(exc).__name__ == "PoolTimeout":
             error = connect_error(failure)
@@ -491,13 +500,16 @@ class Database:
 
     def _note_outage(self, exc: BaseException, error: DrainpipeError) -> None:
         """Start (or go on with) an outage of our own pool's database when ``exc`` says the
-        server is gone: a lost or refused session, or a pool wait whose last connection
-        attempt failed. A pool merely busy is no outage."""
+        server is gone: a lost or refused session, a session found read-only (on a
+        standby), or a pool wait whose last connection attempt failed. A pool merely busy
+        is no outage."""
         if self._dsn is None or error.kind != "network":
             return
         pool_wait = type(exc).__name__ == "PoolTimeout"
-        if (pool_wait and self._last_connect_error is not None) or (
-            not pool_wait and ends_session(exc)
+        if (
+            read_only(exc)
+            or (pool_wait and self._last_connect_error is not None)
+            or (not pool_wait and ends_session(exc))
         ):
             self._outage.begin(error, monotonic())
 
@@ -524,7 +536,8 @@ class Database:
             await asyncio.sleep(max(pause, 0.01))
 
     async def _probe_once(self, outage: Outage) -> bool:
-        """One connection attempt; True (the outage is over) when it connected."""
+        """One connection attempt; True (the outage is over) when it connected (to a server
+        that takes writes, when the outage began with a read-only session)."""
         import psycopg
 
         assert self._dsn is not None
@@ -537,8 +550,17 @@ class Database:
         except Exception as exc:
             outage.probe_failed(connect_error(exc), monotonic())
             return False
-        await probe.close()
-        if self._pool is not None and self._last_connect_error is not None:
+        try:
+            writable = not outage.read_only or await self._takes_writes(probe)
+        except Exception as exc:
+            outage.probe_failed(connect_error(exc), monotonic())
+            return False
+        finally:
+            await probe.close()
+        if not writable:
+            outage.probe_failed(still_read_only(), monotonic())
+            return False
+        if self._pool is not None and (self._last_connect_error is not None or outage.read_only):
             try:
                 await self._renew_pool()
             except DrainpipeError as exc:  # gone again between the probe and the pool
@@ -546,6 +568,12 @@ class Database:
                 return False
         outage.end()
         return True
+
+    @staticmethod
+    async def _takes_writes(probe: Any) -> bool:
+        """Whether the server a probe reached takes writes (not a standby)."""
+        row = await (await probe.execute(PROBE_WRITABLE)).fetchone()
+        return row is not None and row[0] != "on"
 
     async def _renew_pool(self) -> None:
         """Replace our pool with a fresh one (which connects at once); the old one closes

@@ -15,6 +15,13 @@ connects, the pool is replaced by a fresh one if its own reconnection failed mea
 fresh pool connects at once), and the calls go on. A database that stays down
 sees one connection attempt per :data:`OUTAGE_PROBE_INTERVAL` from each process, never a
 retry storm.
+
+A write refused because the session is read-only (SQLSTATE 25006) on drainpipe's own pool
+is an outage too, code ``READ_ONLY``: the session reached a standby (an old primary that
+restarted as one after a switchover, or a DNS name that still points at the old writer),
+and so may every session in the pool. The probe then also asks the server whether it takes
+writes (``transaction_read_only``), and when one does the pool is replaced, whatever its
+own reconnection did.
 """
 
 from __future__ import annotations
@@ -25,6 +32,40 @@ from ..errors import DrainpipeError
 
 #: Seconds between two probes while the database is away.
 OUTAGE_PROBE_INTERVAL: Final = 0.5
+
+
+#: The SQLSTATE of a write in a read-only session (a standby's, or ``default_transaction_read_only``).
+READ_ONLY_STATE: Final = "25006"
+#: The ``code`` of the ``network`` error a write refused as read-only on drainpipe's own pool
+#: gets (the outage's cause while it lasts).
+READ_ONLY: Final = "READ_ONLY"
+
+
+def read_only(exc: BaseException) -> bool:
+    """True for a write refused because the session is read-only (SQLSTATE 25006)."""
+    return getattr(exc, "sqlstate", None) == READ_ONLY_STATE
+
+
+def read_only_error(exc: BaseException) -> DrainpipeError:
+    """The error of a write a read-only session of drainpipe's own pool refused."""
+    diag = getattr(exc, "diag", None)
+    message = getattr(diag, "message_primary", None) or str(exc).strip()
+    return DrainpipeError(
+        "network",
+        f"the session is read-only (a standby, not the primary): {message}",
+        code=READ_ONLY,
+    )
+
+
+#: What a probe asks when the outage began with a read-only session: "on" on a standby.
+PROBE_WRITABLE: Final = "SHOW transaction_read_only"
+
+
+def still_read_only() -> DrainpipeError:
+    """A probe's failure when the server it reached does not take writes (yet)."""
+    return DrainpipeError(
+        "network", "the server reached is read-only (a standby, not the primary)", code=READ_ONLY
+    )
 
 
 def ends_session(exc: BaseException) -> bool:
@@ -43,6 +84,9 @@ class Outage:
         self.since: float | None = None
         self.next_probe = 0.0
         self.error: DrainpipeError | None = None
+        #: the pool's sessions may be on a standby: a probe must find a server that takes
+        #: writes, and the pool is replaced once one does
+        self.read_only = False
 
     @property
     def on(self) -> bool:
@@ -54,6 +98,8 @@ class Outage:
             self.since = now
             self.next_probe = now
         self.error = error
+        if error.code == READ_ONLY:
+            self.read_only = True
 
     def probe_due(self, now: float) -> bool:
         return now >= self.next_probe
@@ -65,6 +111,7 @@ class Outage:
     def end(self) -> None:
         self.since = None
         self.error = None
+        self.read_only = False
 
     def refusal(self, now: float) -> DrainpipeError:
         """The error a call gets while the database is away and no probe is due."""

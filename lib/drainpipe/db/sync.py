@@ -31,7 +31,14 @@ from . import (
     prepare_options,
 )
 from .json import _has_json_column, use_fast_json
-from .outage import Outage, ends_session
+from .outage import (
+    PROBE_WRITABLE,
+    Outage,
+    ends_session,
+    read_only,
+    read_only_error,
+    still_read_only,
+)
 from .poolers import decide_prepare_sync, names_pooler, prepare_mode, split_dsn
 
 if TYPE_CHECKING:
@@ -238,8 +245,11 @@ class SyncDatabase:
             error = _database_error(exc)
             if error is None:
                 raise
+            if self._dsn is not None and read_only(exc):
+                error = read_only_error(exc)  # our session is on a standby: an outage
             if error.kind == "network" and self._owns_pool and self._pool is not None:
-                if ends_session(exc):  # a busy pool's wait (PoolTimeout) is no outage
+                # a busy pool's wait (PoolTimeout) is no outage
+                if ends_session(exc) or read_only(exc):
                     self._outage.begin(error, monotonic())
                 self._unpark()  # it may be as dead as the one that failed: checked too
                 self._pool.check()  # drop the dead idle connections before a retry
@@ -267,14 +277,19 @@ class SyncDatabase:
             time.sleep(max(pause, 0.01))
 
     def _probe_once(self, outage: Outage) -> bool:
-        """One connection attempt; True (the outage is over) when it connected."""
+        """One connection attempt; True (the outage is over) when it connected (to a server
+        that takes writes, when the outage began with a read-only session)."""
         import psycopg
 
         assert self._dsn is not None
         try:
-            psycopg.connect(self._dsn, **self._connect_kwargs).close()
+            with psycopg.connect(self._dsn, **self._connect_kwargs) as probe:
+                row = probe.execute(PROBE_WRITABLE).fetchone() if outage.read_only else None
         except Exception as exc:
             outage.probe_failed(connect_error(exc), monotonic())
+            return False
+        if row is not None and row[0] == "on":
+            outage.probe_failed(still_read_only(), monotonic())
             return False
         old = self._pool
         if old is not None:

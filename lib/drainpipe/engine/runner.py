@@ -324,6 +324,10 @@ class Runner:
             if refused:  # outside the try: reporting is not claiming
                 await self._report_refused(refused)
             self.reached = True
+            if retries:
+                # the database is back: work enqueued as it came back (producers retrying)
+                # must not wait out an idle wait that doubled before the outage
+                wait = self.poll_interval
             retries = 0
             outage_started = None
             if not claimed:
