@@ -206,3 +206,37 @@ def test_claims_by_many_connections_take_each_job_once(
         for each in connections:
             each.close()
     assert len(taken) == len(set(taken)) == 500 + 7 * 200
+
+
+def test_a_claim_racing_enqueues_always_returns(url: str, conn: psycopg.Connection[Any]) -> None:
+    """An enqueue that commits while a bounded claim runs must not keep that claim looping:
+    a job that became visible above the bound during the claim's pass below it is taken by
+    the claim or left to the next one (pgmq's claim loop once spun on such a job for good,
+    seen as a 28-minute claim under a steady enqueue rate)."""
+    import threading
+    import time
+
+    enqueue(conn, 1)
+    assert claim(conn, 1)  # this connection now has a bound for the queue
+    stop = threading.Event()
+
+    def enqueue_steadily() -> None:
+        with psycopg.connect(url, autocommit=True) as writer:
+            while not stop.is_set():
+                enqueue(writer, 1)
+
+    writers = [threading.Thread(target=enqueue_steadily) for _ in range(3)]
+    for writer in writers:
+        writer.start()
+    try:
+        conn.execute("SET statement_timeout = '5s'")  # a claim that loops fails here
+        until = time.monotonic() + 3
+        claims = 0
+        while time.monotonic() < until:
+            claim(conn, 5)
+            claims += 1
+    finally:
+        stop.set()
+        for writer in writers:
+            writer.join()
+    assert claims > 10

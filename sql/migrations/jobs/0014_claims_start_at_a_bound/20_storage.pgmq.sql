@@ -98,6 +98,11 @@ BEGIN
                     CONTINUE;
                 END IF;
                 EXIT WHEN v_claimed > 0;
+                -- nothing taken: look again at everything visible. The pass below the bound
+                -- is over: a job that became visible above it meanwhile (an enqueue that
+                -- committed during this claim) would otherwise be found here and never
+                -- picked, and the loop would spin
+                v_below := 'infinity';
                 PERFORM 1 FROM pgmq.%2$I w WHERE w.vt <= v_now ORDER BY w.vt LIMIT 1
                     FOR UPDATE SKIP LOCKED;
                 EXIT WHEN NOT FOUND;
