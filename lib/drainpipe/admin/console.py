@@ -377,9 +377,9 @@ class Console:
         for job_id, queue in matched:
             try:
                 if action == "cancel":
-                    await app._cancel_one(queue, job_id, principal)
+                    await app.job_routes.cancel_one(queue, job_id, principal)
                 else:
-                    await app._replay_once(queue, job_id, principal, key)
+                    await app.job_routes.replay_once(queue, job_id, principal, key)
                 done += 1
             except DrainpipeError as exc:
                 if exc.status >= 500:
