@@ -25,7 +25,7 @@ from ..http import Response, request_path
 from ..ops import console as ops
 from ..ops.console import JobFilter, QueueOverview
 from ..validation import INT8_MAX, text_fault
-from .records import STATES, record_json
+from .record_json import STATES, record_json
 
 if TYPE_CHECKING:
     from ..agents import AgentInboxes

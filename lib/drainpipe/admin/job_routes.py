@@ -42,7 +42,7 @@ from .codes import (
     not_found,
 )
 from .console import SEARCH_KEYS, records_json
-from .records import STATES, audit_json, record_json
+from .record_json import STATES, audit_json, record_json
 
 if TYPE_CHECKING:
     from ..principals import Principal
