@@ -1,5 +1,6 @@
-"""Who is calling an HTTP app of drainpipe's: the Job Inbox management API (docs/reference.md §10) and
-the agent inbox (§11) both ask an ``authorize(request)`` callable for a :class:`Principal`.
+"""Who is calling an HTTP app of drainpipe's: the Job Inbox management API
+(docs/reference.md §10) and the agent inbox (docs/reference.md §11) both ask an
+``authorize(request)`` callable for a :class:`Principal`.
 
 :func:`bearer_tokens` builds that callable from a fixed table of tokens. Tokens are compared
 in constant time and only their SHA-256 digests are kept in memory after construction, so a

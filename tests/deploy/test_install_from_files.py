@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,17 @@ for path, entries in [{files}]:
     for entry in entries:
         assert callable(getattr(module, entry)), (path, entry)
 import drainpipe
+print(drainpipe.__file__)
+"""
+
+# Renders the admin page from an installed drainpipe: the template's placeholders are all
+# filled and the CSS and JS are inline, under the response's nonce
+PAGE = """
+import drainpipe
+from drainpipe.admin.page import page_response
+body = page_response(base="/admin", target="prod").body.decode()
+assert "{{" not in body and "<style nonce=" in body and "<script nonce=" in body, body[:300]
+assert "color-scheme" in body and "sessionStorage" in body, "page.css or page.js missing"
 print(drainpipe.__file__)
 """
 
@@ -112,6 +124,18 @@ def test_each_platform_installs_drainpipe_from_its_own_files(tmp_path: Path) -> 
             break
     assert built.returncode == 0, built.stderr
     assert built.stdout.strip() == f"dist/{WHEEL}"
+    # the package data ships: every file under lib/drainpipe that is not Python (the admin
+    # page's HTML, CSS and JS) is in the wheel, next to the modules that read it
+    with zipfile.ZipFile(repo / "dist" / WHEEL) as wheel:
+        shipped = set(wheel.namelist())
+    package = repo / "lib"
+    data = {
+        str(path.relative_to(package))
+        for path in package.rglob("*")
+        if path.is_file() and path.suffix not in {".py", ".pyc"} and "__pycache__" not in path.parts
+    }
+    assert {"drainpipe/admin/static/page.html", "drainpipe/admin/static/page.js"} <= data
+    assert data - shipped == set()
     # pin every dependency to the version this suite runs (uv's cache holds those)
     frozen = uv("pip", "freeze", "--python", sys.executable, cwd=repo).stdout.splitlines()
     constraints = tmp_path / "constraints.txt"
@@ -131,6 +155,14 @@ def test_each_platform_installs_drainpipe_from_its_own_files(tmp_path: Path) -> 
            "-c", str(constraints), cwd=deployed)  # fmt: skip
         origin = imported_from(python, deployed, files)
         assert origin.startswith(str(tmp_path / f"venv-{deployed.name}")), origin
+    # the installed wheel serves the admin page whole: its CSS and JS read from the package
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    page = subprocess.run(  # noqa: S603 - the clean venv's interpreter, our own script
+        [str(python), "-c", PAGE], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert page.returncode == 0, page.stderr[-3000:]
+    assert page.stdout.strip().startswith(str(tmp_path / "venv-gcp")), page.stdout
 
     # Vercel: pyproject.toml's dependencies, the function files import drainpipe from lib/
     python = clean_venv(tmp_path / "venv-vercel")

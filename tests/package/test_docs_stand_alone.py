@@ -75,3 +75,46 @@ def test_the_readme_is_a_front_door_and_the_changelog_says_nothing_is_published(
     changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
     assert "## [Unreleased]" in changelog
     assert "No release has been published yet" in changelog
+
+
+# where code, SQL, tests and docs cite the reference (a "§N" or "reference.md ... section N")
+CITING = ("lib", "tests", "bench", "docs", "examples", "functions", "api", "sql", "scripts")
+SECTION_SIGN = re.compile(r"(\S*)\s*§\s*(\d+)(?:\s*-\s*(\d+))?")
+NAMED_SECTION = re.compile(r"reference(?:\.md)?\]?(?:\([^)]*\))?,? sections? (\d+)")
+
+
+def reference_sections() -> set[int]:
+    text = FENCE.sub("", (ROOT / "docs" / "reference.md").read_text(encoding="utf-8"))
+    numbered = {int(n) for n in re.findall(r"^## (\d+)\. ", text, flags=re.MULTILINE)}
+    # section 8 (job records) is a part of section 2, as the reference's own index says
+    if "Section 8, job records, lives inside section 2" in text:
+        numbered.add(8)
+    return numbered
+
+
+def test_every_section_cited_is_a_section_of_the_reference() -> None:
+    # "§N" always says whose section it is ("docs/reference.md §N", or an RFC's), and every
+    # number cited names a section docs/reference.md has: a citation a reader can follow
+    sections = reference_sections()
+    assert {1, 2, 10, 11} <= sections  # the parse works
+    wrong: list[str] = []
+    for tree in CITING:
+        for path in sorted((ROOT / tree).rglob("*")):
+            if not path.is_file() or path.suffix not in {".py", ".md", ".sql", ".toml", ""}:
+                continue
+            if "__pycache__" in path.parts:
+                continue
+            for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                where = f"{path.relative_to(ROOT)}:{number}"
+                cited: list[int] = []
+                for match in SECTION_SIGN.finditer(line):
+                    owner, first, last = match.groups()
+                    if re.search(r"RFC \d+\s*$", line[: match.start(2)].rstrip("§ ")):
+                        continue  # a standard's section, not ours
+                    if not owner.endswith("reference.md"):
+                        wrong.append(f"{where}: '§{first}' does not say whose section it is")
+                    cited += range(int(first), int(last or first) + 1)
+                cited += [int(n) for n in NAMED_SECTION.findall(line)]
+                wrong += [f"{where}: no section {n} in docs/reference.md" for n in cited
+                          if n not in sections]  # fmt: skip
+    assert wrong == []

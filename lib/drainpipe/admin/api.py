@@ -12,8 +12,11 @@
 | ``GET /audit?limit=&cursor=`` | admin | the audit log, newest first |
 | ``GET /`` | anyone | the admin page (it holds no data; its calls authenticate) |
 
-The console's routes (``/queues``, pause and resume, the search filters, bulk actions,
-``/metrics`` and, given ``agents``, ``/inboxes``) are :mod:`drainpipe.admin.console`.
+This module is the app itself: its settings, who is asking, and which route answers. What
+the job and audit routes do is :mod:`drainpipe.admin.job_routes`; the console's routes
+(``/queues``, pause and resume, the search filters, bulk actions, ``/metrics`` and, given
+``agents``, ``/inboxes``) are :mod:`drainpipe.admin.console`; the page is
+:mod:`drainpipe.admin.page`; :class:`Mounted` is :mod:`drainpipe.admin.mount`.
 
 Bodies are ``{"data": ..., "meta": {...}}``; errors are Problem Details with a ``code``.
 Nothing this app answers carries a payload, an error text or a lease token: the records it
@@ -31,7 +34,7 @@ from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..errors import DrainpipeError, invalid_request
+from ..errors import DrainpipeError
 from ..http import (
     ProblemFormatter,
     Receive,
@@ -50,17 +53,22 @@ from ..http_guards import (
     query_refusal,
     read_starlette_body,
 )
-from ..jobs.replays import refused as replay_refused
-from ..models import Position
-from ..ops import management as ops
-from ..ops.console import JobFilter
 from ..principals import Authorize, Principal
-from ..validation import INT8_MAX, MAX_NAME_LENGTH, text_fault
-from .console import SEARCH_KEYS as _SEARCH_KEYS
-from .console import Console, records_json
+from ..validation import INT8_MAX
+from .codes import (
+    ADMIN_REQUIRED,
+    JOB_NOT_FOUND,
+    METHOD_NOT_ALLOWED,
+    QUEUE_NOT_FOUND,
+    ROUTE_NOT_FOUND,
+    UNAUTHORIZED,
+    not_found,
+)
+from .console import Console
 from .cursors import CursorSigner
+from .job_routes import JobRoutes
+from .mount import Mounted
 from .page import page_response
-from .records import STATES, audit_json, record_json
 
 if TYPE_CHECKING:
     from ..agents import AgentInboxes
@@ -69,60 +77,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("drainpipe.admin")
 
-ADMIN_REQUIRED = "ADMIN_REQUIRED"
-UNAUTHORIZED = "UNAUTHORIZED"
-LIMIT_TOO_LARGE = "LIMIT_TOO_LARGE"
-LIMIT_INVALID = "LIMIT_INVALID"
-STATE_INVALID = "STATE_INVALID"
-QUEUE_UNKNOWN = "QUEUE_UNKNOWN"
-FILTER_INVALID = "FILTER_INVALID"
-QUEUE_NOT_FOUND = "QUEUE_NOT_FOUND"
-JOB_NOT_FOUND = "JOB_NOT_FOUND"
-ROUTE_NOT_FOUND = "ROUTE_NOT_FOUND"
-METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
-JOB_NOT_CANCELLABLE = "JOB_NOT_CANCELLABLE"
-JOB_NOT_DEAD = "JOB_NOT_DEAD"
-JOB_ALREADY_REPLAYED = "JOB_ALREADY_REPLAYED"
-MAX_LIMIT = 500
-MAX_TENANT_LENGTH = 200  # as Jobs.list_records takes it
-DEFAULT_LIMIT = 100
-
 _JOB_PATH = re.compile(r"^/jobs/(?P<queue>[^/]+)/(?P<id>[^/]+)(?:/(?P<action>cancel|replay))?$")
 _QUEUE_PATH = re.compile(r"^/queues/(?P<queue>[^/]+)/(?P<action>pause|resume)$")
 _BULK_PATH = re.compile(r"^/jobs/bulk/(?P<action>cancel|replay)$")
 _API_HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
-
-
-def _not_found(message: str, code: str) -> DrainpipeError:
-    return DrainpipeError("not_found", message, code=code)
-
-
-def _conflict(message: str, code: str) -> DrainpipeError:
-    return DrainpipeError("conflict", message, code=code)
-
-
-def parse_limit(raw: str | None) -> int:
-    """``limit`` of a list route: 1..500, default 100 (400 ``LIMIT_INVALID``/``_TOO_LARGE``)."""
-    if raw is None or raw == "":
-        return DEFAULT_LIMIT
-    if not re.fullmatch(r"[0-9]{1,18}|-[0-9]{1,18}", raw.strip()):
-        raise invalid_request("limit must be an integer from 1 to 500", code=LIMIT_INVALID)
-    value = int(raw)
-    if value < 1:
-        raise invalid_request("limit must be at least 1", code=LIMIT_INVALID)
-    if value > MAX_LIMIT:
-        raise invalid_request(f"limit must be at most {MAX_LIMIT}", code=LIMIT_TOO_LARGE)
-    return value
-
-
-def _filter_text(value: str | None, name: str, longest: int = MAX_NAME_LENGTH) -> str | None:
-    if value is None or value == "":
-        return None
-    if len(value) > longest or text_fault(value) is not None:
-        raise invalid_request(
-            f"{name} must be at most {longest} characters of text", code=FILTER_INVALID
-        )
-    return value
 
 
 class ManagementApp:
@@ -191,6 +149,7 @@ class ManagementApp:
         self.page_refresh = page_refresh
         self.allowed_origins = check_origins(allowed_origins)
         self.console = Console(self, metrics_token)
+        self.job_routes = JobRoutes(self)
         self.idempotency: Idempotency = Idempotency(
             db,
             required=True,
@@ -271,7 +230,7 @@ class ManagementApp:
             )
         if path == "/jobs":
             self._allow(method, "GET")
-            return await self._list_jobs(request, await self._principal(request))
+            return await self.job_routes.list_jobs(request, await self._principal(request))
         if path == "/queues":
             self._allow(method, "GET")
             await self._principal(request)
@@ -292,7 +251,7 @@ class ManagementApp:
             self._require_admin(principal)
             queue = console_match.group("queue")
             if queue not in self.jobs.queue_names:
-                raise _not_found(f'No queue "{queue}" is declared here', QUEUE_NOT_FOUND)
+                raise not_found(f'No queue "{queue}" is declared here', QUEUE_NOT_FOUND)
             pause = console_match.group("action") == "pause"
             return await self.console.pause(queue, principal, pause=pause)
         console_match = _BULK_PATH.match(path)
@@ -305,10 +264,10 @@ class ManagementApp:
             self._allow(method, "GET")
             principal = await self._principal(request)
             self._require_admin(principal)
-            return await self._list_audit(request, principal)
+            return await self.job_routes.list_audit(request, principal)
         match = _JOB_PATH.match(path)
         if match is None:
-            raise _not_found(f"No route {path}", ROUTE_NOT_FOUND)
+            raise not_found(f"No route {path}", ROUTE_NOT_FOUND)
         action = match.group("action")
         self._allow(method, "POST" if action else "GET")
         principal = await self._principal(request)
@@ -316,10 +275,10 @@ class ManagementApp:
             self._require_admin(principal)
         queue, job_id = self._job_address(match.group("queue"), match.group("id"))
         if action is None:
-            return await self._get_job(queue, job_id)
+            return await self.job_routes.get_job(queue, job_id)
         if action == "cancel":
-            return await self._cancel(queue, job_id, principal)
-        return await self._replay(request, queue, job_id, principal)
+            return await self.job_routes.cancel(queue, job_id, principal)
+        return await self.job_routes.replay(request, queue, job_id, principal)
 
     async def _guard(self, request: Any) -> None:
         """Before any route: a query string that is not UTF-8 and a cookie-carrying write
@@ -371,12 +330,12 @@ class ManagementApp:
 
     def _job_address(self, queue: str, raw_id: str) -> tuple[str, int]:
         if queue not in self.jobs.queue_names:
-            raise _not_found(f'No queue "{queue}" is declared here', QUEUE_NOT_FOUND)
+            raise not_found(f'No queue "{queue}" is declared here', QUEUE_NOT_FOUND)
         if not re.fullmatch(r"[0-9]{1,19}", raw_id) or int(raw_id) > INT8_MAX:
-            raise _not_found(f"No job {raw_id} in {queue}", JOB_NOT_FOUND)
+            raise not_found(f"No job {raw_id} in {queue}", JOB_NOT_FOUND)
         return queue, int(raw_id)
 
-    # -- reads ---------------------------------------------------------------------------
+    # -- answers -------------------------------------------------------------------------
 
     def _body(self, data: Any, status: int = 200, **meta: Any) -> Response:
         return json_response(
@@ -385,182 +344,12 @@ class ManagementApp:
             headers=_API_HEADERS,
         )
 
-    async def _list_jobs(self, request: Any, principal: Principal) -> Response:
-        params = request.query_params
-        limit = parse_limit(params.get("limit"))
-        queue = _filter_text(params.get("queue"), "queue")
-        if queue is not None and queue not in self.jobs.queue_names:
-            raise invalid_request(f'No queue "{queue}" is declared here', code=QUEUE_UNKNOWN)
-        state = _filter_text(params.get("state"), "state")
-        if state is not None and state not in STATES:
-            raise invalid_request(f"state must be one of {', '.join(STATES)}", code=STATE_INVALID)
-        tenant = _filter_text(params.get("tenant"), "tenant", MAX_TENANT_LENGTH)
-        filters = {"queue": queue, "state": state, "tenant": tenant}
-        search = self.console.search_filter(
-            params, JobFilter(queue=queue, state=state, tenant=tenant)
-        )
-        if search is not None:  # the console's filters: bound into the cursor too
-            filters.update({key: params.get(key) or None for key in _SEARCH_KEYS})
-        before = None
-        cursor = params.get("cursor")
-        if cursor:
-            text = self.cursors.open(cursor, "jobs", filters, principal.actor)
-            before = _parse_position(text)
-        if search is None:
-            records, position = await self.jobs.list_records(
-                queue, state=state, tenant=tenant, limit=limit, before=before
-            )
-        else:
-            records, position = await self.console.search(search, limit, before)
-        next_cursor = (
-            None
-            if position is None
-            else self.cursors.sign("jobs", filters, principal.actor, _position_text(position))
-        )
-        data = records_json(records, await self.console.causes(records))
-        return self._body(
-            data,
-            next_cursor=next_cursor,
-            limit=limit,
-            count=len(data),
-            actor=principal.actor,
-            role=principal.role,
-            queues=self.jobs.queue_names,
-        )
-
-    async def _get_job(self, queue: str, job_id: int) -> Response:
-        record = await self.jobs.get(queue, job_id)
-        if record is None:
-            raise _not_found(f"No job {job_id} in {queue}", JOB_NOT_FOUND)
-        causes = await self.console.causes([record])
-        return self._body(
-            record_json(record, history=True, cause=causes.get((record.queue, record.id)))
-        )
-
-    async def _list_audit(self, request: Any, principal: Principal) -> Response:
-        params = request.query_params
-        limit = parse_limit(params.get("limit"))
-        before = None
-        cursor = params.get("cursor")
-        if cursor:
-            text = self.cursors.open(cursor, "audit", {}, principal.actor)
-            if not re.fullmatch(r"[0-9]{1,19}", text) or int(text) > INT8_MAX:
-                raise invalid_request("This cursor is not valid here", code="CURSOR_INVALID")
-            before = int(text)
-        rows = await self.db.fetch(
-            ops.LIST_AUDIT, ops.list_audit_params(self.target, limit + 1, before)
-        )
-        entries = ops.parse_list_audit(rows)
-        next_cursor = None
-        if len(entries) > limit:
-            entries = entries[:limit]
-            next_cursor = self.cursors.sign("audit", {}, principal.actor, str(entries[-1].id))
-        data = [audit_json(entry) for entry in entries]
-        return self._body(data, next_cursor=next_cursor, limit=limit, count=len(data))
-
-    # -- writes --------------------------------------------------------------------------
-
     def _clock(self) -> datetime | None:
         return None if self.now is None else self.now()
-
-    async def _cancel(self, queue: str, job_id: int, principal: Principal) -> Response:
-        await self._cancel_one(queue, job_id, principal)
-        return await self._get_job(queue, job_id)
-
-    async def _cancel_one(self, queue: str, job_id: int, principal: Principal) -> None:
-        """The audited cancel of one job (the single route's and each of a bulk call's)."""
-        rows = await self.db.fetch(
-            ops.AUDITED_CANCEL,
-            ops.audited_cancel_params(self.target, principal.actor, queue, job_id, self._clock()),
-        )
-        outcome = ops.parse_audited_cancel(rows)
-        if outcome is None:
-            raise _not_found(f"No job {job_id} in {queue}", JOB_NOT_FOUND)
-        if outcome == "refused":
-            raise _conflict(
-                f"Job {job_id} already ended; only a live job can be cancelled",
-                JOB_NOT_CANCELLABLE,
-            )
-
-    async def _replay(self, request: Any, queue: str, job_id: int, principal: Principal) -> Any:
-        async def replay() -> Response:
-            # runs once per Idempotency-Key: a repeat is answered from storage, unaudited
-            key = request.headers.get(self.idempotency.header)
-            try:
-                return await self._replay_once(queue, job_id, principal, key)
-            except DrainpipeError as exc:
-                if exc.status >= 500:
-                    raise  # the key is released: a retry with it runs again
-                return self._problem(exc, request_path(request))
-
-        return await self.idempotency.handle(request, replay)
-
-    async def _replay_once(
-        self, queue: str, job_id: int, principal: Principal, key: str | None
-    ) -> Response:
-        # the application's check runs first, on the record as it is now; its refusal is
-        # audited by the same statement that would have replayed (docs/job-inbox.md)
-        refusal = await self.jobs.replay_refusal(queue, job_id)
-        rows = await self.db.fetch(
-            ops.AUDITED_REPLAY_V2,
-            ops.audited_replay_v2_params(
-                self.target,
-                principal.actor,
-                queue,
-                job_id,
-                key,
-                refusal,
-                self.jobs.replay_rules(queue),
-                self._clock(),
-            ),
-        )
-        result = ops.parse_audited_replay(rows)
-        if result is None:
-            raise _not_found(f"No job {job_id} in {queue}", JOB_NOT_FOUND)
-        if result.outcome == "refused":
-            if result.code == JOB_ALREADY_REPLAYED:
-                raise _conflict(
-                    f"Job {job_id} was replayed already; replay its child if that died too",
-                    JOB_ALREADY_REPLAYED,
-                )
-            if result.code is not None and result.code != JOB_NOT_DEAD:
-                raise replay_refused(queue, job_id, result.code)
-            raise _conflict(f"Job {job_id} is not dead; only a dead job is replayed", JOB_NOT_DEAD)
-        return self._body({"id": result.new_job_id, "parent_id": job_id}, status=201)
-
-
-def _parse_position(text: str) -> Position:
-    try:
-        return Position.parse(text)
-    except (ValueError, DrainpipeError):
-        raise invalid_request("This cursor is not valid here", code="CURSOR_INVALID") from None
-
-
-def _position_text(position: Position) -> str:
-    return str(position)
 
 
 def management_app(jobs: Jobs, **options: Any) -> ManagementApp:
     return ManagementApp(jobs, **options)
 
 
-class Mounted:
-    """``app`` served below ``prefix`` when the platform hands it the full path (Vercel gives
-    the function at ``/api/jobs`` every path under it through a rewrite): ``root_path``
-    becomes the prefix, so routes and the page's links are relative to it."""
-
-    def __init__(self, prefix: str, app: Any) -> None:
-        self.prefix = "/" + prefix.strip("/")
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not scope.get("root_path"):
-            path = str(scope.get("path") or "/")
-            if path == self.prefix or path.startswith(self.prefix + "/"):
-                scope = dict(scope, root_path=self.prefix)
-        await self.app(scope, receive, send)
-
-    async def aclose(self) -> None:
-        close = getattr(self.app, "aclose", None)
-        if close is not None:
-            await close()
+__all__ = ["ManagementApp", "Mounted", "management_app"]

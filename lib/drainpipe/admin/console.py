@@ -25,7 +25,7 @@ from ..http import Response, request_path
 from ..ops import console as ops
 from ..ops.console import JobFilter, QueueOverview
 from ..validation import INT8_MAX, text_fault
-from .records import STATES, record_json
+from .record_json import STATES, record_json
 
 if TYPE_CHECKING:
     from ..agents import AgentInboxes
@@ -377,9 +377,9 @@ class Console:
         for job_id, queue in matched:
             try:
                 if action == "cancel":
-                    await app._cancel_one(queue, job_id, principal)
+                    await app.job_routes.cancel_one(queue, job_id, principal)
                 else:
-                    await app._replay_once(queue, job_id, principal, key)
+                    await app.job_routes.replay_once(queue, job_id, principal, key)
                 done += 1
             except DrainpipeError as exc:
                 if exc.status >= 500:
