@@ -14,6 +14,8 @@ CREATE TYPE drainpipe.job_queue_stats_v2 AS (queue text, ready bigint, in_flight
 
 CREATE TYPE drainpipe.job_queue_stats_v3 AS (queue text, ready bigint, in_flight bigint, delayed bigint, dead bigint, succeeded bigint, cancelled bigint, oldest_age_seconds double precision, paused boolean);
 
+CREATE TYPE drainpipe.job_queue_stats_v4 AS (queue text, ready bigint, in_flight bigint, delayed bigint, dead bigint, succeeded bigint, cancelled bigint, oldest_age_seconds double precision, paused boolean, held jsonb);
+
 CREATE TYPE drainpipe.job_record_v1 AS (id bigint, queue text, state text, attempts integer, max_attempts integer, deadline timestamp with time zone, tenant text, dedupe_key text, enqueued_at timestamp with time zone, eligible_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, last_code text, parent_id bigint, replayed_by bigint, history jsonb);
 
 CREATE TYPE drainpipe.job_row_v1 AS (id bigint, attempts integer, enqueued_at timestamp with time zone, visible_until timestamp with time zone, payload jsonb, max_attempts integer, last_error text);
@@ -1932,6 +1934,72 @@ AS $function$
       ) c
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.job_flow_held(p_flow drainpipe.queue_flow, p_ids bigint[], p_now timestamp with time zone)
+ RETURNS TABLE(id bigint, held_by text)
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF to_regclass('pgmq.' || quote_ident('q_' || p_flow.queue)) IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format($q$
+        WITH due AS MATERIALIZED (
+            SELECT j.msg_id AS id, drainpipe.job_key(j.message -> 'payload') AS key
+              FROM pgmq.%1$I j
+             WHERE j.vt <= $2
+               AND j.read_ct < coalesce((j.message ->> 'max_attempts')::integer, 5)
+               AND ($1 IS NULL OR j.msg_id = ANY ($1))
+        ),
+        whole AS (
+            SELECT CASE WHEN ($3).concurrency IS NOT NULL THEN (
+                       SELECT count(*) FROM pgmq.%1$I l
+                        WHERE l.read_ct > 0 AND l.vt > $2
+                          AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text))
+                   END AS leased,
+                   CASE WHEN ($3).rate_count IS NOT NULL THEN (
+                       SELECT count(*) FROM drainpipe.flow_claims c
+                        WHERE c.queue = ($3).queue
+                          AND c.claimed_at > $2 - make_interval(secs => ($3).rate_per))
+                   END AS claims
+        ),
+        keys AS (
+            SELECT k.key,
+                   CASE WHEN ($3).ordered THEN (
+                       SELECT min(e.msg_id) FROM pgmq.%1$I e
+                        WHERE drainpipe.job_key(e.message -> 'payload') = k.key
+                          AND drainpipe.job_key(e.message -> 'payload') IS NOT NULL)
+                   END AS first_id,
+                   CASE WHEN ($3).key_concurrency IS NOT NULL THEN (
+                       SELECT count(*) FROM pgmq.%1$I l
+                        WHERE drainpipe.job_key(l.message -> 'payload') = k.key
+                          AND l.read_ct > 0 AND l.vt > $2
+                          AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text))
+                   END AS leased,
+                   CASE WHEN ($3).key_rate_count IS NOT NULL THEN (
+                       SELECT count(*) FROM drainpipe.flow_claims c
+                        WHERE c.queue = ($3).queue AND c.key = k.key
+                          AND c.claimed_at > $2 - make_interval(secs => ($3).key_rate_per))
+                   END AS claims
+              FROM (SELECT DISTINCT d.key FROM due d WHERE d.key IS NOT NULL) k
+        )
+        SELECT h.id, h.held_by FROM (
+            SELECT d.id, CASE
+                       WHEN k.first_id < d.id THEN 'order'
+                       WHEN w.leased >= ($3).concurrency OR k.leased >= ($3).key_concurrency
+                           THEN 'concurrency'
+                       WHEN w.claims >= ($3).rate_count OR k.claims >= ($3).key_rate_count
+                           THEN 'rate'
+                   END AS held_by
+              FROM due d CROSS JOIN whole w LEFT JOIN keys k ON k.key = d.key
+        ) h
+        WHERE h.held_by IS NOT NULL
+    $q$, 'q_' || p_flow.queue)
+    USING p_ids, p_now, p_flow;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.job_flow_holds_v1(p_queues text[], p_ids bigint[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS TABLE(queue text, id bigint, held_by text)
  LANGUAGE plpgsql
@@ -1943,48 +2011,13 @@ DECLARE
     v_flow drainpipe.queue_flow;
 BEGIN
     FOR v_flow IN SELECT f.* FROM drainpipe.queue_flow f WHERE f.queue = ANY (p_queues) LOOP
-        IF to_regclass('pgmq.' || quote_ident('q_' || v_flow.queue)) IS NULL THEN
-            CONTINUE;
-        END IF;
-        RETURN QUERY EXECUTE format($q$
-            SELECT h.queue, h.id, h.held_by FROM (
-                SELECT %1$L::text AS queue, j.msg_id AS id, CASE
-                    WHEN ($3).ordered AND k.key IS NOT NULL AND EXISTS (
-                             SELECT 1 FROM pgmq.%2$I e
-                              WHERE drainpipe.job_key(e.message -> 'payload') = k.key
-                                AND drainpipe.job_key(e.message -> 'payload') IS NOT NULL
-                                AND e.msg_id < j.msg_id) THEN 'order'
-                    WHEN ($3).concurrency IS NOT NULL AND (
-                             SELECT count(*) FROM pgmq.%2$I l
-                              WHERE l.read_ct > 0 AND l.vt > $2
-                                AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-                         ) >= ($3).concurrency THEN 'concurrency'
-                    WHEN ($3).key_concurrency IS NOT NULL AND k.key IS NOT NULL AND (
-                             SELECT count(*) FROM pgmq.%2$I l
-                              WHERE drainpipe.job_key(l.message -> 'payload') = k.key
-                                AND l.read_ct > 0 AND l.vt > $2
-                                AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-                         ) >= ($3).key_concurrency THEN 'concurrency'
-                    WHEN ($3).rate_count IS NOT NULL AND (
-                             SELECT count(*) FROM drainpipe.flow_claims c
-                              WHERE c.queue = %1$L
-                                AND c.claimed_at > $2 - make_interval(secs => ($3).rate_per)
-                         ) >= ($3).rate_count THEN 'rate'
-                    WHEN ($3).key_rate_count IS NOT NULL AND k.key IS NOT NULL AND (
-                             SELECT count(*) FROM drainpipe.flow_claims c
-                              WHERE c.queue = %1$L AND c.key = k.key
-                                AND c.claimed_at > $2 - make_interval(secs => ($3).key_rate_per)
-                         ) >= ($3).key_rate_count THEN 'rate'
-                    END AS held_by
-                  FROM pgmq.%2$I j
-                 CROSS JOIN LATERAL (SELECT drainpipe.job_key(j.message -> 'payload') AS key) k
-                 WHERE j.msg_id = ANY ($1) AND j.read_ct = 0 AND j.vt <= $2
-            ) h
-            WHERE h.held_by IS NOT NULL
-        $q$, v_flow.queue, 'q_' || v_flow.queue)
-        USING ARRAY(SELECT w.id FROM unnest(p_queues, p_ids) AS w(queue, id)
-                     WHERE w.queue = v_flow.queue),
-              v_now, v_flow;
+        RETURN QUERY
+        SELECT v_flow.queue, x.id, x.held_by
+          FROM drainpipe.job_flow_held(
+                   v_flow,
+                   ARRAY(SELECT w.id FROM unnest(p_queues, p_ids) AS w(queue, id)
+                          WHERE w.queue = v_flow.queue),
+                   v_now) x;
     END LOOP;
 END
 $function$;
@@ -2213,6 +2246,29 @@ AS $function$
            s.oldest_age_seconds,
            EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = s.queue)
       FROM drainpipe.job_queue_stats_v2(p_queues) s
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_stats_v4(p_queues text[])
+ RETURNS SETOF drainpipe.job_queue_stats_v4
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT s.queue, s.ready, s.in_flight, s.delayed, s.dead, s.succeeded, s.cancelled,
+           s.oldest_age_seconds, s.paused,
+           CASE WHEN s.paused THEN
+                    CASE WHEN s.ready > 0 THEN jsonb_build_object('paused', s.ready)
+                         ELSE '{}'::jsonb END
+                WHEN s.ready = 0 THEN '{}'::jsonb
+                ELSE coalesce((
+                    SELECT jsonb_object_agg(h.held_by, h.n)
+                      FROM (SELECT x.held_by, count(*) AS n
+                              FROM drainpipe.queue_flow f
+                             CROSS JOIN LATERAL drainpipe.job_flow_held(f, NULL, clock_timestamp()) x
+                             WHERE f.queue = s.queue
+                             GROUP BY x.held_by) h), '{}'::jsonb)
+           END
+      FROM drainpipe.job_queue_stats_v3(p_queues) s
 $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.job_result_v1(p_queue text, p_id bigint)

@@ -14,6 +14,8 @@ CREATE TYPE drainpipe.job_queue_stats_v2 AS (queue text, ready bigint, in_flight
 
 CREATE TYPE drainpipe.job_queue_stats_v3 AS (queue text, ready bigint, in_flight bigint, delayed bigint, dead bigint, succeeded bigint, cancelled bigint, oldest_age_seconds double precision, paused boolean);
 
+CREATE TYPE drainpipe.job_queue_stats_v4 AS (queue text, ready bigint, in_flight bigint, delayed bigint, dead bigint, succeeded bigint, cancelled bigint, oldest_age_seconds double precision, paused boolean, held jsonb);
+
 CREATE TYPE drainpipe.job_record_v1 AS (id bigint, queue text, state text, attempts integer, max_attempts integer, deadline timestamp with time zone, tenant text, dedupe_key text, enqueued_at timestamp with time zone, eligible_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, last_code text, parent_id bigint, replayed_by bigint, history jsonb);
 
 CREATE TYPE drainpipe.job_row_v1 AS (id bigint, attempts integer, enqueued_at timestamp with time zone, visible_until timestamp with time zone, payload jsonb, max_attempts integer, last_error text);
@@ -1556,6 +1558,62 @@ AS $function$
       ) c
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.job_flow_held(p_flow drainpipe.queue_flow, p_ids bigint[], p_now timestamp with time zone)
+ RETURNS TABLE(id bigint, held_by text)
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    WITH due AS MATERIALIZED (
+        SELECT j.id, drainpipe.job_key(j.payload) AS key
+          FROM drainpipe.job_messages j
+         WHERE j.queue = p_flow.queue AND j.finished_at IS NULL
+           AND j.visible_at <= p_now AND j.attempts < j.max_attempts
+           AND (p_ids IS NULL OR j.id = ANY (p_ids))
+    ),
+    whole AS (
+        SELECT CASE WHEN p_flow.concurrency IS NOT NULL THEN (
+                   SELECT count(*) FROM drainpipe.job_messages l
+                    WHERE l.queue = p_flow.queue AND l.state = 'leased' AND l.visible_at > p_now)
+               END AS leased,
+               CASE WHEN p_flow.rate_count IS NOT NULL THEN (
+                   SELECT count(*) FROM drainpipe.flow_claims c
+                    WHERE c.queue = p_flow.queue
+                      AND c.claimed_at > p_now - make_interval(secs => p_flow.rate_per))
+               END AS claims
+    ),
+    keys AS (
+        SELECT k.key,
+               CASE WHEN p_flow.ordered THEN (
+                   SELECT min(e.id) FROM drainpipe.job_messages e
+                    WHERE e.queue = p_flow.queue AND drainpipe.job_key(e.payload) = k.key
+                      AND drainpipe.job_key(e.payload) IS NOT NULL AND e.finished_at IS NULL)
+               END AS first_id,
+               CASE WHEN p_flow.key_concurrency IS NOT NULL THEN (
+                   SELECT count(*) FROM drainpipe.job_messages l
+                    WHERE l.queue = p_flow.queue AND drainpipe.job_key(l.payload) = k.key
+                      AND l.state = 'leased' AND l.visible_at > p_now)
+               END AS leased,
+               CASE WHEN p_flow.key_rate_count IS NOT NULL THEN (
+                   SELECT count(*) FROM drainpipe.flow_claims c
+                    WHERE c.queue = p_flow.queue AND c.key = k.key
+                      AND c.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per))
+               END AS claims
+          FROM (SELECT DISTINCT d.key FROM due d WHERE d.key IS NOT NULL) k
+    )
+    SELECT h.id, h.held_by FROM (
+        SELECT d.id, CASE
+                   WHEN k.first_id < d.id THEN 'order'
+                   WHEN w.leased >= p_flow.concurrency OR k.leased >= p_flow.key_concurrency
+                       THEN 'concurrency'
+                   WHEN w.claims >= p_flow.rate_count OR k.claims >= p_flow.key_rate_count
+                       THEN 'rate'
+               END AS held_by
+          FROM due d CROSS JOIN whole w LEFT JOIN keys k ON k.key = d.key
+    ) h
+    WHERE h.held_by IS NOT NULL
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.job_flow_holds_v1(p_queues text[], p_ids bigint[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS TABLE(queue text, id bigint, held_by text)
  LANGUAGE plpgsql
@@ -1564,42 +1622,17 @@ CREATE OR REPLACE FUNCTION drainpipe.job_flow_holds_v1(p_queues text[], p_ids bi
 AS $function$
 DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_flow drainpipe.queue_flow;
 BEGIN
-    RETURN QUERY
-    SELECT h.queue, h.id, h.held_by FROM (
-        SELECT j.queue, j.id, CASE
-            WHEN f.ordered AND k.key IS NOT NULL AND EXISTS (
-                     SELECT 1 FROM drainpipe.job_messages e
-                      WHERE e.queue = j.queue AND drainpipe.job_key(e.payload) = k.key
-                        AND drainpipe.job_key(e.payload) IS NOT NULL
-                        AND e.finished_at IS NULL AND e.id < j.id) THEN 'order'
-            WHEN f.concurrency IS NOT NULL AND (
-                     SELECT count(*) FROM drainpipe.job_messages l
-                      WHERE l.queue = j.queue AND l.state = 'leased' AND l.visible_at > v_now
-                 ) >= f.concurrency THEN 'concurrency'
-            WHEN f.key_concurrency IS NOT NULL AND k.key IS NOT NULL AND (
-                     SELECT count(*) FROM drainpipe.job_messages l
-                      WHERE l.queue = j.queue AND drainpipe.job_key(l.payload) = k.key
-                        AND l.state = 'leased' AND l.visible_at > v_now
-                 ) >= f.key_concurrency THEN 'concurrency'
-            WHEN f.rate_count IS NOT NULL AND (
-                     SELECT count(*) FROM drainpipe.flow_claims c
-                      WHERE c.queue = j.queue
-                        AND c.claimed_at > v_now - make_interval(secs => f.rate_per)
-                 ) >= f.rate_count THEN 'rate'
-            WHEN f.key_rate_count IS NOT NULL AND k.key IS NOT NULL AND (
-                     SELECT count(*) FROM drainpipe.flow_claims c
-                      WHERE c.queue = j.queue AND c.key = k.key
-                        AND c.claimed_at > v_now - make_interval(secs => f.key_rate_per)
-                 ) >= f.key_rate_count THEN 'rate'
-            END AS held_by
-          FROM unnest(p_queues, p_ids) AS w(queue, id)
-          JOIN drainpipe.queue_flow f ON f.queue = w.queue
-          JOIN drainpipe.job_messages j ON j.id = w.id AND j.queue = w.queue
-         CROSS JOIN LATERAL (SELECT drainpipe.job_key(j.payload) AS key) k
-         WHERE j.state = 'queued' AND j.finished_at IS NULL AND j.visible_at <= v_now
-    ) h
-    WHERE h.held_by IS NOT NULL;
+    FOR v_flow IN SELECT f.* FROM drainpipe.queue_flow f WHERE f.queue = ANY (p_queues) LOOP
+        RETURN QUERY
+        SELECT v_flow.queue, x.id, x.held_by
+          FROM drainpipe.job_flow_held(
+                   v_flow,
+                   ARRAY(SELECT w.id FROM unnest(p_queues, p_ids) AS w(queue, id)
+                          WHERE w.queue = v_flow.queue),
+                   v_now) x;
+    END LOOP;
 END
 $function$;
 
@@ -1965,6 +1998,29 @@ AS $function$
            s.oldest_age_seconds,
            EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = s.queue)
       FROM drainpipe.job_queue_stats_v2(p_queues) s
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_stats_v4(p_queues text[])
+ RETURNS SETOF drainpipe.job_queue_stats_v4
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT s.queue, s.ready, s.in_flight, s.delayed, s.dead, s.succeeded, s.cancelled,
+           s.oldest_age_seconds, s.paused,
+           CASE WHEN s.paused THEN
+                    CASE WHEN s.ready > 0 THEN jsonb_build_object('paused', s.ready)
+                         ELSE '{}'::jsonb END
+                WHEN s.ready = 0 THEN '{}'::jsonb
+                ELSE coalesce((
+                    SELECT jsonb_object_agg(h.held_by, h.n)
+                      FROM (SELECT x.held_by, count(*) AS n
+                              FROM drainpipe.queue_flow f
+                             CROSS JOIN LATERAL drainpipe.job_flow_held(f, NULL, clock_timestamp()) x
+                             WHERE f.queue = s.queue
+                             GROUP BY x.held_by) h), '{}'::jsonb)
+           END
+      FROM drainpipe.job_queue_stats_v3(p_queues) s
 $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.job_records_at(p_queue text, p_state text, p_tenant text, p_limit integer, p_before_id bigint, p_id bigint, p_now timestamp with time zone)

@@ -78,7 +78,7 @@ def test_every_operation_module_contributes_statements() -> None:
         "retry_dead_jobs_v2",
         "audited_replay_job_v2",
         "list_management_audit_v2",
-        "job_queue_stats_v3",
+        "job_queue_stats_v4",  # with the held counts (jobs 0018)
     }
 
 

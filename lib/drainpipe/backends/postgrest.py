@@ -295,7 +295,7 @@ class PostgrestBackend:
     # -- stats and dead letters -------------------------------------------------------------
 
     async def stats(self, queues: Sequence[str]) -> dict[str, QueueStats]:
-        return rows.stats(self.schema, await self.rpc("stats_v3", {"queues": list(queues)}))
+        return rows.stats(self.schema, await self.rpc("stats_v4", {"queues": list(queues)}))
 
     # -- pause (docs/policies.md#pause) --------------------------------------------------
 
