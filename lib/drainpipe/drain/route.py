@@ -397,7 +397,8 @@ class DrainRoute:
         except Exception:
             log.warning("drainpipe: could not tell whether work is left", exc_info=True)
             return True  # the deadline stopped us while claims still returned work
-        return any(stat.ready > 0 and not stat.paused for stat in stats.values())
+        # held jobs (paused, or over a flow limit) are not work another call could do now
+        return any(stat.ready > sum(stat.held.values()) for stat in stats.values())
 
     async def _monitor(self, name: str, *args: Any) -> Any:
         hook = getattr(self.monitor, name, None) if self.monitor is not None else None
