@@ -1871,6 +1871,53 @@ AS $function$
                 ELSE 0 END
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_due(p_queue text, p_now timestamp with time zone)
+ RETURNS bigint
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT count(*) FROM drainpipe.job_messages j
+     WHERE j.queue = p_queue AND j.finished_at IS NULL
+       AND j.visible_at <= p_now AND j.attempts < j.max_attempts
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_holds_v1(p_queues text[])
+ RETURNS TABLE(queue text, paused boolean, held jsonb)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_queue text;
+    v_due bigint;
+    v_flow drainpipe.queue_flow;
+BEGIN
+    FOREACH v_queue IN ARRAY p_queues LOOP
+        PERFORM drainpipe.assert_queue_name(v_queue);
+        queue := v_queue;
+        paused := EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = v_queue);
+        held := '{}'::jsonb;
+        IF paused THEN
+            v_due := drainpipe.job_queue_due(v_queue, v_now);
+            IF v_due > 0 THEN
+                held := jsonb_build_object('paused', v_due);
+            END IF;
+        ELSE
+            SELECT f.* INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = v_queue;
+            IF FOUND THEN
+                SELECT coalesce(jsonb_object_agg(h.held_by, h.n), '{}'::jsonb) INTO held
+                  FROM (SELECT x.held_by, count(*) AS n
+                          FROM drainpipe.job_flow_held(v_flow, NULL, v_now) x
+                         GROUP BY x.held_by) h;
+            END IF;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.job_queue_overview_v1(p_queues text[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS TABLE(queue text, counts jsonb, ready bigint, oldest_ready_age_s double precision, paused boolean, series jsonb)
  LANGUAGE plpgsql

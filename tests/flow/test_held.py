@@ -15,6 +15,7 @@ from drainpipe import Jobs, QueuePolicy, QueueStats, Rate
 from drainpipe.backends.postgrest import PostgrestBackend
 from drainpipe.models import held_counts
 from drainpipe.sync import Jobs as SyncJobs
+from drainpipe.testing import MemoryBackend
 from tests.jobs.postgrest_emulation import BASE, SERVICE_KEY, postgrest_emulation
 
 QUEUES: dict[str, Any] = {
@@ -116,3 +117,49 @@ def test_held_counts_are_read_only_and_checked() -> None:
     for bad in ({"waiting": 1}, {"rate": -1}, {"rate": True}, {"rate": 1.5}, [1]):
         with pytest.raises(ValueError, match="held counts"):
             held_counts(bad)
+
+
+async def noop(payload: Any, job: Any) -> None:
+    return None
+
+
+HANDLERS = {queue: noop for queue in QUEUES}
+
+
+async def test_the_drain_report_shows_held_counts_of_the_queues_that_gave_no_work(
+    jobs_db_url: str,
+) -> None:
+    async with Jobs(jobs_db_url, QUEUES, policies=POLICIES) as jobs:
+        await fill(jobs)
+        result = await jobs.drain_route(secret="s" * 32, handlers=HANDLERS, budget=5).run()
+    # plain and ledger ran their jobs; every other queue gave no work: its held jobs
+    assert result["queues"]["plain"] == {"succeeded": 1, "failed": 0}
+    # ordered: each of acct's jobs runs once the one before it finished
+    assert result["queues"]["ledger"] == {"succeeded": 4, "failed": 0}
+    assert result["paused"] == ["stopped"]
+    assert result["held"] == {
+        "keyed": {"concurrency": 1},
+        "llm": {"concurrency": 2},
+        "slow": {"rate": 1},
+        "stopped": {"paused": 2},
+    }
+    assert result["more"] is False
+
+
+async def test_postgrest_drain_reports_and_memory_falls_back_to_paused(jobs_db_url: str) -> None:
+    async with Jobs(jobs_db_url, QUEUES, policies=POLICIES) as jobs:
+        await fill(jobs)
+    async with (
+        postgrest_emulation(jobs_db_url) as (server, _),
+        PostgrestBackend(BASE, SERVICE_KEY) as backend,
+    ):
+        route = Jobs(backend, QUEUES).drain_route(secret="s" * 32, handlers=HANDLERS, budget=5)
+        result = await route.run()
+        assert "queue_holds_v1" in {call[0] for call in server.calls()}
+    assert result["held"]["llm"] == {"concurrency": 2}
+    assert result["held"]["stopped"] == {"paused": 2} and result["paused"] == ["stopped"]
+    memory = Jobs(MemoryBackend(), QUEUES)
+    await memory.enqueue("stopped", {"n": 1})
+    await memory.pause("stopped")
+    report = await memory.drain_route(secret="s" * 32, handlers=HANDLERS, budget=5).run()
+    assert report["paused"] == ["stopped"] and "held" not in report

@@ -20,7 +20,7 @@ object per call.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -317,6 +317,17 @@ class SupportsFlowHolds(Protocol):
 
     async def flow_holds(self, jobs: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:
         """``(queue, id) -> "order" | "concurrency" | "rate"`` for the held ones."""
+        ...
+
+
+@runtime_checkable
+class SupportsQueueHolds(Protocol):
+    """The drain route's report on its idle queues (docs/flow-control.md#what-held-means)."""
+
+    async def queue_holds(
+        self, queues: Sequence[str]
+    ) -> tuple[set[str], dict[str, Mapping[str, int]]]:
+        """(the paused ones of ``queues``, ``QueueStats.held`` of those with held jobs)."""
         ...
 
 

@@ -309,6 +309,13 @@ class PostgrestBackend:
         data = await self.rpc("paused_v1", {"queues": list(queues)})
         return rows.names(self.schema, "paused_v1", data)
 
+    async def queue_holds(
+        self, queues: Sequence[str]
+    ) -> tuple[set[str], dict[str, Mapping[str, int]]]:
+        """Paused queues and held counts for the drain route's report (rest-api 0011)."""
+        data = await self.rpc("queue_holds_v1", {"queues": list(queues)})
+        return rows.queue_holds(self.schema, data)
+
     async def flow_holds(self, jobs: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:
         """Why each held one of ``jobs`` (queued, of limited queues) is held (rest-api 0008)."""
         data = await self.rpc(

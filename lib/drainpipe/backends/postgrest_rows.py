@@ -7,6 +7,7 @@ a wrong value taken at face value.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -169,6 +170,20 @@ def claimed(schema: str, queue: str, data: Any, fn: str = "claim_v1") -> list[Jo
         except (TypeError, ValueError) as exc:
             raise malformed(schema, fn, f"job rows ({exc})", row) from None
     return jobs
+
+
+def queue_holds(schema: str, data: Any) -> tuple[set[str], dict[str, Mapping[str, int]]]:
+    """``queue_holds_v1``'s ``{"paused": [queue, ...], "held": {queue: {reason: n}}}``."""
+    try:
+        paused = data["paused"]
+        held = {queue: held_counts(counts) for queue, counts in data["held"].items()}
+        if not (isinstance(paused, list) and all(isinstance(q, str) for q in paused)):
+            raise TypeError("paused")
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise malformed(
+            schema, "queue_holds_v1", '{"paused": [...], "held": {...}}', data
+        ) from None
+    return set(paused), {queue: counts for queue, counts in held.items() if counts}
 
 
 def stats(schema: str, data: Any) -> dict[str, QueueStats]:

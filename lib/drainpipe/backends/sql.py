@@ -8,7 +8,7 @@ them on the async :class:`~drainpipe.db.Database`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
@@ -383,6 +383,12 @@ class SqlQueueBackend:
     async def flow_holds(self, jobs: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:
         rows = await self.db.fetch(pause_ops.FLOW_HOLDS, pause_ops.flow_holds_params(jobs))
         return pause_ops.parse_flow_holds(rows)
+
+    async def queue_holds(
+        self, queues: Sequence[str]
+    ) -> tuple[set[str], dict[str, Mapping[str, int]]]:
+        rows = await self.db.fetch(pause_ops.QUEUE_HOLDS, pause_ops.paused_params(queues))
+        return pause_ops.parse_queue_holds(rows)
 
     # -- schedules (drain scheduler; pg_cron answers through the same functions) ----------
 

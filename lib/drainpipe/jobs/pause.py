@@ -9,15 +9,18 @@ claimer (workers, drains, the executor app, PostgREST, SQL); enqueues go on. Mix
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ..backends.capabilities import SupportsFlowHolds, SupportsPause, lacking
+from ..backends.capabilities import SupportsFlowHolds, SupportsPause, SupportsQueueHolds, lacking
 from ..models import JobRecord
 
 if TYPE_CHECKING:
     from ..backends import QueueBackend
+
+log = logging.getLogger("drainpipe.drain")
 
 #: ``JobRecord.held_by`` of a queued job whose queue is paused
 HELD_BY_PAUSE = "paused"
@@ -77,6 +80,22 @@ def with_flow_holds(records: list[JobRecord], holds: dict[tuple[str, int], str])
         else record
         for record in records
     ]
+
+
+async def idle_holds(backend: Any, idle: list[str]) -> tuple[list[str], dict[str, dict[str, int]]]:
+    """The drain route's report on the queues that gave it no work: the paused ones and the
+    held counts of those with held jobs (``QueueStats.held``), in one round trip, only when
+    a queue gave none. A failure is logged and reported as nothing held: the report is
+    about work done."""
+    try:
+        if idle and isinstance(backend, SupportsQueueHolds):
+            paused, held = await backend.queue_holds(idle)
+            return sorted(paused), {queue: dict(n) for queue, n in sorted(held.items())}
+        if idle and isinstance(backend, SupportsPause):
+            return sorted(await backend.paused(idle)), {}
+    except Exception:
+        log.warning("drainpipe: could not tell which queues are paused", exc_info=True)
+    return [], {}
 
 
 class PauseMixin:

@@ -67,3 +67,24 @@ BEGIN
     USING p_ids, p_now, p_flow;
 END
 $$;
+
+-- The table's job_queue_due (see there) over the queue's pgmq table.
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_due(p_queue text, p_now timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_due bigint;
+BEGIN
+    IF to_regclass('pgmq.' || quote_ident('q_' || p_queue)) IS NULL THEN
+        RETURN 0;
+    END IF;
+    EXECUTE format('SELECT count(*) FROM pgmq.%I j
+                     WHERE j.vt <= $1
+                       AND j.read_ct < coalesce((j.message ->> ''max_attempts'')::integer, 5)',
+                   'q_' || p_queue)
+       INTO v_due USING p_now;
+    RETURN v_due;
+END
+$$;

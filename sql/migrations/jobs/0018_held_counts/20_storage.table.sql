@@ -63,3 +63,15 @@ AS $$
     ) h
     WHERE h.held_by IS NOT NULL
 $$;
+
+-- How many jobs of p_queue are due at p_now (job_flow_held's "due"; job_queue_stats' ready):
+-- the held count of a paused queue in job_queue_holds_v1. Through the claim's own range.
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_due(p_queue text, p_now timestamptz)
+RETURNS bigint
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT count(*) FROM drainpipe.job_messages j
+     WHERE j.queue = p_queue AND j.finished_at IS NULL
+       AND j.visible_at <= p_now AND j.attempts < j.max_attempts
+$$;

@@ -62,3 +62,42 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- The drain route's report on the queues that gave it no work: whether each is paused and
+-- its held counts as job_queue_stats_v4 has them, without the rest of the stats (the
+-- finished records are not counted): a primary-key probe for a queue neither paused nor
+-- limited, the due jobs counted for a paused one, job_flow_held for a limited one.
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_holds_v1(p_queues text[])
+RETURNS TABLE (queue text, paused boolean, held jsonb)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_queue text;
+    v_due bigint;
+    v_flow drainpipe.queue_flow;
+BEGIN
+    FOREACH v_queue IN ARRAY p_queues LOOP
+        PERFORM drainpipe.assert_queue_name(v_queue);
+        queue := v_queue;
+        paused := EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = v_queue);
+        held := '{}'::jsonb;
+        IF paused THEN
+            v_due := drainpipe.job_queue_due(v_queue, v_now);
+            IF v_due > 0 THEN
+                held := jsonb_build_object('paused', v_due);
+            END IF;
+        ELSE
+            SELECT f.* INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = v_queue;
+            IF FOUND THEN
+                SELECT coalesce(jsonb_object_agg(h.held_by, h.n), '{}'::jsonb) INTO held
+                  FROM (SELECT x.held_by, count(*) AS n
+                          FROM drainpipe.job_flow_held(v_flow, NULL, v_now) x
+                         GROUP BY x.held_by) h;
+            END IF;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
