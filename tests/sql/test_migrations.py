@@ -119,8 +119,10 @@ INTERNAL_FUNCTIONS = {
     "debounce_job",
     "job_messages_flow_room",
     "job_messages_flow_pick",
-    # held counts (jobs 0018): called by job_queue_stats_v4 and job_flow_holds_v1 only
+    # held counts (jobs 0018): called by job_queue_stats_v4, job_flow_holds_v1 and
+    # job_queue_holds_v1 only
     "job_flow_held",
+    "job_queue_due",
 }
 
 # what release 0 (0.1.0) shipped; later modules have no release-0 state to upgrade from
