@@ -9,6 +9,7 @@ import asyncio
 from collections import Counter
 from typing import Any
 
+import httpx
 import pytest
 
 from drainpipe import Jobs, QueuePolicy, QueueStats, Rate
@@ -16,6 +17,7 @@ from drainpipe.backends.postgrest import PostgrestBackend
 from drainpipe.models import held_counts
 from drainpipe.sync import Jobs as SyncJobs
 from drainpipe.testing import MemoryBackend
+from tests.admin.conftest import VIEWER, bearer, make_app
 from tests.jobs.postgrest_emulation import BASE, SERVICE_KEY, postgrest_emulation
 
 QUEUES: dict[str, Any] = {
@@ -163,3 +165,15 @@ async def test_postgrest_drain_reports_and_memory_falls_back_to_paused(jobs_db_u
     await memory.pause("stopped")
     report = await memory.drain_route(secret="s" * 32, handlers=HANDLERS, budget=5).run()
     assert report["paused"] == ["stopped"] and "held" not in report
+
+
+async def test_the_console_overview_shows_what_flow_limits_hold(jobs_db_url: str) -> None:
+    async with Jobs(jobs_db_url, QUEUES, policies=POLICIES) as jobs:
+        await fill(jobs)
+        app = make_app(jobs)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://inbox") as http:
+            answer = await http.get("/queues", headers=bearer(VIEWER))
+        assert answer.status_code == 200, answer.text
+        held = {entry["queue"]: entry["held"] for entry in answer.json()["data"]}
+        assert held == EXPECTED  # what stats() says, the paused queue's included
