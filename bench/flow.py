@@ -15,6 +15,8 @@ Per storage (pgmq, table), each on a fresh database dropped at the end:
 * ``processing``: ``drain`` (4 lanes, batches of 10, a no-op handler) of ``--jobs`` jobs on
   a queue with ``QueuePolicy(concurrency=10000)`` (never binding) against ``QueuePolicy()``
   and against no policy at all; rounds interleave, ratios are per round.
+* ``stats`` (asked for by name): ``stats()`` with the held counts against without them, on
+  the backlog's limited queue, and the drain report's held lookup on it.
 * ``rate``: ``Rate(100, per=1)``, 8 claimers on their own pools claiming batches of 10 and
   completing them at once for ``--seconds``; reported: claims per second over the run and
   the most claims any 1 s window held (from the attempts' start times the claim stamped).
@@ -196,6 +198,63 @@ async def processing(backend: str, jobs_count: int, rounds: int) -> list[Row]:
     return rows
 
 
+def held_stats(backend: str, count: int, samples: int) -> list[Row]:
+    """``stats()`` with held counts (jobs 0018) against the same counts without them
+    (``job_queue_stats_v3``), on a backlog over 10,000 keys with half the keys held by
+    ``key_concurrency=1``; and the drain report's ``job_queue_holds_v1`` on it."""
+    name, url = asyncio.run(fresh(backend))
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(
+                "SELECT drainpipe.ensure_queue_flow_v1('limited', NULL, 1, NULL, NULL, NULL,"
+                " NULL, false)"
+            )
+            fill(conn, backend, "limited", count)
+            conn.execute("VACUUM ANALYZE" if backend == "table" else "ANALYZE")
+            conn.execute(
+                "SELECT count(*) FROM drainpipe.claim_jobs_v1('limited', 3600, %s)", (KEYS // 2,)
+            )
+            calls = {
+                "v3": "SELECT * FROM drainpipe.job_queue_stats_v3(ARRAY['limited'])",
+                "v4": "SELECT * FROM drainpipe.job_queue_stats_v4(ARRAY['limited'])",
+                "holds": "SELECT * FROM drainpipe.job_queue_holds_v1(ARRAY['limited'])",
+            }
+            held = conn.execute(calls["v4"]).fetchone()
+            assert held is not None
+            times: dict[str, list[float]] = {kind: [] for kind in calls}
+            for i in range(samples):
+                for kind in list(calls)[i % 3 :] + list(calls)[: i % 3]:
+                    started = time.perf_counter()
+                    conn.execute(calls[kind]).fetchall()
+                    times[kind].append(time.perf_counter() - started)
+        p50 = {kind: statistics.median(values) * 1000 for kind, values in times.items()}
+        print(
+            f"{backend:6} stats over {count:,} queued, half the keys held: v4 {p50['v4']:.1f} ms,"
+            f" v3 {p50['v3']:.1f} ms, holds {p50['holds']:.1f} ms; held {held[-1]}"
+        )
+        note = f"p50 of {samples} interleaved; held counts {held[-1]}"
+        return [
+            Row(
+                metric=f"stats() p50, {count:,} queued over 10,000 keys, half held",
+                system=f"{backend} with held counts",
+                baseline=f"{backend} without",
+                ratio=round(p50["v4"] / p50["v3"], 2),
+                value=round(p50["v4"], 1),
+                unit="ms",
+                note=f"time ratio (lower is better); without: {p50['v3']:.1f} ms; {note}",
+            ),
+            Row(
+                metric=f"drain report's holds p50, {count:,} queued over 10,000 keys, half held",
+                system=backend,
+                value=round(p50["holds"], 1),
+                unit="ms",
+                note=note,
+            ),
+        ]
+    finally:
+        asyncio.run(drop(name))
+
+
 def rate_windows(times: list[float]) -> tuple[float, list[int], int]:
     """The claims' start times (sorted) → (claims per second over the whole seconds from
     the first claim, the count of each of those seconds, the most in any 1 s window).
@@ -299,6 +358,8 @@ def main(argv: list[str]) -> int:
             rows.extend(asyncio.run(processing(backend, args.jobs, args.rounds)))
         if "rate" in parts:
             rows.append(asyncio.run(rate(backend, args.seconds)))
+        if "stats" in parts:  # not in the default parts: python -m bench.flow --parts stats
+            rows.extend(held_stats(backend, args.backlog, args.samples))
     if args.record:
         print(append_run("bench.flow", rows))
     return 0
