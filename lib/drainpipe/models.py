@@ -227,16 +227,15 @@ def _replay_report(replayed: dict[int, int], refused: dict[int, str], count: int
 
 #: the reasons ``QueueStats.held`` and ``JobRecord.held_by`` name (docs/flow-control.md)
 HELD_REASONS = ("paused", "order", "concurrency", "rate")
-_EMPTY_HELD: Mapping[str, int] = MappingProxyType({})
 
 
-def held_counts(raw: Any) -> Mapping[str, int]:
+def held_counts(raw: Any) -> dict[str, int]:
     """``QueueStats.held`` from what a storage answered (a mapping of reason to count, or
-    JSON text of one; None for none): read-only, the zero counts left out. A reason
-    outside :data:`HELD_REASONS` or a count that is not a whole number >= 0 raises
-    ``ValueError`` (a storage speaking another version)."""
+    JSON text of one; None for none), the zero counts left out. A reason outside
+    :data:`HELD_REASONS` or a count that is not a whole number >= 0 raises ``ValueError``
+    (a storage speaking another version)."""
     if raw is None:
-        return _EMPTY_HELD
+        return {}
     if isinstance(raw, str | bytes):
         raw = json.loads(raw)
     if not isinstance(raw, Mapping):
@@ -249,7 +248,7 @@ def held_counts(raw: Any) -> Mapping[str, int]:
             raise ValueError(f"held counts: {reason!r} is negative")
         if count:
             counts[reason] = count
-    return MappingProxyType(counts) if counts else _EMPTY_HELD
+    return counts
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,8 +271,8 @@ class QueueStats:
     succeeded: int = 0
     cancelled: int = 0
     paused: bool = False
-    #: a read-only mapping (so the frozen stats stay hashable, held left out of the hash)
-    held: Mapping[str, int] = field(default_factory=lambda: _EMPTY_HELD, hash=False)
+    #: a plain dict (JSON and ``asdict`` take it as it is), left out of the stats' hash
+    held: dict[str, int] = field(default_factory=dict, hash=False)
 
 
 @dataclass(slots=True)

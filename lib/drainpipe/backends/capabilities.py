@@ -20,7 +20,7 @@ object per call.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -326,7 +326,7 @@ class SupportsQueueHolds(Protocol):
 
     async def queue_holds(
         self, queues: Sequence[str]
-    ) -> tuple[set[str], dict[str, Mapping[str, int]]]:
+    ) -> tuple[set[str], dict[str, dict[str, int]]]:
         """(the paused ones of ``queues``, ``QueueStats.held`` of those with held jobs)."""
         ...
 

@@ -7,7 +7,6 @@ a wrong value taken at face value.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -172,7 +171,7 @@ def claimed(schema: str, queue: str, data: Any, fn: str = "claim_v1") -> list[Jo
     return jobs
 
 
-def queue_holds(schema: str, data: Any) -> tuple[set[str], dict[str, Mapping[str, int]]]:
+def queue_holds(schema: str, data: Any) -> tuple[set[str], dict[str, dict[str, int]]]:
     """``queue_holds_v1``'s ``{"paused": [queue, ...], "held": {queue: {reason: n}}}``."""
     try:
         paused = data["paused"]

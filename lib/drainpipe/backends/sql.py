@@ -8,7 +8,7 @@ them on the async :class:`~drainpipe.db.Database`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
@@ -386,7 +386,7 @@ class SqlQueueBackend:
 
     async def queue_holds(
         self, queues: Sequence[str]
-    ) -> tuple[set[str], dict[str, Mapping[str, int]]]:
+    ) -> tuple[set[str], dict[str, dict[str, int]]]:
         rows = await self.db.fetch(pause_ops.QUEUE_HOLDS, pause_ops.paused_params(queues))
         return pause_ops.parse_queue_holds(rows)
 

@@ -5,7 +5,7 @@ bulk call rows. Metadata only, as every Job Inbox statement. See :mod:`drainpipe
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -34,7 +34,7 @@ class QueueOverview:
     paused: bool
     series: list[dict[str, Any]]
     #: what its flow limits hold (``QueueStats.held`` of a running queue; jobs 0018)
-    held: Mapping[str, int] = field(default_factory=dict)
+    held: dict[str, int] = field(default_factory=dict)
 
 
 def overview_params(queues: Sequence[str], now: datetime | None) -> Params:

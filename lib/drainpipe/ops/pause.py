@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from ..models import held_counts
 from ._types import Params, Row
@@ -43,7 +43,7 @@ def parse_flow_holds(rows: list[Row]) -> dict[tuple[str, int], str]:
     return {(str(row[0]), int(row[1])): str(row[2]) for row in rows}
 
 
-def parse_queue_holds(rows: list[Row]) -> tuple[set[str], dict[str, Mapping[str, int]]]:
+def parse_queue_holds(rows: list[Row]) -> tuple[set[str], dict[str, dict[str, int]]]:
     """Rows ``(queue, paused, held)`` → (the paused queues, the held counts of the queues
     that have held jobs)."""
     paused = {str(row[0]) for row in rows if row[1]}
