@@ -178,3 +178,15 @@ async def test_the_console_overview_shows_what_flow_limits_hold(jobs_db_url: str
         assert answer.status_code == 200, answer.text
         held = {entry["queue"]: entry["held"] for entry in answer.json()["data"]}
         assert held == EXPECTED  # what stats() says, the paused queue's included
+
+
+async def test_held_jobs_are_not_work_left_for_the_drain_route(jobs_db_url: str) -> None:
+    # "more" asks stats() about the queues the deadline cut short: their held jobs are not
+    # work another call could do now, their free ones are
+    async with Jobs(jobs_db_url, QUEUES, policies=POLICIES) as jobs:
+        await fill(jobs)
+        route = jobs.drain_route(secret="s" * 32, handlers=HANDLERS, budget=5)
+        for queue in ("llm", "slow", "keyed", "stopped"):
+            assert await route._has_ready([queue]) is False, queue
+        assert await route._has_ready(["ledger"]) is True  # acct's head and other are free
+        assert await route._has_ready(["llm", "plain"]) is True
