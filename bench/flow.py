@@ -15,6 +15,8 @@ Per storage (pgmq, table), each on a fresh database dropped at the end:
 * ``processing``: ``drain`` (4 lanes, batches of 10, a no-op handler) of ``--jobs`` jobs on
   a queue with ``QueuePolicy(concurrency=10000)`` (never binding) against ``QueuePolicy()``
   and against no policy at all; rounds interleave, ratios are per round.
+* ``stats`` (asked for by name): ``stats()`` with the held counts against without them, on
+  the backlog's limited queue, and the drain report's held lookup on it.
 * ``rate``: ``Rate(100, per=1)``, 8 claimers on their own pools claiming batches of 10 and
   completing them at once for ``--seconds``; reported: claims per second over the run and
   the most claims any 1 s window held (from the attempts' start times the claim stamped).
@@ -196,6 +198,82 @@ async def processing(backend: str, jobs_count: int, rounds: int) -> list[Row]:
     return rows
 
 
+def held_stats(backend: str, count: int, samples: int) -> list[Row]:
+    """``stats()`` with held counts (jobs 0018) against the same counts without them
+    (``job_queue_stats_v3``), on a backlog over 10,000 keys with half the keys held by
+    ``key_concurrency=1``; and the drain report's ``job_queue_holds_v1`` on it."""
+    name, url = asyncio.run(fresh(backend))
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(
+                "SELECT drainpipe.ensure_queue_flow_v1('limited', NULL, 1, NULL, NULL, NULL,"
+                " NULL, false)"
+            )
+            fill(conn, backend, "limited", count)
+            conn.execute("VACUUM ANALYZE" if backend == "table" else "ANALYZE")
+            conn.execute(
+                "SELECT count(*) FROM drainpipe.claim_jobs_v1('limited', 3600, %s)", (KEYS // 2,)
+            )
+            calls = {
+                "v3": "SELECT * FROM drainpipe.job_queue_stats_v3(ARRAY['limited'])",
+                "v4": "SELECT * FROM drainpipe.job_queue_stats_v4(ARRAY['limited'])",
+                "holds": "SELECT * FROM drainpipe.job_queue_holds_v1(ARRAY['limited'])",
+            }
+            held = conn.execute(calls["v4"]).fetchone()
+            assert held is not None
+            times: dict[str, list[float]] = {kind: [] for kind in calls}
+            for i in range(samples):
+                for kind in list(calls)[i % 3 :] + list(calls)[: i % 3]:
+                    started = time.perf_counter()
+                    conn.execute(calls[kind]).fetchall()
+                    times[kind].append(time.perf_counter() - started)
+        p50 = {kind: statistics.median(values) * 1000 for kind, values in times.items()}
+        print(
+            f"{backend:6} stats over {count:,} queued, half the keys held: v4 {p50['v4']:.1f} ms,"
+            f" v3 {p50['v3']:.1f} ms, holds {p50['holds']:.1f} ms; held {held[-1]}"
+        )
+        return [
+            Row(
+                metric=f"stats() p50, {count:,} queued over 10,000 keys, half held",
+                system=f"{backend} with held counts",
+                baseline=f"{backend} without",
+                ratio=round(p50["v4"] / p50["v3"], 2),
+                value=round(p50["v4"], 1),
+                unit="ms",
+                note=f"time ratio (lower is better); without: {p50['v3']:.1f} ms; the drain"
+                f" report's holds alone: {p50['holds']:.1f} ms; p50 of {samples} interleaved;"
+                f" held counts {held[-1]}",
+            )
+        ]
+    finally:
+        asyncio.run(drop(name))
+
+
+def rate_windows(times: list[float]) -> tuple[float, list[int], int]:
+    """The claims' start times (sorted) → (claims per second over the whole seconds from
+    the first claim, the count of each of those seconds, the most in any 1 s window).
+
+    Only whole seconds count: a sliding window lets a run of s seconds start up to n claims
+    at its first instant and n more every second after, so claims over (last - first) read
+    above the rate by one burst (the 20 s runs read 103-104/s that way)."""
+    if not times:
+        return 0.0, [], 0
+    first = times[0]
+    whole = int(times[-1] - first)
+    bins = [0] * whole
+    for t in times:
+        i = int(t - first)
+        if i < whole:
+            bins[i] += 1
+    worst = 0
+    j = 0
+    for i, start in enumerate(times):
+        while j < len(times) and times[j] < start + 1.0:
+            j += 1
+        worst = max(worst, j - i)
+    return (sum(bins) / whole if whole else 0.0), bins, worst
+
+
 async def rate(backend: str, seconds: float) -> Row:
     name, url = await fresh(backend)
     policy = QueuePolicy(max_pending=BIG, rate=Rate(100, per=1))
@@ -232,16 +310,10 @@ async def rate(backend: str, seconds: float) -> Row:
                 )
             ).fetchall()
         times = [r[0] for r in rows if r[0] is not None]
-        span = times[-1] - times[0]
-        achieved = (len(times) - 1) / span if span > 0 else 0.0
-        worst = 0
-        j = 0
-        for i, start in enumerate(times):
-            while j < len(times) and times[j] < start + 1.0:
-                j += 1
-            worst = max(worst, j - i)
+        achieved, bins, worst = rate_windows(times)
         print(
-            f"{backend:6} rate Rate(100, per=1), 8 claimers, {seconds:.0f} s: {achieved:.1f}/s,"
+            f"{backend:6} rate Rate(100, per=1), 8 claimers, {seconds:.0f} s: {achieved:.1f}/s"
+            f" over {len(bins)} whole seconds (each {min(bins, default=0)}-{max(bins, default=0)}),"
             f" at most {worst} in any 1 s window, {len(times)} claims"
         )
         return Row(
@@ -249,7 +321,9 @@ async def rate(backend: str, seconds: float) -> Row:
             system=backend,
             value=round(achieved, 1),
             unit="claims/s",
-            note=f"at most {worst} claims in any 1 s window; {len(times)} claims",
+            note=f"{len(bins)} whole seconds from the first claim held"
+            f" {min(bins, default=0)}-{max(bins, default=0)} each; at most {worst} in any"
+            f" 1 s window; {len(times)} claims",
         )
     finally:
         await drop(name)
@@ -278,6 +352,8 @@ def main(argv: list[str]) -> int:
             rows.extend(asyncio.run(processing(backend, args.jobs, args.rounds)))
         if "rate" in parts:
             rows.append(asyncio.run(rate(backend, args.seconds)))
+        if "stats" in parts:  # not in the default parts: python -m bench.flow --parts stats
+            rows.extend(held_stats(backend, args.backlog, args.samples))
     if args.record:
         print(append_run("bench.flow", rows))
     return 0

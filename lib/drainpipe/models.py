@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -224,13 +225,42 @@ def _replay_report(replayed: dict[int, int], refused: dict[int, str], count: int
     return ReplayReport(replayed, refused, count=count)
 
 
+#: the reasons ``QueueStats.held`` and ``JobRecord.held_by`` name (docs/flow-control.md)
+HELD_REASONS = ("paused", "order", "concurrency", "rate")
+
+
+def held_counts(raw: Any) -> dict[str, int]:
+    """``QueueStats.held`` from what a storage answered (a mapping of reason to count, or
+    JSON text of one; None for none), the zero counts left out. A reason outside
+    :data:`HELD_REASONS` or a count that is not a whole number >= 0 raises ``ValueError``
+    (a storage speaking another version)."""
+    if raw is None:
+        return {}
+    if isinstance(raw, str | bytes):
+        raw = json.loads(raw)
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"held counts must be an object, not {raw!r}")
+    counts: dict[str, int] = {}
+    for reason, count in raw.items():
+        if reason not in HELD_REASONS or isinstance(count, bool) or not isinstance(count, int):
+            raise ValueError(f"held counts: unknown entry {reason!r}: {count!r}")
+        if count < 0:
+            raise ValueError(f"held counts: {reason!r} is negative")
+        if count:
+            counts[reason] = count
+    return counts
+
+
 @dataclass(frozen=True, slots=True)
 class QueueStats:
     """``ready``: claimable now; ``in_flight``: held by a worker or waiting out a retry
     backoff; ``delayed``: never claimed, not yet visible; ``dead``: dead jobs not replayed
     yet; ``oldest_age_seconds``: age of the oldest live job (None when there is none);
     ``succeeded``/``cancelled``: finished records kept; ``paused``: no claimer takes the
-    queue's jobs (``Jobs.pause``)."""
+    queue's jobs (``Jobs.pause``); ``held``: how many of the ``ready`` jobs a claim would
+    not take now, by reason (``"paused"``: all of them while paused; else ``"order"``,
+    ``"concurrency"``, ``"rate"``, from the queue's flow limits), empty when none are
+    (docs/flow-control.md#what-held-means)."""
 
     ready: int
     in_flight: int
@@ -241,6 +271,8 @@ class QueueStats:
     succeeded: int = 0
     cancelled: int = 0
     paused: bool = False
+    #: a plain dict (JSON and ``asdict`` take it as it is), left out of the stats' hash
+    held: dict[str, int] = field(default_factory=dict, hash=False)
 
 
 @dataclass(slots=True)

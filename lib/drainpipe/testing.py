@@ -44,6 +44,13 @@ Backends with job records (``get_record``, ``list_records``, ``cancel``, ``repla
 checks of :mod:`drainpipe.backends.conformance_records` (``records_states``,
 ``records_cancel``, ``records_replay``, ``records_list``); for others one ``records`` check
 is reported as skipped.
+
+Flow control (docs/flow-control.md) is the database's: :class:`MemoryBackend` refuses a
+policy with limits, a priority, debounce and throttle, naming what it refused, rather than
+pretend to hold them. :func:`without_flow_control` gives it the rest of an application's
+policies::
+
+    jobs = drainpipe.Jobs(MemoryBackend(), QUEUES, policies=without_flow_control(POLICIES))
 """
 
 from __future__ import annotations
@@ -51,13 +58,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .backends.capabilities import SupportsRecords, SupportsReplay
 from .backends.conformance_records import RECORD_CHECKS
 from .backends.memory import Clock, MemoryBackend, retry_delay
+from .jobs.policy import QueuePolicy
 from .models import Job
 
 __all__ = [
@@ -68,9 +76,24 @@ __all__ = [
     "MemoryBackend",
     "check_queue_backend",
     "retry_delay",
+    "without_flow_control",
 ]
 
 API_VERSION = 1
+
+
+def without_flow_control(policies: Mapping[str, QueuePolicy]) -> dict[str, QueuePolicy]:
+    """``policies`` with their flow limits (``concurrency``, ``key_concurrency``, ``rate``,
+    ``key_rate``, ``ordered``) taken out and every other field kept: what
+    :class:`MemoryBackend` accepts from an application's policies."""
+    return {
+        queue: replace(
+            policy, concurrency=None, key_concurrency=None, rate=None, key_rate=None, ordered=False
+        )
+        for queue, policy in policies.items()
+    }
+
+
 _LONG_LEASE = 30.0
 _WAIT_SLACK = 2.0  # seconds past a lease end we wait for a message to reappear
 

@@ -14,6 +14,8 @@ CREATE TYPE drainpipe.job_queue_stats_v2 AS (queue text, ready bigint, in_flight
 
 CREATE TYPE drainpipe.job_queue_stats_v3 AS (queue text, ready bigint, in_flight bigint, delayed bigint, dead bigint, succeeded bigint, cancelled bigint, oldest_age_seconds double precision, paused boolean);
 
+CREATE TYPE drainpipe.job_queue_stats_v4 AS (queue text, ready bigint, in_flight bigint, delayed bigint, dead bigint, succeeded bigint, cancelled bigint, oldest_age_seconds double precision, paused boolean, held jsonb);
+
 CREATE TYPE drainpipe.job_record_v1 AS (id bigint, queue text, state text, attempts integer, max_attempts integer, deadline timestamp with time zone, tenant text, dedupe_key text, enqueued_at timestamp with time zone, eligible_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, last_code text, parent_id bigint, replayed_by bigint, history jsonb);
 
 CREATE TYPE drainpipe.job_row_v1 AS (id bigint, attempts integer, enqueued_at timestamp with time zone, visible_until timestamp with time zone, payload jsonb, max_attempts integer, last_error text);
@@ -1932,6 +1934,128 @@ AS $function$
       ) c
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.job_flow_held(p_flow drainpipe.queue_flow, p_ids bigint[], p_now timestamp with time zone)
+ RETURNS TABLE(id bigint, held_by text)
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_table text := 'q_' || p_flow.queue;
+    v_keyed boolean := p_flow.ordered OR p_flow.key_concurrency IS NOT NULL
+                       OR p_flow.key_rate_count IS NOT NULL;
+    v_leased bigint;
+    v_claims bigint;
+BEGIN
+    IF to_regclass('pgmq.' || quote_ident(v_table)) IS NULL THEN
+        RETURN;
+    END IF;
+    IF p_flow.concurrency IS NOT NULL THEN
+        EXECUTE format('SELECT count(*) FROM pgmq.%I l
+                         WHERE l.read_ct > 0 AND l.vt > $1
+                           AND (l.message ->> ''failed'') IS DISTINCT FROM (l.read_ct::text)',
+                       v_table)
+           INTO v_leased USING p_now;
+    END IF;
+    IF p_flow.rate_count IS NOT NULL THEN
+        SELECT count(*) INTO v_claims FROM drainpipe.flow_claims c
+         WHERE c.queue = p_flow.queue
+           AND c.claimed_at > p_now - make_interval(secs => p_flow.rate_per);
+    END IF;
+    IF p_ids IS NOT NULL THEN
+        RETURN QUERY EXECUTE format($q$
+            WITH due AS MATERIALIZED (
+                SELECT j.msg_id AS id,
+                       CASE WHEN $4 THEN drainpipe.job_key(j.message -> 'payload') END AS key
+                  FROM pgmq.%1$I j
+                 WHERE j.vt <= $2
+                   AND j.read_ct < coalesce((j.message ->> 'max_attempts')::integer, 5)
+                   AND j.msg_id = ANY ($1)
+            ),
+            keys AS (
+                SELECT k.key,
+                       CASE WHEN ($3).ordered THEN (
+                           SELECT min(e.msg_id) FROM pgmq.%1$I e
+                            WHERE drainpipe.job_key(e.message -> 'payload') = k.key
+                              AND drainpipe.job_key(e.message -> 'payload') IS NOT NULL)
+                       END AS first_id,
+                       CASE WHEN ($3).key_concurrency IS NOT NULL THEN (
+                           SELECT count(*) FROM pgmq.%1$I l
+                            WHERE drainpipe.job_key(l.message -> 'payload') = k.key
+                              AND l.read_ct > 0 AND l.vt > $2
+                              AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text))
+                       END AS leased,
+                       CASE WHEN ($3).key_rate_count IS NOT NULL THEN (
+                           SELECT count(*) FROM drainpipe.flow_claims c
+                            WHERE c.queue = ($3).queue AND c.key = k.key
+                              AND c.claimed_at > $2 - make_interval(secs => ($3).key_rate_per))
+                       END AS claims
+                  FROM (SELECT DISTINCT d.key FROM due d WHERE d.key IS NOT NULL) k
+            )
+            SELECT h.id, h.held_by FROM (
+                SELECT d.id, CASE
+                           WHEN k.first_id < d.id THEN 'order'
+                           WHEN $5 >= ($3).concurrency OR k.leased >= ($3).key_concurrency
+                               THEN 'concurrency'
+                           WHEN $6 >= ($3).rate_count OR k.claims >= ($3).key_rate_count
+                               THEN 'rate'
+                       END AS held_by
+                  FROM due d LEFT JOIN keys k ON k.key = d.key
+            ) h
+            WHERE h.held_by IS NOT NULL
+        $q$, v_table)
+        USING p_ids, p_now, p_flow, v_keyed, v_leased, v_claims;
+        RETURN;
+    END IF;
+    -- every due job: one pass per per-key limit grouped by key (see the table's)
+    RETURN QUERY EXECUTE format($q$
+        WITH due AS MATERIALIZED (  -- each key parsed once
+            SELECT j.msg_id AS id,
+                   CASE WHEN $3 THEN drainpipe.job_key(j.message -> 'payload') END AS key
+              FROM pgmq.%1$I j
+             WHERE j.vt <= $1
+               AND j.read_ct < coalesce((j.message ->> 'max_attempts')::integer, 5)
+        ),
+        firsts AS (
+            SELECT drainpipe.job_key(e.message -> 'payload') AS key, min(e.msg_id) AS first_id
+              FROM pgmq.%1$I e
+             WHERE ($2).ordered AND drainpipe.job_key(e.message -> 'payload') IS NOT NULL
+             GROUP BY 1
+        ),
+        leased AS (
+            SELECT drainpipe.job_key(l.message -> 'payload') AS key, count(*) AS n
+              FROM pgmq.%1$I l
+             WHERE ($2).key_concurrency IS NOT NULL AND l.read_ct > 0 AND l.vt > $1
+               AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+             GROUP BY 1
+        ),
+        claims AS (
+            SELECT c.key, count(*) AS n
+              FROM drainpipe.flow_claims c
+             WHERE ($2).key_rate_count IS NOT NULL AND c.queue = ($2).queue
+               AND c.key IS NOT NULL
+               AND c.claimed_at > $1 - make_interval(secs => ($2).key_rate_per)
+             GROUP BY 1
+        )
+        SELECT h.id, h.held_by FROM (
+            SELECT d.id, CASE
+                       WHEN f.first_id < d.id THEN 'order'
+                       WHEN $4 >= ($2).concurrency OR l.n >= ($2).key_concurrency
+                           THEN 'concurrency'
+                       WHEN $5 >= ($2).rate_count OR c.n >= ($2).key_rate_count
+                           THEN 'rate'
+                   END AS held_by
+              FROM due d
+              LEFT JOIN firsts f ON f.key = d.key
+              LEFT JOIN leased l ON l.key = d.key
+              LEFT JOIN claims c ON c.key = d.key
+        ) h
+        WHERE h.held_by IS NOT NULL
+    $q$, v_table)
+    USING p_now, p_flow, v_keyed, v_leased, v_claims;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.job_flow_holds_v1(p_queues text[], p_ids bigint[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS TABLE(queue text, id bigint, held_by text)
  LANGUAGE plpgsql
@@ -1943,48 +2067,13 @@ DECLARE
     v_flow drainpipe.queue_flow;
 BEGIN
     FOR v_flow IN SELECT f.* FROM drainpipe.queue_flow f WHERE f.queue = ANY (p_queues) LOOP
-        IF to_regclass('pgmq.' || quote_ident('q_' || v_flow.queue)) IS NULL THEN
-            CONTINUE;
-        END IF;
-        RETURN QUERY EXECUTE format($q$
-            SELECT h.queue, h.id, h.held_by FROM (
-                SELECT %1$L::text AS queue, j.msg_id AS id, CASE
-                    WHEN ($3).ordered AND k.key IS NOT NULL AND EXISTS (
-                             SELECT 1 FROM pgmq.%2$I e
-                              WHERE drainpipe.job_key(e.message -> 'payload') = k.key
-                                AND drainpipe.job_key(e.message -> 'payload') IS NOT NULL
-                                AND e.msg_id < j.msg_id) THEN 'order'
-                    WHEN ($3).concurrency IS NOT NULL AND (
-                             SELECT count(*) FROM pgmq.%2$I l
-                              WHERE l.read_ct > 0 AND l.vt > $2
-                                AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-                         ) >= ($3).concurrency THEN 'concurrency'
-                    WHEN ($3).key_concurrency IS NOT NULL AND k.key IS NOT NULL AND (
-                             SELECT count(*) FROM pgmq.%2$I l
-                              WHERE drainpipe.job_key(l.message -> 'payload') = k.key
-                                AND l.read_ct > 0 AND l.vt > $2
-                                AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-                         ) >= ($3).key_concurrency THEN 'concurrency'
-                    WHEN ($3).rate_count IS NOT NULL AND (
-                             SELECT count(*) FROM drainpipe.flow_claims c
-                              WHERE c.queue = %1$L
-                                AND c.claimed_at > $2 - make_interval(secs => ($3).rate_per)
-                         ) >= ($3).rate_count THEN 'rate'
-                    WHEN ($3).key_rate_count IS NOT NULL AND k.key IS NOT NULL AND (
-                             SELECT count(*) FROM drainpipe.flow_claims c
-                              WHERE c.queue = %1$L AND c.key = k.key
-                                AND c.claimed_at > $2 - make_interval(secs => ($3).key_rate_per)
-                         ) >= ($3).key_rate_count THEN 'rate'
-                    END AS held_by
-                  FROM pgmq.%2$I j
-                 CROSS JOIN LATERAL (SELECT drainpipe.job_key(j.message -> 'payload') AS key) k
-                 WHERE j.msg_id = ANY ($1) AND j.read_ct = 0 AND j.vt <= $2
-            ) h
-            WHERE h.held_by IS NOT NULL
-        $q$, v_flow.queue, 'q_' || v_flow.queue)
-        USING ARRAY(SELECT w.id FROM unnest(p_queues, p_ids) AS w(queue, id)
-                     WHERE w.queue = v_flow.queue),
-              v_now, v_flow;
+        RETURN QUERY
+        SELECT v_flow.queue, x.id, x.held_by
+          FROM drainpipe.job_flow_held(
+                   v_flow,
+                   ARRAY(SELECT w.id FROM unnest(p_queues, p_ids) AS w(queue, id)
+                          WHERE w.queue = v_flow.queue),
+                   v_now) x;
     END LOOP;
 END
 $function$;
@@ -2056,6 +2145,63 @@ AS $function$
     SELECT CASE WHEN p_stored @> '{"$dp": 1}' AND jsonb_typeof(p_stored -> 'priority') = 'number'
                 THEN greatest(-100, least(100, (p_stored ->> 'priority')::numeric::integer))
                 ELSE 0 END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_due(p_queue text, p_now timestamp with time zone)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_due bigint;
+BEGIN
+    IF to_regclass('pgmq.' || quote_ident('q_' || p_queue)) IS NULL THEN
+        RETURN 0;
+    END IF;
+    EXECUTE format('SELECT count(*) FROM pgmq.%I j
+                     WHERE j.vt <= $1
+                       AND j.read_ct < coalesce((j.message ->> ''max_attempts'')::integer, 5)',
+                   'q_' || p_queue)
+       INTO v_due USING p_now;
+    RETURN v_due;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_holds_v1(p_queues text[])
+ RETURNS TABLE(queue text, paused boolean, held jsonb)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_queue text;
+    v_due bigint;
+    v_flow drainpipe.queue_flow;
+BEGIN
+    FOREACH v_queue IN ARRAY p_queues LOOP
+        PERFORM drainpipe.assert_queue_name(v_queue);
+        queue := v_queue;
+        paused := EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = v_queue);
+        held := '{}'::jsonb;
+        IF paused THEN
+            v_due := drainpipe.job_queue_due(v_queue, v_now);
+            IF v_due > 0 THEN
+                held := jsonb_build_object('paused', v_due);
+            END IF;
+        ELSE
+            SELECT f.* INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = v_queue;
+            IF FOUND THEN
+                SELECT coalesce(jsonb_object_agg(h.held_by, h.n), '{}'::jsonb) INTO held
+                  FROM (SELECT x.held_by, count(*) AS n
+                          FROM drainpipe.job_flow_held(v_flow, NULL, v_now) x
+                         GROUP BY x.held_by) h;
+            END IF;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END
 $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.job_queue_overview_v1(p_queues text[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
@@ -2213,6 +2359,29 @@ AS $function$
            s.oldest_age_seconds,
            EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = s.queue)
       FROM drainpipe.job_queue_stats_v2(p_queues) s
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_stats_v4(p_queues text[])
+ RETURNS SETOF drainpipe.job_queue_stats_v4
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT s.queue, s.ready, s.in_flight, s.delayed, s.dead, s.succeeded, s.cancelled,
+           s.oldest_age_seconds, s.paused,
+           CASE WHEN s.paused THEN
+                    CASE WHEN s.ready > 0 THEN jsonb_build_object('paused', s.ready)
+                         ELSE '{}'::jsonb END
+                WHEN s.ready = 0 THEN '{}'::jsonb
+                ELSE coalesce((
+                    SELECT jsonb_object_agg(h.held_by, h.n)
+                      FROM (SELECT x.held_by, count(*) AS n
+                              FROM drainpipe.queue_flow f
+                             CROSS JOIN LATERAL drainpipe.job_flow_held(f, NULL, clock_timestamp()) x
+                             WHERE f.queue = s.queue
+                             GROUP BY x.held_by) h), '{}'::jsonb)
+           END
+      FROM drainpipe.job_queue_stats_v3(p_queues) s
 $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.job_result_v1(p_queue text, p_id bigint)

@@ -14,6 +14,8 @@ CREATE TYPE drainpipe.job_queue_stats_v2 AS (queue text, ready bigint, in_flight
 
 CREATE TYPE drainpipe.job_queue_stats_v3 AS (queue text, ready bigint, in_flight bigint, delayed bigint, dead bigint, succeeded bigint, cancelled bigint, oldest_age_seconds double precision, paused boolean);
 
+CREATE TYPE drainpipe.job_queue_stats_v4 AS (queue text, ready bigint, in_flight bigint, delayed bigint, dead bigint, succeeded bigint, cancelled bigint, oldest_age_seconds double precision, paused boolean, held jsonb);
+
 CREATE TYPE drainpipe.job_record_v1 AS (id bigint, queue text, state text, attempts integer, max_attempts integer, deadline timestamp with time zone, tenant text, dedupe_key text, enqueued_at timestamp with time zone, eligible_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, last_code text, parent_id bigint, replayed_by bigint, history jsonb);
 
 CREATE TYPE drainpipe.job_row_v1 AS (id bigint, attempts integer, enqueued_at timestamp with time zone, visible_until timestamp with time zone, payload jsonb, max_attempts integer, last_error text);
@@ -1556,6 +1558,117 @@ AS $function$
       ) c
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.job_flow_held(p_flow drainpipe.queue_flow, p_ids bigint[], p_now timestamp with time zone)
+ RETURNS TABLE(id bigint, held_by text)
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    -- the keys are read only when a per-key limit needs them (parsing costs every row)
+    v_keyed boolean := p_flow.ordered OR p_flow.key_concurrency IS NOT NULL
+                       OR p_flow.key_rate_count IS NOT NULL;
+    v_leased bigint;
+    v_claims bigint;
+BEGIN
+    IF p_flow.concurrency IS NOT NULL THEN
+        SELECT count(*) INTO v_leased FROM drainpipe.job_messages l
+         WHERE l.queue = p_flow.queue AND l.state = 'leased' AND l.visible_at > p_now;
+    END IF;
+    IF p_flow.rate_count IS NOT NULL THEN
+        SELECT count(*) INTO v_claims FROM drainpipe.flow_claims c
+         WHERE c.queue = p_flow.queue
+           AND c.claimed_at > p_now - make_interval(secs => p_flow.rate_per);
+    END IF;
+    IF p_ids IS NOT NULL THEN
+        RETURN QUERY
+        WITH due AS MATERIALIZED (
+            SELECT j.id, CASE WHEN v_keyed THEN drainpipe.job_key(j.payload) END AS key
+              FROM drainpipe.job_messages j
+             WHERE j.queue = p_flow.queue AND j.finished_at IS NULL
+               AND j.visible_at <= p_now AND j.attempts < j.max_attempts
+               AND j.id = ANY (p_ids)
+        ),
+        keys AS (
+            SELECT k.key,
+                   CASE WHEN p_flow.ordered THEN (
+                       SELECT min(e.id) FROM drainpipe.job_messages e
+                        WHERE e.queue = p_flow.queue AND drainpipe.job_key(e.payload) = k.key
+                          AND drainpipe.job_key(e.payload) IS NOT NULL AND e.finished_at IS NULL)
+                   END AS first_id,
+                   CASE WHEN p_flow.key_concurrency IS NOT NULL THEN (
+                       SELECT count(*) FROM drainpipe.job_messages l
+                        WHERE l.queue = p_flow.queue AND drainpipe.job_key(l.payload) = k.key
+                          AND l.state = 'leased' AND l.visible_at > p_now)
+                   END AS leased,
+                   CASE WHEN p_flow.key_rate_count IS NOT NULL THEN (
+                       SELECT count(*) FROM drainpipe.flow_claims c
+                        WHERE c.queue = p_flow.queue AND c.key = k.key
+                          AND c.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per))
+                   END AS claims
+              FROM (SELECT DISTINCT d.key FROM due d WHERE d.key IS NOT NULL) k
+        )
+        SELECT h.id, h.held_by FROM (
+            SELECT d.id, CASE
+                       WHEN k.first_id < d.id THEN 'order'
+                       WHEN v_leased >= p_flow.concurrency OR k.leased >= p_flow.key_concurrency
+                           THEN 'concurrency'
+                       WHEN v_claims >= p_flow.rate_count OR k.claims >= p_flow.key_rate_count
+                           THEN 'rate'
+                   END AS held_by
+              FROM due d LEFT JOIN keys k ON k.key = d.key
+        ) h
+        WHERE h.held_by IS NOT NULL;
+        RETURN;
+    END IF;
+    RETURN QUERY
+    -- materialized: each job's key is parsed once, not once per join
+    WITH due AS MATERIALIZED (
+        SELECT j.id, CASE WHEN v_keyed THEN drainpipe.job_key(j.payload) END AS key
+          FROM drainpipe.job_messages j
+         WHERE j.queue = p_flow.queue AND j.finished_at IS NULL
+           AND j.visible_at <= p_now AND j.attempts < j.max_attempts
+    ),
+    firsts AS (
+        SELECT drainpipe.job_key(e.payload) AS key, min(e.id) AS first_id
+          FROM drainpipe.job_messages e
+         WHERE p_flow.ordered AND e.queue = p_flow.queue AND e.finished_at IS NULL
+           AND drainpipe.job_key(e.payload) IS NOT NULL
+         GROUP BY 1
+    ),
+    leased AS (
+        SELECT drainpipe.job_key(l.payload) AS key, count(*) AS n
+          FROM drainpipe.job_messages l
+         WHERE p_flow.key_concurrency IS NOT NULL AND l.queue = p_flow.queue
+           AND l.state = 'leased' AND l.visible_at > p_now
+         GROUP BY 1
+    ),
+    claims AS (
+        SELECT c.key, count(*) AS n
+          FROM drainpipe.flow_claims c
+         WHERE p_flow.key_rate_count IS NOT NULL AND c.queue = p_flow.queue
+           AND c.key IS NOT NULL
+           AND c.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)
+         GROUP BY 1
+    )
+    SELECT h.id, h.held_by FROM (
+        SELECT d.id, CASE
+                   WHEN f.first_id < d.id THEN 'order'
+                   WHEN v_leased >= p_flow.concurrency OR l.n >= p_flow.key_concurrency
+                       THEN 'concurrency'
+                   WHEN v_claims >= p_flow.rate_count OR c.n >= p_flow.key_rate_count
+                       THEN 'rate'
+               END AS held_by
+          FROM due d
+          LEFT JOIN firsts f ON f.key = d.key
+          LEFT JOIN leased l ON l.key = d.key
+          LEFT JOIN claims c ON c.key = d.key
+    ) h
+    WHERE h.held_by IS NOT NULL;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.job_flow_holds_v1(p_queues text[], p_ids bigint[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS TABLE(queue text, id bigint, held_by text)
  LANGUAGE plpgsql
@@ -1564,42 +1677,17 @@ CREATE OR REPLACE FUNCTION drainpipe.job_flow_holds_v1(p_queues text[], p_ids bi
 AS $function$
 DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_flow drainpipe.queue_flow;
 BEGIN
-    RETURN QUERY
-    SELECT h.queue, h.id, h.held_by FROM (
-        SELECT j.queue, j.id, CASE
-            WHEN f.ordered AND k.key IS NOT NULL AND EXISTS (
-                     SELECT 1 FROM drainpipe.job_messages e
-                      WHERE e.queue = j.queue AND drainpipe.job_key(e.payload) = k.key
-                        AND drainpipe.job_key(e.payload) IS NOT NULL
-                        AND e.finished_at IS NULL AND e.id < j.id) THEN 'order'
-            WHEN f.concurrency IS NOT NULL AND (
-                     SELECT count(*) FROM drainpipe.job_messages l
-                      WHERE l.queue = j.queue AND l.state = 'leased' AND l.visible_at > v_now
-                 ) >= f.concurrency THEN 'concurrency'
-            WHEN f.key_concurrency IS NOT NULL AND k.key IS NOT NULL AND (
-                     SELECT count(*) FROM drainpipe.job_messages l
-                      WHERE l.queue = j.queue AND drainpipe.job_key(l.payload) = k.key
-                        AND l.state = 'leased' AND l.visible_at > v_now
-                 ) >= f.key_concurrency THEN 'concurrency'
-            WHEN f.rate_count IS NOT NULL AND (
-                     SELECT count(*) FROM drainpipe.flow_claims c
-                      WHERE c.queue = j.queue
-                        AND c.claimed_at > v_now - make_interval(secs => f.rate_per)
-                 ) >= f.rate_count THEN 'rate'
-            WHEN f.key_rate_count IS NOT NULL AND k.key IS NOT NULL AND (
-                     SELECT count(*) FROM drainpipe.flow_claims c
-                      WHERE c.queue = j.queue AND c.key = k.key
-                        AND c.claimed_at > v_now - make_interval(secs => f.key_rate_per)
-                 ) >= f.key_rate_count THEN 'rate'
-            END AS held_by
-          FROM unnest(p_queues, p_ids) AS w(queue, id)
-          JOIN drainpipe.queue_flow f ON f.queue = w.queue
-          JOIN drainpipe.job_messages j ON j.id = w.id AND j.queue = w.queue
-         CROSS JOIN LATERAL (SELECT drainpipe.job_key(j.payload) AS key) k
-         WHERE j.state = 'queued' AND j.finished_at IS NULL AND j.visible_at <= v_now
-    ) h
-    WHERE h.held_by IS NOT NULL;
+    FOR v_flow IN SELECT f.* FROM drainpipe.queue_flow f WHERE f.queue = ANY (p_queues) LOOP
+        RETURN QUERY
+        SELECT v_flow.queue, x.id, x.held_by
+          FROM drainpipe.job_flow_held(
+                   v_flow,
+                   ARRAY(SELECT w.id FROM unnest(p_queues, p_ids) AS w(queue, id)
+                          WHERE w.queue = v_flow.queue),
+                   v_now) x;
+    END LOOP;
 END
 $function$;
 
@@ -1838,6 +1926,53 @@ AS $function$
                 ELSE 0 END
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_due(p_queue text, p_now timestamp with time zone)
+ RETURNS bigint
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT count(*) FROM drainpipe.job_messages j
+     WHERE j.queue = p_queue AND j.finished_at IS NULL
+       AND j.visible_at <= p_now AND j.attempts < j.max_attempts
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_holds_v1(p_queues text[])
+ RETURNS TABLE(queue text, paused boolean, held jsonb)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_queue text;
+    v_due bigint;
+    v_flow drainpipe.queue_flow;
+BEGIN
+    FOREACH v_queue IN ARRAY p_queues LOOP
+        PERFORM drainpipe.assert_queue_name(v_queue);
+        queue := v_queue;
+        paused := EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = v_queue);
+        held := '{}'::jsonb;
+        IF paused THEN
+            v_due := drainpipe.job_queue_due(v_queue, v_now);
+            IF v_due > 0 THEN
+                held := jsonb_build_object('paused', v_due);
+            END IF;
+        ELSE
+            SELECT f.* INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = v_queue;
+            IF FOUND THEN
+                SELECT coalesce(jsonb_object_agg(h.held_by, h.n), '{}'::jsonb) INTO held
+                  FROM (SELECT x.held_by, count(*) AS n
+                          FROM drainpipe.job_flow_held(v_flow, NULL, v_now) x
+                         GROUP BY x.held_by) h;
+            END IF;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.job_queue_overview_v1(p_queues text[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS TABLE(queue text, counts jsonb, ready bigint, oldest_ready_age_s double precision, paused boolean, series jsonb)
  LANGUAGE plpgsql
@@ -1965,6 +2100,29 @@ AS $function$
            s.oldest_age_seconds,
            EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = s.queue)
       FROM drainpipe.job_queue_stats_v2(p_queues) s
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_stats_v4(p_queues text[])
+ RETURNS SETOF drainpipe.job_queue_stats_v4
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT s.queue, s.ready, s.in_flight, s.delayed, s.dead, s.succeeded, s.cancelled,
+           s.oldest_age_seconds, s.paused,
+           CASE WHEN s.paused THEN
+                    CASE WHEN s.ready > 0 THEN jsonb_build_object('paused', s.ready)
+                         ELSE '{}'::jsonb END
+                WHEN s.ready = 0 THEN '{}'::jsonb
+                ELSE coalesce((
+                    SELECT jsonb_object_agg(h.held_by, h.n)
+                      FROM (SELECT x.held_by, count(*) AS n
+                              FROM drainpipe.queue_flow f
+                             CROSS JOIN LATERAL drainpipe.job_flow_held(f, NULL, clock_timestamp()) x
+                             WHERE f.queue = s.queue
+                             GROUP BY x.held_by) h), '{}'::jsonb)
+           END
+      FROM drainpipe.job_queue_stats_v3(p_queues) s
 $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.job_records_at(p_queue text, p_state text, p_tenant text, p_limit integer, p_before_id bigint, p_id bigint, p_now timestamp with time zone)

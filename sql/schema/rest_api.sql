@@ -430,6 +430,18 @@ AS $function$
     )
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe_api.queue_holds_v1(queues text[])
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT jsonb_build_object(
+               'paused', coalesce(jsonb_agg(h.queue ORDER BY h.queue) FILTER (WHERE h.paused), '[]'::jsonb),
+               'held', coalesce(jsonb_object_agg(h.queue, h.held) FILTER (WHERE h.held <> '{}'::jsonb), '{}'::jsonb))
+      FROM drainpipe.job_queue_holds_v1(queue_holds_v1.queues) h
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe_api.record_step_v1(queue text, id bigint, attempt integer, number integer, name text, state text, result jsonb DEFAULT NULL::jsonb, code text DEFAULT NULL::text, started_at timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS text
  LANGUAGE sql
@@ -594,6 +606,22 @@ AS $function$
                    'oldest_age_seconds', s.oldest_age_seconds, 'paused', s.paused)),
                '{}'::jsonb)
       FROM drainpipe.job_queue_stats_v3(stats_v3.queues) s
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe_api.stats_v4(queues text[])
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT coalesce(
+               jsonb_object_agg(s.queue, jsonb_build_object(
+                   'ready', s.ready, 'in_flight', s.in_flight, 'delayed', s.delayed,
+                   'dead', s.dead, 'succeeded', s.succeeded, 'cancelled', s.cancelled,
+                   'oldest_age_seconds', s.oldest_age_seconds, 'paused', s.paused,
+                   'held', s.held)),
+               '{}'::jsonb)
+      FROM drainpipe.job_queue_stats_v4(stats_v4.queues) s
 $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe_api.suspend_v1(queue text, id bigint, attempt integer, delay double precision, waiting_for text DEFAULT NULL::text, number integer DEFAULT NULL::integer, name text DEFAULT NULL::text, started_at timestamp with time zone DEFAULT NULL::timestamp with time zone)

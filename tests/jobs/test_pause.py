@@ -72,7 +72,7 @@ async def test_pause_over_postgrest(jobs_db_url: str) -> None:
     ):
         await check_pause(Jobs(backend, QUEUES))
         called = {name for name, _ in server.calls()}
-        assert {"pause_v1", "resume_v1", "paused_v1", "stats_v3", "claim_v1"} <= called
+        assert {"pause_v1", "resume_v1", "paused_v1", "stats_v4", "claim_v1"} <= called
 
 
 async def test_a_turn_completes_but_claims_nothing_while_paused(jobs_db_url: str) -> None:

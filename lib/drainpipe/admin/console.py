@@ -17,12 +17,14 @@ import hmac
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DrainpipeError, invalid_request
 from ..http import Response, request_path
 from ..ops import console as ops
+from ..ops import pause as pause_ops
 from ..ops.console import JobFilter, QueueOverview
 from ..validation import INT8_MAX, text_fault
 from .record_json import STATES, record_json
@@ -113,13 +115,16 @@ def _check_span(since: datetime | None, until: datetime | None) -> None:
 
 def overview_json(summary: QueueOverview) -> dict[str, Any]:
     """A queue's summary as ``GET /queues`` answers it. ``held`` counts the jobs that could
-    run but are held, by reason: only ``"paused"`` today."""
+    run but are held, by reason, as ``QueueStats.held`` does: all the ready ones
+    (``"paused"``) while paused, else those its flow limits hold."""
     return {
         "queue": summary.queue,
         "counts": summary.counts,
         "paused": summary.paused,
         "oldest_ready_age_s": summary.oldest_ready_age_s,
-        "held": {"paused": summary.ready} if summary.paused and summary.ready else {},
+        "held": (
+            {"paused": summary.ready} if summary.paused and summary.ready else dict(summary.held)
+        ),
         "series": summary.series,
     }
 
@@ -194,7 +199,16 @@ class Console:
             await db.fetch(ops.ENSURE_QUEUE_OVERVIEW, ops.ensure_queue_overview_params(queues))
             self._indexed = True
         rows = await db.fetch(ops.OVERVIEW, ops.overview_params(queues, self.app._clock()))
-        return ops.parse_overview(rows)
+        summaries = ops.parse_overview(rows)
+        # what flow limits hold in running queues with ready jobs (a paused queue holds all
+        # of them): one more round trip, a primary-key probe for a queue without limits
+        running = [s.queue for s in summaries if s.ready and not s.paused]
+        if not running:
+            return summaries
+        _, held = pause_ops.parse_queue_holds(
+            await db.fetch(pause_ops.QUEUE_HOLDS, pause_ops.paused_params(running))
+        )
+        return [replace(s, held=held[s.queue]) if s.queue in held else s for s in summaries]
 
     async def queues(self) -> Response:
         summaries = await self.summaries(list(self.app.jobs.queue_names))

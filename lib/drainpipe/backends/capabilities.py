@@ -320,6 +320,17 @@ class SupportsFlowHolds(Protocol):
         ...
 
 
+@runtime_checkable
+class SupportsQueueHolds(Protocol):
+    """The drain route's report on its idle queues (docs/flow-control.md#what-held-means)."""
+
+    async def queue_holds(
+        self, queues: Sequence[str]
+    ) -> tuple[set[str], dict[str, dict[str, int]]]:
+        """(the paused ones of ``queues``, ``QueueStats.held`` of those with held jobs)."""
+        ...
+
+
 # -- schedules ----------------------------------------------------------------------------
 
 

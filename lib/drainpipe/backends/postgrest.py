@@ -295,7 +295,7 @@ class PostgrestBackend:
     # -- stats and dead letters -------------------------------------------------------------
 
     async def stats(self, queues: Sequence[str]) -> dict[str, QueueStats]:
-        return rows.stats(self.schema, await self.rpc("stats_v3", {"queues": list(queues)}))
+        return rows.stats(self.schema, await self.rpc("stats_v4", {"queues": list(queues)}))
 
     # -- pause (docs/policies.md#pause) --------------------------------------------------
 
@@ -308,6 +308,13 @@ class PostgrestBackend:
     async def paused(self, queues: Sequence[str]) -> set[str]:
         data = await self.rpc("paused_v1", {"queues": list(queues)})
         return rows.names(self.schema, "paused_v1", data)
+
+    async def queue_holds(
+        self, queues: Sequence[str]
+    ) -> tuple[set[str], dict[str, dict[str, int]]]:
+        """Paused queues and held counts for the drain route's report (rest-api 0011)."""
+        data = await self.rpc("queue_holds_v1", {"queues": list(queues)})
+        return rows.queue_holds(self.schema, data)
 
     async def flow_holds(self, jobs: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:
         """Why each held one of ``jobs`` (queued, of limited queues) is held (rest-api 0008)."""

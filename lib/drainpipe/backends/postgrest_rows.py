@@ -24,6 +24,7 @@ from ..models import (
     QueueStats,
     ScheduleInfo,
     claimed_job,
+    held_counts,
 )
 from ..ops.records import parse_record
 
@@ -170,9 +171,23 @@ def claimed(schema: str, queue: str, data: Any, fn: str = "claim_v1") -> list[Jo
     return jobs
 
 
+def queue_holds(schema: str, data: Any) -> tuple[set[str], dict[str, dict[str, int]]]:
+    """``queue_holds_v1``'s ``{"paused": [queue, ...], "held": {queue: {reason: n}}}``."""
+    try:
+        paused = data["paused"]
+        held = {queue: held_counts(counts) for queue, counts in data["held"].items()}
+        if not (isinstance(paused, list) and all(isinstance(q, str) for q in paused)):
+            raise TypeError("paused")
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise malformed(
+            schema, "queue_holds_v1", '{"paused": [...], "held": {...}}', data
+        ) from None
+    return set(paused), {queue: counts for queue, counts in held.items() if counts}
+
+
 def stats(schema: str, data: Any) -> dict[str, QueueStats]:
     if not isinstance(data, dict):
-        raise malformed(schema, "stats_v1", "counts by queue", data)
+        raise malformed(schema, "stats_v4", "counts by queue", data)
     try:
         return {
             queue: QueueStats(
@@ -186,11 +201,12 @@ def stats(schema: str, data: Any) -> dict[str, QueueStats]:
                 succeeded=int(row.get("succeeded", 0)),
                 cancelled=int(row.get("cancelled", 0)),
                 paused=bool(row.get("paused", False)),
+                held=held_counts(row.get("held")),
             )
             for queue, row in data.items()
         }
     except (KeyError, TypeError, ValueError) as exc:
-        raise malformed(schema, "stats_v1", f"counts by queue ({exc})", data) from None
+        raise malformed(schema, "stats_v4", f"counts by queue ({exc})", data) from None
 
 
 def dead(schema: str, queue: str, data: Any) -> list[DeadJob]:

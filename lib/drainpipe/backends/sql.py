@@ -384,6 +384,12 @@ class SqlQueueBackend:
         rows = await self.db.fetch(pause_ops.FLOW_HOLDS, pause_ops.flow_holds_params(jobs))
         return pause_ops.parse_flow_holds(rows)
 
+    async def queue_holds(
+        self, queues: Sequence[str]
+    ) -> tuple[set[str], dict[str, dict[str, int]]]:
+        rows = await self.db.fetch(pause_ops.QUEUE_HOLDS, pause_ops.paused_params(queues))
+        return pause_ops.parse_queue_holds(rows)
+
     # -- schedules (drain scheduler; pg_cron answers through the same functions) ----------
 
     async def schedule(

@@ -39,7 +39,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..backends.capabilities import SupportsPause, SupportsScheduleRuns
+from ..backends.capabilities import SupportsScheduleRuns
 from ..engine.core import budget_spent, fair_share_deadline, route_lease
 from ..engine.runner import call_hook, log_error
 from ..errors import NOT_INSTALLED, SCHEMA_NOT_EXPOSED, DrainpipeError
@@ -56,6 +56,7 @@ from ..http import (
     problem_response,
     run_asgi,
 )
+from ..jobs.pause import idle_holds
 from ..jobs.worker import Worker
 from ..models import WorkReport
 from ..telemetry import SYSTEM, active_telemetry
@@ -198,7 +199,8 @@ class DrainRoute:
 
         Returns ``{"schedules", "queues": {queue: {"succeeded", "failed"}},
         "budgetExhausted", "errors", "more"}`` plus ``"paused": [queues]`` when a drained
-        queue is paused (docs/policies.md#pause), plus ``"inboxes": {source: {...}}`` when
+        queue is paused (docs/policies.md#pause) and ``"held": {queue: {reason: n}}`` when one
+        that gave no work has held jobs, plus ``"inboxes": {source: {...}}`` when
         inboxes are set. The budget is shared: each source with work gets an equal share of
         what is left, and time a source leaves unused goes to the others, round after round
         (see ``docs/engine.md``). A source not reached before the deadline is left out;
@@ -296,15 +298,18 @@ class DrainRoute:
         }
         if self.inboxes:
             result["inboxes"] = inboxes
-        paused = await self._paused(
+        paused, held = await idle_holds(
+            self.jobs.backend,
             [
                 s.name
                 for s in sources
                 if s.inbox is None and s.reached and not s.succeeded + s.failed
-            ]
+            ],
         )
         if paused:  # only then: a report without a paused queue reads as it always did
             result["paused"] = paused
+        if held:  # {queue: {reason: n}} (docs/flow-control.md#what-held-means), likewise
+            result["held"] = held
         await self._monitor("on_finish", result, token)
         return result
 
@@ -376,18 +381,6 @@ class DrainRoute:
             return False
         return isinstance(self.jobs.backend, SupportsScheduleRuns)
 
-    async def _paused(self, idle: list[str]) -> list[str]:
-        """The paused ones of the queues that gave no work: one round trip, only when a
-        queue gave none (docs/policies.md#pause)."""
-        backend = self.jobs.backend
-        if not idle or not isinstance(backend, SupportsPause):
-            return []
-        try:
-            return sorted(await backend.paused(idle))
-        except Exception:
-            log.warning("drainpipe: could not tell which queues are paused", exc_info=True)
-            return []
-
     async def _has_ready(self, queues: list[str]) -> bool:
         """One stats round trip, only when the deadline cut a queue short."""
         if not queues:
@@ -397,7 +390,8 @@ class DrainRoute:
         except Exception:
             log.warning("drainpipe: could not tell whether work is left", exc_info=True)
             return True  # the deadline stopped us while claims still returned work
-        return any(stat.ready > 0 and not stat.paused for stat in stats.values())
+        # held jobs (paused, or over a flow limit) are not work another call could do now
+        return any(stat.ready > sum(stat.held.values()) for stat in stats.values())
 
     async def _monitor(self, name: str, *args: Any) -> Any:
         hook = getattr(self.monitor, name, None) if self.monitor is not None else None

@@ -207,17 +207,28 @@ class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, Schedu
         backend = self.backend
         if not isinstance(backend, SupportsFlowEnqueue):
             raise lacking(backend, "debounce" if debounce is not None else "throttle")
-        return await backend.send_flow(
-            queue,
-            value,
-            delay=wait,
-            max_attempts=max_attempts,
-            dedupe_key=dedupe_key,
-            dedupe=dedupe,
-            key=effective,
-            debounce=debounce_s,
-            throttle=throttle_s,
-        )
+
+        async def send(stored: Any) -> int:
+            return await backend.send_flow(
+                queue,
+                stored,
+                delay=wait,
+                max_attempts=max_attempts,
+                dedupe_key=dedupe_key,
+                dedupe=dedupe,
+                key=effective,
+                debounce=debounce_s,
+                throttle=throttle_s,
+            )
+
+        otel = active_telemetry()
+        if otel is None:
+            return await send(value)
+        # the same drainpipe.enqueue span as a plain enqueue, its context stored with the
+        # payload: a debounced job runs under the trace of the enqueue that set its payload
+        # last; a throttled enqueue inside its window stores nothing and the span names the
+        # job it returned
+        return await otel.enqueue(queue, value, send)
 
     async def enqueue_many(
         self,

@@ -9,42 +9,64 @@ claimer (workers, drains, the executor app, PostgREST, SQL); enqueues go on. Mix
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+import logging
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
-from ..backends.capabilities import SupportsFlowHolds, SupportsPause, lacking
+from ..backends.capabilities import SupportsFlowHolds, SupportsPause, SupportsQueueHolds, lacking
 from ..models import JobRecord
 
 if TYPE_CHECKING:
     from ..backends import QueueBackend
 
+log = logging.getLogger("drainpipe.drain")
+
 #: ``JobRecord.held_by`` of a queued job whose queue is paused
 HELD_BY_PAUSE = "paused"
 
 
+#: the states of a job a claim could take once it is due (docs/flow-control.md#what-held-means)
+_WAITING_STATES = ("queued", "retry_wait")
+
+
+def is_due(record: JobRecord, now: datetime) -> bool:
+    """A queued or retry_wait record whose eligibility (delay, retry wait) is over: a claim
+    would take it now but for a hold. Jobs not due yet are not held (``held_by`` None)."""
+    return (
+        record.state in _WAITING_STATES
+        and record.eligible_at is not None
+        and record.eligible_at <= now
+    )
+
+
 def holdable(records: Iterable[JobRecord]) -> list[str]:
-    """The queues of the records a pause could hold (queued ones), each once, in order."""
-    return list(dict.fromkeys(record.queue for record in records if record.state == "queued"))
+    """The queues of the records a hold could name (queued or retry_wait), each once."""
+    return list(
+        dict.fromkeys(record.queue for record in records if record.state in _WAITING_STATES)
+    )
 
 
-def with_holds(records: list[JobRecord], paused: set[str]) -> list[JobRecord]:
-    """``records`` with ``held_by="paused"`` on the queued ones of a paused queue."""
+def with_holds(records: list[JobRecord], paused: set[str], now: datetime) -> list[JobRecord]:
+    """``records`` with ``held_by="paused"`` on the due ones (:func:`is_due` at ``now``) of
+    a paused queue: what ``QueueStats.held["paused"]`` counts."""
     if not paused:
         return records
     return [
         dataclasses.replace(record, held_by=HELD_BY_PAUSE)
-        if record.state == "queued" and record.queue in paused
+        if record.queue in paused and is_due(record, now)
         else record
         for record in records
     ]
 
 
 def flow_holdable(records: Iterable[JobRecord]) -> list[tuple[str, int]]:
-    """``(queue, id)`` of the queued records not held by a pause: a flow limit may hold them."""
+    """``(queue, id)`` of the waiting records not held by a pause: a flow limit may hold
+    them (the database answers for the due ones, by its clock)."""
     return [
         (record.queue, record.id)
         for record in records
-        if record.state == "queued" and record.held_by is None
+        if record.state in _WAITING_STATES and record.held_by is None
     ]
 
 
@@ -60,6 +82,22 @@ def with_flow_holds(records: list[JobRecord], holds: dict[tuple[str, int], str])
     ]
 
 
+async def idle_holds(backend: Any, idle: list[str]) -> tuple[list[str], dict[str, dict[str, int]]]:
+    """The drain route's report on the queues that gave it no work: the paused ones and the
+    held counts of those with held jobs (``QueueStats.held``), in one round trip, only when
+    a queue gave none. A failure is logged and reported as nothing held: the report is
+    about work done."""
+    try:
+        if idle and isinstance(backend, SupportsQueueHolds):
+            paused, held = await backend.queue_holds(idle)
+            return sorted(paused), {queue: dict(n) for queue, n in sorted(held.items())}
+        if idle and isinstance(backend, SupportsPause):
+            return sorted(await backend.paused(idle)), {}
+    except Exception:
+        log.warning("drainpipe: could not tell which queues are paused", exc_info=True)
+    return [], {}
+
+
 class PauseMixin:
     """``pause``, ``resume`` and the hold marks of :class:`~drainpipe.Jobs`."""
 
@@ -67,6 +105,8 @@ class PauseMixin:
     if TYPE_CHECKING:
 
         def _check_queue(self, queue: str) -> str: ...  # JobRules'
+
+        _now: Callable[[], datetime]  # JobRules'
 
     def _pause_backend(self, feature: str) -> SupportsPause:
         backend = self.backend
@@ -87,13 +127,13 @@ class PauseMixin:
         return await self._pause_backend("resume").resume(queue)
 
     async def _held(self, records: list[JobRecord]) -> list[JobRecord]:
-        """Mark the queued records of paused queues, then those a flow limit holds (a round
-        trip each, only when the records include a queued job)."""
+        """Mark the due records of paused queues, then those a flow limit holds (a round
+        trip each, only when the records include a queued or retry_wait job)."""
         queues = holdable(records)
         backend = self.backend
         if not queues or not isinstance(backend, SupportsPause):
             return records
-        records = with_holds(records, await backend.paused(queues))
+        records = with_holds(records, await backend.paused(queues), self._now())
         # flow limits (docs/flow-control.md): one more round trip for the queued ones left
         waiting = flow_holdable(records)
         if waiting and isinstance(backend, SupportsFlowHolds):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -33,6 +33,8 @@ class QueueOverview:
     oldest_ready_age_s: float | None
     paused: bool
     series: list[dict[str, Any]]
+    #: what its flow limits hold (``QueueStats.held`` of a running queue; jobs 0018)
+    held: dict[str, int] = field(default_factory=dict)
 
 
 def overview_params(queues: Sequence[str], now: datetime | None) -> Params:

@@ -12,7 +12,16 @@ from typing import Any
 
 from ..context import ENVELOPE_KEY, unwrap_payload
 from ..db import jsonb
-from ..models import DeadJob, DedupeMode, FailOutcome, Job, JobContext, QueueStats, claimed_job
+from ..models import (
+    DeadJob,
+    DedupeMode,
+    FailOutcome,
+    Job,
+    JobContext,
+    QueueStats,
+    claimed_job,
+    held_counts,
+)
 from ._types import Params, Row, int_array
 
 NO_CONTEXT = JobContext()
@@ -283,8 +292,8 @@ def parse_extend_many(rows: list[Row]) -> set[int]:
 
 # -- stats, dead letters, replay, purge ---------------------------------------------------
 
-# the counts and whether each queue is paused (jobs 0012)
-STATS = "SELECT * FROM drainpipe.job_queue_stats_v3(%s)"
+# the counts, whether each queue is paused (jobs 0012) and the held counts (jobs 0018)
+STATS = "SELECT * FROM drainpipe.job_queue_stats_v4(%s)"
 
 
 def stats_params(queues: Sequence[str]) -> Params:
@@ -293,7 +302,7 @@ def stats_params(queues: Sequence[str]) -> Params:
 
 def parse_stats(rows: list[Row]) -> dict[str, QueueStats]:
     """Rows ``(queue, ready, in_flight, delayed, dead, succeeded, cancelled,
-    oldest_age_seconds, paused)`` by queue."""
+    oldest_age_seconds, paused, held)`` by queue."""
     return {
         row[0]: QueueStats(
             ready=int(row[1]),
@@ -304,6 +313,7 @@ def parse_stats(rows: list[Row]) -> dict[str, QueueStats]:
             succeeded=int(row[5]),
             cancelled=int(row[6]),
             paused=bool(row[8]) if len(row) > 8 else False,
+            held=held_counts(row[9]) if len(row) > 9 else held_counts(None),
         )
         for row in rows
     }

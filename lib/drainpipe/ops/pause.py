@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..models import held_counts
 from ._types import Params, Row
 
 PAUSE = "SELECT drainpipe.pause_queue_v1(%s)"
@@ -12,6 +13,8 @@ RESUME = "SELECT drainpipe.resume_queue_v1(%s)"
 PAUSED = "SELECT drainpipe.paused_queues_v1(%s)"
 #: why each queued job of a limited queue is held (jobs 0015; docs/flow-control.md)
 FLOW_HOLDS = "SELECT queue, id, held_by FROM drainpipe.job_flow_holds_v1(%s, %s)"
+#: whether each queue is paused, and its held counts (jobs 0018): the drain route's report
+QUEUE_HOLDS = "SELECT queue, paused, held FROM drainpipe.job_queue_holds_v1(%s)"
 
 
 def queue_params(queue: str) -> Params:
@@ -38,3 +41,11 @@ def flow_holds_params(jobs: Sequence[tuple[str, int]]) -> Params:
 def parse_flow_holds(rows: list[Row]) -> dict[tuple[str, int], str]:
     """``(queue, id) -> "order" | "concurrency" | "rate"`` for the held ones."""
     return {(str(row[0]), int(row[1])): str(row[2]) for row in rows}
+
+
+def parse_queue_holds(rows: list[Row]) -> tuple[set[str], dict[str, dict[str, int]]]:
+    """Rows ``(queue, paused, held)`` → (the paused queues, the held counts of the queues
+    that have held jobs)."""
+    paused = {str(row[0]) for row in rows if row[1]}
+    held = {str(row[0]): counts for row in rows if (counts := held_counts(row[2]))}
+    return paused, held

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..errors import invalid_request
@@ -20,6 +22,7 @@ class SyncRecordsMixin(RecordsRules):
 
     if TYPE_CHECKING:
         backend: SyncSqlBackend
+        _now: Callable[[], datetime]  # JobRules'
 
     def get(self, queue: str, job_id: int) -> JobRecord | None:
         """The job's record with its attempt history; None when unknown or purged."""
@@ -31,12 +34,12 @@ class SyncRecordsMixin(RecordsRules):
         return self._held([record])[0]
 
     def _held(self, records: list[JobRecord]) -> list[JobRecord]:
-        """Mark the queued records of paused queues, then those a flow limit holds (a round
-        trip each, only when one is queued)."""
+        """Mark the due records of paused queues, then those a flow limit holds (a round
+        trip each, only when one is queued or in retry_wait)."""
         queues = holdable(records)
         if not queues:
             return records
-        records = with_holds(records, self.backend.paused(queues))
+        records = with_holds(records, self.backend.paused(queues), self._now())
         waiting = flow_holdable(records)
         return with_flow_holds(records, self.backend.flow_holds(waiting)) if waiting else records
 

@@ -209,9 +209,13 @@
       cell(row, lag(q.oldest_ready_age_s), "num");
       const spark = document.createElement("td"); spark.appendChild(sparkline(q.series)); row.appendChild(spark);
       const state = document.createElement("td");
-      const held = q.held && q.held.paused ? " (" + q.held.paused + " held)" : "";
+      // held: {reason: n}, "paused" or what flow limits hold (docs/flow-control.md)
+      const counts = Object.entries(q.held || {});
+      const total = counts.reduce((sum, [, n]) => sum + n, 0);
+      const why = q.paused ? "" : ": " + counts.map(([w, n]) => n + " " + w).join(", ");
+      const held = total ? " (" + total + " held" + why + ")" : "";
       const label = document.createElement("span");
-      label.textContent = q.paused ? "paused" + held : "running";
+      label.textContent = (q.paused ? "paused" : "running") + held;
       label.className = q.paused ? "paused" : "muted";
       state.appendChild(label);
       if (view.role === "admin") {

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 from ...codes import valid_code
 from ...context import unwrap_payload
-from ...models import DeadJob, DedupeMode, FailOutcome, Job, QueueStats, claimed_job
+from ...models import DeadJob, DedupeMode, FailOutcome, Job, QueueStats, claimed_job, held_counts
 from .clock import Clock, _real_now, _round_trip, retry_delay
 from .policies import MemoryPolicies
 from .records import MemoryRecords
@@ -488,6 +488,7 @@ class MemoryBackend(MemoryPolicies, MemoryRecords, MemoryReplays, MemorySchedule
                 succeeded=ended.count("succeeded"),
                 cancelled=ended.count("cancelled"),
                 paused=queue in self._paused,
+                held=held_counts({"paused": ready} if queue in self._paused else None),
             )
         return result
 

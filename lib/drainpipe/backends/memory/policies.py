@@ -1,5 +1,12 @@
 """Queue policies in the memory backend: the limits the database enforces after
-``ensure_policies()`` (the pending cap, retention), so tests without Postgres see them."""
+``ensure_policies()`` (the pending cap, retention), so tests without Postgres see them.
+
+Flow control (docs/flow-control.md) is refused, not imitated: its limits hold across
+processes only because the claim's SQL enforces them, and a test passing here against a
+copy of them would say nothing about that SQL. A policy with limits is refused by
+``ensure_policy``, naming them; a priority by ``send``; debounce and throttle have no
+``send_flow`` here (``Jobs`` answers that the backend lacks them). Keys are kept: without
+limits they change nothing."""
 
 from __future__ import annotations
 
@@ -8,6 +15,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ...errors import queue_full
+from .values import flow_unsupported
+
+# the flow-control parameters of ensure_queue_policy_v3 (QueuePolicy.as_row), by position
+_FLOW_FIELDS = (
+    (12, "concurrency"),
+    (13, "key_concurrency"),
+    (14, "rate"),
+    (16, "key_rate"),
+    (18, "ordered"),
+)
 
 
 class MemoryPolicies:
@@ -27,7 +44,10 @@ class MemoryPolicies:
         self._retention_ran = None
 
     async def ensure_policy(self, queue: str, row: Sequence[Any]) -> None:
-        # the parameters of drainpipe.ensure_queue_policy_v1 (QueuePolicy.as_row)
+        # the parameters of drainpipe.ensure_queue_policy_v3 (QueuePolicy.as_row)
+        limits = [name for at, name in _FLOW_FIELDS if len(row) > at and row[at]]
+        if limits:
+            raise flow_unsupported(f"queue {queue!r}'s policy sets {', '.join(limits)}")
         self._policy_rows[queue] = (int(row[2]), float(row[8]))
         window, replayable = (row[10], row[11]) if len(row) > 11 else (None, True)
         self._replay_rules[queue] = (None if window is None else float(window), bool(replayable))

@@ -8,7 +8,7 @@ import re
 from datetime import datetime, timedelta
 from typing import Any
 
-from ...errors import DrainpipeError
+from ...errors import DrainpipeError, invalid_request
 
 _QUEUE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,46}$")
 
@@ -16,6 +16,15 @@ _QUEUE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,46}$")
 def _invalid_input(message: str) -> DrainpipeError:
     # what the SQL functions raise (SQLSTATE 22xxx) for the same argument
     return DrainpipeError("invalid_input", message)
+
+
+def flow_unsupported(what: str) -> DrainpipeError:
+    """The memory backend's answer to flow control: ``invalid_request`` naming ``what``."""
+    return invalid_request(
+        f"{what}: flow control is enforced by Postgres' claim, and the memory backend does"
+        " not enforce it; test it against Postgres, and give the memory backend policies"
+        " without flow limits (drainpipe.testing.without_flow_control)"
+    )
 
 
 def _check_queue(queue: Any) -> str:
@@ -38,7 +47,10 @@ def _check_max_attempts(max_attempts: Any) -> int:
 
 def _to_json(value: Any) -> str:
     """The stored form of a payload: JSON text, so every read hands out a fresh copy and a
-    value Postgres' jsonb would refuse is refused here too."""
+    value Postgres' jsonb would refuse is refused here too. A job's priority is refused
+    (see policies.py: the memory backend claims in eligibility order only)."""
+    if isinstance(value, dict) and value.get("$dp") == 1 and value.get("priority"):
+        raise flow_unsupported(f"priority={value['priority']!r}")
     try:
         text = json.dumps(value, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
