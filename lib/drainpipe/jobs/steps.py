@@ -127,7 +127,12 @@ class StepRuntime:
     async def _state(self, job: Job[Any]) -> _RunState:
         state: _RunState | None = job.__dict__.get(_STATE)
         if state is None:
-            state = _RunState(await self.backend.load_steps(job.queue, job.id))
+            # the attempt counter is the fence, and every claim moves it on (resumptions
+            # too): at 1 this is the job's first run, so nothing can be recorded yet and
+            # the round trip that would load its steps is saved (a 10-step job then costs
+            # its 10 records and nothing more; a job's steps go with its record: jobs 0019)
+            recorded = {} if job.attempts <= 1 else await self.backend.load_steps(job.queue, job.id)
+            state = _RunState(recorded)
             job.__dict__[_STATE] = state
         return state
 
