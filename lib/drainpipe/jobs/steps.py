@@ -26,7 +26,7 @@ from ..errors import DrainpipeError, validation_error
 from ..models import Job
 from ..telemetry import active_telemetry
 from ..validation import aware, seconds
-from .sealing import SEALED_KEY, is_sealed
+from .sealing import SEALED_KEY, is_sealed, open_event
 
 if TYPE_CHECKING:
     from ..keyring import Keyring
@@ -296,13 +296,15 @@ class StepRuntime:
                 raise _mismatch(job, number, name, recorded[0])
             if recorded[1] == "done":
                 stored = recorded[2]
-                return stored.get("data") if isinstance(stored, dict) else None
+                data = stored.get("data") if isinstance(stored, dict) else None
+                return open_event(self._jobs.keyring, event, data)
         outcome, data = await self.backend.wait_event(
             job, event, key, wait, number, name, self._now()
         )
         if outcome in ("taken", "timeout"):
             state.recorded[number] = (name, "done", {"data": data})
-            return data
+            # recorded as stored (sealed when emitted with a keyring); opened for the handler
+            return open_event(self._jobs.keyring, event, data)
         if outcome == "suspended":
             raise Suspend(f"event:{event}")
         if outcome == "mismatch":
