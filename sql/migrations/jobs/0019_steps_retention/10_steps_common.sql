@@ -27,16 +27,32 @@ AS $$
      ORDER BY r.ordinality
 $$;
 
-ALTER FUNCTION drainpipe.get_job_v1(text, bigint, timestamptz) RENAME TO uncounted_get_job;
-ALTER FUNCTION drainpipe.list_jobs_v1(text, text, text, integer, bigint, text, timestamptz)
-    RENAME TO uncounted_list_jobs_1;
-ALTER FUNCTION drainpipe.list_jobs_v2(text, text, text, integer, timestamptz, bigint, text, timestamptz)
-    RENAME TO uncounted_list_jobs_2;
-ALTER FUNCTION drainpipe.search_jobs_v1(text, text, text, text, timestamptz, timestamptz, text, bigint,
-                                        integer, bigint, text, timestamptz)
-    RENAME TO uncounted_search_jobs;
+-- Re-runnable: a public function that is not the wrapper yet (a fresh install, or an
+-- earlier migration run again redefined it) is renamed, replacing an older renamed copy;
+-- one that is the wrapper already stays as it is.
+DO $rename$
+DECLARE
+    v_pair text[];
+    v_public regprocedure;
+BEGIN
+    FOREACH v_pair SLICE 1 IN ARRAY ARRAY[
+        ['get_job_v1(text, bigint, timestamptz)', 'uncounted_get_job'],
+        ['list_jobs_v1(text, text, text, integer, bigint, text, timestamptz)', 'uncounted_list_jobs_1'],
+        ['list_jobs_v2(text, text, text, integer, timestamptz, bigint, text, timestamptz)',
+         'uncounted_list_jobs_2'],
+        ['search_jobs_v1(text, text, text, text, timestamptz, timestamptz, text, bigint, integer, bigint, text, timestamptz)',
+         'uncounted_search_jobs']
+    ] LOOP
+        v_public := to_regprocedure('drainpipe.' || v_pair[1]);
+        CONTINUE WHEN v_public IS NULL
+               OR (SELECT p.prosrc LIKE '%' || v_pair[2] || '%' FROM pg_proc p WHERE p.oid = v_public);
+        EXECUTE format('DROP FUNCTION IF EXISTS drainpipe.%s', v_pair[2] || substr(v_pair[1], strpos(v_pair[1], '(')));
+        EXECUTE format('ALTER FUNCTION drainpipe.%s RENAME TO %I', v_pair[1], v_pair[2]);
+    END LOOP;
+END
+$rename$;
 
-CREATE FUNCTION drainpipe.get_job_v1(p_queue text, p_id bigint, p_now timestamptz DEFAULT NULL)
+CREATE OR REPLACE FUNCTION drainpipe.get_job_v1(p_queue text, p_id bigint, p_now timestamptz DEFAULT NULL)
 RETURNS SETOF drainpipe.job_record_v1
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -45,7 +61,7 @@ AS $$
         SELECT r FROM drainpipe.uncounted_get_job(p_queue, p_id, p_now) r))
 $$;
 
-CREATE FUNCTION drainpipe.list_jobs_v1(
+CREATE OR REPLACE FUNCTION drainpipe.list_jobs_v1(
     p_queue text DEFAULT NULL, p_state text DEFAULT NULL, p_tenant text DEFAULT NULL,
     p_limit integer DEFAULT 100, p_before_id bigint DEFAULT NULL, p_before_queue text DEFAULT NULL,
     p_now timestamptz DEFAULT NULL
@@ -59,7 +75,7 @@ AS $$
                                                       p_before_id, p_before_queue, p_now) r))
 $$;
 
-CREATE FUNCTION drainpipe.list_jobs_v2(
+CREATE OR REPLACE FUNCTION drainpipe.list_jobs_v2(
     p_queue text DEFAULT NULL, p_state text DEFAULT NULL, p_tenant text DEFAULT NULL,
     p_limit integer DEFAULT 100, p_before_at timestamptz DEFAULT NULL,
     p_before_id bigint DEFAULT NULL, p_before_queue text DEFAULT NULL,
@@ -75,7 +91,7 @@ AS $$
                                                       p_now) r))
 $$;
 
-CREATE FUNCTION drainpipe.search_jobs_v1(
+CREATE OR REPLACE FUNCTION drainpipe.search_jobs_v1(
     p_queue text, p_state text, p_tenant text, p_code text, p_since timestamptz,
     p_until timestamptz, p_dedupe_key text, p_id bigint, p_limit integer,
     p_before_id bigint DEFAULT NULL, p_before_queue text DEFAULT NULL,
