@@ -149,3 +149,35 @@ async def test_the_margin_is_clamped_to_half_the_lease(jobs: Jobs, clock: Clock)
     report = await jobs.drain("flows", handler, lease=20, step_margin=30, heartbeat_every=3600)
     assert (report.suspended, report.succeeded) == (1, 1)
     assert calls == ["c"]
+
+
+async def test_under_work_a_job_low_on_lease_suspends_and_the_worker_resumes_it(
+    jobs: Jobs, clock: Clock
+) -> None:
+    """The same under ``work`` (no budget at all): the worker keeps going and takes the job
+    again at once, on a fresh lease; it stops when told to, after "b" ran."""
+    calls: list[str] = []
+    runs: list[int] = []
+    stop = asyncio.Event()
+    inner = workflow(clock, calls, runs, wait_for_beat=False)
+
+    async def handler(payload: Any, job: Job[Any]) -> None:
+        await inner(payload, job)
+        stop.set()
+
+    await jobs.enqueue("flows", {})
+    report = await asyncio.wait_for(
+        jobs.work(
+            "flows",
+            handler,
+            lease=20,
+            step_margin=5,
+            heartbeat_every=3600,
+            stop=stop,
+            poll_interval=0.05,
+        ),
+        timeout=60,
+    )
+    assert (report.suspended, report.succeeded) == (1, 1)
+    assert calls == ["a", "b"]
+    assert len(runs) == 2
