@@ -298,7 +298,7 @@ DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
     v_policy drainpipe.queue_policies;
     v_total integer := 0;
-    v_count integer;
+    v_ids bigint[];
 BEGIN
     IF p_min_interval IS NOT NULL THEN
         UPDATE drainpipe.job_retention_runs SET last_run = v_now
@@ -315,12 +315,14 @@ BEGIN
                   ORDER BY x.msg_id LIMIT $2)) RETURNING d.msg_id),
                   attempts_gone AS (DELETE FROM drainpipe.job_attempts a USING gone g
                                      WHERE a.queue = $3 AND a.job_id = g.msg_id)
-             SELECT count(*)::integer FROM gone', 'a_' || v_policy.queue)
-          INTO v_count
+             SELECT coalesce(array_agg(msg_id), ''{}'') FROM gone', 'a_' || v_policy.queue)
+          INTO v_ids
           USING v_now - make_interval(secs => v_policy.retention), greatest(coalesce(p_batch, 10000), 1),
                 v_policy.queue;
-        v_total := v_total + v_count;
+        PERFORM drainpipe.forget_job_steps(v_policy.queue, v_ids);
+        v_total := v_total + cardinality(v_ids);
     END LOOP;
+    PERFORM drainpipe.purge_job_events_v1(604800, v_now);
     RETURN v_total;
 END
 $function$;
@@ -883,6 +885,26 @@ BEGIN
       INTO v_count USING p_limit;
     RETURN v_count;
 END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.counted_job_records(p_records drainpipe.job_record_v1[])
+ RETURNS SETOF drainpipe.job_record_v1
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT r.id, r.queue, r.state,
+           CASE WHEN w.suspensions > 0
+                THEN greatest(0, r.attempts - (w.suspensions
+                                               - CASE WHEN r.attempts = w.last_fence THEN 1 ELSE 0 END))
+                ELSE r.attempts END,
+           CASE WHEN w.suspensions > 0 THEN greatest(1, r.max_attempts - w.suspensions)
+                ELSE r.max_attempts END,
+           r.deadline, r.tenant, r.dedupe_key, r.enqueued_at, r.eligible_at, r.started_at,
+           r.finished_at, r.last_code, r.parent_id, r.replayed_by, r.history
+      FROM unnest(p_records) WITH ORDINALITY AS r
+      LEFT JOIN drainpipe.job_workflows w ON w.queue = r.queue AND w.job_id = r.id
+     ORDER BY r.ordinality
 $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.dead_job_ids(p_queue text, p_ids bigint[], p_batch integer)
@@ -1862,17 +1884,25 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.forget_job_steps(p_queue text, p_ids bigint[])
+ RETURNS void
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    WITH steps_gone AS (
+        DELETE FROM drainpipe.job_steps s WHERE s.queue = p_queue AND s.job_id = ANY (p_ids)
+    )
+    DELETE FROM drainpipe.job_workflows w WHERE w.queue = p_queue AND w.job_id = ANY (p_ids)
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.get_job_v1(p_queue text, p_id bigint, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS SETOF drainpipe.job_record_v1
- LANGUAGE plpgsql
+ LANGUAGE sql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-BEGIN
-    PERFORM drainpipe.assert_queue_name(p_queue);
-    RETURN QUERY SELECT * FROM drainpipe.pgmq_records(p_queue, NULL, NULL, 1, NULL, NULL, p_id,
-                                                      coalesce(p_now, clock_timestamp()), true);
-END
+    SELECT * FROM drainpipe.counted_job_records(ARRAY(
+        SELECT r FROM drainpipe.uncounted_get_job(p_queue, p_id, p_now) r))
 $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.hold_job_fence(p_queue text, p_id bigint, p_attempt integer)
@@ -2568,77 +2598,25 @@ $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.list_jobs_v1(p_queue text DEFAULT NULL::text, p_state text DEFAULT NULL::text, p_tenant text DEFAULT NULL::text, p_limit integer DEFAULT 100, p_before_id bigint DEFAULT NULL::bigint, p_before_queue text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS SETOF drainpipe.job_record_v1
- LANGUAGE plpgsql
+ LANGUAGE sql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-BEGIN
-    IF p_queue IS NOT NULL THEN
-        PERFORM drainpipe.assert_queue_name(p_queue);
-    END IF;
-    RETURN QUERY SELECT * FROM drainpipe.pgmq_records(p_queue, p_state, p_tenant, p_limit, p_before_id,
-                                                      p_before_queue, NULL, coalesce(p_now, clock_timestamp()), false);
-END
+    SELECT * FROM drainpipe.counted_job_records(ARRAY(
+        SELECT r FROM drainpipe.uncounted_list_jobs_1(p_queue, p_state, p_tenant, p_limit,
+                                                      p_before_id, p_before_queue, p_now) r))
 $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.list_jobs_v2(p_queue text DEFAULT NULL::text, p_state text DEFAULT NULL::text, p_tenant text DEFAULT NULL::text, p_limit integer DEFAULT 100, p_before_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_before_id bigint DEFAULT NULL::bigint, p_before_queue text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS SETOF drainpipe.job_record_v1
- LANGUAGE plpgsql
+ LANGUAGE sql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
- SET enable_seqscan TO 'off'
- SET jit TO 'off'
 AS $function$
-DECLARE
-    v_now timestamptz := coalesce(p_now, clock_timestamp());
-    v_limit integer := greatest(coalesce(p_limit, 100), 1);
-    v_queue record;
-    v_window record;
-    v_parts text[] := '{}';
-BEGIN
-    IF p_queue IS NOT NULL THEN
-        PERFORM drainpipe.assert_queue_name(p_queue);
-    END IF;
-    FOR v_queue IN
-        SELECT m.queue_name::text AS name, coalesce(b.last_id, 0) AS after,
-               coalesce(p_before_id, 0)
-                 + CASE WHEN m.queue_name::text < coalesce(p_before_queue, '') THEN 1 ELSE 0 END AS before_id
-          FROM pgmq.meta m LEFT JOIN drainpipe.pgmq_list_before b ON b.queue = m.queue_name::text
-         WHERE m.queue_name ~ '^[a-z_][a-z0-9_]{0,46}$'
-           AND (p_queue IS NULL OR m.queue_name = p_queue)
-           AND to_regclass('pgmq.a_' || m.queue_name) IS NOT NULL
-    LOOP
-        v_window := drainpipe.pgmq_newest_window(v_queue.name, p_state, p_tenant, v_limit, p_before_at,
-                                                 v_queue.before_id, v_now, v_queue.after);
-        IF cardinality(v_window.ids) > 0 THEN
-            -- the page's rows the walk found (each queue's page is these, by id)
-            v_parts := v_parts || drainpipe.pgmq_records_ids_sql(v_queue.name, NULL, NULL, v_window.ids);
-        END IF;
-        IF v_queue.after > 0 THEN
-            v_parts := v_parts || drainpipe.pgmq_records_ids_sql(v_queue.name, NULL, v_queue.after);
-        END IF;
-    END LOOP;
-    IF cardinality(v_parts) = 0 THEN
-        RETURN;
-    END IF;
-    RETURN QUERY EXECUTE format($sql$
-        SELECT r.id, r.queue, r.read_state, r.attempts, r.max_attempts, NULL::timestamptz, r.tenant,
-               r.dedupe_key, r.enqueued_at,
-               CASE WHEN r.read_state IN ('queued', 'retry_wait') THEN r.lease_end END,
-               r.started_at,
-               CASE WHEN r.read_state = 'dead' AND r.finished_at IS NULL THEN r.lease_end ELSE r.finished_at END,
-               CASE WHEN r.read_state = r.stored_state THEN r.last_code
-                    WHEN r.read_state = 'dead' THEN 'MAX_ATTEMPTS' ELSE 'LEASE_EXPIRED' END,
-               r.parent_id, r.replayed_by, NULL::jsonb
-          FROM (SELECT u.*, drainpipe.job_state_at(u.stored_state, u.lease_end, u.attempts,
-                                                   u.max_attempts, $6) AS read_state
-                  FROM (%s) u) r
-         ORDER BY r.enqueued_at DESC, r.id DESC, r.queue DESC
-         LIMIT $7
-    $sql$, array_to_string(v_parts, ' UNION ALL '))
-      USING p_state, p_tenant, p_before_at, coalesce(p_before_id, 0), coalesce(p_before_queue, ''),
-            v_now, v_limit;
-END
+    SELECT * FROM drainpipe.counted_job_records(ARRAY(
+        SELECT r FROM drainpipe.uncounted_list_jobs_2(p_queue, p_state, p_tenant, p_limit,
+                                                      p_before_at, p_before_id, p_before_queue,
+                                                      p_now) r))
 $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.list_management_audit_v1(p_target text, p_limit integer, p_before bigint DEFAULT NULL::bigint)
@@ -3346,7 +3324,7 @@ CREATE OR REPLACE FUNCTION drainpipe.purge_job_archive_v1(p_queue text, p_older_
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
-    v_count integer;
+    v_ids bigint[];
 BEGIN
     PERFORM drainpipe.assert_queue_name(p_queue);
     IF to_regclass('pgmq.a_' || p_queue) IS NULL THEN
@@ -3362,9 +3340,10 @@ BEGIN
              RETURNING a.msg_id),
          attempts_gone AS (
              DELETE FROM drainpipe.job_attempts t USING gone g WHERE t.queue = $4 AND t.job_id = g.msg_id)
-         SELECT count(*)::integer FROM gone', 'a_' || p_queue)
-      INTO v_count USING p_dead_older_than, p_older_than, greatest(coalesce(p_batch, 10000), 1), p_queue;
-    RETURN v_count;
+         SELECT coalesce(array_agg(msg_id), ''{}'') FROM gone', 'a_' || p_queue)
+      INTO v_ids USING p_dead_older_than, p_older_than, greatest(coalesce(p_batch, 10000), 1), p_queue;
+    PERFORM drainpipe.forget_job_steps(p_queue, v_ids);
+    RETURN cardinality(v_ids);
 END
 $function$;
 
@@ -3714,40 +3693,14 @@ $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.search_jobs_v1(p_queue text, p_state text, p_tenant text, p_code text, p_since timestamp with time zone, p_until timestamp with time zone, p_dedupe_key text, p_id bigint, p_limit integer, p_before_id bigint DEFAULT NULL::bigint, p_before_queue text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS SETOF drainpipe.job_record_v1
- LANGUAGE plpgsql
+ LANGUAGE sql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-DECLARE
-    v_parts text;
-BEGIN
-    IF p_queue IS NOT NULL THEN
-        PERFORM drainpipe.assert_queue_name(p_queue);
-    END IF;
-    SELECT string_agg(drainpipe.pgmq_search_sql(m.queue_name), ' UNION ALL ')
-      INTO v_parts
-      FROM pgmq.meta m
-     WHERE m.queue_name ~ '^[a-z_][a-z0-9_]{0,46}$'
-       AND (p_queue IS NULL OR m.queue_name = p_queue)
-       AND to_regclass('pgmq.a_' || m.queue_name) IS NOT NULL;
-    IF v_parts IS NULL THEN
-        RETURN;
-    END IF;
-    RETURN QUERY EXECUTE format($sql$
-        SELECT r.id, r.queue, r.read_state, r.attempts, r.max_attempts, NULL::timestamptz, r.tenant,
-               r.dedupe_key, r.enqueued_at,
-               CASE WHEN r.read_state IN ('queued', 'retry_wait') THEN r.lease_end END,
-               r.started_at,
-               CASE WHEN r.read_state = 'dead' AND r.finished_at IS NULL THEN r.lease_end ELSE r.finished_at END,
-               r.read_code, r.parent_id, r.replayed_by, NULL::jsonb
-          FROM (%s) r
-         ORDER BY r.id DESC, r.queue DESC
-         LIMIT $6
-    $sql$, v_parts)
-      USING p_state, p_tenant, p_before_id, coalesce(p_before_queue, ''),
-            coalesce(p_now, clock_timestamp()), greatest(coalesce(p_limit, 100), 1), p_id,
-            p_dedupe_key, p_since, p_until, p_code;
-END
+    SELECT * FROM drainpipe.counted_job_records(ARRAY(
+        SELECT r FROM drainpipe.uncounted_search_jobs(p_queue, p_state, p_tenant, p_code, p_since,
+                                                      p_until, p_dedupe_key, p_id, p_limit,
+                                                      p_before_id, p_before_queue, p_now) r))
 $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.set_job_parent(p_queue text, p_ids bigint[], p_parent bigint)
@@ -3866,6 +3819,132 @@ BEGIN
            updated_at = v_now;
     PERFORM drainpipe.park_job(p_queue, p_id, v_until, p_waiting_for);
     RETURN 'suspended';
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.uncounted_get_job(p_queue text, p_id bigint, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_record_v1
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    RETURN QUERY SELECT * FROM drainpipe.pgmq_records(p_queue, NULL, NULL, 1, NULL, NULL, p_id,
+                                                      coalesce(p_now, clock_timestamp()), true);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.uncounted_list_jobs_1(p_queue text DEFAULT NULL::text, p_state text DEFAULT NULL::text, p_tenant text DEFAULT NULL::text, p_limit integer DEFAULT 100, p_before_id bigint DEFAULT NULL::bigint, p_before_queue text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_record_v1
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_queue IS NOT NULL THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    RETURN QUERY SELECT * FROM drainpipe.pgmq_records(p_queue, p_state, p_tenant, p_limit, p_before_id,
+                                                      p_before_queue, NULL, coalesce(p_now, clock_timestamp()), false);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.uncounted_list_jobs_2(p_queue text DEFAULT NULL::text, p_state text DEFAULT NULL::text, p_tenant text DEFAULT NULL::text, p_limit integer DEFAULT 100, p_before_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_before_id bigint DEFAULT NULL::bigint, p_before_queue text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_record_v1
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET enable_seqscan TO 'off'
+ SET jit TO 'off'
+AS $function$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_limit integer := greatest(coalesce(p_limit, 100), 1);
+    v_queue record;
+    v_window record;
+    v_parts text[] := '{}';
+BEGIN
+    IF p_queue IS NOT NULL THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    FOR v_queue IN
+        SELECT m.queue_name::text AS name, coalesce(b.last_id, 0) AS after,
+               coalesce(p_before_id, 0)
+                 + CASE WHEN m.queue_name::text < coalesce(p_before_queue, '') THEN 1 ELSE 0 END AS before_id
+          FROM pgmq.meta m LEFT JOIN drainpipe.pgmq_list_before b ON b.queue = m.queue_name::text
+         WHERE m.queue_name ~ '^[a-z_][a-z0-9_]{0,46}$'
+           AND (p_queue IS NULL OR m.queue_name = p_queue)
+           AND to_regclass('pgmq.a_' || m.queue_name) IS NOT NULL
+    LOOP
+        v_window := drainpipe.pgmq_newest_window(v_queue.name, p_state, p_tenant, v_limit, p_before_at,
+                                                 v_queue.before_id, v_now, v_queue.after);
+        IF cardinality(v_window.ids) > 0 THEN
+            -- the page's rows the walk found (each queue's page is these, by id)
+            v_parts := v_parts || drainpipe.pgmq_records_ids_sql(v_queue.name, NULL, NULL, v_window.ids);
+        END IF;
+        IF v_queue.after > 0 THEN
+            v_parts := v_parts || drainpipe.pgmq_records_ids_sql(v_queue.name, NULL, v_queue.after);
+        END IF;
+    END LOOP;
+    IF cardinality(v_parts) = 0 THEN
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format($sql$
+        SELECT r.id, r.queue, r.read_state, r.attempts, r.max_attempts, NULL::timestamptz, r.tenant,
+               r.dedupe_key, r.enqueued_at,
+               CASE WHEN r.read_state IN ('queued', 'retry_wait') THEN r.lease_end END,
+               r.started_at,
+               CASE WHEN r.read_state = 'dead' AND r.finished_at IS NULL THEN r.lease_end ELSE r.finished_at END,
+               CASE WHEN r.read_state = r.stored_state THEN r.last_code
+                    WHEN r.read_state = 'dead' THEN 'MAX_ATTEMPTS' ELSE 'LEASE_EXPIRED' END,
+               r.parent_id, r.replayed_by, NULL::jsonb
+          FROM (SELECT u.*, drainpipe.job_state_at(u.stored_state, u.lease_end, u.attempts,
+                                                   u.max_attempts, $6) AS read_state
+                  FROM (%s) u) r
+         ORDER BY r.enqueued_at DESC, r.id DESC, r.queue DESC
+         LIMIT $7
+    $sql$, array_to_string(v_parts, ' UNION ALL '))
+      USING p_state, p_tenant, p_before_at, coalesce(p_before_id, 0), coalesce(p_before_queue, ''),
+            v_now, v_limit;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.uncounted_search_jobs(p_queue text, p_state text, p_tenant text, p_code text, p_since timestamp with time zone, p_until timestamp with time zone, p_dedupe_key text, p_id bigint, p_limit integer, p_before_id bigint DEFAULT NULL::bigint, p_before_queue text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_record_v1
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_parts text;
+BEGIN
+    IF p_queue IS NOT NULL THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    SELECT string_agg(drainpipe.pgmq_search_sql(m.queue_name), ' UNION ALL ')
+      INTO v_parts
+      FROM pgmq.meta m
+     WHERE m.queue_name ~ '^[a-z_][a-z0-9_]{0,46}$'
+       AND (p_queue IS NULL OR m.queue_name = p_queue)
+       AND to_regclass('pgmq.a_' || m.queue_name) IS NOT NULL;
+    IF v_parts IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format($sql$
+        SELECT r.id, r.queue, r.read_state, r.attempts, r.max_attempts, NULL::timestamptz, r.tenant,
+               r.dedupe_key, r.enqueued_at,
+               CASE WHEN r.read_state IN ('queued', 'retry_wait') THEN r.lease_end END,
+               r.started_at,
+               CASE WHEN r.read_state = 'dead' AND r.finished_at IS NULL THEN r.lease_end ELSE r.finished_at END,
+               r.read_code, r.parent_id, r.replayed_by, NULL::jsonb
+          FROM (%s) r
+         ORDER BY r.id DESC, r.queue DESC
+         LIMIT $6
+    $sql$, v_parts)
+      USING p_state, p_tenant, p_before_id, coalesce(p_before_queue, ''),
+            coalesce(p_now, clock_timestamp()), greatest(coalesce(p_limit, 100), 1), p_id,
+            p_dedupe_key, p_since, p_until, p_code;
 END
 $function$;
 

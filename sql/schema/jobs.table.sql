@@ -334,7 +334,7 @@ DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
     v_policy drainpipe.queue_policies;
     v_total integer := 0;
-    v_count integer;
+    v_ids bigint[];
 BEGIN
     IF p_min_interval IS NOT NULL THEN
         UPDATE drainpipe.job_retention_runs SET last_run = v_now
@@ -356,9 +356,11 @@ BEGIN
             DELETE FROM drainpipe.job_attempts a USING gone g
              WHERE a.queue = g.queue AND a.job_id = g.id
         )
-        SELECT count(*) INTO v_count FROM gone;
-        v_total := v_total + v_count;
+        SELECT coalesce(array_agg(id), '{}') INTO v_ids FROM gone;
+        PERFORM drainpipe.forget_job_steps(v_policy.queue, v_ids);
+        v_total := v_total + cardinality(v_ids);
     END LOOP;
+    PERFORM drainpipe.purge_job_events_v1(604800, v_now);
     RETURN v_total;
 END
 $function$;
@@ -997,6 +999,26 @@ AS $function$
          WHERE m.queue = p_queue AND m.finished_at IS NULL LIMIT p_limit) x
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.counted_job_records(p_records drainpipe.job_record_v1[])
+ RETURNS SETOF drainpipe.job_record_v1
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT r.id, r.queue, r.state,
+           CASE WHEN w.suspensions > 0
+                THEN greatest(0, r.attempts - (w.suspensions
+                                               - CASE WHEN r.attempts = w.last_fence THEN 1 ELSE 0 END))
+                ELSE r.attempts END,
+           CASE WHEN w.suspensions > 0 THEN greatest(1, r.max_attempts - w.suspensions)
+                ELSE r.max_attempts END,
+           r.deadline, r.tenant, r.dedupe_key, r.enqueued_at, r.eligible_at, r.started_at,
+           r.finished_at, r.last_code, r.parent_id, r.replayed_by, r.history
+      FROM unnest(p_records) WITH ORDINALITY AS r
+      LEFT JOIN drainpipe.job_workflows w ON w.queue = r.queue AND w.job_id = r.id
+     ORDER BY r.ordinality
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.dead_job_ids(p_queue text, p_ids bigint[], p_batch integer)
  RETURNS SETOF bigint
  LANGUAGE sql
@@ -1494,18 +1516,25 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.forget_job_steps(p_queue text, p_ids bigint[])
+ RETURNS void
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    WITH steps_gone AS (
+        DELETE FROM drainpipe.job_steps s WHERE s.queue = p_queue AND s.job_id = ANY (p_ids)
+    )
+    DELETE FROM drainpipe.job_workflows w WHERE w.queue = p_queue AND w.job_id = ANY (p_ids)
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.get_job_v1(p_queue text, p_id bigint, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS SETOF drainpipe.job_record_v1
  LANGUAGE sql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT r.id, r.queue, r.state, r.attempts, r.max_attempts, NULL::timestamptz, r.tenant,
-           r.dedupe_key, r.enqueued_at, r.eligible_at, r.started_at, r.finished_at, r.last_code,
-           r.parent_id, r.replayed_by,
-           drainpipe.job_history_v1(r.queue, r.id, r.attempts, r.stored_state, r.started_at,
-                                    r.finished_at, r.lease_end, r.last_code, r.now)
-      FROM drainpipe.job_records_at(p_queue, NULL::text, NULL::text, 1, NULL::bigint, p_id, coalesce(p_now, clock_timestamp())) r
+    SELECT * FROM drainpipe.counted_job_records(ARRAY(
+        SELECT r FROM drainpipe.uncounted_get_job(p_queue, p_id, p_now) r))
 $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.hold_job_fence(p_queue text, p_id bigint, p_attempt integer)
@@ -2449,30 +2478,21 @@ CREATE OR REPLACE FUNCTION drainpipe.list_jobs_v1(p_queue text DEFAULT NULL::tex
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT r.id, r.queue, r.state, r.attempts, r.max_attempts, NULL::timestamptz, r.tenant,
-           r.dedupe_key, r.enqueued_at, r.eligible_at, r.started_at, r.finished_at, r.last_code,
-           r.parent_id, r.replayed_by, NULL::jsonb
-      FROM drainpipe.job_records_at(p_queue, p_state, p_tenant, p_limit, p_before_id, NULL::bigint,
-                                    coalesce(p_now, clock_timestamp())) r
+    SELECT * FROM drainpipe.counted_job_records(ARRAY(
+        SELECT r FROM drainpipe.uncounted_list_jobs_1(p_queue, p_state, p_tenant, p_limit,
+                                                      p_before_id, p_before_queue, p_now) r))
 $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.list_jobs_v2(p_queue text DEFAULT NULL::text, p_state text DEFAULT NULL::text, p_tenant text DEFAULT NULL::text, p_limit integer DEFAULT 100, p_before_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_before_id bigint DEFAULT NULL::bigint, p_before_queue text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS SETOF drainpipe.job_record_v1
- LANGUAGE plpgsql
+ LANGUAGE sql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-BEGIN
-    IF p_queue IS NOT NULL THEN
-        PERFORM drainpipe.assert_queue_name(p_queue);
-    END IF;
-    RETURN QUERY
-    SELECT r.id, r.queue, r.state, r.attempts, r.max_attempts, NULL::timestamptz, r.tenant,
-           r.dedupe_key, r.enqueued_at, r.eligible_at, r.started_at, r.finished_at, r.last_code,
-           r.parent_id, r.replayed_by, NULL::jsonb
-      FROM drainpipe.job_records_newest(p_queue, p_state, p_tenant, p_limit, p_before_at,
-                                        p_before_id, coalesce(p_now, clock_timestamp())) r;
-END
+    SELECT * FROM drainpipe.counted_job_records(ARRAY(
+        SELECT r FROM drainpipe.uncounted_list_jobs_2(p_queue, p_state, p_tenant, p_limit,
+                                                      p_before_at, p_before_id, p_before_queue,
+                                                      p_now) r))
 $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.list_management_audit_v1(p_target text, p_limit integer, p_before bigint DEFAULT NULL::bigint)
@@ -2637,10 +2657,13 @@ $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.purge_job_archive_v1(p_queue text, p_older_than interval DEFAULT '7 days'::interval, p_batch integer DEFAULT 10000, p_dead_older_than interval DEFAULT '30 days'::interval)
  RETURNS integer
- LANGUAGE sql
+ LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+    v_ids bigint[];
+BEGIN
     WITH gone AS (
         DELETE FROM drainpipe.job_messages d
          WHERE d.id = ANY (ARRAY(
@@ -2656,7 +2679,10 @@ AS $function$
         DELETE FROM drainpipe.job_attempts a USING gone g
          WHERE a.queue = g.queue AND a.job_id = g.id
     )
-    SELECT count(*)::integer FROM gone
+    SELECT coalesce(array_agg(id), '{}') INTO v_ids FROM gone;
+    PERFORM drainpipe.forget_job_steps(p_queue, v_ids);
+    RETURN cardinality(v_ids);
+END
 $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.purge_job_events_v1(p_older_than double precision DEFAULT 604800, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
@@ -2991,56 +3017,14 @@ $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.search_jobs_v1(p_queue text, p_state text, p_tenant text, p_code text, p_since timestamp with time zone, p_until timestamp with time zone, p_dedupe_key text, p_id bigint, p_limit integer, p_before_id bigint DEFAULT NULL::bigint, p_before_queue text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS SETOF drainpipe.job_record_v1
- LANGUAGE plpgsql
+ LANGUAGE sql
  STABLE SECURITY DEFINER
- SET plan_cache_mode TO 'force_custom_plan'
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-#variable_conflict use_column
-DECLARE
-    v_now timestamptz := coalesce(p_now, clock_timestamp());
-BEGIN
-    IF p_queue IS NOT NULL THEN
-        PERFORM drainpipe.assert_queue_name(p_queue);
-    END IF;
-    RETURN QUERY
-    SELECT s.id, s.queue, s.read_state, s.attempts, s.max_attempts, NULL::timestamptz, s.tenant,
-           s.dedupe_key, s.enqueued_at,
-           CASE WHEN s.read_state IN ('queued', 'retry_wait') THEN s.visible_at END,
-           s.started_at,
-           CASE WHEN s.read_state = 'dead' AND s.finished_at IS NULL THEN s.visible_at
-                ELSE s.finished_at END,
-           s.read_code, s.parent_id, s.replayed_by, NULL::jsonb
-      FROM (
-          SELECT r.*,
-                 CASE WHEN r.read_state = r.state THEN r.last_code
-                      WHEN r.read_state = 'dead' THEN 'MAX_ATTEMPTS' ELSE 'LEASE_EXPIRED' END AS read_code
-            FROM (
-                SELECT m.id, m.queue, m.state, m.attempts, m.max_attempts, m.dedupe_key,
-                       m.enqueued_at, m.visible_at, m.started_at, m.finished_at, m.last_code,
-                       m.parent_id, m.replayed_by, drainpipe.job_tenant(m.payload) AS tenant,
-                       drainpipe.job_state_at(m.state, m.visible_at, m.attempts, m.max_attempts, v_now) AS read_state
-                  FROM drainpipe.job_messages m
-                 WHERE (p_id IS NULL OR m.id = p_id)
-                   AND (p_queue IS NULL OR m.queue = p_queue)
-                   AND (p_before_id IS NULL OR m.id < p_before_id)
-                   AND (p_dedupe_key IS NULL OR m.dedupe_key = p_dedupe_key)
-                   AND (p_since IS NULL OR m.enqueued_at >= p_since)
-                   AND (p_until IS NULL OR m.enqueued_at < p_until)
-                   AND (p_tenant IS NULL OR drainpipe.job_tenant(m.payload) = p_tenant)
-                   AND (p_state IS NULL OR m.state = p_state
-                        OR (m.state = 'leased' AND p_state IN ('retry_wait', 'dead')))
-                 ORDER BY m.id DESC
-            ) r
-      ) s
-     WHERE (p_state IS NULL OR s.read_state = p_state)
-       AND (p_code IS NULL OR s.read_code = p_code
-            OR (s.read_code IN ('MAX_ATTEMPTS', 'DEADLINE_PASSED')
-                AND (SELECT a.code FROM drainpipe.job_attempts a
-                      WHERE a.queue = s.queue AND a.job_id = s.id AND a.code IS NOT NULL
-                      ORDER BY a.number DESC LIMIT 1) = p_code))
-     LIMIT greatest(coalesce(p_limit, 100), 1);
-END
+    SELECT * FROM drainpipe.counted_job_records(ARRAY(
+        SELECT r FROM drainpipe.uncounted_search_jobs(p_queue, p_state, p_tenant, p_code, p_since,
+                                                      p_until, p_dedupe_key, p_id, p_limit,
+                                                      p_before_id, p_before_queue, p_now) r))
 $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.set_job_parent(p_queue text, p_ids bigint[], p_parent bigint)
@@ -3178,6 +3162,106 @@ BEGIN
         PERFORM drainpipe.add_job_totals(v_rows);
     END IF;
     RETURN NULL;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.uncounted_get_job(p_queue text, p_id bigint, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_record_v1
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT r.id, r.queue, r.state, r.attempts, r.max_attempts, NULL::timestamptz, r.tenant,
+           r.dedupe_key, r.enqueued_at, r.eligible_at, r.started_at, r.finished_at, r.last_code,
+           r.parent_id, r.replayed_by,
+           drainpipe.job_history_v1(r.queue, r.id, r.attempts, r.stored_state, r.started_at,
+                                    r.finished_at, r.lease_end, r.last_code, r.now)
+      FROM drainpipe.job_records_at(p_queue, NULL::text, NULL::text, 1, NULL::bigint, p_id, coalesce(p_now, clock_timestamp())) r
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.uncounted_list_jobs_1(p_queue text DEFAULT NULL::text, p_state text DEFAULT NULL::text, p_tenant text DEFAULT NULL::text, p_limit integer DEFAULT 100, p_before_id bigint DEFAULT NULL::bigint, p_before_queue text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_record_v1
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT r.id, r.queue, r.state, r.attempts, r.max_attempts, NULL::timestamptz, r.tenant,
+           r.dedupe_key, r.enqueued_at, r.eligible_at, r.started_at, r.finished_at, r.last_code,
+           r.parent_id, r.replayed_by, NULL::jsonb
+      FROM drainpipe.job_records_at(p_queue, p_state, p_tenant, p_limit, p_before_id, NULL::bigint,
+                                    coalesce(p_now, clock_timestamp())) r
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.uncounted_list_jobs_2(p_queue text DEFAULT NULL::text, p_state text DEFAULT NULL::text, p_tenant text DEFAULT NULL::text, p_limit integer DEFAULT 100, p_before_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_before_id bigint DEFAULT NULL::bigint, p_before_queue text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_record_v1
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_queue IS NOT NULL THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    RETURN QUERY
+    SELECT r.id, r.queue, r.state, r.attempts, r.max_attempts, NULL::timestamptz, r.tenant,
+           r.dedupe_key, r.enqueued_at, r.eligible_at, r.started_at, r.finished_at, r.last_code,
+           r.parent_id, r.replayed_by, NULL::jsonb
+      FROM drainpipe.job_records_newest(p_queue, p_state, p_tenant, p_limit, p_before_at,
+                                        p_before_id, coalesce(p_now, clock_timestamp())) r;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.uncounted_search_jobs(p_queue text, p_state text, p_tenant text, p_code text, p_since timestamp with time zone, p_until timestamp with time zone, p_dedupe_key text, p_id bigint, p_limit integer, p_before_id bigint DEFAULT NULL::bigint, p_before_queue text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_record_v1
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET plan_cache_mode TO 'force_custom_plan'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+BEGIN
+    IF p_queue IS NOT NULL THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    RETURN QUERY
+    SELECT s.id, s.queue, s.read_state, s.attempts, s.max_attempts, NULL::timestamptz, s.tenant,
+           s.dedupe_key, s.enqueued_at,
+           CASE WHEN s.read_state IN ('queued', 'retry_wait') THEN s.visible_at END,
+           s.started_at,
+           CASE WHEN s.read_state = 'dead' AND s.finished_at IS NULL THEN s.visible_at
+                ELSE s.finished_at END,
+           s.read_code, s.parent_id, s.replayed_by, NULL::jsonb
+      FROM (
+          SELECT r.*,
+                 CASE WHEN r.read_state = r.state THEN r.last_code
+                      WHEN r.read_state = 'dead' THEN 'MAX_ATTEMPTS' ELSE 'LEASE_EXPIRED' END AS read_code
+            FROM (
+                SELECT m.id, m.queue, m.state, m.attempts, m.max_attempts, m.dedupe_key,
+                       m.enqueued_at, m.visible_at, m.started_at, m.finished_at, m.last_code,
+                       m.parent_id, m.replayed_by, drainpipe.job_tenant(m.payload) AS tenant,
+                       drainpipe.job_state_at(m.state, m.visible_at, m.attempts, m.max_attempts, v_now) AS read_state
+                  FROM drainpipe.job_messages m
+                 WHERE (p_id IS NULL OR m.id = p_id)
+                   AND (p_queue IS NULL OR m.queue = p_queue)
+                   AND (p_before_id IS NULL OR m.id < p_before_id)
+                   AND (p_dedupe_key IS NULL OR m.dedupe_key = p_dedupe_key)
+                   AND (p_since IS NULL OR m.enqueued_at >= p_since)
+                   AND (p_until IS NULL OR m.enqueued_at < p_until)
+                   AND (p_tenant IS NULL OR drainpipe.job_tenant(m.payload) = p_tenant)
+                   AND (p_state IS NULL OR m.state = p_state
+                        OR (m.state = 'leased' AND p_state IN ('retry_wait', 'dead')))
+                 ORDER BY m.id DESC
+            ) r
+      ) s
+     WHERE (p_state IS NULL OR s.read_state = p_state)
+       AND (p_code IS NULL OR s.read_code = p_code
+            OR (s.read_code IN ('MAX_ATTEMPTS', 'DEADLINE_PASSED')
+                AND (SELECT a.code FROM drainpipe.job_attempts a
+                      WHERE a.queue = s.queue AND a.job_id = s.id AND a.code IS NOT NULL
+                      ORDER BY a.number DESC LIMIT 1) = p_code))
+     LIMIT greatest(coalesce(p_limit, 100), 1);
 END
 $function$;
 

@@ -29,6 +29,13 @@ from tests.schedules.test_pg_cron import cleanup, cron_db, cron_url, names  # no
 
 # Called by no client: they stay unversioned (docs/sql.md).
 INTERNAL_FUNCTIONS = {
+    # jobs 0019: the record functions under the public ones, which count their attempts
+    "counted_job_records",
+    "forget_job_steps",
+    "uncounted_get_job",
+    "uncounted_list_jobs_1",
+    "uncounted_list_jobs_2",
+    "uncounted_search_jobs",
     # jobs 0016 (durable steps): helpers of the step functions, never called by the client
     "assert_event_name",
     "hold_job_fence",
@@ -152,7 +159,6 @@ def test_every_module_has_numbered_migrations_with_known_option_parts() -> None:
                 ("console_v1", False),
                 ("flow_control", False),
                 ("steps_v1", False),
-                ("placeholder", False),  # another branch's migration of this number
                 ("held_counts", False),
             ]
             assert not any(m.contract for m in found)

@@ -406,6 +406,7 @@ class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, Schedu
         """Store event ``event`` with ``key`` (and JSON ``data``) and wake every job waiting
         on both (``job.wait_for``); the event's id. Events are kept ``event_retention``
         (7 days); one emitted before a job waits counts for it, if emitted after its enqueue."""
+        from .sealing import seal_event
         from .steps import check_event
 
         check_event(event, key)
@@ -413,7 +414,8 @@ class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, Schedu
         emit = getattr(backend, "emit", None)
         if emit is None:
             raise lacking(backend, "emit")
-        result: int = await emit(event, key, data)
+        # with a keyring the data is sealed (docs/steps.md#events): the waiter opens it
+        result: int = await emit(event, key, seal_event(self.keyring, event, data))
         return result
 
     async def result(self, queue: str, job_id: int) -> Any:

@@ -18,7 +18,7 @@ from ..backends.capabilities import (
     lacking,
 )
 from ..errors import DrainpipeError, invalid_request
-from ..models import JOB_STATES, TERMINAL_STATES, JobPage, JobRecord, Position
+from ..models import JOB_STATES, JobPage, JobRecord, Position
 from ..validation import INT8_MAX, check_queue_name, positive_int
 from .cursor import read_cursor, sign_cursor
 
@@ -131,23 +131,14 @@ class RecordsRules:
 
 
 def with_workflow(record: JobRecord, workflow: Any) -> JobRecord:
-    """``record`` with its steps and ``waiting_for``; its attempt counts without the
-    suspensions (a resumption moves the fence, not the count: jobs 0016)."""
+    """``record`` with its steps and ``waiting_for``. Its attempts come counted already: the
+    record functions leave the resumptions out (jobs 0019), so ``get``, ``list_jobs``, the
+    console and PostgREST agree."""
     if workflow is None:
         return record
-    suspensions, last_fence, waiting_for, steps = workflow
-    # every suspension raised the stored max_attempts by one; every resumption claim moved
-    # the fence by one (the latest suspension's resumption has not come while the fence
-    # still is the one it suspended with)
-    resumptions = suspensions - (1 if suspensions and record.attempts == last_fence else 0)
-    attempts = max(0, record.attempts - resumptions)
-    max_attempts = max(1, record.max_attempts - suspensions)
-    terminal = record.state in TERMINAL_STATES
+    _suspensions, _last_fence, waiting_for, steps = workflow
     return replace(
         record,
-        attempts=attempts,
-        max_attempts=max_attempts,
-        attempts_left=0 if terminal else max(0, max_attempts - attempts),
         steps=steps,
         waiting_for=waiting_for if record.state == "waiting" else None,
     )

@@ -102,3 +102,40 @@ def reseal(keyring: Keyring, queue: str, stored: Any) -> Any | None:
         return None
     payload, context = open_stored(keyring, queue, stored)
     return seal(keyring, queue, wrap_payload(payload, context), context)
+
+
+# -- event data (durable steps' emit and wait_for) ------------------------------------------
+# An emit does not know which queues' jobs wait for its event, so a Jobs with a keyring
+# seals every event's data, bound to the event's name (not to a queue): a waiter on any
+# queue opens it with the same keys. None stays None (it says nothing).
+
+
+def _event_context(event: str) -> str:
+    return "event:" + event
+
+
+def seal_event(keyring: Keyring | None, event: str, data: Any) -> Any:
+    """Event ``data`` as stored: sealed when there is a keyring, else as it is."""
+    if keyring is None or data is None:
+        return data
+    sealed = keyring.seal(_event_context(event), dump_json(data, "data"))
+    return {ENVELOPE_KEY: 1, SEALED_KEY: sealed}
+
+
+def open_event(keyring: Keyring | None, event: str, stored: Any) -> Any:
+    """The data of an event as emitted: opened when sealed. A sealed one without a keyring
+    (or under keys that do not open it) is ``PAYLOAD_UNREADABLE``, as a job's would be."""
+    if not is_sealed(stored):
+        return stored  # emitted in clear (without a keyring, or by SQL emit_event_v1)
+    if keyring is not None:
+        try:
+            return orjson.loads(keyring.open(_event_context(event), stored[SEALED_KEY]))
+        except UnreadableCiphertext as exc:
+            reason = str(exc)
+    else:
+        reason = "this Jobs has no keyring"
+    raise DrainpipeError(
+        "invalid_input",
+        f'The data of event "{event}" is sealed and does not open: {reason}',
+        code=PAYLOAD_UNREADABLE,
+    )

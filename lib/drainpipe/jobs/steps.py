@@ -26,17 +26,20 @@ from ..errors import DrainpipeError, validation_error
 from ..models import Job
 from ..telemetry import active_telemetry
 from ..validation import aware, seconds
-from .sealing import SEALED_KEY, is_sealed
+from .sealing import SEALED_KEY, is_sealed, open_event
 
 if TYPE_CHECKING:
     from ..keyring import Keyring
     from .client import Jobs
 
-__all__ = ["MAX_NAME", "StepRuntime", "check_event", "step_names"]
+__all__ = ["LEASE_END", "MAX_NAME", "StepRuntime", "check_event", "step_names"]
 
 #: step names, event names and keys: at most this many characters (the SQL checks it too)
 MAX_NAME = 200
 _STATE = "_step_state"
+#: a claimed job's lease end as the budget rule counts it (set by the worker at the claim
+#: and at every heartbeat that extended it), on the Jobs' clock
+LEASE_END = "_lease_end"
 
 
 class _RunState:
@@ -127,21 +130,40 @@ class StepRuntime:
     async def _state(self, job: Job[Any]) -> _RunState:
         state: _RunState | None = job.__dict__.get(_STATE)
         if state is None:
-            state = _RunState(await self.backend.load_steps(job.queue, job.id))
+            # the attempt counter is the fence, and every claim moves it on (resumptions
+            # too): at 1 this is the job's first run, so nothing can be recorded yet and
+            # the round trip that would load its steps is saved (a 10-step job then costs
+            # its 10 records and nothing more; a job's steps go with its record: jobs 0019)
+            recorded = {} if job.attempts <= 1 else await self.backend.load_steps(job.queue, job.id)
+            state = _RunState(recorded)
             job.__dict__[_STATE] = state
         return state
 
-    def _budget_low(self) -> bool:
-        if self.deadline is None:
-            return False
-        return self.deadline - asyncio.get_running_loop().time() < self.step_margin
+    def lease_end(self, lease: float) -> datetime:
+        """When a lease of ``lease`` seconds taken now ends, on the clock the budget rule
+        reads (the Jobs' ``now``, so a test can move it)."""
+        return self._now() + timedelta(seconds=lease)
 
-    async def _yield_turn(self, job: Job[Any]) -> None:
-        """Budget rule: suspend with immediate eligibility (state ``queued``)."""
+    def _budget_low(self, job: Job[Any]) -> str | None:
+        """The budget rule: ``"budget"`` when less than the margin is left of the call's
+        budget, ``"lease"`` when less is left of the job's lease (as the claim or the last
+        heartbeat that extended it left it), else None."""
+        deadline = self.deadline
+        if deadline is not None and deadline - asyncio.get_running_loop().time() < self.step_margin:
+            return "budget"
+        end: datetime | None = job.__dict__.get(LEASE_END)
+        if end is not None and (end - self._now()).total_seconds() < self.step_margin:
+            return "lease"
+        return None
+
+    async def _yield_turn(self, job: Job[Any], reason: str) -> None:
+        """Budget rule: suspend with immediate eligibility (state ``queued``). A spent
+        budget also ends the run's claims; a lease running out only this job's run (the
+        run, or any other, claims it again at once with a fresh lease)."""
         answer = await self.backend.suspend(job, 0.0, None)
         if answer == "lost":
             raise _lost(job)
-        raise Suspend(None, budget=True)
+        raise Suspend(None, budget=reason == "budget")
 
     def _store(self, value: Any) -> tuple[Any, Any]:
         """(what is stored, what the handler gets): the JSON form, sealed when the queue
@@ -174,8 +196,8 @@ class StepRuntime:
                 raise _mismatch(job, number, name, recorded[0])
             if recorded[1] == "done":
                 return self._open(recorded[2])
-        if self._budget_low():
-            await self._yield_turn(job)
+        if (low := self._budget_low(job)) is not None:
+            await self._yield_turn(job, low)
         otel = active_telemetry()
         if otel is None:
             return await self._run_step(job, state, number, name, fn, args, kwargs)
@@ -274,13 +296,15 @@ class StepRuntime:
                 raise _mismatch(job, number, name, recorded[0])
             if recorded[1] == "done":
                 stored = recorded[2]
-                return stored.get("data") if isinstance(stored, dict) else None
+                data = stored.get("data") if isinstance(stored, dict) else None
+                return open_event(self._jobs.keyring, event, data)
         outcome, data = await self.backend.wait_event(
             job, event, key, wait, number, name, self._now()
         )
         if outcome in ("taken", "timeout"):
             state.recorded[number] = (name, "done", {"data": data})
-            return data
+            # recorded as stored (sealed when emitted with a keyring); opened for the handler
+            return open_event(self._jobs.keyring, event, data)
         if outcome == "suspended":
             raise Suspend(f"event:{event}")
         if outcome == "mismatch":
@@ -328,8 +352,8 @@ class StepRuntime:
                 state.spawned.add(queue)
                 recorded_ids: list[int] = [int(i) for i in recorded[2]["ids"]]
                 return recorded_ids
-        if self._budget_low():
-            await self._yield_turn(job)
+        if (low := self._budget_low(job)) is not None:
+            await self._yield_turn(job, low)
         outcome, ids = await self.backend.spawn(
             job, number, name, queue, stored, wait, max_attempts, self._now()
         )

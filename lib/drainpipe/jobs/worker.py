@@ -30,7 +30,7 @@ from ..validation import positive_int, seconds
 from .guard import bury, fail_within_window
 from .policy import PAYLOAD_UNREADABLE
 from .rules import hand_over
-from .steps import StepRuntime
+from .steps import LEASE_END, StepRuntime
 
 if TYPE_CHECKING:
     from .client import Handler, Jobs, OnError
@@ -97,17 +97,47 @@ class JobSource:
             self.keep_result = self.steps.keep_result
 
     def claim(self, batch: int, lease: float) -> Awaitable[list[Job[Any]]]:
-        return self._backend.read(self.queue, lease=lease, batch=batch)
+        if self.steps is None:
+            return self._backend.read(self.queue, lease=lease, batch=batch)
+        return self._leased(lease, batch)
+
+    async def _leased(self, lease: float, batch: int) -> list[Job[Any]]:
+        # the lease end as the steps' budget rule counts it: on the client's clock, taken
+        # before the claim went out (so never later than the stored one)
+        end = self.steps.lease_end(lease) if self.steps is not None else None
+        claimed: list[Job[Any]] = await self._backend.read(self.queue, lease=lease, batch=batch)
+        for job in claimed:
+            job.__dict__[LEASE_END] = end
+        return claimed
 
     def _complete_and_claim(
         self, items: Sequence[Job[Any]], batch: int, lease: float
     ) -> Awaitable[tuple[list[Job[Any]], list[Job[Any]]]]:
-        return self._fused(self.queue, items, lease=lease, batch=batch)
+        if self.steps is None:
+            return self._fused(self.queue, items, lease=lease, batch=batch)
+        return self._fused_leased(items, batch, lease)
+
+    async def _fused_leased(
+        self, items: Sequence[Job[Any]], batch: int, lease: float
+    ) -> tuple[list[Job[Any]], list[Job[Any]]]:
+        end = self.steps.lease_end(lease) if self.steps is not None else None
+        refused, claimed = await self._fused(self.queue, items, lease=lease, batch=batch)
+        for job in claimed:
+            job.__dict__[LEASE_END] = end
+        return refused, claimed
 
     async def extend(self, items: Sequence[Job[Any]], lease: float) -> set[int]:
+        end = self.steps.lease_end(lease) if self.steps is not None else None
         if self._extend_many is not None:
-            return set(await self._extend_many(items, lease))
-        return {job.id for job in items if await self._backend.extend(job, lease)}
+            held = set(await self._extend_many(items, lease))
+        else:
+            held = {job.id for job in items if await self._backend.extend(job, lease)}
+        if end is not None:
+            # a heartbeat moved these leases on: the budget rule counts from the new end
+            for job in items:
+                if job.id in held:
+                    job.__dict__[LEASE_END] = end
+        return held
 
     async def complete(self, items: Sequence[Job[Any]]) -> Sequence[Job[Any]]:
         if len(items) == 1:
