@@ -312,7 +312,7 @@ class PostgrestBackend:
     async def queue_holds(
         self, queues: Sequence[str]
     ) -> tuple[set[str], dict[str, dict[str, int]]]:
-        """Paused queues and held counts for the drain route's report (rest-api 0011)."""
+        """Paused queues and held counts for the drain route's report (rest-api 0010)."""
         data = await self.rpc("queue_holds_v1", {"queues": list(queues)})
         return rows.queue_holds(self.schema, data)
 

@@ -1,4 +1,4 @@
--- rest-api 0011: stats_v4, stats_v3 plus each queue's held counts (jobs 0018,
+-- rest-api 0010: stats_v4, stats_v3 plus each queue's held counts (jobs 0018,
 -- job_queue_stats_v4): {"paused" | "order" | "concurrency" | "rate": n}, empty when none;
 -- queue_holds_v1 for the drain route's report.
 SELECT set_config('check_function_bodies', 'off', true);
