@@ -85,7 +85,7 @@ class SyncRecordsMixin(RecordsRules):
 
     def emit(self, event: str, key: str, data: Any = None) -> int:
         """Store an event and wake the jobs waiting on its name and key (``Jobs.emit``)."""
-        from ..jobs.steps import check_event  # here: the steps module loads asyncio
+        from ..jobs.steprules import check_event  # here: not needed before an emit
 
         check_event(event, key)
         return self.backend.emit(event, key, data)

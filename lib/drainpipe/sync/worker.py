@@ -22,7 +22,12 @@ same pure core (:mod:`drainpipe.engine.core`) and reported the same way
   code ``CANCELLED``;
 * transient claim errors are retried 3 times per lane (``poll_interval``, doubling), any
   other claim error stops every lane and ``drain`` raises it;
-* ``budget`` (seconds) is checked before each claim; claimed jobs always finish.
+* ``budget`` (seconds) is checked before each claim; claimed jobs always finish;
+* durable steps (:mod:`drainpipe.sync.steps`): the handler gets a
+  :class:`~drainpipe.sync.steps.SyncJob`; a run that suspends (``Suspend``) counts in
+  ``report.suspended``, neither succeeded nor failed; with less than ``step_margin`` of the
+  budget left a step suspends its job, eligible at once, and the lanes claim no more; a
+  handler's JSON return value is kept as its job's result before the completion.
 """
 
 from __future__ import annotations
@@ -33,9 +38,10 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from ..codes import CANCELLED, Discard, Skip, code_of
+from ..codes import CANCELLED, Discard, Skip, Suspend, code_of
 from ..engine.core import (
     JOB_HEARTBEAT_FLOOR,
     budget_spent,
@@ -52,10 +58,12 @@ from ..validation import error_text, positive_int, seconds
 
 if TYPE_CHECKING:
     from .jobs import Jobs
+    from .steps import SyncJob
 
 log = logging.getLogger("drainpipe.jobs")
 
-SyncHandler = Callable[[Any, Job[Any]], Any]
+#: ``handler(payload, job)``: a plain function; ``job`` is a ``drainpipe.sync.Job``
+SyncHandler = Callable[[Any, "SyncJob[Any]"], Any]
 SyncOnError = Callable[[BaseException, Job[Any] | None], Any]
 
 
@@ -124,6 +132,7 @@ class SyncWorker:
         deadline: float | None = None,
         heartbeat_every: float | None = None,
         poll_interval: float = 1.0,
+        step_margin: float | timedelta = 5.0,
     ) -> None:
         if not callable(handler):
             raise TypeError("handler must be a function: handler(payload, job)")
@@ -154,6 +163,15 @@ class SyncWorker:
         self.deadline = run_deadline(
             time.monotonic(), None if budget is None else seconds(budget, "budget"), deadline
         )
+        from .steps import SyncStepRuntime, as_sync_job  # the step rules load with a drain
+
+        self._as_sync_job = as_sync_job
+        # a margin past half the lease would suspend every step: clamped to half of it
+        margin = min(seconds(step_margin, "step_margin"), self.lease / 2)
+        self.steps: SyncStepRuntime | None = None
+        if callable(getattr(self.backend, "record_step", None)):
+            self.steps = SyncStepRuntime(jobs, queue, step_margin=margin)
+            self.steps.deadline = self.deadline  # the budget rule: a time.monotonic() time
         self.report = WorkReport()
         self._count = threading.Lock()
         self._halt = threading.Event()
@@ -270,7 +288,8 @@ class SyncWorker:
     def _run_one(self, batch: _Batch, job: Job[Any]) -> bool:
         """Run one job's handler; True when it returned normally and still holds its lease."""
         try:
-            result = self.handler(hand_over(job, self.validate, self.all_tenants), job)
+            handed = self._as_sync_job(job, self.steps)
+            result = self.handler(hand_over(job, self.validate, self.all_tenants), handed)
             if inspect.isawaitable(result):
                 close = getattr(result, "close", None)
                 if close is not None:
@@ -279,6 +298,17 @@ class SyncWorker:
                     "the handler returned an awaitable; drainpipe.sync drains with plain"
                     " functions (use drainpipe.Jobs.drain for async handlers)"
                 )
+            if result is not None and self.steps is not None:
+                self.steps.keep_result(job, result)  # kept before the completion
+        except Suspend as suspend:
+            # suspended, its lease released in the same round trip: nothing to settle,
+            # neither a success nor a failure
+            batch.settled(job)
+            with self._count:
+                self.report.suspended += 1
+            if suspend.budget:  # the budget is as good as spent: no lane claims more
+                self.deadline = time.monotonic()
+            return False
         except Retry as retry:
             if self._dropped(batch, job):
                 return False
