@@ -395,7 +395,7 @@ def test_step_margin_is_clamped_to_half_the_lease(jobs: sync.Jobs) -> None:
         return int(job.step("one", lambda: 1))
 
     job_id = jobs.enqueue("flows", {})
-    report = jobs.drain("flows", handler, lease=4, budget=60, step_margin=10)
+    report = jobs.queue("flows").drain(handler, lease=4, budget=60, step_margin=10)
     assert (report.succeeded, report.suspended) == (1, 0)
     assert jobs.result("flows", job_id) == 1
     with pytest.raises(DrainpipeError) as refused:

@@ -39,7 +39,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..codes import CANCELLED, Discard, Skip, Suspend, code_of
 from ..engine.core import (
@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from .steps import SyncJob
 
 log = logging.getLogger("drainpipe.jobs")
+_set_attribute = object.__setattr__
 
 #: ``handler(payload, job)``: a plain function; ``job`` is a ``drainpipe.sync.Job``
 SyncHandler = Callable[[Any, "SyncJob[Any]"], Any]
@@ -163,9 +164,9 @@ class SyncWorker:
         self.deadline = run_deadline(
             time.monotonic(), None if budget is None else seconds(budget, "budget"), deadline
         )
-        from .steps import SyncStepRuntime, as_sync_job  # the step rules load with a drain
+        from .steps import SyncJob, SyncStepRuntime  # the step rules load with a drain
 
-        self._as_sync_job = as_sync_job
+        self._job_class = SyncJob
         # a margin past half the lease would suspend every step: clamped to half of it
         margin = min(seconds(step_margin, "step_margin"), self.lease / 2)
         self.steps: SyncStepRuntime | None = None
@@ -288,8 +289,13 @@ class SyncWorker:
     def _run_one(self, batch: _Batch, job: Job[Any]) -> bool:
         """Run one job's handler; True when it returned normally and still holds its lease."""
         try:
-            handed = self._as_sync_job(job, self.steps)
-            result = self.handler(hand_over(job, self.validate, self.all_tenants), handed)
+            # the handler's job is a sync.Job (steps without await): the claimed object
+            # itself, its class switched in place (steps.as_sync_job, inlined: per job)
+            _set_attribute(job, "__class__", self._job_class)
+            job.__dict__["_workflow"] = self.steps
+            result = self.handler(
+                hand_over(job, self.validate, self.all_tenants), cast("SyncJob[Any]", job)
+            )
             if inspect.isawaitable(result):
                 close = getattr(result, "close", None)
                 if close is not None:
