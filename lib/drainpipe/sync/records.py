@@ -94,4 +94,8 @@ class SyncRecordsMixin(RecordsRules):
         """A job handler's kept return value (None when none); for trusted code."""
         job_id = self._get_args(queue, job_id)
         kept, stored = self.backend.job_result(queue, job_id)
-        return stored if kept else None
+        if not kept:
+            return None
+        from ..jobs.steprules import StepRules  # opened as the async twin opens it
+
+        return StepRules(self, queue).open_result(stored)
