@@ -37,6 +37,7 @@ from .records import SyncRecordsMixin
 from .replays import SyncReplaysMixin
 from .schedules import SyncScheduleMixin
 from .worker import SyncHandler, SyncOnError, SyncWorker
+from .working import QueueWorkMixin, SyncWorkMixin
 
 if TYPE_CHECKING:
     from .steps import SyncJob
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin):
+class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin, SyncWorkMixin):
     """Typed job queues on a DSN, a ``psycopg_pool.ConnectionPool`` or a
     ``psycopg.Connection`` (whose open transaction the statements join).
 
@@ -309,7 +310,7 @@ class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin):
         self.close()
 
 
-class Queue(Generic[T]):
+class Queue(QueueWorkMixin[T], Generic[T]):
     """One queue of a sync :class:`Jobs`: the same methods without the queue argument."""
 
     def __init__(self, jobs: Jobs, name: str) -> None:
