@@ -174,3 +174,29 @@ def test_work_without_max_outage_keeps_the_three_retries() -> None:
         )
     assert caught.value.kind == "network"
     assert reported == []  # drain's retries are silent
+
+
+class Interrupt(BaseException):
+    """What a Ctrl-C is to the caller's thread: not an ``Exception``."""
+
+
+def test_an_interrupted_caller_stops_every_lane(jobs: sync.Jobs) -> None:
+    caller = threading.current_thread()
+    for n in range(20):
+        jobs.enqueue("flows", {"n": n})
+
+    def handler(payload: Any, job: sync.Job[Any]) -> None:
+        if threading.current_thread() is caller:
+            raise Interrupt
+        time.sleep(0.01)
+
+    stop = threading.Event()
+    guard = threading.Timer(15, stop.set)  # a hang fails the test instead of blocking it
+    guard.start()
+    try:
+        with pytest.raises(Interrupt):
+            jobs.work("flows", handler, concurrency=3, poll_interval=0.02, stop=stop)
+    finally:
+        guard.cancel()
+    assert not stop.is_set()  # it returned on its own, before the guard
+    assert not any(t.name.startswith("drainpipe-flows-") for t in threading.enumerate())

@@ -162,6 +162,11 @@ class SyncWorker:
             self._open_other_lanes()
         try:
             self._lane()
+        except BaseException:
+            # the caller's lane was interrupted (KeyboardInterrupt, SystemExit): the other
+            # lanes stop at their next claim instead of keeping the call from returning
+            self._halt.set()
+            raise
         finally:
             with self._count:
                 self._spread = True  # no lane opens from here on
