@@ -25,6 +25,8 @@ PAIRS: list[tuple[str, Any, Any]] = [
     ("WebhookInbox", drainpipe.WebhookInbox, sync.WebhookInbox),
     ("ManagementClient", drainpipe.ManagementClient, sync.ManagementClient),
     ("Lease", drainpipe.Lease, sync.Lease),
+    # a handler's job: the durable step calls, without await in the sync twin
+    ("Job", drainpipe.Job, sync.Job),
 ]
 FUNCTIONS: list[tuple[str, Any, Any]] = [
     ("lease", drainpipe.lease, sync.lease),

@@ -162,9 +162,9 @@ class SqlQueueBackend:
         started_at: datetime | None = None,
     ) -> str:
         """``suspended``, ``mismatch`` or ``lost``; the lease is released with it."""
-        params = (job.queue, job.id, job.attempts, delay, waiting_for, number, name, started_at)
         from ..ops import steps as step_ops
 
+        params = step_ops.suspend_params(job, delay, waiting_for, number, name, started_at)
         return step_ops.parse_text(await self.db.fetch(step_ops.SUSPEND, params))
 
     async def wait_event(
@@ -178,11 +178,10 @@ class SqlQueueBackend:
         started_at: datetime | None = None,
     ) -> tuple[str, Any]:
         """(``taken`` | ``timeout`` | ``suspended`` | ``mismatch`` | ``lost``, data)."""
-        params = (job.queue, job.id, job.attempts, event, key, timeout, number, name, started_at)
         from ..ops import steps as step_ops
 
-        rows = await self.db.fetch(step_ops.WAIT_EVENT, params)
-        return (str(rows[0][0]), rows[0][1]) if rows else ("lost", None)
+        params = step_ops.wait_params(job, event, key, timeout, number, name, started_at)
+        return step_ops.parse_wait(await self.db.fetch(step_ops.WAIT_EVENT, params))
 
     async def emit(self, event: str, key: str, data: Any = None) -> int:
         from ..ops import steps as step_ops
@@ -203,16 +202,12 @@ class SqlQueueBackend:
     ) -> tuple[str, list[int]]:
         """Enqueue ``payloads`` as children of ``job`` and record the step, at most once:
         (``recorded`` | ``exists`` | ``mismatch`` | ``lost``, the children's ids)."""
-        params = (
-            job.queue, job.id, job.attempts, number, name, queue, jsonb(list(payloads)),
-            delay, max_attempts, started_at,
-        )  # fmt: skip
         from ..ops import steps as step_ops
 
-        rows = await self.db.fetch(step_ops.SPAWN, params)
-        if not rows:
-            return "lost", []
-        return str(rows[0][0]), [int(i) for i in rows[0][1] or ()]
+        params = step_ops.spawn_params(
+            job, number, name, queue, payloads, delay, max_attempts, started_at
+        )
+        return step_ops.parse_spawn(await self.db.fetch(step_ops.SPAWN, params))
 
     async def join(
         self,
@@ -224,11 +219,9 @@ class SqlQueueBackend:
         started_at: datetime | None = None,
     ) -> str:
         """``done`` (every child finished), ``suspended``, ``mismatch`` or ``lost``."""
-        params = (
-            job.queue, job.id, job.attempts, queue, int_array(ids), number, name, started_at,
-        )  # fmt: skip
         from ..ops import steps as step_ops
 
+        params = step_ops.join_params(job, queue, ids, number, name, started_at)
         return step_ops.parse_text(await self.db.fetch(step_ops.JOIN, params))
 
     async def child_outcomes(
@@ -236,8 +229,8 @@ class SqlQueueBackend:
     ) -> list[tuple[int, str, str | None, bool, Any]]:
         from ..ops import steps as step_ops
 
-        rows = await self.db.fetch(step_ops.CHILD_OUTCOMES, (queue, int_array(ids)))
-        return [(int(r[0]), str(r[1]), r[2], bool(r[3]), r[4]) for r in rows]
+        rows = await self.db.fetch(step_ops.CHILD_OUTCOMES, step_ops.outcomes_params(queue, ids))
+        return step_ops.parse_outcomes(rows)
 
     async def cancel_children(self, queue: str, job_id: int) -> int:
         from ..ops import steps as step_ops

@@ -10,8 +10,8 @@ from datetime import datetime
 from typing import Any
 
 from ..db import jsonb
-from ..models import Step
-from ._types import Row
+from ..models import Job, Step
+from ._types import Row, int_array
 
 #: (queue, id, attempt, number, name, state, result, code, started_at)
 RECORD_STEP = "SELECT drainpipe.record_job_step_v1(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
@@ -52,6 +52,79 @@ def record_params(
     started_at: datetime | None,
 ) -> tuple[Any, ...]:
     return (queue, job_id, attempt, number, name, state, jsonb(result), code, started_at)
+
+
+def suspend_params(
+    job: Job[Any],
+    delay: float,
+    waiting_for: str | None,
+    number: int | None,
+    name: str | None,
+    started_at: datetime | None,
+) -> tuple[Any, ...]:
+    return (job.queue, job.id, job.attempts, delay, waiting_for, number, name, started_at)
+
+
+def wait_params(
+    job: Job[Any],
+    event: str,
+    key: str,
+    timeout: float | None,
+    number: int,
+    name: str,
+    started_at: datetime | None,
+) -> tuple[Any, ...]:
+    return (job.queue, job.id, job.attempts, event, key, timeout, number, name, started_at)
+
+
+def parse_wait(rows: list[Row]) -> tuple[str, Any]:
+    """(``taken`` | ``timeout`` | ``suspended`` | ``mismatch`` | ``lost``, data)."""
+    return (str(rows[0][0]), rows[0][1]) if rows else ("lost", None)
+
+
+def spawn_params(
+    job: Job[Any],
+    number: int,
+    name: str,
+    queue: str,
+    payloads: Any,
+    delay: float,
+    max_attempts: int,
+    started_at: datetime | None,
+) -> tuple[Any, ...]:
+    return (
+        job.queue, job.id, job.attempts, number, name, queue, jsonb(list(payloads)),
+        delay, max_attempts, started_at,
+    )  # fmt: skip
+
+
+def parse_spawn(rows: list[Row]) -> tuple[str, list[int]]:
+    """(``recorded`` | ``exists`` | ``mismatch`` | ``lost``, the children's ids)."""
+    if not rows:
+        return "lost", []
+    return str(rows[0][0]), [int(i) for i in rows[0][1] or ()]
+
+
+def join_params(
+    job: Job[Any],
+    queue: str,
+    ids: Any,
+    number: int,
+    name: str,
+    started_at: datetime | None,
+) -> tuple[Any, ...]:
+    return (
+        job.queue, job.id, job.attempts, queue, int_array(ids), number, name, started_at,
+    )  # fmt: skip
+
+
+def outcomes_params(queue: str, ids: Any) -> tuple[Any, ...]:
+    return (queue, int_array(ids))
+
+
+def parse_outcomes(rows: list[Row]) -> list[tuple[int, str, str | None, bool, Any]]:
+    """(id, state, last code, whether a result was kept, the stored result) per child."""
+    return [(int(r[0]), str(r[1]), r[2], bool(r[3]), r[4]) for r in rows]
 
 
 def parse_text(rows: list[Row]) -> str:

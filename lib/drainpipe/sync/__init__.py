@@ -5,6 +5,7 @@
     jobs = sync.Jobs(dsn_or_pool_or_connection, {"emails": Email})
     jobs.enqueue("emails", Email(to="a@example.com"))        # joins a connection's transaction
     jobs.drain("emails", send)                                # send(payload, job): a plain function
+    # ...whose job (a sync.Job) has job.step / sleep / wait_for / spawn / join, no await
     idem = sync.Idempotency(db); app.wsgi_app = idem.wrap_wsgi(app.wsgi_app)
     with sync.lease(db, "nightly") as held: ...
     inbox = sync.WebhookInbox(db, source="billing", secrets=[...])
@@ -28,10 +29,12 @@ if TYPE_CHECKING:
     from .jobs import Jobs, Queue
     from .leases import Lease, lease, with_lease
     from .management import ManagementClient
+    from .steps import SyncJob as Job
     from .worker import SyncHandler, SyncOnError
 
 __all__ = [
     "Idempotency",
+    "Job",
     "Jobs",
     "Lease",
     "ManagementClient",
@@ -45,6 +48,7 @@ __all__ = [
 
 _EXPORTS = {
     "Idempotency": "idempotency",
+    "Job": "steps",
     "Jobs": "jobs",
     "Lease": "leases",
     "ManagementClient": "management",
@@ -56,12 +60,15 @@ _EXPORTS = {
     "with_lease": "leases",
 }
 
+#: exported under another name than the module's
+_NAMES = {"Job": "SyncJob"}
+
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    value = getattr(importlib.import_module(f".{module}", __name__), _NAMES.get(name, name))
     globals()[name] = value
     return value
 

@@ -173,7 +173,105 @@ class SyncSqlBackend:
         rows = self.db.fetch(record_ops.CANCEL, record_ops.cancel_params(queue, job_id))
         return record_ops.parse_cancel(rows)
 
-    # -- durable steps (jobs 0016): the calls that need no event loop --------------------
+    # -- durable steps (jobs 0016): the async backend's statements, one round trip each;
+    # imported on first use, as there ------------------------------------------------------
+
+    def load_steps(self, queue: str, job_id: int) -> dict[int, tuple[str, str, Any]]:
+        """The job's recorded steps: number → (name, state, stored result)."""
+        from ..ops import steps as step_ops
+
+        return step_ops.parse_loaded(self.db.fetch(step_ops.LOAD_STEPS, (queue, job_id)))
+
+    def record_step(
+        self,
+        job: Job[Any],
+        number: int,
+        name: str,
+        state: str,
+        result: Any,
+        code: str | None = None,
+        started_at: datetime | None = None,
+    ) -> str:
+        """``recorded``, ``exists``, ``mismatch`` or ``lost`` (the attempt's fence moved)."""
+        from ..ops import steps as step_ops
+
+        params = step_ops.record_params(
+            job.queue, job.id, job.attempts, number, name, state, result, code, started_at
+        )
+        return step_ops.parse_text(self.db.fetch(step_ops.RECORD_STEP, params))
+
+    def suspend(
+        self,
+        job: Job[Any],
+        delay: float,
+        waiting_for: str | None,
+        number: int | None = None,
+        name: str | None = None,
+        started_at: datetime | None = None,
+    ) -> str:
+        """``suspended``, ``mismatch`` or ``lost``; the lease is released with it."""
+        from ..ops import steps as step_ops
+
+        params = step_ops.suspend_params(job, delay, waiting_for, number, name, started_at)
+        return step_ops.parse_text(self.db.fetch(step_ops.SUSPEND, params))
+
+    def wait_event(
+        self,
+        job: Job[Any],
+        event: str,
+        key: str,
+        timeout: float | None,
+        number: int,
+        name: str,
+        started_at: datetime | None = None,
+    ) -> tuple[str, Any]:
+        """(``taken`` | ``timeout`` | ``suspended`` | ``mismatch`` | ``lost``, data)."""
+        from ..ops import steps as step_ops
+
+        params = step_ops.wait_params(job, event, key, timeout, number, name, started_at)
+        return step_ops.parse_wait(self.db.fetch(step_ops.WAIT_EVENT, params))
+
+    def spawn(
+        self,
+        job: Job[Any],
+        number: int,
+        name: str,
+        queue: str,
+        payloads: Sequence[Any],
+        delay: float,
+        max_attempts: int,
+        started_at: datetime | None = None,
+    ) -> tuple[str, list[int]]:
+        """Enqueue ``payloads`` as children of ``job`` and record the step, at most once."""
+        from ..ops import steps as step_ops
+
+        params = step_ops.spawn_params(
+            job, number, name, queue, payloads, delay, max_attempts, started_at
+        )
+        return step_ops.parse_spawn(self.db.fetch(step_ops.SPAWN, params))
+
+    def join(
+        self,
+        job: Job[Any],
+        queue: str,
+        ids: Sequence[int],
+        number: int,
+        name: str,
+        started_at: datetime | None = None,
+    ) -> str:
+        """``done`` (every child finished), ``suspended``, ``mismatch`` or ``lost``."""
+        from ..ops import steps as step_ops
+
+        params = step_ops.join_params(job, queue, ids, number, name, started_at)
+        return step_ops.parse_text(self.db.fetch(step_ops.JOIN, params))
+
+    def child_outcomes(
+        self, queue: str, ids: Sequence[int]
+    ) -> list[tuple[int, str, str | None, bool, Any]]:
+        from ..ops import steps as step_ops
+
+        params = step_ops.outcomes_params(queue, ids)
+        return step_ops.parse_outcomes(self.db.fetch(step_ops.CHILD_OUTCOMES, params))
 
     def emit(self, event: str, key: str, data: Any = None) -> int:
         from ..db import jsonb

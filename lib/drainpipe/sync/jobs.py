@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Generic, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 from ..codes import code_of
 from ..jobs.guard import DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS
@@ -37,11 +37,15 @@ from .records import SyncRecordsMixin
 from .replays import SyncReplaysMixin
 from .schedules import SyncScheduleMixin
 from .worker import SyncHandler, SyncOnError, SyncWorker
+from .working import QueueWorkMixin, SyncWorkMixin
+
+if TYPE_CHECKING:
+    from .steps import SyncJob
 
 T = TypeVar("T")
 
 
-class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin):
+class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin, SyncWorkMixin):
     """Typed job queues on a DSN, a ``psycopg_pool.ConnectionPool`` or a
     ``psycopg.Connection`` (whose open transaction the statements join).
 
@@ -173,7 +177,11 @@ class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin):
         """Lease up to ``batch`` ready jobs for ``lease`` seconds (None: 300). Payloads are
         not validated."""
         batch, length = self._claim_args(queue, batch, DEFAULT_LEASE if lease is None else lease)
-        return self.backend.read(queue, lease=length, batch=batch)
+        from .steps import as_sync_job  # a sync.Job: its step calls say STEPS_UNAVAILABLE
+
+        return [
+            as_sync_job(job, None) for job in self.backend.read(queue, lease=length, batch=batch)
+        ]
 
     def complete(self, job: Job[Any]) -> bool:
         """Archive a finished job. False: the lease was lost, nothing changed."""
@@ -208,11 +216,14 @@ class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin):
         all_tenants: bool = False,
         deadline: float | None = None,
         heartbeat_every: float | None = None,
+        step_margin: float | timedelta = 5.0,
     ) -> WorkReport:
         """Run ``handler(payload, job)`` (a plain function) until the queue has no ready job
         or ``budget`` seconds are spent; heartbeats run on a thread. ``deadline`` is a
         ``time.monotonic()`` time to stop claiming at (the earlier of it and ``budget`` wins). ``lease``: 300 s
-        when None. See :mod:`drainpipe.sync.worker`."""
+        when None. ``job`` is a :class:`drainpipe.sync.Job`: its durable steps need no
+        ``await``; a job with less than ``step_margin`` seconds of the budget left suspends
+        at its next step (eligible at once). See :mod:`drainpipe.sync.worker`."""
         self._check_queue(queue)
         return SyncWorker(
             self,
@@ -226,6 +237,7 @@ class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin):
             on_error=on_error,
             all_tenants=all_tenants,
             heartbeat_every=heartbeat_every,
+            step_margin=step_margin,
         ).run()
 
     # -- dead letters, stats, archive ----------------------------------------------------
@@ -298,7 +310,7 @@ class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin):
         self.close()
 
 
-class Queue(Generic[T]):
+class Queue(QueueWorkMixin[T], Generic[T]):
     """One queue of a sync :class:`Jobs`: the same methods without the queue argument."""
 
     def __init__(self, jobs: Jobs, name: str) -> None:
@@ -373,7 +385,7 @@ class Queue(Generic[T]):
 
     def drain(
         self,
-        handler: Callable[[T, Job[T]], Any],
+        handler: Callable[[T, SyncJob[T]], Any],
         *,
         concurrency: int = 1,
         batch: int = 1,
@@ -383,6 +395,7 @@ class Queue(Generic[T]):
         all_tenants: bool = False,
         deadline: float | None = None,
         heartbeat_every: float | None = None,
+        step_margin: float | timedelta = 5.0,
     ) -> WorkReport:
         """:meth:`Jobs.drain` on this queue."""
         return self.jobs.drain(
@@ -396,6 +409,7 @@ class Queue(Generic[T]):
             all_tenants=all_tenants,
             deadline=deadline,
             heartbeat_every=heartbeat_every,
+            step_margin=step_margin,
         )
 
     def stats(self) -> QueueStats:

@@ -88,7 +88,7 @@ class SyncRecordsMixin(RecordsRules):
 
     def emit(self, event: str, key: str, data: Any = None) -> int:
         """Store an event and wake the jobs waiting on its name and key (``Jobs.emit``)."""
-        from ..jobs.steps import check_event  # here: the steps module loads asyncio
+        from ..jobs.steprules import check_event  # here: not needed before an emit
 
         check_event(event, key)
         return self.backend.emit(event, key, data)
@@ -97,4 +97,8 @@ class SyncRecordsMixin(RecordsRules):
         """A job handler's kept return value (None when none); for trusted code."""
         job_id = self._get_args(queue, job_id)
         kept, stored = self.backend.job_result(queue, job_id)
-        return stored if kept else None
+        if not kept:
+            return None
+        from ..jobs.steprules import StepRules  # opened as the async twin opens it
+
+        return StepRules(self, queue).open_result(stored)

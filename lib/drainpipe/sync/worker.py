@@ -1,4 +1,5 @@
-"""``drain`` for the sync twin: plain-function handlers, heartbeats on a thread.
+"""``drain`` and ``work`` for the sync twin: plain-function handlers, heartbeats on a thread
+(``work``: :mod:`drainpipe.sync.working`).
 
 The semantics are the async runner's (:mod:`drainpipe.engine.runner`), computed with the
 same pure core (:mod:`drainpipe.engine.core`) and reported the same way
@@ -22,25 +23,34 @@ same pure core (:mod:`drainpipe.engine.core`) and reported the same way
   code ``CANCELLED``;
 * transient claim errors are retried 3 times per lane (``poll_interval``, doubling), any
   other claim error stops every lane and ``drain`` raises it;
-* ``budget`` (seconds) is checked before each claim; claimed jobs always finish.
+* ``budget`` (seconds) is checked before each claim; claimed jobs always finish;
+* durable steps (:mod:`drainpipe.sync.steps`): the handler gets a
+  :class:`~drainpipe.sync.steps.SyncJob`; a run that suspends (``Suspend``) counts in
+  ``report.suspended``, neither succeeded nor failed; with less than ``step_margin`` of the
+  budget left a step suspends its job, eligible at once, and the lanes claim no more; a
+  handler's JSON return value is kept as its job's result before the completion.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-import queue
+import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, cast
 
-from ..codes import CANCELLED, Discard, Skip, code_of
+from ..codes import CANCELLED, Discard, Skip, Suspend, code_of
 from ..engine.core import (
     JOB_HEARTBEAT_FLOOR,
     budget_spent,
     claim_retry_wait,
     heartbeat_interval,
+    next_idle_wait,
+    outage_left,
+    outage_wait,
     run_deadline,
     should_retry_claim,
 )
@@ -49,61 +59,18 @@ from ..errors import TRANSIENT_KINDS, DrainpipeError, Retry
 from ..jobs.rules import hand_over
 from ..models import Job, WorkReport
 from ..validation import error_text, positive_int, seconds
+from .lanes import Batch, Beats
 
 if TYPE_CHECKING:
     from .jobs import Jobs
+    from .steps import SyncJob
 
 log = logging.getLogger("drainpipe.jobs")
+_set_attribute = object.__setattr__
 
-SyncHandler = Callable[[Any, Job[Any]], Any]
+#: ``handler(payload, job)``: a plain function; ``job`` is a ``drainpipe.sync.Job``
+SyncHandler = Callable[[Any, "SyncJob[Any]"], Any]
 SyncOnError = Callable[[BaseException, Job[Any] | None], Any]
-
-
-class _Batch:
-    """What a batch's heartbeat thread shares with the lane running the batch."""
-
-    def __init__(self, claimed: Sequence[Job[Any]]) -> None:
-        self.lock = threading.Lock()
-        self.unfinished = {job.id: job for job in claimed}
-        self.lost: set[int] = set()
-        self.reasons: dict[int, str] = {}  # why a lost job was lost, when known
-        self.done = threading.Event()
-
-    def is_lost(self, job: Job[Any]) -> bool:
-        with self.lock:
-            return job.id in self.lost
-
-    def settled(self, job: Job[Any]) -> None:
-        with self.lock:
-            self.unfinished.pop(job.id, None)
-
-
-class _Beats:
-    """A lane's heartbeat thread, handed each batch in turn (starting a thread per batch
-    cost 15% of a fast drain); started with the lane's first batch, so an empty drain
-    starts none."""
-
-    def __init__(self, beat: Callable[[_Batch], None]) -> None:
-        self._beat = beat
-        self._batches: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-
-    def put(self, batch: _Batch) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._run, name="drainpipe-heartbeat", daemon=True
-            )
-            self._thread.start()
-        self._batches.put(batch)
-
-    def _run(self) -> None:
-        while (batch := self._batches.get()) is not None:
-            self._beat(batch)
-
-    def stop(self) -> None:
-        if self._thread is not None:
-            self._batches.put(None)
-            self._thread.join()
 
 
 class SyncWorker:
@@ -124,6 +91,11 @@ class SyncWorker:
         deadline: float | None = None,
         heartbeat_every: float | None = None,
         poll_interval: float = 1.0,
+        step_margin: float | timedelta = 5.0,
+        until_empty: bool = True,
+        stop: Any = None,
+        max_poll_interval: float = 30.0,
+        max_outage: float | None = None,
     ) -> None:
         if not callable(handler):
             raise TypeError("handler must be a function: handler(payload, job)")
@@ -134,6 +106,10 @@ class SyncWorker:
             )
         if on_error is not None and not callable(on_error):
             raise TypeError("on_error must be callable: on_error(error, job)")
+        if stop is not None and not (
+            callable(getattr(stop, "is_set", None)) and callable(getattr(stop, "wait", None))
+        ):
+            raise TypeError(f"stop must be a threading.Event (or None), not {type(stop).__name__}")
         self.queue = queue
         self.backend = jobs.backend
         self.handler = handler
@@ -142,6 +118,14 @@ class SyncWorker:
         self.batch = positive_int(batch, "batch")
         self.lease = seconds(lease, "lease")
         self.poll_interval = seconds(poll_interval, "poll_interval")
+        #: ``work``: poll when idle (doubling to ``max_poll_interval``) until ``stop`` is set,
+        #: riding out transient claim errors for ``max_outage`` seconds (None: 3 retries)
+        self.until_empty = until_empty
+        self.stop = stop
+        self.max_poll_interval = max(
+            self.poll_interval, seconds(max_poll_interval, "max_poll_interval")
+        )
+        self.max_outage = None if max_outage is None else seconds(max_outage, "max_outage")
         self.on_error = on_error
         self.all_tenants = all_tenants
         self.every = heartbeat_interval(
@@ -154,6 +138,15 @@ class SyncWorker:
         self.deadline = run_deadline(
             time.monotonic(), None if budget is None else seconds(budget, "budget"), deadline
         )
+        from .steps import SyncJob, SyncStepRuntime  # the step rules load with a drain
+
+        self._job_class = SyncJob
+        # a margin past half the lease would suspend every step: clamped to half of it
+        margin = min(seconds(step_margin, "step_margin"), self.lease / 2)
+        self.steps: SyncStepRuntime | None = None
+        if callable(getattr(self.backend, "record_step", None)):
+            self.steps = SyncStepRuntime(jobs, queue, step_margin=margin)
+            self.steps.deadline = self.deadline  # the budget rule: a time.monotonic() time
         self.report = WorkReport()
         self._count = threading.Lock()
         self._halt = threading.Event()
@@ -162,10 +155,18 @@ class SyncWorker:
         self._others: list[threading.Thread] = []
 
     def run(self) -> WorkReport:
-        """Claim and run jobs until none is ready or the budget is spent. The other lanes
+        """Claim and run jobs until none is ready or the budget is spent (``drain``), or
+        until ``stop`` is set (``work``, whose lanes all open at once). A drain's other lanes
         open once a claim comes back full, so an empty drain costs one round trip."""
+        if not self.until_empty:
+            self._open_other_lanes()
         try:
             self._lane()
+        except BaseException:
+            # the caller's lane was interrupted (KeyboardInterrupt, SystemExit): the other
+            # lanes stop at their next claim instead of keeping the call from returning
+            self._halt.set()
+            raise
         finally:
             with self._count:
                 self._spread = True  # no lane opens from here on
@@ -189,18 +190,30 @@ class SyncWorker:
                 self._others.append(thread)
 
     def _lane(self) -> None:
-        beats = _Beats(self._heartbeat)
+        beats = Beats(self._heartbeat)
         try:
             self._claim_loop(beats)
         finally:
             beats.stop()
 
-    def _claim_loop(self, beats: _Beats) -> None:
+    def _stopping(self) -> bool:
+        return self._halt.is_set() or (self.stop is not None and self.stop.is_set())
+
+    def _sleep(self, delay: float) -> None:
+        """Wait ``delay`` seconds, waking within 50 ms of a stop or a fatal error (one
+        thread cannot wait on two events: the wait is sliced)."""
+        end = time.monotonic() + delay
+        while not self._stopping() and (left := end - time.monotonic()) > 0:
+            self._halt.wait(min(left, 0.05))
+
+    def _claim_loop(self, beats: Beats) -> None:
         retries = 0
+        wait = self.poll_interval
+        outage_started: float | None = None
         # the successes of the batch just run: completed by the next claim's call (one
         # round trip, one transaction), or alone when the lane stops
         done: list[Job[Any]] = []
-        while not self._halt.is_set():
+        while not self._stopping():
             if budget_spent(time.monotonic(), self.deadline):
                 self.report.budget_exhausted = True
                 break
@@ -217,9 +230,20 @@ class SyncWorker:
                     self._settle(done)
                 done = []
                 error = as_error(exc)
-                if should_retry_claim(error.kind in TRANSIENT_KINDS, retries):
+                transient = error.kind in TRANSIENT_KINDS
+                if transient and self.max_outage is not None:
+                    now = time.monotonic()
+                    outage_started = now if outage_started is None else outage_started
+                    left = outage_left(outage_started, now, self.max_outage)
+                    if left > 0:
+                        retries += 1
+                        self._report(error, None)
+                        jitter = random.random()  # noqa: S311 - a retry spread, not a secret
+                        self._sleep(min(left, outage_wait(retries, self.poll_interval, jitter)))
+                        continue
+                elif should_retry_claim(transient, retries):
                     retries += 1
-                    self._halt.wait(claim_retry_wait(retries, self.poll_interval))
+                    self._sleep(claim_retry_wait(retries, self.poll_interval))
                     continue
                 if self._fatal is None:
                     self._fatal = error
@@ -227,9 +251,17 @@ class SyncWorker:
                 return
             done = []
             self._report_refused(refused)  # outside the try: reporting is not claiming
+            if retries:  # the database is back: poll at the first interval again
+                wait = self.poll_interval
             retries = 0
+            outage_started = None
             if not claimed:
-                return
+                if self.until_empty:
+                    return
+                self._sleep(wait)
+                wait = next_idle_wait(wait, self.max_poll_interval)
+                continue
+            wait = self.poll_interval
             if len(claimed) >= self.batch and not self._spread:
                 self._open_other_lanes()
             done = self._run_batch(claimed, beats)
@@ -237,10 +269,10 @@ class SyncWorker:
 
     # -- one batch ----------------------------------------------------------------------
 
-    def _run_batch(self, claimed: Sequence[Job[Any]], beats: _Beats) -> list[Job[Any]]:
+    def _run_batch(self, claimed: Sequence[Job[Any]], beats: Beats) -> list[Job[Any]]:
         """Run a claimed batch; the jobs that succeeded and still hold their lease (for the
         caller to complete)."""
-        batch = _Batch(claimed)
+        batch = Batch(claimed)
         beats.put(batch)
         succeeded: list[Job[Any]] = []
         try:
@@ -267,10 +299,16 @@ class SyncWorker:
             self.report.succeeded += len(kept)
         return kept
 
-    def _run_one(self, batch: _Batch, job: Job[Any]) -> bool:
+    def _run_one(self, batch: Batch, job: Job[Any]) -> bool:
         """Run one job's handler; True when it returned normally and still holds its lease."""
         try:
-            result = self.handler(hand_over(job, self.validate, self.all_tenants), job)
+            # the handler's job is a sync.Job (steps without await): the claimed object
+            # itself, its class switched in place (steps.as_sync_job, inlined: per job)
+            _set_attribute(job, "__class__", self._job_class)
+            job.__dict__["_workflow"] = self.steps
+            result = self.handler(
+                hand_over(job, self.validate, self.all_tenants), cast("SyncJob[Any]", job)
+            )
             if inspect.isawaitable(result):
                 close = getattr(result, "close", None)
                 if close is not None:
@@ -279,6 +317,17 @@ class SyncWorker:
                     "the handler returned an awaitable; drainpipe.sync drains with plain"
                     " functions (use drainpipe.Jobs.drain for async handlers)"
                 )
+            if result is not None and self.steps is not None:
+                self.steps.keep_result(job, result)  # kept before the completion
+        except Suspend as suspend:
+            # suspended, its lease released in the same round trip: nothing to settle,
+            # neither a success nor a failure
+            batch.settled(job)
+            with self._count:
+                self.report.suspended += 1
+            if suspend.budget:  # the budget is as good as spent: no lane claims more
+                self.deadline = time.monotonic()
+            return False
         except Retry as retry:
             if self._dropped(batch, job):
                 return False
@@ -314,13 +363,13 @@ class SyncWorker:
             return False
         return not self._dropped(batch, job)
 
-    def _dropped(self, batch: _Batch, job: Job[Any]) -> bool:
+    def _dropped(self, batch: Batch, job: Job[Any]) -> bool:
         if batch.is_lost(job):
             self._report(self._lost(batch, job), job)
             return True
         return False
 
-    def _lost(self, batch: _Batch, job: Job[Any]) -> DrainpipeError:
+    def _lost(self, batch: Batch, job: Job[Any]) -> DrainpipeError:
         with batch.lock:
             reason = batch.reasons.get(job.id)
         return lease_lost(self._describe(job), reason)
@@ -357,7 +406,7 @@ class SyncWorker:
         except Exception as exc:  # the job comes back when its lease ends
             self._report(exc, job)
 
-    def _heartbeat(self, batch: _Batch) -> None:
+    def _heartbeat(self, batch: Batch) -> None:
         """Extend every unsettled job of the batch every ``self.every`` seconds."""
         while not batch.done.wait(self.every):
             with batch.lock:
