@@ -119,6 +119,12 @@ INTERNAL_FUNCTIONS = {
     "debounce_job",
     "job_messages_flow_room",
     "job_messages_flow_pick",
+    # priorities in the claim (jobs 0017): helpers of the enqueues and the claims
+    "note_job_priority",
+    "note_job_priorities",
+    "ensure_priority_claim",
+    "priority_bound_name",
+    "job_messages_priority_pick",
 }
 
 # what release 0 (0.1.0) shipped; later modules have no release-0 state to upgrade from
