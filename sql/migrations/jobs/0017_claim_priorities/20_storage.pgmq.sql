@@ -72,9 +72,12 @@ BEGIN
                       FROM (
                           SELECT q.msg_id, q.vt
                             FROM pgmq.%2$I q
-                           WHERE drainpipe.job_priority(q.message -> 'payload') = v_level
-                             AND q.vt <= p_now AND q.vt >= v_from
-                           ORDER BY q.vt, q.msg_id
+                           -- the level's range, [v_from, p_now], as row comparisons: only
+                           -- the priority index serves them (a generic plan would
+                           -- otherwise take the vt index and filter by level)
+                           WHERE (drainpipe.job_priority(q.message -> 'payload'), q.vt) >= (v_level, v_from)
+                             AND (drainpipe.job_priority(q.message -> 'payload'), q.vt) <= (v_level, p_now)
+                           ORDER BY drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id
                            LIMIT v_need
                              FOR UPDATE SKIP LOCKED
                       ) p;
@@ -195,9 +198,11 @@ BEGIN
                   FROM (SELECT q.msg_id, q.vt, drainpipe.job_key(q.message -> 'payload') AS k,
                                q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted
                           FROM pgmq.%2$I q
-                         WHERE drainpipe.job_priority(q.message -> 'payload') = v_level
-                           AND q.vt <= p_now AND (q.vt, q.msg_id) > (v_after_at, v_after_id)
-                         ORDER BY q.vt, q.msg_id
+                         -- the level's range after the last candidate (see the pick above)
+                         WHERE (drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id)
+                                   > (v_level, v_after_at, v_after_id)
+                           AND (drainpipe.job_priority(q.message -> 'payload'), q.vt) <= (v_level, p_now)
+                         ORDER BY drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id
                          LIMIT v_chunk) c;
                 v_rows := coalesce(cardinality(v_c_ids), 0);
                 WITH chunk AS (

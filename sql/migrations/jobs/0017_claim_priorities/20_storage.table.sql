@@ -51,11 +51,14 @@ BEGIN
               FROM (
                   SELECT x.id, x.visible_at
                     FROM drainpipe.job_messages x
-                   WHERE x.queue = p_queue AND drainpipe.job_priority(x.payload) = v_level
-                     AND x.finished_at IS NULL AND x.visible_at <= p_now
-                     AND x.attempts < x.max_attempts
-                     AND x.visible_at >= v_from
-                   ORDER BY x.visible_at, x.id
+                   -- the level's range, [v_from, p_now], as row comparisons: only the
+                   -- priority index serves them (a generic plan would otherwise read the
+                   -- live index and filter by level)
+                   WHERE x.queue = p_queue
+                     AND (drainpipe.job_priority(x.payload), x.visible_at) >= (v_level, v_from)
+                     AND (drainpipe.job_priority(x.payload), x.visible_at) <= (v_level, p_now)
+                     AND x.finished_at IS NULL AND x.attempts < x.max_attempts
+                   ORDER BY drainpipe.job_priority(x.payload), x.visible_at, x.id
                    LIMIT v_need
                      FOR UPDATE SKIP LOCKED
               ) p;
@@ -228,11 +231,13 @@ BEGIN
               INTO v_c_ids, v_c_at, v_c_keys
               FROM (SELECT x.id, x.visible_at, drainpipe.job_key(x.payload) AS k
                       FROM drainpipe.job_messages x
-                     WHERE x.queue = v_queue AND drainpipe.job_priority(x.payload) = v_level
-                       AND x.finished_at IS NULL AND x.visible_at <= p_now
-                       AND x.attempts < x.max_attempts
-                       AND (x.visible_at, x.id) > (v_after_at, v_after_id)
-                     ORDER BY x.visible_at, x.id
+                     -- the level's range after the last candidate (as in the priority pick)
+                     WHERE x.queue = v_queue
+                       AND (drainpipe.job_priority(x.payload), x.visible_at, x.id)
+                               > (v_level, v_after_at, v_after_id)
+                       AND (drainpipe.job_priority(x.payload), x.visible_at) <= (v_level, p_now)
+                       AND x.finished_at IS NULL AND x.attempts < x.max_attempts
+                     ORDER BY drainpipe.job_priority(x.payload), x.visible_at, x.id
                      LIMIT v_chunk) c;
         END IF;
         v_rows := coalesce(cardinality(v_c_ids), 0);
