@@ -883,7 +883,12 @@ BEGIN
 
     IF v_flow.key_concurrency IS NOT NULL OR v_flow.key_rate_count IS NOT NULL OR v_flow.ordered THEN
         -- limits per key: the pick they allow (jobs 0015), rows locked
-        v_ids := drainpipe.job_messages_flow_pick(v_flow, v_batch, v_now, v_levels);
+        IF v_levels IS NULL THEN
+            v_ids := drainpipe.job_messages_flow_pick(v_flow, v_batch, v_now);
+        ELSE
+            -- a prioritised queue: the same filter along its levels (jobs 0017)
+            v_ids := drainpipe.job_messages_flow_priority_pick(v_flow, v_batch, v_now, v_levels);
+        END IF;
         IF cardinality(v_ids) = 0 THEN
             RETURN;
         END IF;
@@ -1702,7 +1707,100 @@ BEGIN
 END
 $function$;
 
-CREATE OR REPLACE FUNCTION drainpipe.job_messages_flow_pick(p_flow drainpipe.queue_flow, p_batch integer, p_now timestamp with time zone, p_levels integer[])
+CREATE OR REPLACE FUNCTION drainpipe.job_messages_flow_pick(p_flow drainpipe.queue_flow, p_batch integer, p_now timestamp with time zone)
+ RETURNS bigint[]
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_queue text := p_flow.queue;
+    v_room integer;
+    v_ids bigint[] := '{}';
+    v_keys text[] := '{}';
+    v_chunk integer;
+    v_scanned integer := 0;
+    v_bound integer := p_batch * 50 + 500;
+    v_after_at timestamptz := '-infinity';
+    v_after_id bigint := 0;
+    v_rows integer;
+    v_take bigint[];
+    v_take_keys text[];
+BEGIN
+    v_room := drainpipe.job_messages_flow_room(p_flow, p_batch, p_now);
+    v_chunk := 2 * v_room + 8;
+    WHILE v_room > 0 AND v_scanned < v_bound LOOP
+        WITH chunk AS (
+            SELECT x.id, x.visible_at, drainpipe.job_key(x.payload) AS k
+              FROM drainpipe.job_messages x
+             WHERE x.queue = v_queue AND x.finished_at IS NULL AND x.visible_at <= p_now
+               AND x.attempts < x.max_attempts
+               AND (x.visible_at, x.id) > (v_after_at, v_after_id)
+             ORDER BY x.visible_at, x.id
+             LIMIT v_chunk
+        ), ranked AS (
+            -- nth: the place of a job among this chunk's jobs of its key
+            SELECT c.*, row_number() OVER (PARTITION BY c.k ORDER BY c.visible_at, c.id) AS nth,
+                   (SELECT count(*) FROM unnest(v_keys) p WHERE p = c.k) AS picked
+              FROM chunk c
+        ), keyed AS (
+            -- one probe per distinct key of the chunk, only for the limits the queue has
+            SELECT d.k,
+                   CASE WHEN p_flow.key_concurrency IS NULL THEN 0 ELSE (
+                       SELECT count(*) FROM drainpipe.job_messages l
+                        WHERE l.queue = v_queue AND drainpipe.job_key(l.payload) = d.k
+                          AND l.state = 'leased' AND l.visible_at > p_now) END AS leased,
+                   CASE WHEN p_flow.key_rate_count IS NULL THEN 0 ELSE (
+                       SELECT count(*) FROM drainpipe.flow_claims f
+                        WHERE f.queue = v_queue AND f.key = d.k
+                          AND f.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)) END AS claimed
+              FROM (SELECT DISTINCT c.k FROM chunk c WHERE c.k IS NOT NULL) d
+        ), allowed AS (
+            SELECT r.id, r.k, r.visible_at
+              FROM ranked r LEFT JOIN keyed k ON k.k = r.k
+             WHERE r.k IS NULL
+                OR ((p_flow.key_concurrency IS NULL
+                     OR k.leased + r.picked + r.nth <= p_flow.key_concurrency)
+                    AND (p_flow.key_rate_count IS NULL
+                         OR k.claimed + r.picked + r.nth <= p_flow.key_rate_count)
+                    -- ordered: only the first live job of its key (by id), one per claim
+                    AND (NOT p_flow.ordered
+                         OR (r.picked = 0 AND NOT EXISTS (
+                                SELECT 1 FROM drainpipe.job_messages e
+                                 WHERE e.queue = v_queue AND drainpipe.job_key(e.payload) = r.k
+                                   AND e.finished_at IS NULL AND e.id < r.id
+                                   AND drainpipe.job_key(e.payload) IS NOT NULL))))
+             ORDER BY r.visible_at, r.id
+             LIMIT v_room
+        )
+        SELECT array_agg(a.id ORDER BY a.visible_at, a.id), array_agg(a.k ORDER BY a.visible_at, a.id),
+               (SELECT count(*) FROM chunk),
+               (SELECT max(c.visible_at) FROM chunk c),
+               (SELECT c.id FROM chunk c ORDER BY c.visible_at DESC, c.id DESC LIMIT 1)
+          INTO v_take, v_take_keys, v_rows, v_after_at, v_after_id
+          FROM allowed a;
+        IF v_take IS NOT NULL THEN
+            v_ids := v_ids || v_take;
+            v_keys := v_keys || v_take_keys;
+            v_room := v_room - cardinality(v_take);
+        END IF;
+        v_scanned := v_scanned + v_rows;
+        EXIT WHEN v_rows < v_chunk;
+        v_chunk := least(v_chunk * 4, v_bound);
+    END LOOP;
+    IF cardinality(v_ids) = 0 THEN
+        RETURN v_ids;
+    END IF;
+    -- The flow lock keeps other limited claims of this queue out; a cancel or a
+    -- completion may hold a row: skip it, and read the row as it is once locked.
+    RETURN ARRAY(
+        SELECT x.id FROM drainpipe.job_messages x
+         WHERE x.id = ANY (v_ids) AND x.finished_at IS NULL AND x.visible_at <= p_now
+           AND x.attempts < x.max_attempts
+         ORDER BY x.visible_at, x.id
+           FOR UPDATE SKIP LOCKED);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_messages_flow_priority_pick(p_flow drainpipe.queue_flow, p_batch integer, p_now timestamp with time zone, p_levels integer[])
  RETURNS bigint[]
  LANGUAGE plpgsql
 AS $function$
@@ -1731,34 +1829,20 @@ BEGIN
     v_chunk := 2 * v_room + 8;
     v_level := v_levels[1];
     WHILE v_room > 0 AND v_scanned < v_bound LOOP
-        -- the next chunk of candidates: in the plain claim's order, or (a prioritised
-        -- queue, jobs 0017) along the current priority level's range
-        IF p_levels IS NULL THEN
-            SELECT array_agg(c.id ORDER BY c.visible_at, c.id), array_agg(c.visible_at ORDER BY c.visible_at, c.id),
-                   array_agg(c.k ORDER BY c.visible_at, c.id)
-              INTO v_c_ids, v_c_at, v_c_keys
-              FROM (SELECT x.id, x.visible_at, drainpipe.job_key(x.payload) AS k
-                      FROM drainpipe.job_messages x
-                     WHERE x.queue = v_queue AND x.finished_at IS NULL AND x.visible_at <= p_now
-                       AND x.attempts < x.max_attempts
-                       AND (x.visible_at, x.id) > (v_after_at, v_after_id)
-                     ORDER BY x.visible_at, x.id
-                     LIMIT v_chunk) c;
-        ELSE
-            SELECT array_agg(c.id ORDER BY c.visible_at, c.id), array_agg(c.visible_at ORDER BY c.visible_at, c.id),
-                   array_agg(c.k ORDER BY c.visible_at, c.id)
-              INTO v_c_ids, v_c_at, v_c_keys
-              FROM (SELECT x.id, x.visible_at, drainpipe.job_key(x.payload) AS k
-                      FROM drainpipe.job_messages x
-                     -- the level's range after the last candidate (as in the priority pick)
-                     WHERE x.queue = v_queue
-                       AND (drainpipe.job_priority(x.payload), x.visible_at, x.id)
-                               > (v_level, v_after_at, v_after_id)
-                       AND (drainpipe.job_priority(x.payload), x.visible_at) <= (v_level, p_now)
-                       AND x.finished_at IS NULL AND x.attempts < x.max_attempts
-                     ORDER BY drainpipe.job_priority(x.payload), x.visible_at, x.id
-                     LIMIT v_chunk) c;
-        END IF;
+        -- the next chunk of candidates, along the current priority level's range
+        SELECT array_agg(c.id ORDER BY c.visible_at, c.id), array_agg(c.visible_at ORDER BY c.visible_at, c.id),
+               array_agg(c.k ORDER BY c.visible_at, c.id)
+          INTO v_c_ids, v_c_at, v_c_keys
+          FROM (SELECT x.id, x.visible_at, drainpipe.job_key(x.payload) AS k
+                  FROM drainpipe.job_messages x
+                 -- the level's range after the last candidate (as in the priority pick)
+                 WHERE x.queue = v_queue
+                   AND (drainpipe.job_priority(x.payload), x.visible_at, x.id)
+                           > (v_level, v_after_at, v_after_id)
+                   AND (drainpipe.job_priority(x.payload), x.visible_at) <= (v_level, p_now)
+                   AND x.finished_at IS NULL AND x.attempts < x.max_attempts
+                 ORDER BY drainpipe.job_priority(x.payload), x.visible_at, x.id
+                 LIMIT v_chunk) c;
         v_rows := coalesce(cardinality(v_c_ids), 0);
         -- the candidates' place in the claim's order, across levels
         v_c_seq := ARRAY(SELECT v_n + g FROM generate_series(0, v_rows - 1) g);
@@ -1812,7 +1896,7 @@ BEGIN
         v_scanned := v_scanned + v_rows;
         IF v_rows < v_chunk THEN
             -- this level (or the queue) has no more candidates: the next level, from its start
-            EXIT WHEN p_levels IS NULL OR v_level = v_levels[cardinality(v_levels)];
+            EXIT WHEN v_level = v_levels[cardinality(v_levels)];
             v_level := v_levels[array_position(v_levels, v_level) + 1];
             v_after_at := '-infinity';
             v_after_id := 0;

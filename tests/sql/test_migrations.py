@@ -125,6 +125,7 @@ INTERNAL_FUNCTIONS = {
     "ensure_priority_claim",
     "priority_bound_name",
     "job_messages_priority_pick",
+    "job_messages_flow_priority_pick",
 }
 
 # what release 0 (0.1.0) shipped; later modules have no release-0 state to upgrade from

@@ -168,8 +168,8 @@ BEGIN
 END
 $$;
 
--- -- the limited pick: jobs 0015's, along the priority levels of a prioritised queue ------
--- (p_levels, NULL for a queue without priorities). The old signature is dropped below.
+-- -- the limited pick of a prioritised queue: jobs 0015's job_messages_flow_pick (which a
+-- limited queue without priorities keeps) along the priority levels p_levels ---------------
 
 -- The ids (locked) of at most p_batch ready jobs of p_flow's queue that its limits allow
 -- at p_now, oldest eligible first, the held ones skipped. The caller holds nothing; this
@@ -179,7 +179,7 @@ $$;
 -- keys are held reads about 20 rows. At most p_batch * 50 + 500 candidates are looked at:
 -- a claim behind that many held jobs returns what it found (possibly nothing), and the
 -- next claim, after some finish, takes them.
-CREATE OR REPLACE FUNCTION drainpipe.job_messages_flow_pick(
+CREATE OR REPLACE FUNCTION drainpipe.job_messages_flow_priority_pick(
     p_flow drainpipe.queue_flow, p_batch integer, p_now timestamptz, p_levels integer[]
 )
 RETURNS bigint[]
@@ -212,34 +212,20 @@ BEGIN
     v_chunk := 2 * v_room + 8;
     v_level := v_levels[1];
     WHILE v_room > 0 AND v_scanned < v_bound LOOP
-        -- the next chunk of candidates: in the plain claim's order, or (a prioritised
-        -- queue, jobs 0017) along the current priority level's range
-        IF p_levels IS NULL THEN
-            SELECT array_agg(c.id ORDER BY c.visible_at, c.id), array_agg(c.visible_at ORDER BY c.visible_at, c.id),
-                   array_agg(c.k ORDER BY c.visible_at, c.id)
-              INTO v_c_ids, v_c_at, v_c_keys
-              FROM (SELECT x.id, x.visible_at, drainpipe.job_key(x.payload) AS k
-                      FROM drainpipe.job_messages x
-                     WHERE x.queue = v_queue AND x.finished_at IS NULL AND x.visible_at <= p_now
-                       AND x.attempts < x.max_attempts
-                       AND (x.visible_at, x.id) > (v_after_at, v_after_id)
-                     ORDER BY x.visible_at, x.id
-                     LIMIT v_chunk) c;
-        ELSE
-            SELECT array_agg(c.id ORDER BY c.visible_at, c.id), array_agg(c.visible_at ORDER BY c.visible_at, c.id),
-                   array_agg(c.k ORDER BY c.visible_at, c.id)
-              INTO v_c_ids, v_c_at, v_c_keys
-              FROM (SELECT x.id, x.visible_at, drainpipe.job_key(x.payload) AS k
-                      FROM drainpipe.job_messages x
-                     -- the level's range after the last candidate (as in the priority pick)
-                     WHERE x.queue = v_queue
-                       AND (drainpipe.job_priority(x.payload), x.visible_at, x.id)
-                               > (v_level, v_after_at, v_after_id)
-                       AND (drainpipe.job_priority(x.payload), x.visible_at) <= (v_level, p_now)
-                       AND x.finished_at IS NULL AND x.attempts < x.max_attempts
-                     ORDER BY drainpipe.job_priority(x.payload), x.visible_at, x.id
-                     LIMIT v_chunk) c;
-        END IF;
+        -- the next chunk of candidates, along the current priority level's range
+        SELECT array_agg(c.id ORDER BY c.visible_at, c.id), array_agg(c.visible_at ORDER BY c.visible_at, c.id),
+               array_agg(c.k ORDER BY c.visible_at, c.id)
+          INTO v_c_ids, v_c_at, v_c_keys
+          FROM (SELECT x.id, x.visible_at, drainpipe.job_key(x.payload) AS k
+                  FROM drainpipe.job_messages x
+                 -- the level's range after the last candidate (as in the priority pick)
+                 WHERE x.queue = v_queue
+                   AND (drainpipe.job_priority(x.payload), x.visible_at, x.id)
+                           > (v_level, v_after_at, v_after_id)
+                   AND (drainpipe.job_priority(x.payload), x.visible_at) <= (v_level, p_now)
+                   AND x.finished_at IS NULL AND x.attempts < x.max_attempts
+                 ORDER BY drainpipe.job_priority(x.payload), x.visible_at, x.id
+                 LIMIT v_chunk) c;
         v_rows := coalesce(cardinality(v_c_ids), 0);
         -- the candidates' place in the claim's order, across levels
         v_c_seq := ARRAY(SELECT v_n + g FROM generate_series(0, v_rows - 1) g);
@@ -293,7 +279,7 @@ BEGIN
         v_scanned := v_scanned + v_rows;
         IF v_rows < v_chunk THEN
             -- this level (or the queue) has no more candidates: the next level, from its start
-            EXIT WHEN p_levels IS NULL OR v_level = v_levels[cardinality(v_levels)];
+            EXIT WHEN v_level = v_levels[cardinality(v_levels)];
             v_level := v_levels[array_position(v_levels, v_level) + 1];
             v_after_at := '-infinity';
             v_after_id := 0;
@@ -316,8 +302,6 @@ BEGIN
            FOR UPDATE SKIP LOCKED);
 END
 $$;
-
-DROP FUNCTION IF EXISTS drainpipe.job_messages_flow_pick(drainpipe.queue_flow, integer, timestamptz);
 
 -- -- the turn: jobs 0015's, with the priority pick for a prioritised queue -----------------
 
@@ -391,7 +375,12 @@ BEGIN
 
     IF v_flow.key_concurrency IS NOT NULL OR v_flow.key_rate_count IS NOT NULL OR v_flow.ordered THEN
         -- limits per key: the pick they allow (jobs 0015), rows locked
-        v_ids := drainpipe.job_messages_flow_pick(v_flow, v_batch, v_now, v_levels);
+        IF v_levels IS NULL THEN
+            v_ids := drainpipe.job_messages_flow_pick(v_flow, v_batch, v_now);
+        ELSE
+            -- a prioritised queue: the same filter along its levels (jobs 0017)
+            v_ids := drainpipe.job_messages_flow_priority_pick(v_flow, v_batch, v_now, v_levels);
+        END IF;
         IF cardinality(v_ids) = 0 THEN
             RETURN;
         END IF;
