@@ -920,6 +920,10 @@ BEGIN
     IF to_regclass('pgmq.' || quote_ident('q_' || p_queue)) IS NULL THEN
         RETURN false;
     END IF;
+    IF p_payload ? 'priority' THEN
+        -- the new payload's priority is a level the claim reads (jobs 0017)
+        PERFORM drainpipe.note_job_priority(p_queue, nullif(drainpipe.job_priority(p_payload), 0));
+    END IF;
     EXECUTE format('UPDATE pgmq.%I m
                        SET message = jsonb_set(m.message, ''{payload}'', coalesce($1, ''{}''::jsonb)),
                            vt = clock_timestamp() + make_interval(secs => greatest($2, 0))

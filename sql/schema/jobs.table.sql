@@ -1051,6 +1051,10 @@ CREATE OR REPLACE FUNCTION drainpipe.debounce_job(p_queue text, p_id bigint, p_p
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
+    IF p_payload ? 'priority' THEN
+        -- the new payload's priority is a level the claim reads (jobs 0017)
+        PERFORM drainpipe.note_job_priority(p_queue, nullif(drainpipe.job_priority(p_payload), 0));
+    END IF;
     UPDATE drainpipe.job_messages m
        SET payload = coalesce(p_payload, '{}'::jsonb),
            visible_at = clock_timestamp() + make_interval(secs => greatest(p_seconds, 0))

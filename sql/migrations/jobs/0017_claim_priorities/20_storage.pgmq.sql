@@ -804,3 +804,60 @@ BEGIN
 END
 $$;
 
+-- -- debounce: jobs 0015's, noting the new payload's priority -------------------------------
+
+-- Debounce (enqueue_flow_job_v1), jobs 0015's: the table's debounce_job (see there), on the
+-- queue's table.
+CREATE OR REPLACE FUNCTION drainpipe.debounce_job(
+    p_queue text, p_id bigint, p_payload jsonb, p_seconds double precision
+)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_changed integer;
+BEGIN
+    IF to_regclass('pgmq.' || quote_ident('q_' || p_queue)) IS NULL THEN
+        RETURN false;
+    END IF;
+    IF p_payload ? 'priority' THEN
+        -- the new payload's priority is a level the claim reads (jobs 0017)
+        PERFORM drainpipe.note_job_priority(p_queue, nullif(drainpipe.job_priority(p_payload), 0));
+    END IF;
+    EXECUTE format('UPDATE pgmq.%I m
+                       SET message = jsonb_set(m.message, ''{payload}'', coalesce($1, ''{}''::jsonb)),
+                           vt = clock_timestamp() + make_interval(secs => greatest($2, 0))
+                     WHERE m.msg_id = $3 AND m.read_ct = 0', 'q_' || p_queue)
+      USING p_payload, p_seconds, p_id;
+    GET DIAGNOSTICS v_changed = ROW_COUNT;
+    RETURN v_changed > 0;
+END
+$$;
+
+-- Jobs enqueued with a priority before this migration (stored, not yet ordered by): their
+-- queues and levels are noted now (which regenerates those queues' claims), so none is left
+-- at a level its claim does not read.
+DO $noted$
+DECLARE
+    v_queue text;
+    v_level integer;
+    v_levels integer[];
+BEGIN
+    FOR v_queue IN SELECT queue_name FROM pgmq.meta WHERE queue_name ~ '^[a-z_][a-z0-9_]{0,46}$' LOOP
+        IF to_regclass('pgmq.' || quote_ident('q_' || v_queue)) IS NULL THEN
+            CONTINUE;
+        END IF;
+        -- read whole first: noting builds an index on the table the read would still use
+        EXECUTE format(
+            'SELECT ARRAY(SELECT DISTINCT drainpipe.job_priority(q.message -> ''payload'') FROM pgmq.%I q
+              WHERE q.message -> ''payload'' ? ''priority''
+                AND drainpipe.job_priority(q.message -> ''payload'') <> 0)', 'q_' || v_queue)
+          INTO v_levels;
+        FOREACH v_level IN ARRAY v_levels
+        LOOP
+            PERFORM drainpipe.note_job_priority(v_queue, v_level);
+        END LOOP;
+    END LOOP;
+END
+$noted$;

@@ -462,3 +462,47 @@ BEGIN
 END
 $$;
 
+-- -- debounce: jobs 0015's, noting the new payload's priority -------------------------------
+
+-- Debounce (enqueue_flow_job_v1), jobs 0015's: job p_id of p_queue, while still queued
+-- (never claimed, live), gets p_payload and becomes eligible p_seconds from now. True when
+-- it did.
+CREATE OR REPLACE FUNCTION drainpipe.debounce_job(
+    p_queue text, p_id bigint, p_payload jsonb, p_seconds double precision
+)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_payload ? 'priority' THEN
+        -- the new payload's priority is a level the claim reads (jobs 0017)
+        PERFORM drainpipe.note_job_priority(p_queue, nullif(drainpipe.job_priority(p_payload), 0));
+    END IF;
+    UPDATE drainpipe.job_messages m
+       SET payload = coalesce(p_payload, '{}'::jsonb),
+           visible_at = clock_timestamp() + make_interval(secs => greatest(p_seconds, 0))
+     WHERE m.id = p_id AND m.queue = p_queue AND m.attempts = 0 AND m.finished_at IS NULL
+       AND m.state = 'queued';
+    RETURN FOUND;
+END
+$$;
+
+-- Jobs enqueued with a priority before this migration (stored, not yet ordered by): their
+-- queues and levels are noted now, so none is left at a level its claim does not read.
+DO $noted$
+DECLARE
+    v_queues text[];
+    v_levels integer[];
+BEGIN
+    -- read whole first: noting builds an index on the table the read would still use
+    SELECT array_agg(s.queue), array_agg(s.level) INTO v_queues, v_levels
+      FROM (SELECT DISTINCT m.queue, drainpipe.job_priority(m.payload) AS level
+              FROM drainpipe.job_messages m
+             WHERE m.finished_at IS NULL AND m.payload ? 'priority'
+               AND drainpipe.job_priority(m.payload) <> 0) s;
+    FOR i IN 1 .. coalesce(cardinality(v_queues), 0) LOOP
+        PERFORM drainpipe.note_job_priority(v_queues[i], v_levels[i]);
+    END LOOP;
+END
+$noted$;
