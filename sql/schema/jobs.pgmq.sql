@@ -1759,9 +1759,14 @@ BEGIN
             IF v_flow.key_concurrency IS NULL AND v_flow.key_rate_count IS NULL AND NOT v_flow.ordered THEN
                 -- queue-wide limits only: the unlimited claim, no larger than the room left
                 IF v_flow.concurrency IS NOT NULL THEN
-                    SELECT count(*) INTO v_leased FROM pgmq.%2$I l
-                     WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-                       AND l.vt > v_now;
+                    -- the session's last count under the gate, while far from the limit
+                    -- (jobs 0017, flow_leased_hint), else a count
+                    v_leased := drainpipe.flow_leased_hint(v_flow);
+                    IF v_leased IS NULL THEN
+                        SELECT count(*) INTO v_leased FROM pgmq.%2$I l
+                         WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                           AND l.vt > v_now;
+                    END IF;
                 END IF;
                 v_beside := drainpipe.flow_gate(v_flow, greatest(p_batch, 1), v_leased);
                 IF v_flow.concurrency IS NOT NULL THEN
@@ -1769,6 +1774,7 @@ BEGIN
                     SELECT count(*) INTO v_leased FROM pgmq.%2$I l
                      WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
                        AND l.vt > v_now;
+                    PERFORM drainpipe.keep_flow_leased(%6$L, v_leased);
                 END IF;
                 v_room := drainpipe.flow_room(v_flow, greatest(p_batch, 1), v_leased + v_beside, v_now);
                 IF v_room = 0 THEN
@@ -2117,6 +2123,22 @@ BEGIN
     END IF;
     PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(p_flow.queue));
     RETURN 0;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.flow_leased_hint(p_flow drainpipe.queue_flow)
+ RETURNS bigint
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_kept bigint := nullif(current_setting('drainpipe.flow_leased.' || p_flow.queue, true), '')::bigint;
+BEGIN
+    IF v_kept IS NOT NULL AND p_flow.rate_count IS NULL AND p_flow.key_concurrency IS NULL
+       AND p_flow.key_rate_count IS NULL AND NOT p_flow.ordered
+       AND v_kept + 4 * 8 * 100 <= p_flow.concurrency THEN
+        RETURN v_kept;
+    END IF;
+    RETURN NULL;
 END
 $function$;
 
@@ -2662,6 +2684,13 @@ BEGIN
     END IF;
     RETURN p_first;
 END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.keep_flow_leased(p_queue text, p_leased bigint)
+ RETURNS void
+ LANGUAGE sql
+AS $function$
+    SELECT set_config('drainpipe.flow_leased.' || p_queue, p_leased::text, false)
 $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.kept_job_totals(p_queue text)

@@ -126,6 +126,8 @@ INTERNAL_FUNCTIONS = {
     "priority_bound_name",
     "job_messages_priority_pick",
     "job_messages_flow_priority_pick",
+    "flow_leased_hint",
+    "keep_flow_leased",
 }
 
 # what release 0 (0.1.0) shipped; later modules have no release-0 state to upgrade from

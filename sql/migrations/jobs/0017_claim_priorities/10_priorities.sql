@@ -71,3 +71,35 @@ LANGUAGE sql IMMUTABLE
 AS $$
     SELECT p_queue || CASE WHEN p_level < 0 THEN '__pm' ELSE '__p' END || abs(p_level)::text
 $$;
+
+-- A concurrency that does not bind (jobs 0015's flow_gate): its claims first counted what is
+-- leased only to choose between the shared gate and the exclusive one, and counted again
+-- under the gate. That first count reads every entry of the leased index in the lease
+-- window, the dead ones of completed jobs too: about half of what such a claim cost. The
+-- count taken under the gate is kept per session and queue, and while it leaves the limit
+-- far from binding (twice the shared gate's margin) the next claim of the session skips the
+-- first count and asks for the shared gate. Safe whatever the hint says: the room is always
+-- what the count under the gate leaves, less what the claims beside it may add; a stale
+-- hint can only make one claim take less than it might have (the next one counts first).
+CREATE OR REPLACE FUNCTION drainpipe.flow_leased_hint(p_flow drainpipe.queue_flow)
+RETURNS bigint
+LANGUAGE plpgsql  -- under its callers' settings, as flow_room
+AS $$
+DECLARE
+    v_kept bigint := nullif(current_setting('drainpipe.flow_leased.' || p_flow.queue, true), '')::bigint;
+BEGIN
+    IF v_kept IS NOT NULL AND p_flow.rate_count IS NULL AND p_flow.key_concurrency IS NULL
+       AND p_flow.key_rate_count IS NULL AND NOT p_flow.ordered
+       AND v_kept + 4 * 8 * 100 <= p_flow.concurrency THEN
+        RETURN v_kept;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION drainpipe.keep_flow_leased(p_queue text, p_leased bigint)
+RETURNS void
+LANGUAGE sql
+AS $$
+    SELECT set_config('drainpipe.flow_leased.' || p_queue, p_leased::text, false)
+$$;

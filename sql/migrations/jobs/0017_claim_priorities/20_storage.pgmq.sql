@@ -450,9 +450,14 @@ BEGIN
             IF v_flow.key_concurrency IS NULL AND v_flow.key_rate_count IS NULL AND NOT v_flow.ordered THEN
                 -- queue-wide limits only: the unlimited claim, no larger than the room left
                 IF v_flow.concurrency IS NOT NULL THEN
-                    SELECT count(*) INTO v_leased FROM pgmq.%2$I l
-                     WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-                       AND l.vt > v_now;
+                    -- the session's last count under the gate, while far from the limit
+                    -- (jobs 0017, flow_leased_hint), else a count
+                    v_leased := drainpipe.flow_leased_hint(v_flow);
+                    IF v_leased IS NULL THEN
+                        SELECT count(*) INTO v_leased FROM pgmq.%2$I l
+                         WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                           AND l.vt > v_now;
+                    END IF;
                 END IF;
                 v_beside := drainpipe.flow_gate(v_flow, greatest(p_batch, 1), v_leased);
                 IF v_flow.concurrency IS NOT NULL THEN
@@ -460,6 +465,7 @@ BEGIN
                     SELECT count(*) INTO v_leased FROM pgmq.%2$I l
                      WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
                        AND l.vt > v_now;
+                    PERFORM drainpipe.keep_flow_leased(%6$L, v_leased);
                 END IF;
                 v_room := drainpipe.flow_room(v_flow, greatest(p_batch, 1), v_leased + v_beside, v_now);
                 IF v_room = 0 THEN
@@ -861,3 +867,16 @@ BEGIN
     END LOOP;
 END
 $noted$;
+
+-- Existing limited queues: their flow claim regenerated with the hint (10_priorities.sql).
+DO $limited$
+DECLARE
+    v_queue text;
+BEGIN
+    FOR v_queue IN SELECT f.queue FROM drainpipe.queue_flow f LOOP
+        IF to_regclass('pgmq.' || quote_ident('q_' || v_queue)) IS NOT NULL THEN
+            PERFORM drainpipe.ensure_flow_indexes(v_queue);
+        END IF;
+    END LOOP;
+END
+$limited$;

@@ -168,6 +168,44 @@ BEGIN
 END
 $$;
 
+-- -- the queue-wide room: jobs 0015's, the first count skipped on a session's hint --------
+
+-- jobs 0015's, with the hint (10_priorities.sql): the room a limited claim of p_batch has under the queue-wide limits (concurrency, rate),
+-- after taking the queue's flow lock (flow_gate, 10_flow.sql) until the caller's
+-- transaction ends.
+-- What is leased is counted through job_messages_flow_leased_idx: at most the limit's rows.
+CREATE OR REPLACE FUNCTION drainpipe.job_messages_flow_room(
+    p_flow drainpipe.queue_flow, p_batch integer, p_now timestamptz
+)
+RETURNS integer
+-- no SET clause and not a security definer: called only by the claim functions, whose
+-- settings it runs under (a SET clause costs every call a save and restore)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_leased bigint := 0;
+    v_beside integer;
+BEGIN
+    IF p_flow.concurrency IS NOT NULL THEN
+        -- the session's last count under the gate, while far from the limit (jobs 0017,
+        -- flow_leased_hint), else a count
+        v_leased := drainpipe.flow_leased_hint(p_flow);
+        IF v_leased IS NULL THEN
+            SELECT count(*) INTO v_leased FROM drainpipe.job_messages l
+             WHERE l.queue = p_flow.queue AND l.state = 'leased' AND l.visible_at > p_now;
+        END IF;
+    END IF;
+    v_beside := drainpipe.flow_gate(p_flow, p_batch, v_leased);
+    IF p_flow.concurrency IS NOT NULL THEN
+        -- again, under the lock: what committed while this claim waited counts
+        SELECT count(*) INTO v_leased FROM drainpipe.job_messages l
+         WHERE l.queue = p_flow.queue AND l.state = 'leased' AND l.visible_at > p_now;
+        PERFORM drainpipe.keep_flow_leased(p_flow.queue, v_leased);
+    END IF;
+    RETURN drainpipe.flow_room(p_flow, p_batch, v_leased + v_beside, p_now);
+END
+$$;
+
 -- -- the limited pick of a prioritised queue: jobs 0015's job_messages_flow_pick (which a
 -- limited queue without priorities keeps) along the priority levels p_levels ---------------
 
