@@ -17,6 +17,10 @@ Per storage (pgmq, table), each on a fresh database dropped at the end:
   and against no policy at all; rounds interleave, ratios are per round.
 * ``stats`` (asked for by name): ``stats()`` with the held counts against without them, on
   the backlog's limited queue, and the drain report's held lookup on it.
+* ``priority``: a queue with priorities (``--backlog`` jobs: one in 1,000 at priority 5, all
+  of them leased, the rest at 0 and -1, interleaved) against the same backlog without
+  priorities; reported: the p50 of a claim of 10, prioritised over plain (run it at two
+  backlog sizes to see that it stays flat).
 * ``rate``: ``Rate(100, per=1)``, 8 claimers on their own pools claiming batches of 10 and
   completing them at once for ``--seconds``; reported: claims per second over the run and
   the most claims any 1 s window held (from the attempts' start times the claim stamped).
@@ -70,18 +74,25 @@ async def drop(name: str) -> None:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def stored(g: str) -> str:
+def stored(g: str, priority: str | None = None) -> str:
+    extra = "" if priority is None else f", 'priority', {priority}"
     return (
         "jsonb_build_object('$dp', 1, 'context', '{}'::jsonb, 'key', 'k' || "
-        f"mod({g}, {KEYS}), 'payload', jsonb_build_object('n', {g}))"
+        f"mod({g}, {KEYS}), 'payload', jsonb_build_object('n', {g}){extra})"
     )
 
 
-def fill(conn: psycopg.Connection[Any], backend: str, queue: str, count: int) -> None:
+def fill(
+    conn: psycopg.Connection[Any],
+    backend: str,
+    queue: str,
+    count: int,
+    priority: str | None = None,
+) -> None:
     if backend == "table":
         conn.execute(
             "INSERT INTO drainpipe.job_messages (queue, payload, visible_at)"
-            f" SELECT '{queue}', {stored('g')},"
+            f" SELECT '{queue}', {stored('g', priority)},"
             " now() - interval '1 hour' + g * interval '1 microsecond'"
             f" FROM generate_series(1, {count}) g"
         )
@@ -90,7 +101,7 @@ def fill(conn: psycopg.Connection[Any], backend: str, queue: str, count: int) ->
         conn.execute(
             f"INSERT INTO pgmq.q_{queue} (vt, message)"
             " SELECT now() - interval '1 hour' + g * interval '1 microsecond',"
-            f" jsonb_build_object('payload', {stored('g')}, 'max_attempts', 5)"
+            f" jsonb_build_object('payload', {stored('g', priority)}, 'max_attempts', 5)"
             f" FROM generate_series(1, {count}) g"
         )
 
@@ -140,6 +151,54 @@ def backlog(backend: str, count: int, samples: int) -> Row:
             unit="ms",
             note=f"time ratio (lower is better); no limits: {plain:.3f} ms; {samples} samples"
             " each, interleaved, every claim rolled back",
+        )
+    finally:
+        asyncio.run(drop(name))
+
+
+PRIORITIES = "CASE WHEN mod(g, 1000) = 0 THEN 5 WHEN mod(g, 2) = 0 THEN 0 ELSE -1 END"
+
+
+def priority_backlog(backend: str, count: int, samples: int) -> Row:
+    name, url = asyncio.run(fresh(backend))
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            for level in (5, -1):  # as the enqueues of such jobs would have noted them
+                conn.execute("SELECT drainpipe.note_job_priority('prio', %s)", (level,))
+            fill(conn, backend, "prio", count, PRIORITIES)
+            fill(conn, backend, "plain", count)
+            conn.execute("VACUUM ANALYZE" if backend == "table" else "ANALYZE")
+            # the priority-5 jobs leased (and as many on the plain queue)
+            for queue in ("prio", "plain"):
+                conn.execute(
+                    "SELECT count(*) FROM drainpipe.claim_jobs_v1(%s, 3600, %s)",
+                    (queue, count // 1000),
+                )
+            times: dict[str, list[float]] = {"prio": [], "plain": []}
+            for i in range(samples):
+                for queue in ("prio", "plain") if i % 2 == 0 else ("plain", "prio"):
+                    with conn.transaction(force_rollback=True):
+                        started = time.perf_counter()
+                        rows = conn.execute(
+                            "SELECT id FROM drainpipe.claim_jobs_v1(%s, 300, 10)", (queue,)
+                        ).fetchall()
+                        times[queue].append(time.perf_counter() - started)
+                    assert len(rows) == 10
+        prio = statistics.median(times["prio"]) * 1000
+        plain = statistics.median(times["plain"]) * 1000
+        print(
+            f"{backend:6} priority backlog {count:,}: claim of 10 p50 prioritised {prio:.3f} ms"
+            f" plain {plain:.3f} ms ratio {prio / plain:.2f}"
+        )
+        return Row(
+            metric=f"claim of 10 p50, {count:,} queued at priorities 5/0/-1, the 5s leased",
+            system=f"{backend} priorities",
+            baseline=f"{backend} no priorities",
+            ratio=round(prio / plain, 2),
+            value=round(prio, 3),
+            unit="ms",
+            note=f"time ratio (lower is better); no priorities: {plain:.3f} ms; {samples}"
+            " samples each, interleaved, every claim rolled back",
         )
     finally:
         asyncio.run(drop(name))
@@ -350,6 +409,8 @@ def main(argv: list[str]) -> int:
             rows.append(backlog(backend, args.backlog, args.samples))
         if "processing" in parts:
             rows.extend(asyncio.run(processing(backend, args.jobs, args.rounds)))
+        if "priority" in parts:
+            rows.append(priority_backlog(backend, args.backlog, args.samples))
         if "rate" in parts:
             rows.append(asyncio.run(rate(backend, args.seconds)))
         if "stats" in parts:  # not in the default parts: python -m bench.flow --parts stats

@@ -241,6 +241,12 @@ ALTER TABLE drainpipe.queue_policies ADD CONSTRAINT queue_policies_pkey PRIMARY 
 ALTER TABLE drainpipe.queue_policies ADD CONSTRAINT queue_policies_replay_window_check CHECK ((replay_window > (0)::double precision));
 ALTER TABLE drainpipe.queue_policies ADD CONSTRAINT queue_policies_retention_check CHECK ((retention > (0)::double precision));
 
+CREATE TABLE drainpipe.queue_priorities (
+    queue text NOT NULL,
+    levels integer[] NOT NULL
+);
+ALTER TABLE drainpipe.queue_priorities ADD CONSTRAINT queue_priorities_pkey PRIMARY KEY (queue);
+
 CREATE TABLE drainpipe.schema_migrations (
     module text NOT NULL,
     version integer NOT NULL,
@@ -938,6 +944,10 @@ BEGIN
     IF to_regclass('pgmq.' || quote_ident('q_' || p_queue)) IS NULL THEN
         RETURN false;
     END IF;
+    IF p_payload ? 'priority' THEN
+        -- the new payload's priority is a level the claim reads (jobs 0017)
+        PERFORM drainpipe.note_job_priority(p_queue, nullif(drainpipe.job_priority(p_payload), 0));
+    END IF;
     EXECUTE format('UPDATE pgmq.%I m
                        SET message = jsonb_set(m.message, ''{payload}'', coalesce($1, ''{}''::jsonb)),
                            vt = clock_timestamp() + make_interval(secs => greatest($2, 0))
@@ -945,6 +955,264 @@ BEGIN
       USING p_payload, p_seconds, p_id;
     GET DIAGNOSTICS v_changed = ROW_COUNT;
     RETURN v_changed > 0;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.define_job_priority_claim_v1(p_queue text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_read_col text;
+    v_read_set text;
+    v_archive_cols text;
+    v_archive_vals text;
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    PERFORM pg_advisory_xact_lock(hashtext('drainpipe.queue:' || p_queue));
+    v_read_set := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', last_read_at = v_now' ELSE '' END;
+    v_read_col := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'q.last_read_at' ELSE 'NULL::timestamptz' END;
+    v_archive_cols := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', last_read_at' ELSE '' END;
+    v_archive_vals := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', d.last_read_at' ELSE '' END;
+
+    EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
+                      (drainpipe.job_priority(message -> ''payload''), vt, msg_id)',
+                   'q_' || p_queue || '_dp_priority', 'q_' || p_queue);
+
+    EXECUTE format($fn$
+        CREATE OR REPLACE FUNCTION drainpipe.%1$I(
+            p_levels integer[], p_batch integer, p_now timestamptz, p_bound boolean
+        )
+        RETURNS bigint[]
+        -- runs under the settings of its only caller, the claim below
+        LANGUAGE plpgsql
+        AS $body$
+        DECLARE
+            v_level integer;
+            v_ids bigint[] := '{}';
+            v_take bigint[];
+            v_need integer;
+            v_first timestamptz;
+            v_from timestamptz;
+        BEGIN
+            FOREACH v_level IN ARRAY p_levels LOOP
+                v_need := p_batch - cardinality(v_ids);
+                v_from := CASE WHEN p_bound
+                               THEN drainpipe.claim_bound(drainpipe.priority_bound_name(%3$L, v_level), p_now)
+                               ELSE '-infinity' END;
+                LOOP
+                    SELECT array_agg(p.msg_id), min(p.vt) INTO v_take, v_first
+                      FROM (
+                          SELECT q.msg_id, q.vt
+                            FROM pgmq.%2$I q
+                           -- the level's range, [v_from, p_now], as row comparisons: only
+                           -- the priority index serves them (a generic plan would
+                           -- otherwise take the vt index and filter by level)
+                           WHERE (drainpipe.job_priority(q.message -> 'payload'), q.vt) >= (v_level, v_from)
+                             AND (drainpipe.job_priority(q.message -> 'payload'), q.vt) <= (v_level, p_now)
+                           ORDER BY drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id
+                           LIMIT v_need
+                             FOR UPDATE SKIP LOCKED
+                      ) p;
+                    EXIT WHEN v_from = '-infinity' OR coalesce(cardinality(v_take), 0) >= v_need;
+                    v_from := '-infinity';  -- short above the bound: this level from its start
+                END LOOP;
+                IF p_bound THEN
+                    PERFORM drainpipe.keep_claim_bound(drainpipe.priority_bound_name(%3$L, v_level),
+                                                       v_first, NULL);
+                END IF;
+                v_ids := v_ids || coalesce(v_take, '{}');
+                EXIT WHEN cardinality(v_ids) >= p_batch;
+            END LOOP;
+            RETURN v_ids;
+        END
+        $body$
+        $fn$, 'priority_pick_jobs__' || p_queue, 'q_' || p_queue, p_queue);
+
+    EXECUTE format($fn$
+        CREATE OR REPLACE FUNCTION drainpipe.%1$I(p_lease double precision, p_batch integer, p_now timestamptz)
+        RETURNS SETOF drainpipe.job_row_v1
+        LANGUAGE plpgsql SECURITY DEFINER
+        SET search_path = pg_catalog, pg_temp
+        -- generic plan, no seqscans: see 0002
+        SET plan_cache_mode = force_generic_plan
+        SET enable_seqscan = off
+        AS $body$
+        DECLARE
+            v_now timestamptz := coalesce(p_now, clock_timestamp());
+            v_until timestamptz := v_now + make_interval(secs => greatest(p_lease, 0));
+            v_levels integer[];
+            v_ids bigint[];
+        BEGIN
+            SELECT p.levels INTO v_levels FROM drainpipe.queue_priorities p WHERE p.queue = %6$L;
+            v_ids := drainpipe.%9$I(coalesce(v_levels, '{0}'), greatest(p_batch, 1), v_now, p_now IS NULL);
+            IF cardinality(v_ids) = 0 THEN
+                RETURN;
+            END IF;
+            RETURN QUERY
+            WITH picked AS (
+                SELECT q.msg_id, q.read_ct, q.vt, %4$s AS started_at,
+                       q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted,
+                       q.read_ct > 0 AND q.message ->> 'failed' IS DISTINCT FROM q.read_ct::text AS lapsed
+                  FROM pgmq.%2$I q
+                 WHERE q.msg_id = ANY (v_ids)
+                   FOR UPDATE
+            ), expired AS (
+                INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+                SELECT %6$L, p.msg_id, p.read_ct, p.started_at, p.vt, 'expired', 'LEASE_EXPIRED'
+                  FROM picked p WHERE p.lapsed
+                ON CONFLICT DO NOTHING
+            ), dead AS (
+                DELETE FROM pgmq.%2$I d
+                 WHERE d.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE p.exhausted))
+                RETURNING d.*
+            ), archived AS (
+                INSERT INTO pgmq.%3$I (msg_id, read_ct, enqueued_at, vt, message, archived_at%7$s)
+                SELECT d.msg_id, d.read_ct, d.enqueued_at, d.vt,
+                       d.message || '{"last_error": "The lease ran out on the last attempt", "dead": true, "last_code": "MAX_ATTEMPTS"}'::jsonb,
+                       d.vt%8$s
+                  FROM dead d
+            )
+            UPDATE pgmq.%2$I m
+               SET vt = v_until,
+                   read_ct = m.read_ct + 1%5$s
+             WHERE m.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE NOT p.exhausted))
+            RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message -> 'payload',
+                      coalesce((m.message ->> 'max_attempts')::integer, 5), m.message ->> 'last_error';
+        END
+        $body$
+        $fn$, 'claim_jobs__' || p_queue, 'q_' || p_queue, 'a_' || p_queue, v_read_col,
+              v_read_set, p_queue, v_archive_cols, v_archive_vals, 'priority_pick_jobs__' || p_queue);
+    -- The limited pick along the levels (jobs 0015's flow_pick_jobs__q, same signature, which
+    -- the queue's flow claim calls): candidates come in chunks of one level's range, in
+    -- (vt, msg_id) order, highest level first; the filter is jobs 0015's.
+    EXECUTE format($fn$
+        CREATE OR REPLACE FUNCTION drainpipe.%1$I(
+            p_flow drainpipe.queue_flow, p_batch integer, p_now timestamptz
+        )
+        RETURNS bigint[]
+        LANGUAGE plpgsql
+        AS $body$
+        DECLARE
+            v_room integer;
+            v_ids bigint[] := '{}';
+            v_keys text[] := '{}';
+            v_chunk integer;
+            v_scanned integer := 0;
+            v_bound integer := p_batch * 50 + 500;
+            v_after_at timestamptz := '-infinity';
+            v_after_id bigint := 0;
+            v_rows integer;
+            v_take bigint[];
+            v_take_keys text[];
+            v_levels integer[];
+            v_level integer;
+            v_n integer := 1;
+            v_c_ids bigint[];
+            v_c_at timestamptz[];
+            v_c_keys text[];
+            v_c_gone boolean[];
+        BEGIN
+            SELECT coalesce(p.levels, '{0}') INTO v_levels FROM drainpipe.queue_priorities p WHERE p.queue = %3$L;
+            v_levels := coalesce(v_levels, '{0}');
+            v_level := v_levels[1];
+            PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%3$L));
+            v_room := drainpipe.flow_room(p_flow, p_batch,
+                CASE WHEN p_flow.concurrency IS NULL THEN 0 ELSE (
+                    SELECT count(*) FROM pgmq.%2$I l
+                     WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                       AND l.vt > p_now) END,
+                p_now);
+            v_chunk := 2 * v_room + 8;
+            WHILE v_room > 0 AND v_scanned < v_bound LOOP
+                SELECT array_agg(c.msg_id ORDER BY c.vt, c.msg_id), array_agg(c.vt ORDER BY c.vt, c.msg_id),
+                       array_agg(c.k ORDER BY c.vt, c.msg_id), array_agg(c.exhausted ORDER BY c.vt, c.msg_id)
+                  INTO v_c_ids, v_c_at, v_c_keys, v_c_gone
+                  FROM (SELECT q.msg_id, q.vt, drainpipe.job_key(q.message -> 'payload') AS k,
+                               q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted
+                          FROM pgmq.%2$I q
+                         -- the level's range after the last candidate (see the pick above)
+                         WHERE (drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id)
+                                   > (v_level, v_after_at, v_after_id)
+                           AND (drainpipe.job_priority(q.message -> 'payload'), q.vt) <= (v_level, p_now)
+                         ORDER BY drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id
+                         LIMIT v_chunk) c;
+                v_rows := coalesce(cardinality(v_c_ids), 0);
+                WITH chunk AS (
+                    SELECT c.id, c.k, c.exhausted, v_n + c.n AS seq
+                      FROM unnest(v_c_ids, v_c_keys, v_c_gone) WITH ORDINALITY AS c(id, k, exhausted, n)
+                ), ranked AS (
+                    SELECT c.*, row_number() OVER (PARTITION BY c.k ORDER BY c.seq) AS nth,
+                           (SELECT count(*) FROM unnest(v_keys) p WHERE p = c.k) AS picked
+                      FROM chunk c WHERE NOT c.exhausted
+                ), keyed AS (
+                    SELECT d.k,
+                           CASE WHEN p_flow.key_concurrency IS NULL THEN 0 ELSE (
+                               SELECT count(*) FROM pgmq.%2$I l
+                                WHERE drainpipe.job_key(l.message -> 'payload') = d.k
+                                  AND l.read_ct > 0
+                                  AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                                  AND l.vt > p_now) END AS leased,
+                           CASE WHEN p_flow.key_rate_count IS NULL THEN 0 ELSE (
+                               SELECT count(*) FROM drainpipe.flow_claims f
+                                WHERE f.queue = %3$L AND f.key = d.k
+                                  AND f.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)) END AS claimed
+                      FROM (SELECT DISTINCT c.k FROM chunk c WHERE c.k IS NOT NULL AND NOT c.exhausted) d
+                ), allowed AS (
+                    SELECT r.id, r.k, r.seq
+                      FROM ranked r LEFT JOIN keyed k ON k.k = r.k
+                     WHERE r.k IS NULL
+                        OR ((p_flow.key_concurrency IS NULL
+                             OR k.leased + r.picked + r.nth <= p_flow.key_concurrency)
+                            AND (p_flow.key_rate_count IS NULL
+                                 OR k.claimed + r.picked + r.nth <= p_flow.key_rate_count)
+                            AND (NOT p_flow.ordered
+                                 OR (r.picked = 0 AND NOT EXISTS (
+                                        SELECT 1 FROM pgmq.%2$I e
+                                         WHERE drainpipe.job_key(e.message -> 'payload') = r.k
+                                           AND drainpipe.job_key(e.message -> 'payload') IS NOT NULL
+                                           AND e.msg_id < r.id))))
+                     ORDER BY r.seq
+                     LIMIT v_room
+                )
+                SELECT array_agg(a.id ORDER BY a.seq), array_agg(a.k ORDER BY a.seq)
+                  INTO v_take, v_take_keys
+                  FROM allowed a;
+                IF v_take IS NOT NULL THEN
+                    v_ids := v_ids || v_take;
+                    v_keys := v_keys || v_take_keys;
+                    v_room := v_room - cardinality(v_take);
+                END IF;
+                -- the exhausted ones ride along (archived, not leased, by the claim)
+                v_ids := v_ids || ARRAY(SELECT c.id FROM unnest(v_c_ids, v_c_gone) AS c(id, gone) WHERE c.gone);
+                v_n := v_n + v_rows;
+                v_scanned := v_scanned + v_rows;
+                IF v_rows < v_chunk THEN
+                    -- this level has no more candidates: the next one, from its start
+                    EXIT WHEN v_level = v_levels[cardinality(v_levels)];
+                    v_level := v_levels[array_position(v_levels, v_level) + 1];
+                    v_after_at := '-infinity';
+                    v_after_id := 0;
+                ELSE
+                    v_after_at := v_c_at[v_rows];
+                    v_after_id := v_c_ids[v_rows];
+                    v_chunk := least(v_chunk * 4, v_bound);
+                END IF;
+            END LOOP;
+            RETURN v_ids;
+        END
+        $body$
+        $fn$, 'flow_pick_jobs__' || p_queue, 'q_' || p_queue, p_queue);
+    EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(drainpipe.queue_flow, integer, timestamptz) FROM PUBLIC',
+                   'flow_pick_jobs__' || p_queue);
+    EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(integer[], integer, timestamptz, boolean) FROM PUBLIC',
+                   'priority_pick_jobs__' || p_queue);
+    EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) FROM PUBLIC', 'claim_jobs__' || p_queue);
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'service_role') THEN
+        EXECUTE format('GRANT EXECUTE ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) TO service_role', 'claim_jobs__' || p_queue);
+    END IF;
 END
 $function$;
 
@@ -1100,6 +1368,10 @@ BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'service_role') THEN
         EXECUTE format('GRANT EXECUTE ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) TO service_role', 'claim_jobs__' || p_queue);
         EXECUTE format('GRANT EXECUTE ON FUNCTION drainpipe.%I(bigint[], integer[], timestamptz) TO service_role', 'complete_jobs__' || p_queue);
+    END IF;
+    IF EXISTS (SELECT 1 FROM drainpipe.queue_priorities p WHERE p.queue = p_queue) THEN
+        -- a prioritised queue keeps its priority claim (jobs 0017)
+        PERFORM drainpipe.define_job_priority_claim_v1(p_queue);
     END IF;
 END
 $function$;
@@ -1260,6 +1532,10 @@ BEGIN
     IF NOT drainpipe.is_queue_name(p_queue) THEN
         PERFORM drainpipe.assert_queue_name(p_queue);
     END IF;
+    IF p_payload ? 'priority' THEN
+        -- a non-zero priority: the queue's claims order by it from now on (10_priorities.sql)
+        PERFORM drainpipe.note_job_priority(p_queue, nullif(drainpipe.job_priority(p_payload), 0));
+    END IF;
     IF p_dedupe_key IS NULL AND p_max_attempts >= 1 THEN
         -- the common case, built here: job_message() is a function call more per enqueue
         v_message := jsonb_build_object('payload', coalesce(p_payload, '{}'::jsonb),
@@ -1308,6 +1584,10 @@ BEGIN
     END IF;
     IF to_regclass('pgmq.q_' || p_queue) IS NULL THEN
         PERFORM drainpipe.ensure_job_queue_v1(p_queue);
+    END IF;
+    IF p_payloads @? '$[*].priority' THEN
+        -- a non-zero priority among them: see enqueue_job_v1
+        PERFORM drainpipe.note_job_priorities(p_queue, p_payloads);
     END IF;
     RETURN QUERY EXECUTE format(
         'WITH drawn AS MATERIALIZED (
@@ -1503,9 +1783,14 @@ BEGIN
             IF v_flow.key_concurrency IS NULL AND v_flow.key_rate_count IS NULL AND NOT v_flow.ordered THEN
                 -- queue-wide limits only: the unlimited claim, no larger than the room left
                 IF v_flow.concurrency IS NOT NULL THEN
-                    SELECT count(*) INTO v_leased FROM pgmq.%2$I l
-                     WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-                       AND l.vt > v_now;
+                    -- the session's last count under the gate, while far from the limit
+                    -- (jobs 0017, flow_leased_hint), else a count
+                    v_leased := drainpipe.flow_leased_hint(v_flow);
+                    IF v_leased IS NULL THEN
+                        SELECT count(*) INTO v_leased FROM pgmq.%2$I l
+                         WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                           AND l.vt > v_now;
+                    END IF;
                 END IF;
                 v_beside := drainpipe.flow_gate(v_flow, greatest(p_batch, 1), v_leased);
                 IF v_flow.concurrency IS NOT NULL THEN
@@ -1513,6 +1798,7 @@ BEGIN
                     SELECT count(*) INTO v_leased FROM pgmq.%2$I l
                      WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
                        AND l.vt > v_now;
+                    PERFORM drainpipe.keep_flow_leased(%6$L, v_leased);
                 END IF;
                 v_room := drainpipe.flow_room(v_flow, greatest(p_batch, 1), v_leased + v_beside, v_now);
                 IF v_room = 0 THEN
@@ -1578,6 +1864,10 @@ BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'service_role') THEN
         EXECUTE format('GRANT EXECUTE ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) TO service_role', 'flow_claim_jobs__' || p_queue);
     END IF;
+    IF EXISTS (SELECT 1 FROM drainpipe.queue_priorities p WHERE p.queue = p_queue) THEN
+        -- a prioritised queue's limited pick goes along its levels (jobs 0017)
+        PERFORM drainpipe.define_job_priority_claim_v1(p_queue);
+    END IF;
 END
 $function$;
 
@@ -1604,6 +1894,21 @@ BEGIN
        OR to_regprocedure('drainpipe.complete_jobs__' || p_queue || '(bigint[], integer[], timestamptz)') IS NULL THEN
         PERFORM drainpipe.define_job_queue_functions_v1(p_queue);
     END IF;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.ensure_priority_claim(p_queue text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF to_regclass('pgmq.' || quote_ident('q_' || p_queue)) IS NULL THEN
+        PERFORM drainpipe.ensure_job_queue_v1(p_queue);
+    END IF;
+    PERFORM drainpipe.define_job_priority_claim_v1(p_queue);
 END
 $function$;
 
@@ -1842,6 +2147,22 @@ BEGIN
     END IF;
     PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(p_flow.queue));
     RETURN 0;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.flow_leased_hint(p_flow drainpipe.queue_flow)
+ RETURNS bigint
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_kept bigint := nullif(current_setting('drainpipe.flow_leased.' || p_flow.queue, true), '')::bigint;
+BEGIN
+    IF v_kept IS NOT NULL AND p_flow.rate_count IS NULL AND p_flow.key_concurrency IS NULL
+       AND p_flow.key_rate_count IS NULL AND NOT p_flow.ordered
+       AND v_kept + 4 * 8 * 100 <= p_flow.concurrency THEN
+        RETURN v_kept;
+    END IF;
+    RETURN NULL;
 END
 $function$;
 
@@ -2564,6 +2885,13 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.keep_flow_leased(p_queue text, p_leased bigint)
+ RETURNS void
+ LANGUAGE sql
+AS $function$
+    SELECT set_config('drainpipe.flow_leased.' || p_queue, p_leased::text, false)
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.kept_job_totals(p_queue text)
  RETURNS jsonb
  LANGUAGE sql
@@ -2683,6 +3011,49 @@ CREATE OR REPLACE FUNCTION drainpipe.lock_job_event(p_event text, p_key text)
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
     SELECT pg_advisory_xact_lock(hashtextextended('drainpipe.event:' || p_event || chr(1) || p_key, 0))
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.note_job_priorities(p_queue text, p_stored jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_level integer;
+BEGIN
+    FOR v_level IN
+        SELECT DISTINCT drainpipe.job_priority(e.value)
+          FROM jsonb_array_elements(p_stored) e
+         WHERE jsonb_typeof(e.value) = 'object' AND e.value ? 'priority'
+    LOOP
+        IF v_level <> 0 THEN
+            PERFORM drainpipe.note_job_priority(p_queue, v_level);
+        END IF;
+    END LOOP;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.note_job_priority(p_queue text, p_level integer)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_level IS NULL OR EXISTS (SELECT 1 FROM drainpipe.queue_priorities p
+                                   WHERE p.queue = p_queue AND p_level = ANY (p.levels)) THEN
+        RETURN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM drainpipe.queue_priorities p WHERE p.queue = p_queue) THEN
+        PERFORM drainpipe.ensure_priority_claim(p_queue);
+    END IF;
+    INSERT INTO drainpipe.queue_priorities AS p (queue, levels)
+    VALUES (p_queue, ARRAY(SELECT DISTINCT l FROM unnest(ARRAY[0, p_level]) l ORDER BY l DESC))
+    ON CONFLICT (queue) DO UPDATE
+       SET levels = ARRAY(SELECT DISTINCT l FROM unnest(p.levels || excluded.levels) l
+                           ORDER BY l DESC);
+END
 $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.overview_minutes(p_now timestamp with time zone)
@@ -3315,6 +3686,14 @@ AS $function$
         WHEN p_stored ? 'sealed' THEN octet_length(p_stored ->> 'sealed')
         WHEN p_stored ? 'payload' THEN octet_length((p_stored -> 'payload')::text)
         ELSE octet_length(p_stored::text) END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.priority_bound_name(p_queue text, p_level integer)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+    SELECT p_queue || CASE WHEN p_level < 0 THEN '__pm' ELSE '__p' END || abs(p_level)::text
 $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.purge_job_archive_v1(p_queue text, p_older_than interval DEFAULT '7 days'::interval, p_batch integer DEFAULT 10000, p_dead_older_than interval DEFAULT '30 days'::interval)

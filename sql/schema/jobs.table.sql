@@ -277,6 +277,12 @@ ALTER TABLE drainpipe.queue_policies ADD CONSTRAINT queue_policies_pkey PRIMARY 
 ALTER TABLE drainpipe.queue_policies ADD CONSTRAINT queue_policies_replay_window_check CHECK ((replay_window > (0)::double precision));
 ALTER TABLE drainpipe.queue_policies ADD CONSTRAINT queue_policies_retention_check CHECK ((retention > (0)::double precision));
 
+CREATE TABLE drainpipe.queue_priorities (
+    queue text NOT NULL,
+    levels integer[] NOT NULL
+);
+ALTER TABLE drainpipe.queue_priorities ADD CONSTRAINT queue_priorities_pkey PRIMARY KEY (queue);
+
 CREATE TABLE drainpipe.schema_migrations (
     module text NOT NULL,
     version integer NOT NULL,
@@ -836,6 +842,7 @@ DECLARE
     v_flow drainpipe.queue_flow;
     v_from timestamptz := '-infinity';  -- the bound (jobs 0014)
     v_first timestamptz;
+    v_levels integer[];  -- the queue's priorities, when it has any (jobs 0017)
 BEGIN
     -- the completions first: a claim must not take back a job this turn completes
     IF cardinality(p_ids) > 0 THEN
@@ -851,6 +858,8 @@ BEGIN
     END IF;
     -- the queue's flow limits, if it has any (jobs 0015)
     SELECT * INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = p_queue;
+    -- and its priorities, if it ever had a job with one (jobs 0017)
+    SELECT p.levels INTO v_levels FROM drainpipe.queue_priorities p WHERE p.queue = p_queue;
 
     -- the claim's clock starts after the completions (as a claim sent after them would)
     v_now := coalesce(p_now, clock_timestamp());
@@ -878,7 +887,12 @@ BEGIN
 
     IF v_flow.key_concurrency IS NOT NULL OR v_flow.key_rate_count IS NOT NULL OR v_flow.ordered THEN
         -- limits per key: the pick they allow (jobs 0015), rows locked
-        v_ids := drainpipe.job_messages_flow_pick(v_flow, v_batch, v_now);
+        IF v_levels IS NULL THEN
+            v_ids := drainpipe.job_messages_flow_pick(v_flow, v_batch, v_now);
+        ELSE
+            -- a prioritised queue: the same filter along its levels (jobs 0017)
+            v_ids := drainpipe.job_messages_flow_priority_pick(v_flow, v_batch, v_now, v_levels);
+        END IF;
         IF cardinality(v_ids) = 0 THEN
             RETURN;
         END IF;
@@ -892,6 +906,15 @@ BEGIN
             RETURN;
         END IF;
     END IF;
+    IF v_levels IS NOT NULL THEN
+        -- priorities: the pick by level, highest first (jobs 0017), rows locked
+        v_ids := drainpipe.job_messages_priority_pick(p_queue, v_levels, v_batch, v_now, p_now IS NULL);
+        IF cardinality(v_ids) = 0 THEN
+            RETURN;
+        END IF;
+        SELECT bool_or(x.state = 'leased') INTO v_lapsed
+          FROM drainpipe.job_messages x WHERE x.id = ANY (v_ids);
+    ELSE
     -- The pick is a statement of its own, into arrays: the take-over record below is then a
     -- branch taken only when a lapsed lease was picked (see jobs 0004). It starts at this
     -- connection's bound for the queue (jobs 0014), once more from the start when short.
@@ -916,6 +939,7 @@ BEGIN
         v_from := '-infinity';  -- short above the bound: once more from the start
     END LOOP;
     PERFORM drainpipe.keep_claim_bound(p_queue, v_first, p_now);
+    END IF;
     END IF;
     IF v_ids IS NULL THEN
         RETURN;
@@ -1051,6 +1075,10 @@ CREATE OR REPLACE FUNCTION drainpipe.debounce_job(p_queue text, p_id bigint, p_p
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
+    IF p_payload ? 'priority' THEN
+        -- the new payload's priority is a level the claim reads (jobs 0017)
+        PERFORM drainpipe.note_job_priority(p_queue, nullif(drainpipe.job_priority(p_payload), 0));
+    END IF;
     UPDATE drainpipe.job_messages m
        SET payload = coalesce(p_payload, '{}'::jsonb),
            visible_at = clock_timestamp() + make_interval(secs => greatest(p_seconds, 0))
@@ -1160,6 +1188,10 @@ BEGIN
     IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
         PERFORM drainpipe.assert_max_attempts(p_max_attempts);
     END IF;
+    IF p_payload ? 'priority' THEN
+        -- a non-zero priority: the queue's claims order by it from now on (10_priorities.sql)
+        PERFORM drainpipe.note_job_priority(p_queue, nullif(drainpipe.job_priority(p_payload), 0));
+    END IF;
     IF p_dedupe_key IS NULL THEN
         -- the common case stays one INSERT
         SELECT s.id, s.at INTO v_id, v_at FROM drainpipe.job_stamp('drainpipe.job_messages_id_seq') s;
@@ -1189,6 +1221,10 @@ BEGIN
     END IF;
     IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
         PERFORM drainpipe.assert_max_attempts(p_max_attempts);
+    END IF;
+    IF p_payloads @? '$[*].priority' THEN
+        -- a non-zero priority among them: see enqueue_job_v1
+        PERFORM drainpipe.note_job_priorities(p_queue, p_payloads);
     END IF;
     RETURN QUERY
     WITH drawn AS MATERIALIZED (
@@ -1274,6 +1310,19 @@ BEGIN
     CREATE INDEX IF NOT EXISTS job_messages_flow_order_idx
         ON drainpipe.job_messages (queue, drainpipe.job_key(payload), id)
         WHERE finished_at IS NULL AND drainpipe.job_key(payload) IS NOT NULL;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.ensure_priority_claim(p_queue text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    CREATE INDEX IF NOT EXISTS job_messages_priority_idx
+        ON drainpipe.job_messages (queue, drainpipe.job_priority(payload), visible_at, id)
+        WHERE finished_at IS NULL;
 END
 $function$;
 
@@ -1474,6 +1523,22 @@ BEGIN
     END IF;
     PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(p_flow.queue));
     RETURN 0;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.flow_leased_hint(p_flow drainpipe.queue_flow)
+ RETURNS bigint
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_kept bigint := nullif(current_setting('drainpipe.flow_leased.' || p_flow.queue, true), '')::bigint;
+BEGIN
+    IF v_kept IS NOT NULL AND p_flow.rate_count IS NULL AND p_flow.key_concurrency IS NULL
+       AND p_flow.key_rate_count IS NULL AND NOT p_flow.ordered
+       AND v_kept + 4 * 8 * 100 <= p_flow.concurrency THEN
+        RETURN v_kept;
+    END IF;
+    RETURN NULL;
 END
 $function$;
 
@@ -1872,6 +1937,126 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.job_messages_flow_priority_pick(p_flow drainpipe.queue_flow, p_batch integer, p_now timestamp with time zone, p_levels integer[])
+ RETURNS bigint[]
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_queue text := p_flow.queue;
+    v_room integer;
+    v_ids bigint[] := '{}';
+    v_keys text[] := '{}';
+    v_chunk integer;
+    v_scanned integer := 0;
+    v_bound integer := p_batch * 50 + 500;
+    v_after_at timestamptz := '-infinity';
+    v_after_id bigint := 0;
+    v_rows integer;
+    v_take bigint[];
+    v_take_keys text[];
+    v_level integer;
+    v_levels integer[] := coalesce(p_levels, '{0}');
+    v_n integer := 1;
+    v_c_ids bigint[];
+    v_c_at timestamptz[];
+    v_c_keys text[];
+    v_c_seq integer[];
+BEGIN
+    v_room := drainpipe.job_messages_flow_room(p_flow, p_batch, p_now);
+    v_chunk := 2 * v_room + 8;
+    v_level := v_levels[1];
+    WHILE v_room > 0 AND v_scanned < v_bound LOOP
+        -- the next chunk of candidates, along the current priority level's range
+        SELECT array_agg(c.id ORDER BY c.visible_at, c.id), array_agg(c.visible_at ORDER BY c.visible_at, c.id),
+               array_agg(c.k ORDER BY c.visible_at, c.id)
+          INTO v_c_ids, v_c_at, v_c_keys
+          FROM (SELECT x.id, x.visible_at, drainpipe.job_key(x.payload) AS k
+                  FROM drainpipe.job_messages x
+                 -- the level's range after the last candidate (as in the priority pick)
+                 WHERE x.queue = v_queue
+                   AND (drainpipe.job_priority(x.payload), x.visible_at, x.id)
+                           > (v_level, v_after_at, v_after_id)
+                   AND (drainpipe.job_priority(x.payload), x.visible_at) <= (v_level, p_now)
+                   AND x.finished_at IS NULL AND x.attempts < x.max_attempts
+                 ORDER BY drainpipe.job_priority(x.payload), x.visible_at, x.id
+                 LIMIT v_chunk) c;
+        v_rows := coalesce(cardinality(v_c_ids), 0);
+        -- the candidates' place in the claim's order, across levels
+        v_c_seq := ARRAY(SELECT v_n + g FROM generate_series(0, v_rows - 1) g);
+        v_n := v_n + v_rows;
+        WITH chunk AS (
+            SELECT c.id, c.visible_at, c.k, c.seq
+              FROM unnest(v_c_ids, v_c_at, v_c_keys, v_c_seq) AS c(id, visible_at, k, seq)
+        ), ranked AS (
+            -- nth: the place of a job among this chunk's jobs of its key
+            SELECT c.*, row_number() OVER (PARTITION BY c.k ORDER BY c.seq) AS nth,
+                   (SELECT count(*) FROM unnest(v_keys) p WHERE p = c.k) AS picked
+              FROM chunk c
+        ), keyed AS (
+            -- one probe per distinct key of the chunk, only for the limits the queue has
+            SELECT d.k,
+                   CASE WHEN p_flow.key_concurrency IS NULL THEN 0 ELSE (
+                       SELECT count(*) FROM drainpipe.job_messages l
+                        WHERE l.queue = v_queue AND drainpipe.job_key(l.payload) = d.k
+                          AND l.state = 'leased' AND l.visible_at > p_now) END AS leased,
+                   CASE WHEN p_flow.key_rate_count IS NULL THEN 0 ELSE (
+                       SELECT count(*) FROM drainpipe.flow_claims f
+                        WHERE f.queue = v_queue AND f.key = d.k
+                          AND f.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)) END AS claimed
+              FROM (SELECT DISTINCT c.k FROM chunk c WHERE c.k IS NOT NULL) d
+        ), allowed AS (
+            SELECT r.id, r.k, r.seq
+              FROM ranked r LEFT JOIN keyed k ON k.k = r.k
+             WHERE r.k IS NULL
+                OR ((p_flow.key_concurrency IS NULL
+                     OR k.leased + r.picked + r.nth <= p_flow.key_concurrency)
+                    AND (p_flow.key_rate_count IS NULL
+                         OR k.claimed + r.picked + r.nth <= p_flow.key_rate_count)
+                    -- ordered: only the first live job of its key (by id), one per claim
+                    AND (NOT p_flow.ordered
+                         OR (r.picked = 0 AND NOT EXISTS (
+                                SELECT 1 FROM drainpipe.job_messages e
+                                 WHERE e.queue = v_queue AND drainpipe.job_key(e.payload) = r.k
+                                   AND e.finished_at IS NULL AND e.id < r.id
+                                   AND drainpipe.job_key(e.payload) IS NOT NULL))))
+             ORDER BY r.seq
+             LIMIT v_room
+        )
+        SELECT array_agg(a.id ORDER BY a.seq), array_agg(a.k ORDER BY a.seq)
+          INTO v_take, v_take_keys
+          FROM allowed a;
+        IF v_take IS NOT NULL THEN
+            v_ids := v_ids || v_take;
+            v_keys := v_keys || v_take_keys;
+            v_room := v_room - cardinality(v_take);
+        END IF;
+        v_scanned := v_scanned + v_rows;
+        IF v_rows < v_chunk THEN
+            -- this level (or the queue) has no more candidates: the next level, from its start
+            EXIT WHEN v_level = v_levels[cardinality(v_levels)];
+            v_level := v_levels[array_position(v_levels, v_level) + 1];
+            v_after_at := '-infinity';
+            v_after_id := 0;
+        ELSE
+            v_after_at := v_c_at[v_rows];
+            v_after_id := v_c_ids[v_rows];
+            v_chunk := least(v_chunk * 4, v_bound);
+        END IF;
+    END LOOP;
+    IF cardinality(v_ids) = 0 THEN
+        RETURN v_ids;
+    END IF;
+    -- The flow lock keeps other limited claims of this queue out; a cancel or a
+    -- completion may hold a row: skip it, and read the row as it is once locked.
+    RETURN ARRAY(
+        SELECT x.id FROM drainpipe.job_messages x
+         WHERE x.id = ANY (v_ids) AND x.finished_at IS NULL AND x.visible_at <= p_now
+           AND x.attempts < x.max_attempts
+         ORDER BY x.id
+           FOR UPDATE SKIP LOCKED);
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.job_messages_flow_room(p_flow drainpipe.queue_flow, p_batch integer, p_now timestamp with time zone)
  RETURNS integer
  LANGUAGE plpgsql
@@ -1881,14 +2066,20 @@ DECLARE
     v_beside integer;
 BEGIN
     IF p_flow.concurrency IS NOT NULL THEN
-        SELECT count(*) INTO v_leased FROM drainpipe.job_messages l
-         WHERE l.queue = p_flow.queue AND l.state = 'leased' AND l.visible_at > p_now;
+        -- the session's last count under the gate, while far from the limit (jobs 0017,
+        -- flow_leased_hint), else a count
+        v_leased := drainpipe.flow_leased_hint(p_flow);
+        IF v_leased IS NULL THEN
+            SELECT count(*) INTO v_leased FROM drainpipe.job_messages l
+             WHERE l.queue = p_flow.queue AND l.state = 'leased' AND l.visible_at > p_now;
+        END IF;
     END IF;
     v_beside := drainpipe.flow_gate(p_flow, p_batch, v_leased);
     IF p_flow.concurrency IS NOT NULL THEN
         -- again, under the lock: what committed while this claim waited counts
         SELECT count(*) INTO v_leased FROM drainpipe.job_messages l
          WHERE l.queue = p_flow.queue AND l.state = 'leased' AND l.visible_at > p_now;
+        PERFORM drainpipe.keep_flow_leased(p_flow.queue, v_leased);
     END IF;
     RETURN drainpipe.flow_room(p_flow, p_batch, v_leased + v_beside, p_now);
 END
@@ -1942,6 +2133,53 @@ BEGIN
             USING ERRCODE = 'DPQ03';
     END IF;
     RETURN NEW;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_messages_priority_pick(p_queue text, p_levels integer[], p_batch integer, p_now timestamp with time zone, p_bound boolean)
+ RETURNS bigint[]
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_level integer;
+    v_ids bigint[] := '{}';
+    v_take bigint[];
+    v_need integer;
+    v_first timestamptz;
+    v_from timestamptz;
+BEGIN
+    FOREACH v_level IN ARRAY p_levels LOOP
+        v_need := p_batch - cardinality(v_ids);
+        v_from := CASE WHEN p_bound
+                       THEN drainpipe.claim_bound(drainpipe.priority_bound_name(p_queue, v_level), p_now)
+                       ELSE '-infinity' END;
+        LOOP
+            SELECT array_agg(p.id), min(p.visible_at) INTO v_take, v_first
+              FROM (
+                  SELECT x.id, x.visible_at
+                    FROM drainpipe.job_messages x
+                   -- the level's range, [v_from, p_now], as row comparisons: only the
+                   -- priority index serves them (a generic plan would otherwise read the
+                   -- live index and filter by level)
+                   WHERE x.queue = p_queue
+                     AND (drainpipe.job_priority(x.payload), x.visible_at) >= (v_level, v_from)
+                     AND (drainpipe.job_priority(x.payload), x.visible_at) <= (v_level, p_now)
+                     AND x.finished_at IS NULL AND x.attempts < x.max_attempts
+                   ORDER BY drainpipe.job_priority(x.payload), x.visible_at, x.id
+                   LIMIT v_need
+                     FOR UPDATE SKIP LOCKED
+              ) p;
+            EXIT WHEN v_from = '-infinity' OR coalesce(cardinality(v_take), 0) >= v_need;
+            v_from := '-infinity';  -- short above the bound: this level from its start
+        END LOOP;
+        IF p_bound THEN
+            PERFORM drainpipe.keep_claim_bound(drainpipe.priority_bound_name(p_queue, v_level),
+                                               v_first, NULL);
+        END IF;
+        v_ids := v_ids || coalesce(v_take, '{}');
+        EXIT WHEN cardinality(v_ids) >= p_batch;
+    END LOOP;
+    RETURN v_ids;
 END
 $function$;
 
@@ -2444,6 +2682,13 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.keep_flow_leased(p_queue text, p_leased bigint)
+ RETURNS void
+ LANGUAGE sql
+AS $function$
+    SELECT set_config('drainpipe.flow_leased.' || p_queue, p_leased::text, false)
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.kept_job_totals(p_queue text)
  RETURNS jsonb
  LANGUAGE sql
@@ -2555,6 +2800,49 @@ AS $function$
     SELECT pg_advisory_xact_lock(hashtextextended('drainpipe.event:' || p_event || chr(1) || p_key, 0))
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.note_job_priorities(p_queue text, p_stored jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_level integer;
+BEGIN
+    FOR v_level IN
+        SELECT DISTINCT drainpipe.job_priority(e.value)
+          FROM jsonb_array_elements(p_stored) e
+         WHERE jsonb_typeof(e.value) = 'object' AND e.value ? 'priority'
+    LOOP
+        IF v_level <> 0 THEN
+            PERFORM drainpipe.note_job_priority(p_queue, v_level);
+        END IF;
+    END LOOP;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.note_job_priority(p_queue text, p_level integer)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_level IS NULL OR EXISTS (SELECT 1 FROM drainpipe.queue_priorities p
+                                   WHERE p.queue = p_queue AND p_level = ANY (p.levels)) THEN
+        RETURN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM drainpipe.queue_priorities p WHERE p.queue = p_queue) THEN
+        PERFORM drainpipe.ensure_priority_claim(p_queue);
+    END IF;
+    INSERT INTO drainpipe.queue_priorities AS p (queue, levels)
+    VALUES (p_queue, ARRAY(SELECT DISTINCT l FROM unnest(ARRAY[0, p_level]) l ORDER BY l DESC))
+    ON CONFLICT (queue) DO UPDATE
+       SET levels = ARRAY(SELECT DISTINCT l FROM unnest(p.levels || excluded.levels) l
+                           ORDER BY l DESC);
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.overview_minutes(p_now timestamp with time zone)
  RETURNS SETOF timestamp with time zone
  LANGUAGE sql
@@ -2653,6 +2941,14 @@ AS $function$
         WHEN p_stored ? 'sealed' THEN octet_length(p_stored ->> 'sealed')
         WHEN p_stored ? 'payload' THEN octet_length((p_stored -> 'payload')::text)
         ELSE octet_length(p_stored::text) END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.priority_bound_name(p_queue text, p_level integer)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+    SELECT p_queue || CASE WHEN p_level < 0 THEN '__pm' ELSE '__p' END || abs(p_level)::text
 $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.purge_job_archive_v1(p_queue text, p_older_than interval DEFAULT '7 days'::interval, p_batch integer DEFAULT 10000, p_dead_older_than interval DEFAULT '30 days'::interval)

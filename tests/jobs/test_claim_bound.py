@@ -8,6 +8,10 @@ hold what that must not cost: a job made due below the bound (by hand, or by an 
 that commits after later jobs were claimed) is still claimed, once, by the next claim that
 comes up short or by the connection's pass from the start; and behind a held snapshot a
 late claim touches about what an early one did.
+
+Each test runs twice: on a plain queue, and on a prioritised one (jobs 0017), whose claim
+keeps a bound per priority level (its jobs are all at level 0 here, so the level-0 bound
+plays the queue's part, over the priority index).
 """
 
 from __future__ import annotations
@@ -20,10 +24,17 @@ import psycopg
 import pytest
 
 QUEUE = "boundq"
+# the name of the claim's bound (the queue's, or its level 0's on a prioritised queue)
+SHAPE = {"bound": QUEUE}
 
 
-@pytest.fixture
-def url(jobs_db_url: str) -> str:
+@pytest.fixture(params=["plain", "prioritised"])
+def url(jobs_db_url: str, request: pytest.FixtureRequest) -> str:
+    SHAPE["bound"] = QUEUE
+    if request.param == "prioritised":
+        with psycopg.connect(jobs_db_url, autocommit=True) as conn:
+            conn.execute("SELECT drainpipe.note_job_priority(%s, 1)", (QUEUE,))
+        SHAPE["bound"] = f"{QUEUE}__p0"
     return jobs_db_url
 
 
@@ -70,7 +81,9 @@ def due_an_hour_ago(conn: psycopg.Connection[Any], backend: str, job: int) -> No
 
 
 def bound(conn: psycopg.Connection[Any]) -> str | None:
-    row = conn.execute(f"SELECT current_setting('drainpipe.claim_from.{QUEUE}', true)").fetchone()
+    row = conn.execute(
+        f"SELECT current_setting('drainpipe.claim_from.{SHAPE['bound']}', true)"
+    ).fetchone()
     return row[0] if row else None
 
 
@@ -104,7 +117,7 @@ def test_the_pass_from_the_start_takes_what_the_bound_hides_behind_a_full_backlo
     assert late not in taken  # the bound holds while batches fill above it
     # the connection's last pass from the start was longer ago than claim_bound_pass()
     conn.execute(
-        f"SELECT set_config('drainpipe.claim_passed.{QUEUE}',"
+        f"SELECT set_config('drainpipe.claim_passed.{SHAPE['bound']}',"
         " ((extract(epoch FROM clock_timestamp() - interval '1 minute') * 1000000)::bigint)::text,"
         " false)"
     )
@@ -142,7 +155,12 @@ def test_a_claim_given_its_clock_keeps_no_bound(conn: psycopg.Connection[Any]) -
 def entries_read(conn: psycopg.Connection[Any], backend: str) -> int:
     """Entries of the claim's index one claim of 100 read, live or not (the issue's measure:
     192k a claim after a minute behind a held snapshot), from its transaction's counters."""
-    index = "drainpipe.job_messages_live_idx" if backend == "table" else f"pgmq.q_{QUEUE}_vt_idx"
+    prioritised = SHAPE["bound"] != QUEUE
+    if backend == "table":
+        index = "job_messages_priority_idx" if prioritised else "job_messages_live_idx"
+        index = f"drainpipe.{index}"
+    else:
+        index = f"pgmq.q_{QUEUE}_{'dp_priority' if prioritised else 'vt_idx'}"
     with conn.transaction():
         assert len(claim(conn, 100)) == 100
         row = conn.execute(
@@ -179,12 +197,12 @@ def test_behind_a_held_snapshot_a_late_claim_skips_what_the_snapshot_keeps(
         # the loop above may take longer than the 10 s after which a connection passes from
         # the index's start: the late claim is measured with that pass just done
         conn.execute(
-            f"SELECT set_config('drainpipe.claim_passed.{QUEUE}',"
+            f"SELECT set_config('drainpipe.claim_passed.{SHAPE['bound']}',"
             " (extract(epoch FROM clock_timestamp()) * 1000000)::bigint::text, false)"
         )
         late = entries_read(conn, backend_name)
         # the next claim passes from the index's start: what every claim did before 0014
-        conn.execute(f"SELECT set_config('drainpipe.claim_passed.{QUEUE}', '0', false)")
+        conn.execute(f"SELECT set_config('drainpipe.claim_passed.{SHAPE['bound']}', '0', false)")
         from_start = entries_read(conn, backend_name)
         holder.execute("ROLLBACK")
     assert from_start > 10_000, (early, late, from_start)  # the held snapshot did keep them

@@ -130,6 +130,15 @@ INTERNAL_FUNCTIONS = {
     # job_queue_holds_v1 only
     "job_flow_held",
     "job_queue_due",
+    # priorities in the claim (jobs 0017): helpers of the enqueues and the claims
+    "note_job_priority",
+    "note_job_priorities",
+    "ensure_priority_claim",
+    "priority_bound_name",
+    "job_messages_priority_pick",
+    "job_messages_flow_priority_pick",
+    "flow_leased_hint",
+    "keep_flow_leased",
 }
 
 # what release 0 (0.1.0) shipped; later modules have no release-0 state to upgrade from
