@@ -213,7 +213,10 @@ class WorkflowChaos:
     async def prepare(self) -> None:
         async with await psycopg.AsyncConnection.connect(self.cluster.dsn(), autocommit=True) as a:
             for role in ROLES:
-                with contextlib.suppress(psycopg.errors.DuplicateObject):
+                # both storages' runs start at once: the other one may be creating it too
+                with contextlib.suppress(
+                    psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation
+                ):
                     await a.execute(f"CREATE ROLE {role} NOLOGIN")
             await a.execute(f'DROP DATABASE IF EXISTS "{self.dbname}" WITH (FORCE)')
             await a.execute(f'CREATE DATABASE "{self.dbname}"')
