@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -148,41 +149,53 @@ class Server:
             await self.start()
 
     async def pause(self) -> None:
-        """SIGSTOP the serving process until a new one (serving meanwhile) has taken over
-        the jobs it held, then SIGCONT it (a stale holder) and stop it a while later. No
-        kill happens meanwhile, so the new process does get its calls."""
+        """SIGSTOP the serving process in the middle of a step, serve from a new process
+        meanwhile, and SIGCONT the old one (a stale holder) the moment the new one begins
+        that same step again: the old one's step then ends while the new one runs it, and
+        its record must be refused (the attempt's fence). No kill happens meanwhile."""
         plan = self.plan
         async with self.lock:
             process = self.process
             assert process is not None
-            await self._step_in_flight(process.pid)
+            held = await self._open_steps(lambda pid: pid == process.pid)
             self.paused.add(process.pid)
             self.held.append(process)
             process.send_signal(signal.SIGSTOP)
             self.log.write(f"P {process.pid}")
             self.port = free_port()
             await self.start()
-            # its leases (at most the budget plus the margin) run out, then two cron calls
-            # to the new process take its jobs over and record their next steps
-            await asyncio.sleep(plan.budget + plan.lease_margin + 2 * plan.call_every + 1.0)
+            # its leases (at most the budget plus the margin) run out, then a cron call to
+            # the new process takes a job over and runs the held step again
+            await self._open_steps(
+                lambda pid: pid != process.pid,
+                among=held,
+                within=plan.budget + plan.lease_margin + 4 * plan.call_every + 10.0,
+            )
             process.send_signal(signal.SIGCONT)
             self.log.write(f"C {process.pid}")
             # its handlers wake up stale: let them try to record, then stop it
             await asyncio.sleep(plan.high * 2 + 1.0)
         await asyncio.to_thread(self._end, process)
 
-    async def _step_in_flight(self, pid: int, within: float = 60.0) -> None:
-        """Wait (up to ``within`` seconds) until ``pid`` is in the middle of a step."""
+    async def _open_steps(
+        self, whose: Callable[[int], bool], among: set[str] | None = None, within: float = 60.0
+    ) -> set[str]:
+        """Wait (up to ``within`` seconds) until a process ``whose`` pid is in the middle of
+        a step (one of ``among``: ``<queue> <job> <step>``); those steps."""
         until = time.monotonic() + within
         while time.monotonic() < until:
             open_steps: set[str] = set()
             for line in (self.logs / "steps.log").read_text().splitlines():
                 fields = line.split()
-                if len(fields) == 7 and fields[4] == str(pid):
-                    (open_steps.add if fields[0] == "B" else open_steps.discard)(fields[5])
+                if len(fields) == 7 and fields[0] in "BD" and whose(int(fields[4])):
+                    step = " ".join(fields[1:4])
+                    (open_steps.add if fields[0] == "B" else open_steps.discard)(step)
+            if among is not None:
+                open_steps &= among
             if open_steps:
-                return
+                return open_steps
             await asyncio.sleep(0.05)
+        return set()
 
     @staticmethod
     def _end(process: subprocess.Popen[bytes]) -> None:
