@@ -1,5 +1,5 @@
 """Durable workflows through a drain route under SIGKILL, CI-sized (~60-70 s, both storages
-at once): three workflows of 80 steps of 0.1-0.3 s each (two durable sleeps, a fan-out and
+at once): three workflows of 60 steps of 0.1-0.3 s each (two durable sleeps, a fan-out and
 a join), a real uvicorn serving ``jobs.drain_route`` and SIGKILLed every 6-12 s, paused
 once past its leases while a second process takes over, and a cron calling it every 2.5 s
 with a 2 s budget. Every workflow completes, and no step function runs again once its

@@ -48,7 +48,7 @@ class WorkflowPlan:
     """The CI sizes by default; :func:`long_plan` for the issue's."""
 
     workflows: int = 3  # per storage, all in flight at once
-    steps: int = 80  # per workflow, plus two sleeps and a fan-out of `children`
+    steps: int = 60  # per workflow, plus two sleeps and a fan-out of `children`
     low: float = 0.1  # seconds a step takes: uniform in low..high
     high: float = 0.3
     sleep: float = 1.0  # each of the two durable sleeps
