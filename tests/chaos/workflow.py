@@ -68,7 +68,7 @@ class WorkflowPlan:
 def long_plan() -> WorkflowPlan:
     """Steps of 1-5 s (200 a workflow: ~10 minutes of steps, ~20 minutes through the
     route), a call every 60 s with the default budget of 50 s and step margin of 5 s, a kill
-    every 2-5 minutes."""
+    every 1-3 minutes."""
     return WorkflowPlan(
         steps=200,
         low=1.0,
@@ -81,7 +81,7 @@ def long_plan() -> WorkflowPlan:
         # a killed call's jobs are free again 8 s after its budget ended, before the next
         # call (the default 30 s would make each kill cost a second minute)
         lease_margin=8.0,
-        kill_every=(120.0, 300.0),
+        kill_every=(60.0, 180.0),
         pauses=(420.0,),
         timeout=3000.0,
     )
