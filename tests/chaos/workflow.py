@@ -6,7 +6,7 @@ moments and started again at once, until every workflow has completed. Then the 
 record, and counts what the kills cost.
 
     python -m tests.chaos.workflow            # the long run: steps of 1-5 s, a call every
-                                              # 60 s with budget=50, ~20 minutes
+                                              # 60 s with budget=50, 20-25 minutes
     python -m tests.chaos.workflow --short    # the CI sizes (tests/chaos/test_workflow_chaos.py)
 
 Both storages run at once, each with its own database on a throw-away cluster
@@ -66,8 +66,8 @@ class WorkflowPlan:
 
 
 def long_plan() -> WorkflowPlan:
-    """Steps of 1-5 s (200 a workflow: ~10 minutes of steps, ~20 minutes through the
-    route), a call every 60 s with the default budget of 50 s and step margin of 5 s, a kill
+    """Steps of 1-5 s (200 a workflow: ~10 minutes of steps, 20-25 minutes through
+    the route), a call every 60 s with the default budget of 50 s and step margin of 5 s, a kill
     every 1-3 minutes."""
     return WorkflowPlan(
         steps=200,
