@@ -13,7 +13,8 @@ Per storage backend (pgmq, table), on a fresh database dropped at the end:
   step over CPU per plain job. The issue's bar: <= 1.3x. And the floor under it: the same
   number of bare round trips of the step's statement, recording steps of claimed jobs (4
   lanes); CPU per step over CPU per bare round trip (1.0: a step costs nothing but its
-  round trip).
+  round trip). And against plain jobs settled alone (batch 1): each such job has a round
+  trip of its own, as each step does, where a batch of 10 shares one among ten.
 * claim p50 with a backlog of ``--waiting`` (100,000) suspended jobs (waiting for time or
   an event, stored as a suspension stores them) in the claimed queue, against a queue with
   none; rounds alternate the two queues. The issue's bar: <= 1.2x.
@@ -115,9 +116,10 @@ async def bare_round_trips(jobs: Jobs, count: int, steps: int) -> float:
     return spent / (len(claimed) * steps) * 1e6
 
 
-async def cpu_round(jobs: Jobs, count: int, steps: int) -> tuple[float, float, float]:
+async def cpu_round(jobs: Jobs, count: int, steps: int) -> tuple[float, float, float, float]:
     """(CPU µs per step of a workflow job, CPU µs per plain job, CPU µs per bare round
-    trip of a step's statement)."""
+    trip of a step's statement, CPU µs per plain job settled alone: batch 1, so each job
+    has a round trip of its own, as each step has)."""
     await jobs.enqueue_many("steps", [{}] * count)
     await jobs.enqueue_many("plain", [{}] * count)
     started = time.process_time()
@@ -126,7 +128,11 @@ async def cpu_round(jobs: Jobs, count: int, steps: int) -> tuple[float, float, f
     started = time.process_time()
     await jobs.drain("plain", noop, concurrency=4, batch=10)
     per_job = (time.process_time() - started) / count * 1e6
-    return per_step, per_job, await bare_round_trips(jobs, count, steps)
+    await jobs.enqueue_many("plain", [{}] * count)
+    started = time.process_time()
+    await jobs.drain("plain", noop, concurrency=4, batch=1)
+    per_job_alone = (time.process_time() - started) / count * 1e6
+    return per_step, per_job, await bare_round_trips(jobs, count, steps), per_job_alone
 
 
 async def fill_waiting(url: str, backend: str, count: int) -> None:
@@ -180,10 +186,13 @@ async def bench_backend(backend: str, args: argparse.Namespace) -> list[Row]:
             print(f"{backend}: round trips 1 step {one}, 10 steps {ten}", flush=True)
 
             ratios, floors, steps_us, plain_us, bare_us = [], [], [], [], []
+            alone_ratios, alone_us = [], []
             await cpu_round(jobs, 50, 10)  # warm
             for _ in range(args.rounds):
-                per_step, per_job, bare = await cpu_round(jobs, args.jobs, 10)
+                per_step, per_job, bare, per_job_alone = await cpu_round(jobs, args.jobs, 10)
                 ratios.append(per_step / per_job)
+                alone_ratios.append(per_step / per_job_alone)
+                alone_us.append(per_job_alone)
                 floors.append(per_step / bare)
                 steps_us.append(per_step)
                 plain_us.append(per_job)
@@ -198,6 +207,14 @@ async def bench_backend(backend: str, args: argparse.Namespace) -> list[Row]:
                                  f" (step / floor {floor:.2f}); round trips: 10-step job"
                                  f" +{ten - one} over a 1-step one (1 step: {one}, 10 steps:"
                                  f" {ten})"))  # fmt: skip
+            rows.append(Row("client CPU per step / per plain job settled alone (batch 1)",
+                            f"dp-{backend}", baseline=f"dp-{backend} plain, batch 1",
+                            ratio=statistics.median(alone_ratios),
+                            ratio_range=(min(alone_ratios), max(alone_ratios)),
+                            value=statistics.median(steps_us), unit="µs/step",
+                            note=f"plain job alone {statistics.median(alone_us):.0f} µs: one"
+                                 " round trip per job, as a step has one of its own (a batch"
+                                 " of 10 shares one among ten)"))  # fmt: skip
             print(f"{backend}: cpu/step {statistics.median(steps_us):.0f} µs, plain job"
                   f" {statistics.median(plain_us):.0f} µs, ratio {statistics.median(ratios):.2f};"
                   f" bare round trip {statistics.median(bare_us):.0f} µs, step/bare"

@@ -178,7 +178,8 @@ CREATE TABLE drainpipe.job_workflows (
     wait_event text,
     wait_key text,
     wait_deadline timestamp with time zone,
-    updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+    updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    waiting_since timestamp with time zone
 );
 ALTER TABLE drainpipe.job_workflows ADD CONSTRAINT job_workflows_pkey PRIMARY KEY (queue, job_id);
 CREATE INDEX job_workflows_waiting_idx ON drainpipe.job_workflows USING btree (wait_event, wait_key) WHERE (wait_event IS NOT NULL);
@@ -2635,21 +2636,28 @@ CREATE OR REPLACE FUNCTION drainpipe.join_jobs_v1(p_queue text, p_id bigint, p_a
 AS $function$
 DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
-    v_suspensions integer;
+    v_since timestamptz;
 BEGIN
     IF drainpipe.hold_job_fence(p_queue, p_id, p_attempt) IS NULL THEN
         RETURN 'lost';
     END IF;
     IF EXISTS (SELECT 1 FROM drainpipe.child_job_states(p_child_queue, p_ids) c WHERE c.state = 'live') THEN
-        INSERT INTO drainpipe.job_workflows AS w (queue, job_id, suspensions, last_fence, waiting_for, updated_at)
-        VALUES (p_queue, p_id, 1, p_attempt, 'children', v_now)
+        INSERT INTO drainpipe.job_workflows AS w
+               (queue, job_id, suspensions, last_fence, waiting_for, wait_number, waiting_since, updated_at)
+        VALUES (p_queue, p_id, 1, p_attempt, 'children', p_number, v_now, v_now)
         ON CONFLICT (queue, job_id) DO UPDATE
            SET suspensions = w.suspensions + 1, last_fence = excluded.last_fence,
-               waiting_for = 'children', wait_number = NULL, wait_event = NULL, wait_key = NULL,
-               wait_deadline = NULL, updated_at = v_now
-        RETURNING w.suspensions INTO v_suspensions;
+               waiting_for = 'children', wait_number = excluded.wait_number,
+               wait_event = NULL, wait_key = NULL, wait_deadline = NULL,
+               -- the same join waiting again keeps its start; any other wait starts now
+               waiting_since = CASE
+                   WHEN w.waiting_for = 'children' AND w.wait_number = excluded.wait_number
+                   THEN coalesce(w.waiting_since, v_now) ELSE v_now END,
+               updated_at = v_now
+        RETURNING w.waiting_since INTO v_since;
         PERFORM drainpipe.park_job(p_queue, p_id,
-            v_now + make_interval(secs => least(60, 2 ^ least(v_suspensions, 6))), 'children');
+            v_now + make_interval(secs => least(60, greatest(2,
+                extract(epoch FROM v_now - v_since)::double precision / 2))), 'children');
         RETURN 'suspended';
     END IF;
     INSERT INTO drainpipe.job_steps AS s (queue, job_id, number, name, state, result, started_at, ended_at)
@@ -2662,7 +2670,8 @@ BEGIN
     IF NOT FOUND THEN
         RETURN 'mismatch';
     END IF;
-    UPDATE drainpipe.job_workflows SET waiting_for = NULL, updated_at = v_now
+    UPDATE drainpipe.job_workflows
+       SET waiting_for = NULL, wait_number = NULL, waiting_since = NULL, updated_at = v_now
      WHERE queue = p_queue AND job_id = p_id;
     RETURN 'done';
 END

@@ -553,6 +553,51 @@ def _one_of(wanted: int) -> Any:
     return handler
 
 
+async def _wakes_in(url: str, backend: str, queue: str, job_id: int) -> float:
+    """Seconds from now (the database's clock) until a waiting job is eligible again."""
+    sql = (
+        f"SELECT extract(epoch FROM vt - clock_timestamp()) FROM pgmq.q_{queue} WHERE msg_id = %s"
+        if backend == "pgmq"
+        else "SELECT extract(epoch FROM visible_at - clock_timestamp())"
+        " FROM drainpipe.job_messages WHERE id = %s"
+    )
+    async with await connect(url) as conn:
+        row = await (await conn.execute(sql, (job_id,))).fetchone()
+    assert row is not None
+    return float(row[0])
+
+
+async def test_a_join_rechecks_soon_however_often_the_job_was_suspended_before(
+    jobs: Jobs, jobs_db_url: str, backend_name: str
+) -> None:
+    """The recheck delay grows with the time this join has waited (half of it, 2-60 s),
+    not with the job's earlier sleeps: six sleeps first used to mean a 60 s first recheck."""
+
+    async def parent(payload: Any, job: Job[Any]) -> None:
+        for _ in range(6):
+            await job.sleep(1)
+        await job.join(await job.spawn_many("other", [{}]))
+
+    parent_id = await jobs.enqueue("flows", {})
+    for _ in range(6):
+        await jobs.drain("flows", parent)
+        await move_time(jobs_db_url, backend_name, "flows", parent_id, 5)
+    assert (await jobs.drain("flows", parent)).suspended == 1
+    record = await state_of(jobs, parent_id)
+    assert (record.state, record.waiting_for) == ("waiting", "children")
+    assert 0.5 <= await _wakes_in(jobs_db_url, backend_name, "flows", parent_id) <= 2.5  # not 60
+    # the same join, having waited 40 s: half of that
+    async with await connect(jobs_db_url) as conn:
+        await conn.execute(
+            "UPDATE drainpipe.job_workflows SET waiting_since = waiting_since - interval '40 s'"
+            " WHERE queue = 'flows' AND job_id = %s",
+            (parent_id,),
+        )
+    await move_time(jobs_db_url, backend_name, "flows", parent_id, 10)
+    assert (await jobs.drain("flows", parent)).suspended == 1
+    assert 18 <= await _wakes_in(jobs_db_url, backend_name, "flows", parent_id) <= 20.5
+
+
 async def test_join_without_a_queue_needs_one_spawned_queue(jobs: Jobs) -> None:
     errors: list[BaseException] = []
 
@@ -571,6 +616,7 @@ async def test_a_long_workflow_finishes_over_short_drain_route_calls(jobs: Jobs)
 
     secret = "s" * 40
     ran: list[int] = []
+    runs: list[int] = []
 
     async def part(n: int) -> int:
         await asyncio.sleep(0.15)  # a step that takes a while (kept short: real time)
@@ -578,6 +624,7 @@ async def test_a_long_workflow_finishes_over_short_drain_route_calls(jobs: Jobs)
         return n
 
     async def workflow(payload: Any, job: Job[Any]) -> int:
+        runs.append(len(ran))
         total = 0
         for n in range(8):
             total += await job.step(f"part-{n}", part, n)
@@ -598,6 +645,9 @@ async def test_a_long_workflow_finishes_over_short_drain_route_calls(jobs: Jobs)
                 break
     assert ran == list(range(8))  # each step once, in order, over several calls
     assert len(answers) > 2
+    # a call claims the suspended job again only while a step can still start: no spinning
+    # (claim, replay, suspend) through the last step_margin seconds of each call
+    assert len(runs) <= len(answers) + 1, runs
     assert all(answer["more"] for answer in answers[:-1])
     assert answers[-1]["queues"]["flows"]["succeeded"] == 1
     assert await jobs.result("flows", job_id) == sum(range(8))

@@ -265,6 +265,11 @@ class DrainRoute:
                 if budget_spent(now, deadline):
                     break
                 share = fair_share_deadline(now, deadline, len(pending) - index)
+                if source.suspended and share - now < self.step_margin:
+                    # its last run suspended jobs (a step under the budget rule): a share
+                    # shorter than the margin would claim them only to replay and suspend
+                    # them again, over and over until the deadline; the next call goes on
+                    continue
                 source.reached = True
                 try:
                     report = await self._drain_one(source, share, lease, drain.reached)
@@ -275,6 +280,7 @@ class DrainRoute:
                 drain.reached = True
                 source.succeeded += report.succeeded
                 source.failed += report.failed
+                source.suspended = report.suspended > 0
                 if report.budget_exhausted:
                     exhausted.append(source)
                 else:
@@ -444,7 +450,7 @@ class MonitorRequest:
 class _Source:
     """One queue (``inbox`` None) or webhook inbox of a drain, and what it did so far."""
 
-    __slots__ = ("done", "failed", "handler", "inbox", "name", "reached", "succeeded")
+    __slots__ = ("done", "failed", "handler", "inbox", "name", "reached", "succeeded", "suspended")
 
     def __init__(self, name: str, handler: Any, inbox: Any) -> None:
         self.name = name
@@ -454,6 +460,7 @@ class _Source:
         self.failed = 0
         self.reached = False  # given a share: it is in the report
         self.done = False  # ran out of work (or failed): nothing more to give it
+        self.suspended = False  # its last run suspended jobs (steps: sleep, wait, budget)
 
     def counts(self) -> dict[str, int]:
         return {"succeeded": self.succeeded, "failed": self.failed}
