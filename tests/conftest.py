@@ -338,10 +338,12 @@ def drop_database(server: str, name: str) -> None:
 class Clones:
     """Clones made one test ahead and dropped one test behind, on a thread of their own.
 
-    CREATE DATABASE writes the whole template (11 MB) to WAL and DROP DATABASE waits for every
-    backend to close its files: together about half a second a test, the largest fixed cost
-    of the suite. Here the clone a test gets was made while the test before it ran, and its
-    drop runs while the next one does. Every test still gets a database no other test used.
+    CREATE DATABASE writes the whole template (11 MB) to WAL, and DROP DATABASE ... WITH
+    (FORCE) ends the test's sessions first: 0.2-0.6 s and about 0.1 s a test on a 2-core
+    machine, the largest fixed cost of a short test. Here the clone a test gets was made
+    while the test before it ran, and its drop runs while the next one does (the server
+    still does the work: this moves the waits, it does not remove them). Every test still
+    gets a database no other test used.
     """
 
     def __init__(self, server: str, templates: dict[str, str]) -> None:
