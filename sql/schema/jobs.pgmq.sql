@@ -1086,9 +1086,9 @@ BEGIN
         $body$
         $fn$, 'claim_jobs__' || p_queue, 'q_' || p_queue, 'a_' || p_queue, v_read_col,
               v_read_set, p_queue, v_archive_cols, v_archive_vals, 'priority_pick_jobs__' || p_queue);
-    -- The limited pick along the levels (jobs 0015's flow_pick_jobs__q, same signature, which
-    -- the queue's flow claim calls): candidates come in chunks of one level's range, in
-    -- (vt, msg_id) order, highest level first; the filter is jobs 0015's.
+    -- The limited pick along the levels (the flow pick of ensure_flow_indexes, same
+    -- signature, which the queue's flow claim calls): the same passes, each over one level's
+    -- range of this index in (vt, msg_id) order, highest level first.
     EXECUTE format($fn$
         CREATE OR REPLACE FUNCTION drainpipe.%1$I(
             p_flow drainpipe.queue_flow, p_batch integer, p_now timestamptz
@@ -1098,6 +1098,7 @@ BEGIN
         AS $body$
         DECLARE
             v_room integer;
+            v_limit integer;
             v_ids bigint[] := '{}';
             v_keys text[] := '{}';
             v_chunk integer;
@@ -1106,101 +1107,121 @@ BEGIN
             v_after_at timestamptz := '-infinity';
             v_after_id bigint := 0;
             v_rows integer;
-            v_take bigint[];
-            v_take_keys text[];
             v_levels integer[];
             v_level integer;
-            v_n integer := 1;
-            v_c_ids bigint[];
-            v_c_at timestamptz[];
-            v_c_keys text[];
-            v_c_gone boolean[];
+            v_last_at timestamptz;
+            v_last_id bigint;
+            v_r record;
+            v_taken bigint;
         BEGIN
-            SELECT coalesce(p.levels, '{0}') INTO v_levels FROM drainpipe.queue_priorities p WHERE p.queue = %3$L;
+            SELECT p.levels INTO v_levels FROM drainpipe.queue_priorities p WHERE p.queue = %3$L;
             v_levels := coalesce(v_levels, '{0}');
             v_level := v_levels[1];
             PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%3$L));
-            v_room := drainpipe.flow_room(p_flow, p_batch,
-                CASE WHEN p_flow.concurrency IS NULL THEN 0 ELSE (
-                    SELECT count(*) FROM pgmq.%2$I l
-                     WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-                       AND l.vt > p_now) END,
-                p_now);
-            v_chunk := 2 * v_room + 8;
-            WHILE v_room > 0 AND v_scanned < v_bound LOOP
-                SELECT array_agg(c.msg_id ORDER BY c.vt, c.msg_id), array_agg(c.vt ORDER BY c.vt, c.msg_id),
-                       array_agg(c.k ORDER BY c.vt, c.msg_id), array_agg(c.exhausted ORDER BY c.vt, c.msg_id)
-                  INTO v_c_ids, v_c_at, v_c_keys, v_c_gone
-                  FROM (SELECT q.msg_id, q.vt, drainpipe.job_key(q.message -> 'payload') AS k,
-                               q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted
-                          FROM pgmq.%2$I q
-                         -- the level's range after the last candidate (see the pick above)
-                         WHERE (drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id)
-                                   > (v_level, v_after_at, v_after_id)
-                           AND (drainpipe.job_priority(q.message -> 'payload'), q.vt) <= (v_level, p_now)
-                         ORDER BY drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id
-                         LIMIT v_chunk) c;
-                v_rows := coalesce(cardinality(v_c_ids), 0);
-                WITH chunk AS (
-                    SELECT c.id, c.k, c.exhausted, v_n + c.n AS seq
-                      FROM unnest(v_c_ids, v_c_keys, v_c_gone) WITH ORDINALITY AS c(id, k, exhausted, n)
-                ), ranked AS (
-                    SELECT c.*, row_number() OVER (PARTITION BY c.k ORDER BY c.seq) AS nth,
-                           (SELECT count(*) FROM unnest(v_keys) p WHERE p = c.k) AS picked
-                      FROM chunk c WHERE NOT c.exhausted
-                ), keyed AS (
-                    SELECT d.k,
-                           CASE WHEN p_flow.key_concurrency IS NULL THEN 0 ELSE (
-                               SELECT count(*) FROM pgmq.%2$I l
-                                WHERE drainpipe.job_key(l.message -> 'payload') = d.k
-                                  AND l.read_ct > 0
-                                  AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-                                  AND l.vt > p_now) END AS leased,
-                           CASE WHEN p_flow.key_rate_count IS NULL THEN 0 ELSE (
-                               SELECT count(*) FROM drainpipe.flow_claims f
-                                WHERE f.queue = %3$L AND f.key = d.k
-                                  AND f.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)) END AS claimed
-                      FROM (SELECT DISTINCT c.k FROM chunk c WHERE c.k IS NOT NULL AND NOT c.exhausted) d
-                ), allowed AS (
-                    SELECT r.id, r.k, r.seq
-                      FROM ranked r LEFT JOIN keyed k ON k.k = r.k
-                     WHERE r.k IS NULL
-                        OR ((p_flow.key_concurrency IS NULL
-                             OR k.leased + r.picked + r.nth <= p_flow.key_concurrency)
-                            AND (p_flow.key_rate_count IS NULL
-                                 OR k.claimed + r.picked + r.nth <= p_flow.key_rate_count)
+            IF p_flow.concurrency IS NULL AND p_flow.rate_count IS NULL THEN
+                v_room := p_batch;
+            ELSE
+                v_room := drainpipe.flow_room(p_flow, p_batch,
+                    CASE WHEN p_flow.concurrency IS NULL THEN 0 ELSE (
+                        SELECT count(*) FROM pgmq.%2$I l
+                         WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                           AND l.vt > p_now) END,
+                    p_now);
+            END IF;
+            v_chunk := least(2 * v_room + 8, v_bound);
+            WHILE v_room > 0 LOOP
+                v_limit := v_room;
+                v_rows := 0;
+                FOR v_r IN
+                    SELECT c.id, c.vt, c.k, c.leased, c.claimed, c.exhausted
+                      FROM (
+                          SELECT c0.*,
+                                 CASE WHEN p_flow.key_concurrency IS NULL OR c0.k IS NULL OR c0.exhausted THEN 0 ELSE (
+                                     SELECT count(*) FROM (
+                                         SELECT 1 FROM pgmq.%2$I l
+                                          WHERE drainpipe.job_key(l.message -> 'payload') = c0.k
+                                            AND l.read_ct > 0
+                                            AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                                            AND l.vt > p_now
+                                          LIMIT p_flow.key_concurrency) s) END AS leased,
+                                 CASE WHEN p_flow.key_rate_count IS NULL OR c0.k IS NULL OR c0.exhausted THEN 0 ELSE (
+                                     SELECT count(*) FROM (
+                                         SELECT 1 FROM drainpipe.flow_claims r
+                                          WHERE r.queue = %3$L AND r.key = c0.k
+                                            AND r.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)
+                                          LIMIT p_flow.key_rate_count) s) END AS claimed,
+                                 CASE WHEN cardinality(v_keys) = 0 THEN 0 ELSE (
+                                     SELECT count(*) FROM unnest(v_keys) p WHERE p = c0.k) END AS picked
+                            FROM (SELECT q.msg_id AS id, q.vt, drainpipe.job_key(q.message -> 'payload') AS k,
+                                         q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted
+                                    FROM pgmq.%2$I q
+                                   -- the level's range after the last place read, as row
+                                   -- comparisons: only the priority index serves them
+                                   WHERE (drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id)
+                                             > (v_level, v_after_at, v_after_id)
+                                     AND (drainpipe.job_priority(q.message -> 'payload'), q.vt) <= (v_level, p_now)
+                                   ORDER BY drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id
+                                   LIMIT v_chunk) c0
+                          OFFSET 0) c
+                     CROSS JOIN LATERAL (
+                          SELECT 1 FROM pgmq.%2$I z WHERE z.msg_id = c.id AND z.vt <= p_now
+                             FOR UPDATE SKIP LOCKED) y
+                     WHERE c.exhausted OR c.k IS NULL
+                        OR ((p_flow.key_concurrency IS NULL OR c.leased + c.picked < p_flow.key_concurrency)
+                            AND (p_flow.key_rate_count IS NULL OR c.claimed + c.picked < p_flow.key_rate_count)
                             AND (NOT p_flow.ordered
-                                 OR (r.picked = 0 AND NOT EXISTS (
+                                 OR (c.picked = 0 AND NOT EXISTS (
                                         SELECT 1 FROM pgmq.%2$I e
-                                         WHERE drainpipe.job_key(e.message -> 'payload') = r.k
+                                         WHERE drainpipe.job_key(e.message -> 'payload') = c.k
                                            AND drainpipe.job_key(e.message -> 'payload') IS NOT NULL
-                                           AND e.msg_id < r.id))))
-                     ORDER BY r.seq
-                     LIMIT v_room
-                )
-                SELECT array_agg(a.id ORDER BY a.seq), array_agg(a.k ORDER BY a.seq)
-                  INTO v_take, v_take_keys
-                  FROM allowed a;
-                IF v_take IS NOT NULL THEN
-                    v_ids := v_ids || v_take;
-                    v_keys := v_keys || v_take_keys;
-                    v_room := v_room - cardinality(v_take);
+                                           AND e.msg_id < c.id))))
+                     LIMIT v_limit
+                LOOP
+                    v_rows := v_rows + 1;
+                    v_last_at := v_r.vt;
+                    v_last_id := v_r.id;
+                    IF v_r.exhausted THEN
+                        v_ids := v_ids || v_r.id;
+                        CONTINUE;
+                    END IF;
+                    IF v_r.k = ANY (v_keys) THEN
+                        v_taken := (SELECT count(*) FROM unnest(v_keys) p WHERE p = v_r.k);
+                        CONTINUE WHEN p_flow.ordered
+                            OR (p_flow.key_concurrency IS NOT NULL
+                                AND v_r.leased + v_taken >= p_flow.key_concurrency)
+                            OR (p_flow.key_rate_count IS NOT NULL
+                                AND v_r.claimed + v_taken >= p_flow.key_rate_count);
+                    END IF;
+                    v_ids := v_ids || v_r.id;
+                    v_keys := v_keys || v_r.k;
+                    v_room := v_room - 1;
+                END LOOP;
+                EXIT WHEN v_room = 0;
+                v_scanned := v_scanned + v_chunk;
+                IF v_rows < v_limit THEN
+                    -- a short pass read its whole chunk: where did the chunk end?
+                    v_last_at := NULL;
+                    SELECT q.vt, q.msg_id INTO v_last_at, v_last_id
+                      FROM pgmq.%2$I q
+                     WHERE (drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id)
+                               > (v_level, v_after_at, v_after_id)
+                       AND (drainpipe.job_priority(q.message -> 'payload'), q.vt) <= (v_level, p_now)
+                     ORDER BY drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id
+                    OFFSET v_chunk - 1 LIMIT 1;
+                    IF v_last_at IS NULL THEN
+                        -- the chunk held every candidate left: the next level from its start
+                        EXIT WHEN v_level = v_levels[cardinality(v_levels)];
+                        v_level := v_levels[array_position(v_levels, v_level) + 1];
+                        v_last_at := '-infinity';
+                        v_last_id := 0;
+                    ELSE
+                        v_chunk := v_chunk * 4;
+                    END IF;
                 END IF;
-                -- the exhausted ones ride along (archived, not leased, by the claim)
-                v_ids := v_ids || ARRAY(SELECT c.id FROM unnest(v_c_ids, v_c_gone) AS c(id, gone) WHERE c.gone);
-                v_n := v_n + v_rows;
-                v_scanned := v_scanned + v_rows;
-                IF v_rows < v_chunk THEN
-                    -- this level has no more candidates: the next one, from its start
-                    EXIT WHEN v_level = v_levels[cardinality(v_levels)];
-                    v_level := v_levels[array_position(v_levels, v_level) + 1];
-                    v_after_at := '-infinity';
-                    v_after_id := 0;
-                ELSE
-                    v_after_at := v_c_at[v_rows];
-                    v_after_id := v_c_ids[v_rows];
-                    v_chunk := least(v_chunk * 4, v_bound);
-                END IF;
+                v_after_at := v_last_at;
+                v_after_id := v_last_id;
+                EXIT WHEN v_scanned >= v_bound;
+                v_chunk := least(v_chunk, v_bound - v_scanned);
             END LOOP;
             RETURN v_ids;
         END
@@ -1641,17 +1662,22 @@ BEGIN
                       (drainpipe.job_key(message -> ''payload''), vt)
                     WHERE read_ct > 0 AND (message ->> ''failed'') IS DISTINCT FROM (read_ct::text)',
                    'q_' || p_queue || '_dp_flow_leased', 'q_' || p_queue);
-    -- a key's jobs in enqueue order (every row of the queue table is live): ordered=True
-    EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
-                      (drainpipe.job_key(message -> ''payload''), msg_id)
-                    WHERE drainpipe.job_key(message -> ''payload'') IS NOT NULL',
-                   'q_' || p_queue || '_dp_flow_order', 'q_' || p_queue);
+    -- a key's jobs in enqueue order (every row of the queue table is live): ordered=True,
+    -- and only then (jobs 0020: every claim and enqueue of the queue writes an entry in it;
+    -- ensure_queue_flow_v1 calls this after storing the limits)
+    IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f WHERE f.queue = p_queue AND f.ordered) THEN
+        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
+                          (drainpipe.job_key(message -> ''payload''), msg_id)
+                        WHERE drainpipe.job_key(message -> ''payload'') IS NOT NULL',
+                       'q_' || p_queue || '_dp_flow_order', 'q_' || p_queue);
+    END IF;
 
-    -- The pick: the table's job_messages_flow_pick over this queue's table (see there).
-    -- Candidates come in vt order, as the unlimited claim reads them; a chunk starts at the
-    -- last one's vt, leaving out the rows of that vt already seen (pgmq stamps a batch
-    -- with one vt). A job whose last lease ran out is let through without counting: the
-    -- claim archives it dead instead of leasing it.
+    -- The pick: the table's job_messages_flow_take (jobs 0020) over this queue's table (see
+    -- there): passes in vt order, as the unlimited claim reads, each probing its candidates'
+    -- keys and locking the ones that fit as it reaches them. A pass starts at the last vt
+    -- read, leaving out the rows of that vt already taken or passed (pgmq stamps a batch with
+    -- one vt). A job whose last lease ran out is let through without counting: the claim
+    -- archives it dead instead of leasing it. Returns the ids taken, those with them.
     EXECUTE format($fn$
         CREATE OR REPLACE FUNCTION drainpipe.%1$I(
             p_flow drainpipe.queue_flow, p_batch integer, p_now timestamptz
@@ -1663,6 +1689,7 @@ BEGIN
         AS $body$
         DECLARE
             v_room integer;
+            v_limit integer;
             v_ids bigint[] := '{}';
             v_keys text[] := '{}';
             v_chunk integer;
@@ -1670,92 +1697,132 @@ BEGIN
             v_bound integer := p_batch * 50 + 500;
             v_after timestamptz := '-infinity';
             v_tied bigint[] := '{}';
-            v_last timestamptz;
             v_rows integer;
-            v_take bigint[];
-            v_take_keys text[];
-            v_gone bigint[];
+            v_last timestamptz;
             v_last_ids bigint[];
+            v_r record;
+            v_taken bigint;
         BEGIN
-            PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%3$L));
-            v_room := drainpipe.flow_room(p_flow, p_batch,
-                CASE WHEN p_flow.concurrency IS NULL THEN 0 ELSE (
-                    SELECT count(*) FROM pgmq.%2$I l
-                     WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-                       AND l.vt > p_now) END,
-                p_now);
-            v_chunk := 2 * v_room + 8;
-            WHILE v_room > 0 AND v_scanned < v_bound LOOP
-                WITH chunk AS (
-                    SELECT q.msg_id AS id, q.vt, drainpipe.job_key(q.message -> 'payload') AS k,
-                           q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted
-                      FROM pgmq.%2$I q
-                     WHERE q.vt <= p_now AND q.vt >= v_after AND NOT (q.msg_id = ANY (v_tied))
-                     ORDER BY q.vt
-                     LIMIT v_chunk
-                ), ranked AS (
-                    SELECT c.*, row_number() OVER (PARTITION BY c.k ORDER BY c.vt, c.id) AS nth,
-                           (SELECT count(*) FROM unnest(v_keys) p WHERE p = c.k) AS picked
-                      FROM chunk c WHERE NOT c.exhausted
-                ), keyed AS (
-                    SELECT d.k,
-                           CASE WHEN p_flow.key_concurrency IS NULL THEN 0 ELSE (
-                               SELECT count(*) FROM pgmq.%2$I l
-                                WHERE drainpipe.job_key(l.message -> 'payload') = d.k
-                                  AND l.read_ct > 0
-                                  AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-                                  AND l.vt > p_now) END AS leased,
-                           CASE WHEN p_flow.key_rate_count IS NULL THEN 0 ELSE (
-                               SELECT count(*) FROM drainpipe.flow_claims f
-                                WHERE f.queue = %3$L AND f.key = d.k
-                                  AND f.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)) END AS claimed
-                      FROM (SELECT DISTINCT c.k FROM chunk c WHERE c.k IS NOT NULL AND NOT c.exhausted) d
-                ), allowed AS (
-                    SELECT r.id, r.k, r.vt
-                      FROM ranked r LEFT JOIN keyed k ON k.k = r.k
-                     WHERE r.k IS NULL
-                        OR ((p_flow.key_concurrency IS NULL
-                             OR k.leased + r.picked + r.nth <= p_flow.key_concurrency)
-                            AND (p_flow.key_rate_count IS NULL
-                                 OR k.claimed + r.picked + r.nth <= p_flow.key_rate_count)
+            IF p_flow.concurrency IS NULL AND p_flow.rate_count IS NULL THEN
+                -- no queue-wide limit: the whole batch under the queue's flow lock
+                PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%3$L));
+                v_room := p_batch;
+            ELSE
+                PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%3$L));
+                v_room := drainpipe.flow_room(p_flow, p_batch,
+                    CASE WHEN p_flow.concurrency IS NULL THEN 0 ELSE (
+                        SELECT count(*) FROM pgmq.%2$I l
+                         WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                           AND l.vt > p_now) END,
+                    p_now);
+            END IF;
+            v_chunk := least(2 * v_room + 8, v_bound);
+            WHILE v_room > 0 LOOP
+                v_limit := v_room;
+                v_rows := 0;
+                v_last := NULL;
+                FOR v_r IN
+                    SELECT c.id, c.vt, c.k, c.leased, c.claimed, c.exhausted
+                      FROM (
+                          -- each candidate's probes, once (OFFSET 0: not flattened into the
+                          -- filter and the output, which would probe twice); none for an
+                          -- exhausted job, which is archived whatever its key
+                          SELECT c0.*,
+                                 CASE WHEN p_flow.key_concurrency IS NULL OR c0.k IS NULL OR c0.exhausted THEN 0 ELSE (
+                                     SELECT count(*) FROM (
+                                         SELECT 1 FROM pgmq.%2$I l
+                                          WHERE drainpipe.job_key(l.message -> 'payload') = c0.k
+                                            AND l.read_ct > 0
+                                            AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                                            AND l.vt > p_now
+                                          LIMIT p_flow.key_concurrency) s) END AS leased,
+                                 CASE WHEN p_flow.key_rate_count IS NULL OR c0.k IS NULL OR c0.exhausted THEN 0 ELSE (
+                                     SELECT count(*) FROM (
+                                         SELECT 1 FROM drainpipe.flow_claims r
+                                          WHERE r.queue = %3$L AND r.key = c0.k
+                                            AND r.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)
+                                          LIMIT p_flow.key_rate_count) s) END AS claimed,
+                                 CASE WHEN cardinality(v_keys) = 0 THEN 0 ELSE (
+                                     SELECT count(*) FROM unnest(v_keys) p WHERE p = c0.k) END AS picked
+                            FROM (SELECT q.msg_id AS id, q.vt, drainpipe.job_key(q.message -> 'payload') AS k,
+                                         q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted
+                                    FROM pgmq.%2$I q
+                                   WHERE q.vt <= p_now AND q.vt >= v_after AND NOT (q.msg_id = ANY (v_tied))
+                                   ORDER BY q.vt
+                                   LIMIT v_chunk) c0
+                          OFFSET 0) c
+                     -- the lock, row by row as candidates fit: a row another transaction
+                     -- holds is skipped, and one changed since is read as it is now
+                     CROSS JOIN LATERAL (
+                          SELECT 1 FROM pgmq.%2$I z WHERE z.msg_id = c.id AND z.vt <= p_now
+                             FOR UPDATE SKIP LOCKED) y
+                     WHERE c.exhausted OR c.k IS NULL
+                        OR ((p_flow.key_concurrency IS NULL OR c.leased + c.picked < p_flow.key_concurrency)
+                            AND (p_flow.key_rate_count IS NULL OR c.claimed + c.picked < p_flow.key_rate_count)
                             AND (NOT p_flow.ordered
-                                 OR (r.picked = 0 AND NOT EXISTS (
+                                 OR (c.picked = 0 AND NOT EXISTS (
                                         SELECT 1 FROM pgmq.%2$I e
-                                         WHERE drainpipe.job_key(e.message -> 'payload') = r.k
+                                         WHERE drainpipe.job_key(e.message -> 'payload') = c.k
                                            AND drainpipe.job_key(e.message -> 'payload') IS NOT NULL
-                                           AND e.msg_id < r.id))))
-                     ORDER BY r.vt, r.id
-                     LIMIT v_room
-                )
-                SELECT array_agg(a.id ORDER BY a.vt, a.id), array_agg(a.k ORDER BY a.vt, a.id),
-                       (SELECT count(*) FROM chunk),
-                       (SELECT max(c.vt) FROM chunk c),
-                       -- the exhausted ones ride along (archived, not leased, by the claim)
-                       ARRAY(SELECT c.id FROM chunk c WHERE c.exhausted),
-                       ARRAY(SELECT c.id FROM chunk c WHERE c.vt = (SELECT max(x.vt) FROM chunk x))
-                  INTO v_take, v_take_keys, v_rows, v_last, v_gone, v_last_ids
-                  FROM allowed a;
-                IF v_take IS NOT NULL THEN
-                    v_ids := v_ids || v_take;
-                    v_keys := v_keys || v_take_keys;
-                    v_room := v_room - cardinality(v_take);
+                                           AND e.msg_id < c.id))))
+                     LIMIT v_limit
+                LOOP
+                    v_rows := v_rows + 1;
+                    IF v_r.vt = v_last THEN
+                        v_last_ids := v_last_ids || v_r.id;
+                    ELSE
+                        v_last := v_r.vt;
+                        v_last_ids := ARRAY[v_r.id];
+                    END IF;
+                    IF v_r.exhausted THEN
+                        -- rides along: archived, not leased, by the claim
+                        v_ids := v_ids || v_r.id;
+                        CONTINUE;
+                    END IF;
+                    IF v_r.k = ANY (v_keys) THEN
+                        -- a key this claim took already, in this pass too: counted exactly
+                        v_taken := (SELECT count(*) FROM unnest(v_keys) p WHERE p = v_r.k);
+                        CONTINUE WHEN p_flow.ordered
+                            OR (p_flow.key_concurrency IS NOT NULL
+                                AND v_r.leased + v_taken >= p_flow.key_concurrency)
+                            OR (p_flow.key_rate_count IS NOT NULL
+                                AND v_r.claimed + v_taken >= p_flow.key_rate_count);
+                    END IF;
+                    v_ids := v_ids || v_r.id;
+                    v_keys := v_keys || v_r.k;
+                    v_room := v_room - 1;
+                END LOOP;
+                EXIT WHEN v_room = 0;
+                v_scanned := v_scanned + v_chunk;
+                IF v_rows < v_limit THEN
+                    -- a short pass read its whole chunk: where did the chunk end?
+                    WITH chunk AS MATERIALIZED (
+                        SELECT q.msg_id, q.vt FROM pgmq.%2$I q
+                         WHERE q.vt <= p_now AND q.vt >= v_after AND NOT (q.msg_id = ANY (v_tied))
+                         ORDER BY q.vt
+                         LIMIT v_chunk
+                    )
+                    SELECT count(*), max(c.vt),
+                           ARRAY(SELECT x.msg_id FROM chunk x WHERE x.vt = (SELECT max(y.vt) FROM chunk y))
+                      INTO v_rows, v_last, v_last_ids
+                      FROM chunk c;
+                    -- the chunk held every candidate left
+                    EXIT WHEN v_rows < v_chunk;
+                    v_chunk := v_chunk * 4;
                 END IF;
-                v_ids := v_ids || v_gone;
-                v_scanned := v_scanned + v_rows;
-                EXIT WHEN v_rows < v_chunk;
-                -- the rows of the last vt seen so far: the next chunk starts at that vt
+                -- on after the last row read (a full pass: the last it returned)
                 v_tied := CASE WHEN v_last = v_after THEN v_tied ELSE '{}' END || v_last_ids;
                 v_after := v_last;
-                v_chunk := least(v_chunk * 4, v_bound);
+                EXIT WHEN v_scanned >= v_bound;
+                v_chunk := least(v_chunk, v_bound - v_scanned);
             END LOOP;
             RETURN v_ids;
         END
         $body$
         $fn$, 'flow_pick_jobs__' || p_queue, 'q_' || p_queue, p_queue);
 
-    -- The claim: jobs 0006's statement with the pick above. Rows are locked here (the flow
-    -- lock keeps other limited claims of the queue out; a cancel or a completion may hold
-    -- one: it is skipped and read as it is once locked).
+    -- The claim: jobs 0006's statement with the pick above, whose rows are locked already
+    -- (by the pick, as it read them: jobs 0020).
     EXECUTE format($fn$
         CREATE OR REPLACE FUNCTION drainpipe.%1$I(p_lease double precision, p_batch integer, p_now timestamptz)
         RETURNS SETOF drainpipe.job_row_v1
@@ -1825,8 +1892,8 @@ BEGIN
                        q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted,
                        q.read_ct > 0 AND q.message ->> 'failed' IS DISTINCT FROM q.read_ct::text AS lapsed
                   FROM pgmq.%2$I q
+                 -- locked by the pick (jobs 0020), so read as the pick left them
                  WHERE q.msg_id = ANY (v_ids) AND q.vt <= v_now
-                   FOR UPDATE SKIP LOCKED
             ), expired AS (
                 INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
                 SELECT %6$L, p.msg_id, p.read_ct, p.started_at, p.vt, 'expired', 'LEASE_EXPIRED'
@@ -1926,7 +1993,6 @@ BEGIN
         DELETE FROM drainpipe.queue_flow WHERE queue = p_queue;
         RETURN;
     END IF;
-    PERFORM drainpipe.ensure_flow_indexes(p_queue);
     INSERT INTO drainpipe.queue_flow AS f (queue, concurrency, key_concurrency, rate_count,
                                            rate_per, key_rate_count, key_rate_per, ordered)
     VALUES (p_queue, p_concurrency, p_key_concurrency, p_rate_count, p_rate_per,
@@ -1936,6 +2002,8 @@ BEGIN
            rate_count = excluded.rate_count, rate_per = excluded.rate_per,
            key_rate_count = excluded.key_rate_count, key_rate_per = excluded.key_rate_per,
            ordered = excluded.ordered;
+    -- after the row: the storage builds the index of ordered groups for an ordered queue only
+    PERFORM drainpipe.ensure_flow_indexes(p_queue);
 END
 $function$;
 

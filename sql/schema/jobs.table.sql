@@ -887,18 +887,13 @@ BEGIN
     END IF;
 
     IF v_flow.key_concurrency IS NOT NULL OR v_flow.key_rate_count IS NOT NULL OR v_flow.ordered THEN
-        -- limits per key: the pick they allow (jobs 0015), rows locked
-        IF v_levels IS NULL THEN
-            v_ids := drainpipe.job_messages_flow_pick(v_flow, v_batch, v_now);
-        ELSE
-            -- a prioritised queue: the same filter along its levels (jobs 0017)
-            v_ids := drainpipe.job_messages_flow_priority_pick(v_flow, v_batch, v_now, v_levels);
-        END IF;
+        -- limits per key: the pick they allow, along the levels of a prioritised queue,
+        -- rows locked, and whether one of them is a lapsed lease (jobs 0020)
+        SELECT p.ids, p.lapsed INTO v_ids, v_lapsed
+          FROM drainpipe.job_messages_flow_take(v_flow, v_batch, v_now, v_levels) p;
         IF cardinality(v_ids) = 0 THEN
             RETURN;
         END IF;
-        SELECT bool_or(x.state = 'leased') INTO v_lapsed
-          FROM drainpipe.job_messages x WHERE x.id = ANY (v_ids);
     ELSE
     IF v_flow.queue IS NOT NULL THEN
         -- queue-wide limits only: the pick below, no larger than the room they leave
@@ -1308,9 +1303,12 @@ BEGIN
         ON drainpipe.job_messages (queue, drainpipe.job_key(payload), visible_at)
         WHERE state = 'leased';
     -- the live jobs of a key in enqueue order: ordered=True probes for an earlier one
-    CREATE INDEX IF NOT EXISTS job_messages_flow_order_idx
-        ON drainpipe.job_messages (queue, drainpipe.job_key(payload), id)
-        WHERE finished_at IS NULL AND drainpipe.job_key(payload) IS NOT NULL;
+    -- (ensure_queue_flow_v1 calls this after storing the limits)
+    IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f WHERE f.queue = p_queue AND f.ordered) THEN
+        CREATE INDEX IF NOT EXISTS job_messages_flow_order_idx
+            ON drainpipe.job_messages (queue, drainpipe.job_key(payload), id)
+            WHERE finished_at IS NULL AND drainpipe.job_key(payload) IS NOT NULL;
+    END IF;
 END
 $function$;
 
@@ -1340,7 +1338,6 @@ BEGIN
         DELETE FROM drainpipe.queue_flow WHERE queue = p_queue;
         RETURN;
     END IF;
-    PERFORM drainpipe.ensure_flow_indexes(p_queue);
     INSERT INTO drainpipe.queue_flow AS f (queue, concurrency, key_concurrency, rate_count,
                                            rate_per, key_rate_count, key_rate_per, ordered)
     VALUES (p_queue, p_concurrency, p_key_concurrency, p_rate_count, p_rate_per,
@@ -1350,6 +1347,8 @@ BEGIN
            rate_count = excluded.rate_count, rate_per = excluded.rate_per,
            key_rate_count = excluded.key_rate_count, key_rate_per = excluded.key_rate_per,
            ordered = excluded.ordered;
+    -- after the row: the storage builds the index of ordered groups for an ordered queue only
+    PERFORM drainpipe.ensure_flow_indexes(p_queue);
 END
 $function$;
 
@@ -1845,219 +1844,6 @@ BEGIN
 END
 $function$;
 
-CREATE OR REPLACE FUNCTION drainpipe.job_messages_flow_pick(p_flow drainpipe.queue_flow, p_batch integer, p_now timestamp with time zone)
- RETURNS bigint[]
- LANGUAGE plpgsql
-AS $function$
-DECLARE
-    v_queue text := p_flow.queue;
-    v_room integer;
-    v_ids bigint[] := '{}';
-    v_keys text[] := '{}';
-    v_chunk integer;
-    v_scanned integer := 0;
-    v_bound integer := p_batch * 50 + 500;
-    v_after_at timestamptz := '-infinity';
-    v_after_id bigint := 0;
-    v_rows integer;
-    v_take bigint[];
-    v_take_keys text[];
-BEGIN
-    v_room := drainpipe.job_messages_flow_room(p_flow, p_batch, p_now);
-    v_chunk := 2 * v_room + 8;
-    WHILE v_room > 0 AND v_scanned < v_bound LOOP
-        WITH chunk AS (
-            SELECT x.id, x.visible_at, drainpipe.job_key(x.payload) AS k
-              FROM drainpipe.job_messages x
-             WHERE x.queue = v_queue AND x.finished_at IS NULL AND x.visible_at <= p_now
-               AND x.attempts < x.max_attempts
-               AND (x.visible_at, x.id) > (v_after_at, v_after_id)
-             ORDER BY x.visible_at, x.id
-             LIMIT v_chunk
-        ), ranked AS (
-            -- nth: the place of a job among this chunk's jobs of its key
-            SELECT c.*, row_number() OVER (PARTITION BY c.k ORDER BY c.visible_at, c.id) AS nth,
-                   (SELECT count(*) FROM unnest(v_keys) p WHERE p = c.k) AS picked
-              FROM chunk c
-        ), keyed AS (
-            -- one probe per distinct key of the chunk, only for the limits the queue has
-            SELECT d.k,
-                   CASE WHEN p_flow.key_concurrency IS NULL THEN 0 ELSE (
-                       SELECT count(*) FROM drainpipe.job_messages l
-                        WHERE l.queue = v_queue AND drainpipe.job_key(l.payload) = d.k
-                          AND l.state = 'leased' AND l.visible_at > p_now) END AS leased,
-                   CASE WHEN p_flow.key_rate_count IS NULL THEN 0 ELSE (
-                       SELECT count(*) FROM drainpipe.flow_claims f
-                        WHERE f.queue = v_queue AND f.key = d.k
-                          AND f.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)) END AS claimed
-              FROM (SELECT DISTINCT c.k FROM chunk c WHERE c.k IS NOT NULL) d
-        ), allowed AS (
-            SELECT r.id, r.k, r.visible_at
-              FROM ranked r LEFT JOIN keyed k ON k.k = r.k
-             WHERE r.k IS NULL
-                OR ((p_flow.key_concurrency IS NULL
-                     OR k.leased + r.picked + r.nth <= p_flow.key_concurrency)
-                    AND (p_flow.key_rate_count IS NULL
-                         OR k.claimed + r.picked + r.nth <= p_flow.key_rate_count)
-                    -- ordered: only the first live job of its key (by id), one per claim
-                    AND (NOT p_flow.ordered
-                         OR (r.picked = 0 AND NOT EXISTS (
-                                SELECT 1 FROM drainpipe.job_messages e
-                                 WHERE e.queue = v_queue AND drainpipe.job_key(e.payload) = r.k
-                                   AND e.finished_at IS NULL AND e.id < r.id
-                                   AND drainpipe.job_key(e.payload) IS NOT NULL))))
-             ORDER BY r.visible_at, r.id
-             LIMIT v_room
-        )
-        SELECT array_agg(a.id ORDER BY a.visible_at, a.id), array_agg(a.k ORDER BY a.visible_at, a.id),
-               (SELECT count(*) FROM chunk),
-               (SELECT max(c.visible_at) FROM chunk c),
-               (SELECT c.id FROM chunk c ORDER BY c.visible_at DESC, c.id DESC LIMIT 1)
-          INTO v_take, v_take_keys, v_rows, v_after_at, v_after_id
-          FROM allowed a;
-        IF v_take IS NOT NULL THEN
-            v_ids := v_ids || v_take;
-            v_keys := v_keys || v_take_keys;
-            v_room := v_room - cardinality(v_take);
-        END IF;
-        v_scanned := v_scanned + v_rows;
-        EXIT WHEN v_rows < v_chunk;
-        v_chunk := least(v_chunk * 4, v_bound);
-    END LOOP;
-    IF cardinality(v_ids) = 0 THEN
-        RETURN v_ids;
-    END IF;
-    -- The flow lock keeps other limited claims of this queue out; a cancel or a
-    -- completion may hold a row: skip it, and read the row as it is once locked.
-    RETURN ARRAY(
-        SELECT x.id FROM drainpipe.job_messages x
-         WHERE x.id = ANY (v_ids) AND x.finished_at IS NULL AND x.visible_at <= p_now
-           AND x.attempts < x.max_attempts
-         ORDER BY x.visible_at, x.id
-           FOR UPDATE SKIP LOCKED);
-END
-$function$;
-
-CREATE OR REPLACE FUNCTION drainpipe.job_messages_flow_priority_pick(p_flow drainpipe.queue_flow, p_batch integer, p_now timestamp with time zone, p_levels integer[])
- RETURNS bigint[]
- LANGUAGE plpgsql
-AS $function$
-DECLARE
-    v_queue text := p_flow.queue;
-    v_room integer;
-    v_ids bigint[] := '{}';
-    v_keys text[] := '{}';
-    v_chunk integer;
-    v_scanned integer := 0;
-    v_bound integer := p_batch * 50 + 500;
-    v_after_at timestamptz := '-infinity';
-    v_after_id bigint := 0;
-    v_rows integer;
-    v_take bigint[];
-    v_take_keys text[];
-    v_level integer;
-    v_levels integer[] := coalesce(p_levels, '{0}');
-    v_n integer := 1;
-    v_c_ids bigint[];
-    v_c_at timestamptz[];
-    v_c_keys text[];
-    v_c_seq integer[];
-BEGIN
-    v_room := drainpipe.job_messages_flow_room(p_flow, p_batch, p_now);
-    v_chunk := 2 * v_room + 8;
-    v_level := v_levels[1];
-    WHILE v_room > 0 AND v_scanned < v_bound LOOP
-        -- the next chunk of candidates, along the current priority level's range
-        SELECT array_agg(c.id ORDER BY c.visible_at, c.id), array_agg(c.visible_at ORDER BY c.visible_at, c.id),
-               array_agg(c.k ORDER BY c.visible_at, c.id)
-          INTO v_c_ids, v_c_at, v_c_keys
-          FROM (SELECT x.id, x.visible_at, drainpipe.job_key(x.payload) AS k
-                  FROM drainpipe.job_messages x
-                 -- the level's range after the last candidate (as in the priority pick)
-                 WHERE x.queue = v_queue
-                   AND (drainpipe.job_priority(x.payload), x.visible_at, x.id)
-                           > (v_level, v_after_at, v_after_id)
-                   AND (drainpipe.job_priority(x.payload), x.visible_at) <= (v_level, p_now)
-                   AND x.finished_at IS NULL AND x.attempts < x.max_attempts
-                 ORDER BY drainpipe.job_priority(x.payload), x.visible_at, x.id
-                 LIMIT v_chunk) c;
-        v_rows := coalesce(cardinality(v_c_ids), 0);
-        -- the candidates' place in the claim's order, across levels
-        v_c_seq := ARRAY(SELECT v_n + g FROM generate_series(0, v_rows - 1) g);
-        v_n := v_n + v_rows;
-        WITH chunk AS (
-            SELECT c.id, c.visible_at, c.k, c.seq
-              FROM unnest(v_c_ids, v_c_at, v_c_keys, v_c_seq) AS c(id, visible_at, k, seq)
-        ), ranked AS (
-            -- nth: the place of a job among this chunk's jobs of its key
-            SELECT c.*, row_number() OVER (PARTITION BY c.k ORDER BY c.seq) AS nth,
-                   (SELECT count(*) FROM unnest(v_keys) p WHERE p = c.k) AS picked
-              FROM chunk c
-        ), keyed AS (
-            -- one probe per distinct key of the chunk, only for the limits the queue has
-            SELECT d.k,
-                   CASE WHEN p_flow.key_concurrency IS NULL THEN 0 ELSE (
-                       SELECT count(*) FROM drainpipe.job_messages l
-                        WHERE l.queue = v_queue AND drainpipe.job_key(l.payload) = d.k
-                          AND l.state = 'leased' AND l.visible_at > p_now) END AS leased,
-                   CASE WHEN p_flow.key_rate_count IS NULL THEN 0 ELSE (
-                       SELECT count(*) FROM drainpipe.flow_claims f
-                        WHERE f.queue = v_queue AND f.key = d.k
-                          AND f.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)) END AS claimed
-              FROM (SELECT DISTINCT c.k FROM chunk c WHERE c.k IS NOT NULL) d
-        ), allowed AS (
-            SELECT r.id, r.k, r.seq
-              FROM ranked r LEFT JOIN keyed k ON k.k = r.k
-             WHERE r.k IS NULL
-                OR ((p_flow.key_concurrency IS NULL
-                     OR k.leased + r.picked + r.nth <= p_flow.key_concurrency)
-                    AND (p_flow.key_rate_count IS NULL
-                         OR k.claimed + r.picked + r.nth <= p_flow.key_rate_count)
-                    -- ordered: only the first live job of its key (by id), one per claim
-                    AND (NOT p_flow.ordered
-                         OR (r.picked = 0 AND NOT EXISTS (
-                                SELECT 1 FROM drainpipe.job_messages e
-                                 WHERE e.queue = v_queue AND drainpipe.job_key(e.payload) = r.k
-                                   AND e.finished_at IS NULL AND e.id < r.id
-                                   AND drainpipe.job_key(e.payload) IS NOT NULL))))
-             ORDER BY r.seq
-             LIMIT v_room
-        )
-        SELECT array_agg(a.id ORDER BY a.seq), array_agg(a.k ORDER BY a.seq)
-          INTO v_take, v_take_keys
-          FROM allowed a;
-        IF v_take IS NOT NULL THEN
-            v_ids := v_ids || v_take;
-            v_keys := v_keys || v_take_keys;
-            v_room := v_room - cardinality(v_take);
-        END IF;
-        v_scanned := v_scanned + v_rows;
-        IF v_rows < v_chunk THEN
-            -- this level (or the queue) has no more candidates: the next level, from its start
-            EXIT WHEN v_level = v_levels[cardinality(v_levels)];
-            v_level := v_levels[array_position(v_levels, v_level) + 1];
-            v_after_at := '-infinity';
-            v_after_id := 0;
-        ELSE
-            v_after_at := v_c_at[v_rows];
-            v_after_id := v_c_ids[v_rows];
-            v_chunk := least(v_chunk * 4, v_bound);
-        END IF;
-    END LOOP;
-    IF cardinality(v_ids) = 0 THEN
-        RETURN v_ids;
-    END IF;
-    -- The flow lock keeps other limited claims of this queue out; a cancel or a
-    -- completion may hold a row: skip it, and read the row as it is once locked.
-    RETURN ARRAY(
-        SELECT x.id FROM drainpipe.job_messages x
-         WHERE x.id = ANY (v_ids) AND x.finished_at IS NULL AND x.visible_at <= p_now
-           AND x.attempts < x.max_attempts
-         ORDER BY x.id
-           FOR UPDATE SKIP LOCKED);
-END
-$function$;
-
 CREATE OR REPLACE FUNCTION drainpipe.job_messages_flow_room(p_flow drainpipe.queue_flow, p_batch integer, p_now timestamp with time zone)
  RETURNS integer
  LANGUAGE plpgsql
@@ -2083,6 +1869,218 @@ BEGIN
         PERFORM drainpipe.keep_flow_leased(p_flow.queue, v_leased);
     END IF;
     RETURN drainpipe.flow_room(p_flow, p_batch, v_leased + v_beside, p_now);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_messages_flow_take(p_flow drainpipe.queue_flow, p_batch integer, p_now timestamp with time zone, p_levels integer[], OUT ids bigint[], OUT lapsed boolean)
+ RETURNS record
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_queue text := p_flow.queue;
+    v_room integer;
+    v_limit integer;
+    v_keys text[] := '{}';
+    v_chunk integer;
+    v_scanned integer := 0;
+    v_bound integer := p_batch * 50 + 500;
+    v_level integer := p_levels[1];  -- NULL: no priorities
+    v_after_at timestamptz := '-infinity';
+    v_after_id bigint := 0;
+    v_rows integer;
+    v_r record;
+    v_taken bigint;
+    v_last_at timestamptz;
+    v_last_id bigint;
+BEGIN
+    ids := '{}';
+    lapsed := false;
+    IF p_flow.concurrency IS NULL AND p_flow.rate_count IS NULL THEN
+        -- no queue-wide limit: the whole batch, under flow_gate's exclusive lock (taken
+        -- here without its calls)
+        PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(v_queue));
+        v_room := p_batch;
+    ELSE
+        v_room := drainpipe.job_messages_flow_room(p_flow, p_batch, p_now);
+    END IF;
+    v_chunk := least(2 * v_room + 8, v_bound);
+    WHILE v_room > 0 LOOP
+        v_limit := v_room;
+        v_rows := 0;
+        IF v_level IS NULL THEN
+            FOR v_r IN
+            SELECT c.id, c.visible_at, c.k, c.leased, c.claimed, c.picked, y.state
+              FROM (
+                  -- each candidate's probes, once (OFFSET 0: not flattened into
+                  -- the filter and the output, which would probe twice)
+                  SELECT c0.*,
+                         CASE WHEN p_flow.key_concurrency IS NULL OR c0.k IS NULL THEN 0 ELSE (
+                             SELECT count(*) FROM (
+                                 SELECT 1 FROM drainpipe.job_messages l
+                                  WHERE l.queue = v_queue AND drainpipe.job_key(l.payload) = c0.k
+                                    AND l.state = 'leased' AND l.visible_at > p_now
+                                  LIMIT p_flow.key_concurrency) s) END AS leased,
+                         CASE WHEN p_flow.key_rate_count IS NULL OR c0.k IS NULL THEN 0 ELSE (
+                             SELECT count(*) FROM (
+                                 SELECT 1 FROM drainpipe.flow_claims r
+                                  WHERE r.queue = v_queue AND r.key = c0.k
+                                    AND r.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)
+                                  LIMIT p_flow.key_rate_count) s) END AS claimed,
+                         CASE WHEN cardinality(v_keys) = 0 THEN 0 ELSE (
+                             SELECT count(*) FROM unnest(v_keys) p WHERE p = c0.k) END AS picked
+                    FROM (SELECT x.id, x.visible_at, drainpipe.job_key(x.payload) AS k
+                            FROM drainpipe.job_messages x
+                           WHERE x.queue = v_queue AND x.finished_at IS NULL
+                             AND x.visible_at <= p_now AND x.attempts < x.max_attempts
+                             AND (x.visible_at, x.id) > (v_after_at, v_after_id)
+                           ORDER BY x.visible_at, x.id
+                           LIMIT v_chunk) c0
+                  OFFSET 0) c
+             -- the lock, row by row as candidates fit: a row another transaction
+             -- holds is skipped, and one changed since is read as it is now
+             CROSS JOIN LATERAL (
+                  SELECT z.state FROM drainpipe.job_messages z
+                   WHERE z.id = c.id AND z.finished_at IS NULL AND z.visible_at <= p_now
+                     AND z.attempts < z.max_attempts
+                     FOR UPDATE SKIP LOCKED) y
+             WHERE c.k IS NULL
+                OR ((p_flow.key_concurrency IS NULL OR c.leased + c.picked < p_flow.key_concurrency)
+                    AND (p_flow.key_rate_count IS NULL OR c.claimed + c.picked < p_flow.key_rate_count)
+                    -- ordered: only the first live job of its key (by id), one per claim
+                    AND (NOT p_flow.ordered
+                         OR (c.picked = 0 AND NOT EXISTS (
+                                SELECT 1 FROM drainpipe.job_messages e
+                                 WHERE e.queue = v_queue AND drainpipe.job_key(e.payload) = c.k
+                                   AND e.finished_at IS NULL AND e.id < c.id
+                                   AND drainpipe.job_key(e.payload) IS NOT NULL))))
+             LIMIT v_limit
+            LOOP
+                v_rows := v_rows + 1;
+                v_last_at := v_r.visible_at;
+                v_last_id := v_r.id;
+                IF v_r.k = ANY (v_keys) THEN
+                    -- a key this claim took already, in this pass too: counted exactly
+                    v_taken := (SELECT count(*) FROM unnest(v_keys) p WHERE p = v_r.k);
+                    CONTINUE WHEN p_flow.ordered
+                        OR (p_flow.key_concurrency IS NOT NULL
+                            AND v_r.leased + v_taken >= p_flow.key_concurrency)
+                        OR (p_flow.key_rate_count IS NOT NULL
+                            AND v_r.claimed + v_taken >= p_flow.key_rate_count);
+                END IF;
+                ids := ids || v_r.id;
+                v_keys := v_keys || v_r.k;
+                lapsed := lapsed OR v_r.state = 'leased';
+                v_room := v_room - 1;
+            END LOOP;
+        ELSE
+            -- the same pass along the level's range of job_messages_priority_idx (jobs 0017)
+            FOR v_r IN
+            SELECT c.id, c.visible_at, c.k, c.leased, c.claimed, c.picked, y.state
+              FROM (
+                  SELECT c0.*,
+                         CASE WHEN p_flow.key_concurrency IS NULL OR c0.k IS NULL THEN 0 ELSE (
+                             SELECT count(*) FROM (
+                                 SELECT 1 FROM drainpipe.job_messages l
+                                  WHERE l.queue = v_queue AND drainpipe.job_key(l.payload) = c0.k
+                                    AND l.state = 'leased' AND l.visible_at > p_now
+                                  LIMIT p_flow.key_concurrency) s) END AS leased,
+                         CASE WHEN p_flow.key_rate_count IS NULL OR c0.k IS NULL THEN 0 ELSE (
+                             SELECT count(*) FROM (
+                                 SELECT 1 FROM drainpipe.flow_claims r
+                                  WHERE r.queue = v_queue AND r.key = c0.k
+                                    AND r.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)
+                                  LIMIT p_flow.key_rate_count) s) END AS claimed,
+                         CASE WHEN cardinality(v_keys) = 0 THEN 0 ELSE (
+                             SELECT count(*) FROM unnest(v_keys) p WHERE p = c0.k) END AS picked
+                    FROM (SELECT x.id, x.visible_at, drainpipe.job_key(x.payload) AS k
+                            FROM drainpipe.job_messages x
+                           -- the level's range after the last place read, as row
+                           -- comparisons: only the priority index serves them
+                           WHERE x.queue = v_queue
+                             AND (drainpipe.job_priority(x.payload), x.visible_at, x.id)
+                                     > (v_level, v_after_at, v_after_id)
+                             AND (drainpipe.job_priority(x.payload), x.visible_at) <= (v_level, p_now)
+                             AND x.finished_at IS NULL AND x.attempts < x.max_attempts
+                           ORDER BY drainpipe.job_priority(x.payload), x.visible_at, x.id
+                           LIMIT v_chunk) c0
+                  OFFSET 0) c
+             CROSS JOIN LATERAL (
+                  SELECT z.state FROM drainpipe.job_messages z
+                   WHERE z.id = c.id AND z.finished_at IS NULL AND z.visible_at <= p_now
+                     AND z.attempts < z.max_attempts
+                     FOR UPDATE SKIP LOCKED) y
+             WHERE c.k IS NULL
+                OR ((p_flow.key_concurrency IS NULL OR c.leased + c.picked < p_flow.key_concurrency)
+                    AND (p_flow.key_rate_count IS NULL OR c.claimed + c.picked < p_flow.key_rate_count)
+                    AND (NOT p_flow.ordered
+                         OR (c.picked = 0 AND NOT EXISTS (
+                                SELECT 1 FROM drainpipe.job_messages e
+                                 WHERE e.queue = v_queue AND drainpipe.job_key(e.payload) = c.k
+                                   AND e.finished_at IS NULL AND e.id < c.id
+                                   AND drainpipe.job_key(e.payload) IS NOT NULL))))
+             LIMIT v_limit
+            LOOP
+                v_rows := v_rows + 1;
+                v_last_at := v_r.visible_at;
+                v_last_id := v_r.id;
+                IF v_r.k = ANY (v_keys) THEN
+                    -- a key this claim took already, in this pass too: counted exactly
+                    v_taken := (SELECT count(*) FROM unnest(v_keys) p WHERE p = v_r.k);
+                    CONTINUE WHEN p_flow.ordered
+                        OR (p_flow.key_concurrency IS NOT NULL
+                            AND v_r.leased + v_taken >= p_flow.key_concurrency)
+                        OR (p_flow.key_rate_count IS NOT NULL
+                            AND v_r.claimed + v_taken >= p_flow.key_rate_count);
+                END IF;
+                ids := ids || v_r.id;
+                v_keys := v_keys || v_r.k;
+                lapsed := lapsed OR v_r.state = 'leased';
+                v_room := v_room - 1;
+            END LOOP;
+        END IF;
+        EXIT WHEN v_room = 0;
+        v_scanned := v_scanned + v_chunk;
+        IF v_rows = v_limit THEN
+            -- a full pass with rows over their key's limit: on after the last it returned
+            v_after_at := v_last_at;
+            v_after_id := v_last_id;
+        ELSE
+            -- a short pass read its whole chunk: where did the chunk end?
+            v_last_at := NULL;
+            IF v_level IS NULL THEN
+                SELECT x.visible_at, x.id INTO v_last_at, v_last_id
+                  FROM drainpipe.job_messages x
+                 WHERE x.queue = v_queue AND x.finished_at IS NULL
+                   AND x.visible_at <= p_now AND x.attempts < x.max_attempts
+                   AND (x.visible_at, x.id) > (v_after_at, v_after_id)
+                 ORDER BY x.visible_at, x.id
+                OFFSET v_chunk - 1 LIMIT 1;
+            ELSE
+                SELECT x.visible_at, x.id INTO v_last_at, v_last_id
+                  FROM drainpipe.job_messages x
+                 WHERE x.queue = v_queue
+                   AND (drainpipe.job_priority(x.payload), x.visible_at, x.id)
+                           > (v_level, v_after_at, v_after_id)
+                   AND (drainpipe.job_priority(x.payload), x.visible_at) <= (v_level, p_now)
+                   AND x.finished_at IS NULL AND x.attempts < x.max_attempts
+                 ORDER BY drainpipe.job_priority(x.payload), x.visible_at, x.id
+                OFFSET v_chunk - 1 LIMIT 1;
+            END IF;
+            IF v_last_at IS NULL THEN
+                -- the chunk held every candidate left: the next level from its start, if any
+                EXIT WHEN v_level IS NULL OR v_level = p_levels[cardinality(p_levels)];
+                v_level := p_levels[array_position(p_levels, v_level) + 1];
+                v_after_at := '-infinity';
+                v_after_id := 0;
+            ELSE
+                v_after_at := v_last_at;
+                v_after_id := v_last_id;
+                v_chunk := v_chunk * 4;
+            END IF;
+        END IF;
+        EXIT WHEN v_scanned >= v_bound;
+        v_chunk := least(v_chunk, v_bound - v_scanned);
+    END LOOP;
 END
 $function$;
 

@@ -126,6 +126,8 @@ INTERNAL_FUNCTIONS = {
     "debounce_job",
     "job_messages_flow_room",
     "job_messages_flow_pick",
+    # jobs 0020: the limited pick, with and without priorities, and its lapsed leases
+    "job_messages_flow_take",
     # held counts (jobs 0018): called by job_queue_stats_v4, job_flow_holds_v1 and
     # job_queue_holds_v1 only
     "job_flow_held",

@@ -1,0 +1,36 @@
+"""A claim past held keys (jobs 0020): the limited pick reads its candidates in passes that
+probe each key as they go, so it finds the free keys behind a run of held jobs longer than
+its first pass, counts two jobs of one key in one pass against that key's limit, and stops
+at the documented bound (``batch x 50 + 500`` candidates), on both storages."""
+
+from __future__ import annotations
+
+from tests.flow.test_limits import limited
+
+
+async def test_a_claim_reads_past_held_jobs_to_the_free_keys(jobs_db_url: str) -> None:
+    async with await limited(jobs_db_url, key_concurrency=2) as jobs:
+        busy = await jobs.enqueue_many("llm", [{"n": n} for n in range(60)], key="busy")
+        free = [await jobs.enqueue("llm", {"n": n}, key=f"free-{n}") for n in range(3)]
+        # two jobs of one key in one pass: both fit key_concurrency=2, a third would not
+        first = await jobs.claim("llm", batch=3)
+        assert sorted(job.id for job in first) == sorted([*busy[:2], free[0]])
+        # 58 held jobs ahead, more than a first pass reads: the free keys behind them
+        second = await jobs.claim("llm", batch=5)
+        assert sorted(job.id for job in second) == free[1:]
+        assert await jobs.claim("llm", batch=5) == []
+        assert await jobs.complete(next(job for job in first if job.id == busy[0]))
+        assert [job.id for job in await jobs.claim("llm", batch=5)] == [busy[2]]
+
+
+async def test_a_claim_stops_at_its_bound_behind_held_jobs(jobs_db_url: str) -> None:
+    async with await limited(jobs_db_url, key_concurrency=1) as jobs:
+        await jobs.enqueue("llm", {"n": -1}, key="busy")
+        assert len(await jobs.claim("llm", batch=1)) == 1  # the key is held from now on
+        await jobs.enqueue_many("llm", [{"n": n} for n in range(600)], key="busy")
+        free = await jobs.enqueue("llm", {"n": 0}, key="free")
+        # a claim of 1 looks at 550 candidates, of 2 at 600: all held
+        assert await jobs.claim("llm", batch=1) == []
+        assert await jobs.claim("llm", batch=2) == []
+        # a claim of 3 looks at 650: the free job behind the 600 held ones
+        assert [job.id for job in await jobs.claim("llm", batch=3)] == [free]
