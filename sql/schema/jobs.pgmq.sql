@@ -1663,7 +1663,7 @@ BEGIN
                     WHERE read_ct > 0 AND (message ->> ''failed'') IS DISTINCT FROM (read_ct::text)',
                    'q_' || p_queue || '_dp_flow_leased', 'q_' || p_queue);
     -- a key's jobs in enqueue order (every row of the queue table is live): ordered=True,
-    -- and only then (jobs 0020: every claim and enqueue of the queue writes an entry in it;
+    -- and only then (jobs 0021: every claim and enqueue of the queue writes an entry in it;
     -- ensure_queue_flow_v1 calls this after storing the limits)
     IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f WHERE f.queue = p_queue AND f.ordered) THEN
         EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
@@ -1672,7 +1672,7 @@ BEGIN
                        'q_' || p_queue || '_dp_flow_order', 'q_' || p_queue);
     END IF;
 
-    -- The pick: the table's job_messages_flow_take (jobs 0020) over this queue's table (see
+    -- The pick: the table's job_messages_flow_take (jobs 0021) over this queue's table (see
     -- there): passes in vt order, as the unlimited claim reads, each probing its candidates'
     -- keys and locking the ones that fit as it reaches them. A pass starts at the last vt
     -- read, leaving out the rows of that vt already taken or passed (pgmq stamps a batch with
@@ -1822,7 +1822,7 @@ BEGIN
         $fn$, 'flow_pick_jobs__' || p_queue, 'q_' || p_queue, p_queue);
 
     -- The claim: jobs 0006's statement with the pick above, whose rows are locked already
-    -- (by the pick, as it read them: jobs 0020).
+    -- (by the pick, as it read them: jobs 0021).
     EXECUTE format($fn$
         CREATE OR REPLACE FUNCTION drainpipe.%1$I(p_lease double precision, p_batch integer, p_now timestamptz)
         RETURNS SETOF drainpipe.job_row_v1
@@ -1892,7 +1892,7 @@ BEGIN
                        q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted,
                        q.read_ct > 0 AND q.message ->> 'failed' IS DISTINCT FROM q.read_ct::text AS lapsed
                   FROM pgmq.%2$I q
-                 -- locked by the pick (jobs 0020), so read as the pick left them
+                 -- locked by the pick (jobs 0021), so read as the pick left them
                  WHERE q.msg_id = ANY (v_ids) AND q.vt <= v_now
             ), expired AS (
                 INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)

@@ -888,7 +888,7 @@ BEGIN
 
     IF v_flow.key_concurrency IS NOT NULL OR v_flow.key_rate_count IS NOT NULL OR v_flow.ordered THEN
         -- limits per key: the pick they allow, along the levels of a prioritised queue,
-        -- rows locked, and whether one of them is a lapsed lease (jobs 0020)
+        -- rows locked, and whether one of them is a lapsed lease (jobs 0021)
         SELECT p.ids, p.lapsed INTO v_ids, v_lapsed
           FROM drainpipe.job_messages_flow_take(v_flow, v_batch, v_now, v_levels) p;
         IF cardinality(v_ids) = 0 THEN

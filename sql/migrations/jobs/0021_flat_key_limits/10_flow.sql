@@ -1,9 +1,9 @@
--- jobs 0020: the storages build the index of ordered groups only for an ordered queue
+-- jobs 0021: the storages build the index of ordered groups only for an ordered queue
 -- (20_storage.*.sql), so the limits are stored before their indexes are built.
 
 -- Stores (or, all NULL and not ordered, removes) the flow limits of p_queue. Called by
 -- ensure_queue_policy_v3; the storage's ensure_flow_indexes builds what the limits read,
--- once they are stored (jobs 0020: it reads whether the queue is ordered).
+-- once they are stored (jobs 0021: it reads whether the queue is ordered).
 CREATE OR REPLACE FUNCTION drainpipe.ensure_queue_flow_v1(
     p_queue text, p_concurrency integer, p_key_concurrency integer,
     p_rate_count integer, p_rate_per double precision,
