@@ -1644,17 +1644,26 @@ BEGIN
     v_archive_cols := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', last_read_at' ELSE '' END;
     v_archive_vals := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', d.last_read_at' ELSE '' END;
 
-    -- what is leased (claimed, not failed; a lapsed lease reads vt <= now), per key:
-    -- concurrency and key_concurrency count here, bounded by the limits
-    EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
-                      (drainpipe.job_key(message -> ''payload''), vt)
-                    WHERE read_ct > 0 AND (message ->> ''failed'') IS DISTINCT FROM (read_ct::text)',
-                   'q_' || p_queue || '_dp_flow_leased', 'q_' || p_queue);
-    -- a key's jobs in enqueue order (every row of the queue table is live): ordered=True
-    EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
-                      (drainpipe.job_key(message -> ''payload''), msg_id)
-                    WHERE drainpipe.job_key(message -> ''payload'') IS NOT NULL',
-                   'q_' || p_queue || '_dp_flow_order', 'q_' || p_queue);
+    IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f
+                WHERE f.queue = p_queue AND drainpipe.flow_budget_applies(f)) THEN
+        -- a queue-wide concurrency only (jobs 0021): what is leased by vt alone, for the
+        -- exact counts; a lease evaluates no key for an index
+        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (vt)
+                        WHERE read_ct > 0 AND (message ->> ''failed'') IS DISTINCT FROM (read_ct::text)',
+                       'q_' || p_queue || '_dp_flow_leased_vt', 'q_' || p_queue);
+    ELSE
+        -- what is leased (claimed, not failed; a lapsed lease reads vt <= now), per key:
+        -- concurrency and key_concurrency count here, bounded by the limits
+        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
+                          (drainpipe.job_key(message -> ''payload''), vt)
+                        WHERE read_ct > 0 AND (message ->> ''failed'') IS DISTINCT FROM (read_ct::text)',
+                       'q_' || p_queue || '_dp_flow_leased', 'q_' || p_queue);
+        -- a key's jobs in enqueue order (every row of the queue table is live): ordered=True
+        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
+                          (drainpipe.job_key(message -> ''payload''), msg_id)
+                        WHERE drainpipe.job_key(message -> ''payload'') IS NOT NULL',
+                       'q_' || p_queue || '_dp_flow_order', 'q_' || p_queue);
+    END IF;
 
     -- The pick: the table's job_messages_flow_pick over this queue's table (see there).
     -- Candidates come in vt order, as the unlimited claim reads them; a chunk starts at the
@@ -1945,7 +1954,6 @@ BEGIN
         DELETE FROM drainpipe.queue_flow WHERE queue = p_queue;
         RETURN;
     END IF;
-    PERFORM drainpipe.ensure_flow_indexes(p_queue);
     INSERT INTO drainpipe.queue_flow AS f (queue, concurrency, key_concurrency, rate_count,
                                            rate_per, key_rate_count, key_rate_per, ordered)
     VALUES (p_queue, p_concurrency, p_key_concurrency, p_rate_count, p_rate_per,
@@ -1955,6 +1963,8 @@ BEGIN
            rate_count = excluded.rate_count, rate_per = excluded.rate_per,
            key_rate_count = excluded.key_rate_count, key_rate_per = excluded.key_rate_per,
            ordered = excluded.ordered;
+    -- after the row: pgmq builds the indexes the new limits read (jobs 0021)
+    PERFORM drainpipe.ensure_flow_indexes(p_queue);
 END
 $function$;
 

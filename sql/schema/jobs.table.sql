@@ -1351,7 +1351,6 @@ BEGIN
         DELETE FROM drainpipe.queue_flow WHERE queue = p_queue;
         RETURN;
     END IF;
-    PERFORM drainpipe.ensure_flow_indexes(p_queue);
     INSERT INTO drainpipe.queue_flow AS f (queue, concurrency, key_concurrency, rate_count,
                                            rate_per, key_rate_count, key_rate_per, ordered)
     VALUES (p_queue, p_concurrency, p_key_concurrency, p_rate_count, p_rate_per,
@@ -1361,6 +1360,8 @@ BEGIN
            rate_count = excluded.rate_count, rate_per = excluded.rate_per,
            key_rate_count = excluded.key_rate_count, key_rate_per = excluded.key_rate_per,
            ordered = excluded.ordered;
+    -- after the row: pgmq builds the indexes the new limits read (jobs 0021)
+    PERFORM drainpipe.ensure_flow_indexes(p_queue);
 END
 $function$;
 

@@ -157,7 +157,8 @@ BEGIN
 END
 $$;
 
--- jobs 0015's, closing the queue's budget: claims under the new limits count first.
+-- jobs 0015's, closing the queue's budget (claims under the new limits count first), and
+-- building the flow indexes once the row says what the limits are.
 CREATE OR REPLACE FUNCTION drainpipe.ensure_queue_flow_v1(
     p_queue text, p_concurrency integer, p_key_concurrency integer,
     p_rate_count integer, p_rate_per double precision,
@@ -176,7 +177,6 @@ BEGIN
         DELETE FROM drainpipe.queue_flow WHERE queue = p_queue;
         RETURN;
     END IF;
-    PERFORM drainpipe.ensure_flow_indexes(p_queue);
     INSERT INTO drainpipe.queue_flow AS f (queue, concurrency, key_concurrency, rate_count,
                                            rate_per, key_rate_count, key_rate_per, ordered)
     VALUES (p_queue, p_concurrency, p_key_concurrency, p_rate_count, p_rate_per,
@@ -186,6 +186,8 @@ BEGIN
            rate_count = excluded.rate_count, rate_per = excluded.rate_per,
            key_rate_count = excluded.key_rate_count, key_rate_per = excluded.key_rate_per,
            ordered = excluded.ordered;
+    -- after the row: pgmq builds the indexes the new limits read (jobs 0021)
+    PERFORM drainpipe.ensure_flow_indexes(p_queue);
 END
 $$;
 

@@ -4,10 +4,49 @@
 -- ensure_flow_indexes is not restated here: the per-key pick it also generates changes on
 -- its own (other migrations). This rewrites, in its current definition, only the block of
 -- the queue-wide path that counted under flow_gate (jobs 0017), and fails loudly when that
--- block is not there as written.
+-- block is not there as written. Likewise its indexes: a queue limited by a concurrency
+-- alone gets a leased index on vt only (its claims count there, exactly, now and then),
+-- instead of the per-key leased index and the ordered index, which every lease of the
+-- queue wrote (evaluating the job's key) whether or not a limit read them. A queue that
+-- already has those keeps them (drop them by hand to save their writes).
 DO $patch$
 DECLARE
     v_def text := pg_get_functiondef('drainpipe.ensure_flow_indexes(text)'::regprocedure);
+    v_old_idx text := $old$
+    -- what is leased (claimed, not failed; a lapsed lease reads vt <= now), per key:
+    -- concurrency and key_concurrency count here, bounded by the limits
+    EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
+                      (drainpipe.job_key(message -> ''payload''), vt)
+                    WHERE read_ct > 0 AND (message ->> ''failed'') IS DISTINCT FROM (read_ct::text)',
+                   'q_' || p_queue || '_dp_flow_leased', 'q_' || p_queue);
+    -- a key's jobs in enqueue order (every row of the queue table is live): ordered=True
+    EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
+                      (drainpipe.job_key(message -> ''payload''), msg_id)
+                    WHERE drainpipe.job_key(message -> ''payload'') IS NOT NULL',
+                   'q_' || p_queue || '_dp_flow_order', 'q_' || p_queue);
+$old$;
+    v_new_idx text := $new$
+    IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f
+                WHERE f.queue = p_queue AND drainpipe.flow_budget_applies(f)) THEN
+        -- a queue-wide concurrency only (jobs 0021): what is leased by vt alone, for the
+        -- exact counts; a lease evaluates no key for an index
+        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (vt)
+                        WHERE read_ct > 0 AND (message ->> ''failed'') IS DISTINCT FROM (read_ct::text)',
+                       'q_' || p_queue || '_dp_flow_leased_vt', 'q_' || p_queue);
+    ELSE
+        -- what is leased (claimed, not failed; a lapsed lease reads vt <= now), per key:
+        -- concurrency and key_concurrency count here, bounded by the limits
+        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
+                          (drainpipe.job_key(message -> ''payload''), vt)
+                        WHERE read_ct > 0 AND (message ->> ''failed'') IS DISTINCT FROM (read_ct::text)',
+                       'q_' || p_queue || '_dp_flow_leased', 'q_' || p_queue);
+        -- a key's jobs in enqueue order (every row of the queue table is live): ordered=True
+        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
+                          (drainpipe.job_key(message -> ''payload''), msg_id)
+                        WHERE drainpipe.job_key(message -> ''payload'') IS NOT NULL',
+                       'q_' || p_queue || '_dp_flow_order', 'q_' || p_queue);
+    END IF;
+$new$;
     v_old text := $old$
                 IF v_flow.concurrency IS NOT NULL THEN
                     -- the session's last count under the gate, while far from the limit
@@ -62,7 +101,10 @@ BEGIN
     IF (length(v_def) - length(replace(v_def, v_old, ''))) <> length(v_old) THEN
         RAISE EXCEPTION 'jobs 0021: ensure_flow_indexes does not hold the queue-wide block of jobs 0017 once';
     END IF;
-    EXECUTE replace(v_def, v_old, v_new);
+    IF (length(v_def) - length(replace(v_def, v_old_idx, ''))) <> length(v_old_idx) THEN
+        RAISE EXCEPTION 'jobs 0021: ensure_flow_indexes does not hold the leased indexes of jobs 0017 once';
+    END IF;
+    EXECUTE replace(replace(v_def, v_old, v_new), v_old_idx, v_new_idx);
 END
 $patch$;
 
