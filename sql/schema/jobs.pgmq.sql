@@ -2186,9 +2186,13 @@ DECLARE
     c_chunk constant bigint := drainpipe.flow_budget_chunk(p_flow.concurrency);
     v_cap bigint := p_flow.concurrency - p_leased;
 BEGIN
+    IF NOT drainpipe.flow_budget_applies(p_flow) THEN
+        -- other limits: no epoch is open (the change of limits closed it), nothing to do
+        RETURN;
+    END IF;
     -- this session's own leftover was counted as nothing: forget it
     PERFORM set_config('drainpipe.flow_budget.' || p_flow.queue, '', false);
-    IF drainpipe.flow_budget_applies(p_flow) AND v_cap - p_room >= 16 * c_chunk THEN
+    IF v_cap - p_room >= 16 * c_chunk THEN
         INSERT INTO drainpipe.flow_budget AS b (queue, epoch, concurrency, cap, granted)
         VALUES (p_flow.queue, pg_current_xact_id()::text::bigint, p_flow.concurrency, v_cap, p_room)
         ON CONFLICT (queue) DO UPDATE
