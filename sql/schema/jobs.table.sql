@@ -31,6 +31,15 @@ CREATE TYPE drainpipe.schedule_entry_v1 AS (name text, cron text, time_zone text
 
 -- Tables, with their constraints, indexes and triggers
 
+CREATE TABLE drainpipe.flow_budget (
+    queue text NOT NULL,
+    epoch bigint,
+    concurrency integer NOT NULL,
+    cap bigint NOT NULL,
+    granted bigint NOT NULL
+);
+ALTER TABLE drainpipe.flow_budget ADD CONSTRAINT flow_budget_pkey PRIMARY KEY (queue);
+
 CREATE TABLE drainpipe.flow_claims (
     queue text NOT NULL,
     key text,
@@ -1092,6 +1101,7 @@ CREATE OR REPLACE FUNCTION drainpipe.drop_queue_policy_v1(p_queue text)
 AS $function$
 BEGIN
     DELETE FROM drainpipe.queue_pending WHERE queue = p_queue;
+    UPDATE drainpipe.flow_budget SET epoch = NULL WHERE queue = p_queue AND epoch IS NOT NULL;  -- jobs 0022
     DELETE FROM drainpipe.queue_flow WHERE queue = p_queue;  -- jobs 0015
     DELETE FROM drainpipe.queue_policies WHERE queue = p_queue;
     RETURN FOUND;
@@ -1333,6 +1343,8 @@ CREATE OR REPLACE FUNCTION drainpipe.ensure_queue_flow_v1(p_queue text, p_concur
 AS $function$
 BEGIN
     PERFORM drainpipe.assert_queue_name(p_queue);
+    -- jobs 0022: granted stays (chunks in flight still count until an exact count)
+    UPDATE drainpipe.flow_budget b SET epoch = NULL WHERE b.queue = p_queue AND b.epoch IS NOT NULL;
     IF p_concurrency IS NULL AND p_key_concurrency IS NULL AND p_rate_count IS NULL
        AND p_key_rate_count IS NULL AND NOT coalesce(p_ordered, false) THEN
         DELETE FROM drainpipe.queue_flow WHERE queue = p_queue;
@@ -1347,7 +1359,7 @@ BEGIN
            rate_count = excluded.rate_count, rate_per = excluded.rate_per,
            key_rate_count = excluded.key_rate_count, key_rate_per = excluded.key_rate_per,
            ordered = excluded.ordered;
-    -- after the row: the storage builds the index of ordered groups for an ordered queue only
+    -- after the row: pgmq builds the indexes the new limits read (jobs 0022)
     PERFORM drainpipe.ensure_flow_indexes(p_queue);
 END
 $function$;
@@ -1496,6 +1508,113 @@ BEGIN
                secs => greatest(coalesce(p_retry_in, drainpipe.job_retry_delay(v_job.attempts)), 0))
      WHERE id = p_id;
     RETURN 'queued';
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.flow_budget_applies(p_flow drainpipe.queue_flow)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+    SELECT p_flow.concurrency IS NOT NULL AND p_flow.rate_count IS NULL
+       AND p_flow.key_concurrency IS NULL AND p_flow.key_rate_count IS NULL
+       AND NOT p_flow.ordered
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.flow_budget_chunk(p_concurrency integer)
+ RETURNS bigint
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+    SELECT least(1000, greatest(200, p_concurrency / 64))::bigint
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.flow_budget_pending(p_queue text)
+ RETURNS bigint
+ LANGUAGE sql
+AS $function$
+    SELECT current_setting('drainpipe.flow_budget_pending.' || p_queue)::bigint
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.flow_budget_reset(p_flow drainpipe.queue_flow, p_leased bigint, p_room integer)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    c_chunk constant bigint := drainpipe.flow_budget_chunk(p_flow.concurrency);
+    v_cap bigint := p_flow.concurrency - p_leased;
+BEGIN
+    IF NOT drainpipe.flow_budget_applies(p_flow) THEN
+        -- other limits: no epoch is open (the change of limits closed it), nothing to do
+        RETURN;
+    END IF;
+    -- this session's own leftover was counted as nothing: forget it
+    PERFORM set_config('drainpipe.flow_budget.' || p_flow.queue, '', false);
+    IF v_cap - p_room >= 16 * c_chunk THEN
+        INSERT INTO drainpipe.flow_budget AS b (queue, epoch, concurrency, cap, granted)
+        VALUES (p_flow.queue, pg_current_xact_id()::text::bigint, p_flow.concurrency, v_cap, p_room)
+        ON CONFLICT (queue) DO UPDATE
+           SET epoch = excluded.epoch, concurrency = excluded.concurrency,
+               cap = excluded.cap, granted = excluded.granted;
+    ELSE
+        UPDATE drainpipe.flow_budget b SET epoch = NULL, granted = 0
+         WHERE b.queue = p_flow.queue AND (b.epoch IS NOT NULL OR b.granted <> 0);
+    END IF;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.flow_budget_take(p_flow drainpipe.queue_flow, p_batch integer)
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    c_chunk constant bigint := drainpipe.flow_budget_chunk(p_flow.concurrency);
+    v_name text := 'drainpipe.flow_budget.' || p_flow.queue;
+    v_kept text := current_setting(v_name, true);
+    v_epoch bigint;
+    v_left bigint := 0;
+    v_row drainpipe.flow_budget;
+BEGIN
+    IF NOT drainpipe.flow_budget_applies(p_flow) OR p_batch > 100 THEN
+        RETURN NULL;
+    END IF;
+    IF v_kept IS NOT NULL AND v_kept <> '' THEN
+        v_epoch := split_part(v_kept, ':', 1)::bigint;
+        v_left := split_part(v_kept, ':', 2)::bigint;
+    END IF;
+    -- a first look, without a lock: is there a budget to take? (a chunk to take with another
+    -- to spare, so that claims beside this one rarely spend the last before it locks)
+    SELECT * INTO v_row FROM drainpipe.flow_budget b WHERE b.queue = p_flow.queue;
+    IF v_row.epoch IS NULL OR v_row.concurrency <> p_flow.concurrency
+       OR NOT ((v_epoch = v_row.epoch AND v_left >= p_batch) OR v_row.granted + 2 * c_chunk <= v_row.cap) THEN
+        RETURN NULL;
+    END IF;
+    PERFORM pg_advisory_xact_lock_shared(hashtext('drainpipe.flow'), hashtext(p_flow.queue));
+    -- again under the lock: the epoch cannot change before this claim commits
+    SELECT * INTO v_row FROM drainpipe.flow_budget b WHERE b.queue = p_flow.queue;
+    IF v_row.epoch IS NOT NULL AND v_row.concurrency = p_flow.concurrency THEN
+        IF v_epoch IS DISTINCT FROM v_row.epoch THEN
+            v_left := 0;
+        END IF;
+        IF v_left < p_batch THEN
+            UPDATE drainpipe.flow_budget b SET granted = b.granted + c_chunk
+             WHERE b.queue = p_flow.queue AND b.epoch = v_row.epoch AND b.granted + c_chunk <= b.cap;
+            IF FOUND THEN
+                v_left := v_left + c_chunk;
+            END IF;
+        END IF;
+        IF v_left >= p_batch THEN
+            PERFORM set_config(v_name, v_row.epoch || ':' || (v_left - p_batch), false);
+            RETURN p_batch;
+        END IF;
+    END IF;
+    -- spent (or closed) since the first look: close it, waiting for the claims doing the
+    -- same (on the row); what it handed out counts as leased (see the header)
+    UPDATE drainpipe.flow_budget b SET epoch = NULL WHERE b.queue = p_flow.queue
+    RETURNING b.granted INTO v_left;
+    PERFORM set_config(v_name, '', false);
+    PERFORM set_config('drainpipe.flow_budget_pending.' || p_flow.queue, coalesce(v_left, -1)::text, true);
+    RETURN -1;
 END
 $function$;
 
@@ -1850,25 +1969,30 @@ CREATE OR REPLACE FUNCTION drainpipe.job_messages_flow_room(p_flow drainpipe.que
 AS $function$
 DECLARE
     v_leased bigint := 0;
-    v_beside integer;
+    v_room integer;
 BEGIN
-    IF p_flow.concurrency IS NOT NULL THEN
-        -- the session's last count under the gate, while far from the limit (jobs 0017,
-        -- flow_leased_hint), else a count
-        v_leased := drainpipe.flow_leased_hint(p_flow);
-        IF v_leased IS NULL THEN
-            SELECT count(*) INTO v_leased FROM drainpipe.job_messages l
-             WHERE l.queue = p_flow.queue AND l.state = 'leased' AND l.visible_at > p_now;
-        END IF;
+    v_room := drainpipe.flow_budget_take(p_flow, p_batch);
+    IF v_room >= 0 THEN
+        RETURN v_room;
     END IF;
-    v_beside := drainpipe.flow_gate(p_flow, p_batch, v_leased);
+    IF v_room IS NULL THEN
+        PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(p_flow.queue));
+    ELSIF drainpipe.flow_budget_pending(p_flow.queue) < 0 THEN
+        RETURN 0;
+    END IF;
     IF p_flow.concurrency IS NOT NULL THEN
-        -- again, under the lock: what committed while this claim waited counts
         SELECT count(*) INTO v_leased FROM drainpipe.job_messages l
          WHERE l.queue = p_flow.queue AND l.state = 'leased' AND l.visible_at > p_now;
-        PERFORM drainpipe.keep_flow_leased(p_flow.queue, v_leased);
     END IF;
-    RETURN drainpipe.flow_room(p_flow, p_batch, v_leased + v_beside, p_now);
+    IF v_room IS NULL THEN
+        v_room := drainpipe.flow_room(p_flow, p_batch, v_leased, p_now);
+        IF p_flow.concurrency IS NOT NULL THEN
+            PERFORM drainpipe.flow_budget_reset(p_flow, v_leased, v_room);
+        END IF;
+        RETURN v_room;
+    END IF;
+    -- the budget ran out under the shared lock: its chunks count as leased
+    RETURN drainpipe.flow_room(p_flow, p_batch, v_leased + drainpipe.flow_budget_pending(p_flow.queue), p_now);
 END
 $function$;
 

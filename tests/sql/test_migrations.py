@@ -141,6 +141,12 @@ INTERNAL_FUNCTIONS = {
     "job_messages_flow_priority_pick",
     "flow_leased_hint",
     "keep_flow_leased",
+    # the queue's concurrency budget (jobs 0021): called by the claims only
+    "flow_budget_chunk",
+    "flow_budget_applies",
+    "flow_budget_take",
+    "flow_budget_pending",
+    "flow_budget_reset",
 }
 
 # what release 0 (0.1.0) shipped; later modules have no release-0 state to upgrade from
