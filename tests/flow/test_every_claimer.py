@@ -27,8 +27,9 @@ async def check_limited(jobs: Jobs) -> None:
     c = await jobs.enqueue("llm", {"n": 0}, context={"tenant": "c"})
     d = await jobs.enqueue("llm", {"n": 0})
     claimed = await jobs.claim("llm", batch=10)
-    # one per key, three in all (concurrency=3): the oldest of each allowed group
-    assert [job.id for job in claimed] == [a[0], b, c]
+    # one per key, three in all (concurrency=3): the oldest of each allowed group (a batch's
+    # order is the claim's rows' order, which Postgres 18 may return otherwise than 15)
+    assert sorted(job.id for job in claimed) == sorted([a[0], b, c])
     assert await jobs.claim("llm", batch=10) == []
     backend: Any = jobs.backend
     # the fused turn: the completion frees a place, the claim in the same call takes it
@@ -69,7 +70,7 @@ def test_the_sync_twin_takes_keys_and_obeys_the_limits(jobs_db_url: str) -> None
         first, second = jobs.enqueue_many("llm", [{"n": 1}, {"n": 2}], key="a", priority=3)
         other = jobs.enqueue("llm", {"n": 3}, key="b")
         claimed = jobs.claim("llm", batch=10)
-        assert [job.id for job in claimed] == [first, other]
+        assert sorted(job.id for job in claimed) == sorted([first, other])
         assert jobs.claim("llm", batch=10) == []
         assert jobs.complete(claimed[0])
         assert [job.id for job in jobs.claim("llm", batch=10)] == [second]
