@@ -15,29 +15,18 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from .db import Database, as_database
-from .errors import invalid_request, validation_error
+from .lease_rules import MAX_LEASE_KEY as MAX_LEASE_KEY
+from .lease_rules import LeaseOutcome as LeaseOutcome
+from .lease_rules import _check_key, _check_scope, _instant, _positive_seconds
 from .ops import leases as ops
-from .validation import MAX_NAME_LENGTH, aware, text_fault
-from .validation import seconds as as_seconds
 
 T = TypeVar("T")
-MAX_LEASE_KEY = MAX_NAME_LENGTH
 
 logger = logging.getLogger("drainpipe.leases")
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseOutcome(Generic[T]):
-    """``acquired`` is False when someone else held the key (``fn`` did not run, ``value``
-    is None); otherwise ``value`` is what ``fn`` returned."""
-
-    acquired: bool
-    value: T | None = None
 
 
 class Lease:
@@ -156,11 +145,6 @@ async def with_lease(
     return LeaseOutcome(True, value)
 
 
-def _instant(now: Callable[[], datetime] | None) -> datetime | None:
-    """The caller's current instant for ``p_now`` (None: the database's clock)."""
-    return None if now is None else aware(now(), "now()")
-
-
 def _open(db: Any) -> tuple[Database, bool]:
     if isinstance(db, str):
         # a DSN: one connection for this lease, closed with it, so nothing leaks per call
@@ -174,35 +158,3 @@ async def _release_quietly(held: Lease) -> None:
     except Exception:
         # never hide the block's own outcome; an unreleased lease expires by itself
         logger.exception("Releasing lease %r failed; it expires in %g s", held.key, held.seconds)
-
-
-def _check_key(key: Any) -> str:
-    if not isinstance(key, str) or not key:
-        raise invalid_request(f"A lease key must be a non-empty string, not {key!r}")
-    return _storable(key, "A lease key")
-
-
-def _check_scope(scope: Any) -> str:
-    if not isinstance(scope, str):
-        raise invalid_request(f"A lease scope must be a string, not {type(scope).__name__}")
-    return _storable(scope, "A lease scope")
-
-
-def _storable(text: str, what: str) -> str:
-    """``text`` when Postgres can index it: at most 255 characters (a btree entry holds 2704
-    bytes), no NUL, no lone surrogate; else ``invalid_request``, as for every lease key."""
-    if len(text) > MAX_LEASE_KEY:
-        raise invalid_request(f"{what} must be at most {MAX_LEASE_KEY} characters")
-    fault = text_fault(text)
-    if fault is not None:
-        raise invalid_request(f"{what} {fault}")
-    return text
-
-
-def _positive_seconds(value: Any) -> float:
-    result = as_seconds(value, "seconds")
-    if result <= 0:
-        raise validation_error(
-            "seconds must be more than 0", [{"message": "Must be > 0", "path": ["seconds"]}]
-        )
-    return result

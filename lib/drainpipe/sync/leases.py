@@ -1,6 +1,16 @@
-"""Leases for synchronous code: :func:`lease` (a context manager) and :func:`with_lease`,
-the twins of :func:`drainpipe.lease` and :func:`drainpipe.with_lease` (the same checks,
-statements and answers; :mod:`drainpipe.leases` explains the semantics)."""
+# generated from lib/drainpipe/leases.py by ./scripts/sync-twin: do not edit.
+# Change the async source (or tools/sync_twin.py) and run ./scripts/sync-twin again.
+"""Leases: one holder at a time per key, for work that must not run twice at once.
+
+    outcome = with_lease(db, "sync:acme", fn, seconds=60)   # fn(lease) runs only if acquired
+    with lease(db, "sync:acme") as held:                    # held is a Lease or None
+        ...
+
+A lease expires after ``seconds`` unless extended; the next caller then takes it over and
+the former holder's ``extend``/``release`` answer False. The SQL lives in
+``sql/idempotency.sql`` (``acquire_lease``, ``extend_lease``, ``release_lease``); the
+statements and row parsing in :mod:`drainpipe.ops.leases`.
+"""
 
 from __future__ import annotations
 
@@ -11,14 +21,14 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from ..db.sync import SyncDatabase, as_sync_database
-from ..leases import LeaseOutcome, _check_key, _check_scope, _instant, _positive_seconds
+from ..lease_rules import MAX_LEASE_KEY as MAX_LEASE_KEY
+from ..lease_rules import LeaseOutcome as LeaseOutcome
+from ..lease_rules import _check_key, _check_scope, _instant, _positive_seconds
 from ..ops import leases as ops
 
 T = TypeVar("T")
 
 logger = logging.getLogger("drainpipe.leases")
-
-__all__ = ["Lease", "LeaseOutcome", "lease", "with_lease"]
 
 
 class Lease:
@@ -48,7 +58,10 @@ class Lease:
         return self._lost or self._released
 
     def extend(self, seconds: float | timedelta | None = None) -> bool:
-        """Hold the lease for ``seconds`` (default: its own length) from now; False once lost."""
+        """Hold the lease for ``seconds`` (default: the lease's own length) from now.
+
+        False once the lease was lost: it expired and another caller took it over, or it
+        was released. Stop the work then; someone else may be doing it."""
         length = self.seconds if seconds is None else _positive_seconds(seconds)
         if self.lost:
             return False
@@ -84,15 +97,18 @@ def lease(
     *,
     now: Callable[[], datetime] | None = None,
 ) -> Iterator[Lease | None]:
-    """Hold the lease on ``key`` for the block: a :class:`Lease`, or ``None`` when another
-    holder has it. Released when the block ends or raises. ``db``: a DSN (one connection,
-    closed with the lease), a sync pool or connection (give leases an autocommit one: on a
-    connection inside a transaction the lease joins it, see docs/design-choices.md)."""
+    """Hold the lease on ``key`` for the block: yields a :class:`Lease`, or ``None`` when
+    another holder has it (the block then runs without it: check for ``None``).
+
+    The lease is released when the block ends or raises. ``db`` is a DSN (a connection is
+    opened and closed for this lease), a psycopg connection or pool, or a ``Database``.
+    ``seconds`` must be > 0; ``key`` a non-empty string of at most 255 characters.
+    ``now`` is the clock expiries are measured on (default: the database's); a test passes
+    one it moves instead of waiting a lease out. Use one clock for every holder of a key."""
     key = _check_key(key)
     length = _positive_seconds(seconds)
     scope = _check_scope(scope)
-    owned = isinstance(db, str)
-    database = SyncDatabase(db, max_size=1) if owned else as_sync_database(db)
+    database, owned = _open(db)
     try:
         holder = ops.parse_acquire(
             database.fetch(ops.ACQUIRE, ops.acquire_params(key, length, scope, _instant(now)))
@@ -104,10 +120,7 @@ def lease(
         try:
             yield held
         finally:
-            try:
-                held.release()
-            except Exception:  # never hide the block's outcome; the lease expires by itself
-                logger.exception("Releasing lease %r failed; it expires in %g s", key, length)
+            _release_quietly(held)
     finally:
         if owned:
             database.close()
@@ -123,9 +136,27 @@ def with_lease(
     now: Callable[[], datetime] | None = None,
 ) -> LeaseOutcome[T]:
     """Run ``fn(lease)`` only if the lease on ``key`` can be taken; release it afterwards.
-    ``LeaseOutcome(acquired=False)`` without calling ``fn`` when another holder has it."""
+
+    Returns ``LeaseOutcome(acquired=False)`` without calling ``fn`` when another holder has
+    the key (including a ``with_lease`` on the same key further up this call stack).
+    If ``fn`` raises, the lease is released and the exception propagates."""
     with lease(db, key, seconds, scope, now=now) as held:
         if held is None:
             return LeaseOutcome(False)
         value = fn(held)
     return LeaseOutcome(True, value)
+
+
+def _open(db: Any) -> tuple[SyncDatabase, bool]:
+    if isinstance(db, str):
+        # a DSN: one connection for this lease, closed with it, so nothing leaks per call
+        return SyncDatabase(db, max_size=1), True
+    return as_sync_database(db), False
+
+
+def _release_quietly(held: Lease) -> None:
+    try:
+        held.release()
+    except Exception:
+        # never hide the block's own outcome; an unreleased lease expires by itself
+        logger.exception("Releasing lease %r failed; it expires in %g s", held.key, held.seconds)

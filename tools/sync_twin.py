@@ -1,0 +1,303 @@
+"""Writes the generated modules of ``drainpipe.sync`` from their async sources.
+
+    python tools/sync_twin.py           # rewrite every generated module
+    python tools/sync_twin.py --check   # exit 1 and name the modules regenerating would change
+
+The async code is the truth; its sync twin is the same code with ``async``/``await`` taken
+out and a few names swapped (:data:`NAMES`, :data:`IMPORTS`), then sorted and formatted by
+ruff with the project's settings, so a committed twin equals what this writes.
+
+Why not the ``unasync`` package: it maps a directory onto another directory under the same
+file names and swaps single name tokens. The twins here live in one package under other
+names (``idempotency/store.py`` -> ``sync/idempotency_store.py``), their relative imports
+must be re-rooted from the new place, an import can move a name to another module
+(``drainpipe.db.Database`` -> ``drainpipe.db.sync.SyncDatabase``), and ``Awaitable[T]``
+becomes ``T``. Those four rules are short to write over the ``tokenize`` and ``ast``
+modules and hard to bolt onto unasync.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import io
+import re
+import subprocess
+import sys
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LIB = ROOT / "lib"
+COMMAND = "./scripts/sync-twin"
+
+#: async source -> generated sync twin, as module paths under lib/. The one place that
+#: names where each lives: a module that moves changes its row here, then the script runs.
+TWINS: dict[str, str] = {
+    "drainpipe/leases.py": "drainpipe/sync/leases.py",
+    # IDEMP
+    # INBOX
+}
+
+#: name tokens renamed in code (strings and comments are left alone)
+NAMES: dict[str, str] = {
+    "AsyncIterator": "Iterator",
+    "AsyncIterable": "Iterable",
+    "AsyncGenerator": "Generator",
+    "asynccontextmanager": "contextmanager",
+    "__aenter__": "__enter__",
+    "__aexit__": "__exit__",
+    "__aiter__": "__iter__",
+    "__anext__": "__next__",
+    "StopAsyncIteration": "StopIteration",
+    "aclose": "close",
+}
+
+#: (module, name) imported by an async source -> where its sync twin imports it from, and
+#: under which name; None drops the import (the name is unwrapped or unused once sync)
+IMPORTS: dict[tuple[str, str], tuple[str, str] | None] = {
+    ("drainpipe.db", "Database"): ("drainpipe.db.sync", "SyncDatabase"),
+    ("drainpipe.db", "as_database"): ("drainpipe.db.sync", "as_sync_database"),
+    ("contextlib", "asynccontextmanager"): ("contextlib", "contextmanager"),
+    ("collections.abc", "AsyncIterator"): ("collections.abc", "Iterator"),
+    ("collections.abc", "AsyncIterable"): ("collections.abc", "Iterable"),
+    ("collections.abc", "AsyncGenerator"): ("collections.abc", "Generator"),
+    ("collections.abc", "Awaitable"): None,
+    ("typing", "Awaitable"): None,
+}
+
+# a name an import renames is renamed where the code uses it too
+NAMES.update(
+    {name: new[1] for (_, name), new in IMPORTS.items() if new is not None and new[1] != name}
+)
+
+#: ``module.attribute`` calls with another module's in sync code: (module to import, text)
+CALLS: dict[str, tuple[str, str]] = {
+    "asyncio.sleep": ("time", "time.sleep"),
+}
+
+#: generic types whose sync twin is their argument: ``Awaitable[T]`` -> ``T``
+UNWRAPPED = frozenset({"Awaitable"})
+
+#: in docstrings, the examples lose their async words too
+_DOC_WORDS = re.compile(r"\bawait (?=\S)|\basync (?=def |with |for )")
+
+
+@dataclass(frozen=True)
+class Twin:
+    source: Path
+    target: Path
+    text: str
+
+
+def module_name(path: str) -> str:
+    parts = path.removesuffix(".py").split("/")
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def package_of(path: str) -> str:
+    return ".".join(path.split("/")[:-1])
+
+
+def _absolute(module: str | None, level: int, package: str) -> str:
+    if level == 0:
+        return module or ""
+    base = package.split(".")
+    if level > 1:
+        base = base[: len(base) - (level - 1)]
+    return ".".join([*base, module] if module else base)
+
+
+def _relative(module: str, package: str) -> str:
+    """``module`` as seen from ``package``: relative inside drainpipe, absolute outside."""
+    if module.split(".")[0] != package.split(".")[0]:
+        return module
+    mine, theirs = package.split("."), module.split(".")
+    common = 0
+    while common < min(len(mine), len(theirs)) and mine[common] == theirs[common]:
+        common += 1
+    return "." * (len(mine) - common + 1) + ".".join(theirs[common:])
+
+
+def _rewrite_import(node: ast.ImportFrom, source_package: str, target_package: str) -> str:
+    module = _absolute(node.module, node.level, source_package)
+    moved_modules = {module_name(a): module_name(s) for a, s in TWINS.items()}
+    groups: dict[str, list[str]] = {}
+    for alias in node.names:
+        destination: tuple[str, str] | None = (module, alias.name)
+        if (module, alias.name) in IMPORTS:
+            destination = IMPORTS[(module, alias.name)]
+        elif module in moved_modules:
+            destination = (moved_modules[module], alias.name)
+        if destination is None:
+            continue
+        new_module, new_name = destination
+        as_name = alias.asname
+        if as_name is not None and as_name == alias.name:
+            as_name = new_name  # ``X as X`` (a re-export) stays one under the new name
+        groups.setdefault(new_module, []).append(
+            new_name if as_name is None else f"{new_name} as {as_name}"
+        )
+    indent = " " * node.col_offset
+    lines = [
+        f"{indent}from {_relative(m, target_package)} import {', '.join(names)}"
+        for m, names in groups.items()
+    ]
+    return "\n".join(lines) if lines else f"{indent}pass" if node.col_offset else ""
+
+
+def _replace_imports(text: str, source: str, target: str) -> str:
+    tree = ast.parse(text)
+    lines = text.splitlines(keepends=True)
+    edits = [
+        (node.lineno, node.end_lineno or node.lineno, node)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+    ]
+    for first, last, node in sorted(edits, key=lambda e: e[0], reverse=True):
+        new = _rewrite_import(node, package_of(source), package_of(target))
+        lines[first - 1 : last] = [new + "\n"] if new else []
+    return "".join(lines)
+
+
+def _offsets(text: str) -> list[int]:
+    starts = [0]
+    for line in text.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    return starts
+
+
+def _unasync_tokens(text: str) -> tuple[str, set[str]]:
+    """``text`` without ``async``/``await``, with :data:`NAMES`, :data:`CALLS` and
+    :data:`UNWRAPPED` applied; also the modules the swapped calls need imported."""
+    tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    starts = _offsets(text)
+
+    def at(position: tuple[int, int]) -> int:
+        return starts[position[0] - 1] + position[1]
+
+    edits: list[tuple[int, int, str]] = []
+    needed: set[str] = set()
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
+        following = tokens[index + 1] if index + 1 < len(tokens) else None
+        if token.type == tokenize.NAME and token.string in ("async", "await"):
+            # the keyword and the space after it: ``print(await x)`` -> ``print(x)``
+            end = at(following.start) if following is not None else at(token.end)
+            edits.append((at(token.start), end, ""))
+        elif token.type == tokenize.NAME and token.string in UNWRAPPED and _opens(tokens, index):
+            close = _matching(tokens, index + 1)
+            edits.append((at(token.start), at(tokens[index + 1].end), ""))
+            edits.append((at(tokens[close].start), at(tokens[close].end), ""))
+        elif token.type == tokenize.NAME and token.string in NAMES:
+            edits.append((at(token.start), at(token.end), NAMES[token.string]))
+        elif token.type == tokenize.NAME and index + 2 < len(tokens):
+            dotted = f"{token.string}.{tokens[index + 2].string}"
+            if following is not None and following.string == "." and dotted in CALLS:
+                module, replacement = CALLS[dotted]
+                needed.add(module)
+                edits.append((at(token.start), at(tokens[index + 2].end), replacement))
+                index += 2
+        elif token.type == tokenize.STRING and _DOC_WORDS.search(token.string):
+            edits.append((at(token.start), at(token.end), _DOC_WORDS.sub("", token.string)))
+        index += 1
+    for start, end, new in sorted(edits, reverse=True):
+        text = text[:start] + new + text[end:]
+    return text, needed
+
+
+def _opens(tokens: list[tokenize.TokenInfo], index: int) -> bool:
+    return index + 1 < len(tokens) and tokens[index + 1].string == "["
+
+
+def _matching(tokens: list[tokenize.TokenInfo], opening: int) -> int:
+    depth = 0
+    for index in range(opening, len(tokens)):
+        if tokens[index].string == "[":
+            depth += 1
+        elif tokens[index].string == "]":
+            depth -= 1
+            if depth == 0:
+                return index
+    raise ValueError(f"unbalanced [ at line {tokens[opening].start[0]}")
+
+
+def _with_imports(text: str, modules: set[str]) -> str:
+    """``import time`` and the like after ``from __future__ import annotations``."""
+    if not modules:
+        return text
+    anchor = "from __future__ import annotations\n"
+    if anchor not in text:
+        raise ValueError("a twinned source must start with `from __future__ import annotations`")
+    added = "".join(f"import {m}\n" for m in sorted(modules))
+    return text.replace(anchor, anchor + "\n" + added, 1)
+
+
+def _header(source: str) -> str:
+    return (
+        f"# generated from lib/{source} by {COMMAND}: do not edit.\n"
+        f"# Change the async source (or tools/sync_twin.py) and run {COMMAND} again.\n"
+    )
+
+
+def _ruff(text: str, target: str) -> str:
+    """``text`` with its imports sorted and pruned and formatted, as the project's ruff
+    settings would leave the file at ``target`` (the path picks pyproject.toml's config)."""
+    name = str(LIB / target)
+    for command in (
+        ["check", "--fix", "--select", "I,F401", "--quiet", "--exit-zero"],
+        ["format", "--quiet"],
+    ):
+        text = subprocess.run(
+            [sys.executable, "-m", "ruff", *command, "--stdin-filename", name, "-"],
+            input=text,
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+        ).stdout
+    return text
+
+
+def generate(source: str, target: str) -> str:
+    """The sync twin of ``lib/<source>`` as it is written to ``lib/<target>``."""
+    text = (LIB / source).read_text()
+    text = _replace_imports(text, source, target)
+    text, modules = _unasync_tokens(text)
+    text = _with_imports(text, modules)
+    return _ruff(_header(source) + text, target)
+
+
+def twins() -> list[Twin]:
+    return [Twin(LIB / s, LIB / t, generate(s, t)) for s, t in TWINS.items()]
+
+
+def stale() -> list[str]:
+    """The generated modules whose committed text differs from what this would write."""
+    return [
+        str(twin.target.relative_to(ROOT))
+        for twin in twins()
+        if not twin.target.exists() or twin.target.read_text() != twin.text
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if stale")
+    options = parser.parse_args(argv)
+    if options.check:
+        changed = stale()
+        for path in changed:
+            print(f"stale: {path} (run {COMMAND})")
+        return 1 if changed else 0
+    for twin in twins():
+        if not twin.target.exists() or twin.target.read_text() != twin.text:
+            twin.target.write_text(twin.text)
+            print(f"wrote {twin.target.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
