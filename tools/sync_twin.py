@@ -36,7 +36,7 @@ COMMAND = "./scripts/sync-twin"
 #: names where each lives: a module that moves changes its row here, then the script runs.
 TWINS: dict[str, str] = {
     "drainpipe/leases.py": "drainpipe/sync/leases.py",
-    # IDEMP
+    "drainpipe/idempotency/store.py": "drainpipe/sync/idempotency_store.py",
     # INBOX
 }
 

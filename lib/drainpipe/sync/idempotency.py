@@ -4,101 +4,38 @@ wrapper (Flask, Django, any WSGI app) and the three steps a framework hook needs
 ``drainpipe.contrib.django`` is built on them).
 
 The options, checks and decisions are :class:`~drainpipe.idempotency.rules.IdempotencyRules`,
-shared with the async :class:`drainpipe.Idempotency`: the same request answers the same
-status, code, body and ``Idempotency-Replayed`` header under both.
+shared with the async :class:`drainpipe.Idempotency`; ``begin``, ``complete``, ``release``,
+``purge`` and the settling of a request come from :mod:`drainpipe.sync.idempotency_store`,
+generated from the async :mod:`drainpipe.idempotency.store`. The same request answers the
+same status, code, body and ``Idempotency-Replayed`` header under both.
 """
 
 from __future__ import annotations
 
 import io
-import logging
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timedelta
 from http import HTTPStatus
 from typing import Any
 
-from ..db.sync import as_sync_database
 from ..errors import DrainpipeError
-from ..http import Headers, ProblemFormatter, Response, body_incomplete
+from ..http import Headers, Response, body_incomplete
 from ..http_guards import body_too_large, declared_too_large
-from ..idempotency.keys import DEFAULT_MAX_BODY_BYTES, fingerprint
-from ..idempotency.rules import IdempotencyRules, ScopeOption, _Claim, _warn_taken_over
+from ..idempotency.keys import fingerprint
+from ..idempotency.rules import _Claim
 from ..models import Begin
-from ..ops import idempotency as ops
+from .idempotency_store import IdempotencyStore
 
 __all__ = ["Begin", "Idempotency"]
-
-logger = logging.getLogger("drainpipe.idempotency")
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
-class Idempotency(IdempotencyRules):
+class Idempotency(IdempotencyStore):
     """The twin of :class:`drainpipe.Idempotency` on a DSN, a sync pool or a connection.
 
     Options as there; ``scope`` may be a callable, which gets the framework's request
     (the WSGI environ under :meth:`wrap_wsgi`, Django's ``HttpRequest`` in the middleware).
     """
-
-    def __init__(
-        self,
-        db: Any,
-        *,
-        ttl: float | timedelta = timedelta(hours=24),
-        lock: float | timedelta = 60,
-        required: bool = False,
-        header: str = "Idempotency-Key",
-        scope: ScopeOption = None,
-        problem: ProblemFormatter | None = None,
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-        now: Callable[[], datetime] | None = None,
-        anonymous: bool = False,
-        scope_key: str | bytes | None = None,
-    ) -> None:
-        super().__init__(
-            ttl=ttl,
-            lock=lock,
-            required=required,
-            header=header,
-            scope=scope,
-            problem=problem,
-            max_body_bytes=max_body_bytes,
-            now=now,
-            anonymous=anonymous,
-            scope_key=scope_key,
-        )
-        self.db = as_sync_database(db)
-
-    # -- low level -----------------------------------------------------------------------
-
-    def begin(self, key: str, fingerprint: str, scope: str = "") -> Begin:
-        """Claim ``key`` for a request with this fingerprint (see :class:`~drainpipe.Begin`)."""
-        return ops.parse_begin(
-            self.db.fetch(ops.BEGIN, self._begin_params(key, fingerprint, scope))
-        )
-
-    def complete(
-        self,
-        key: str,
-        holder: str,
-        status: int,
-        body: Any,
-        scope: str = "",
-        *,
-        content_type: str | None = None,
-    ) -> bool:
-        """Store the response for later replays; False when ``holder`` lost the key."""
-        params = self._complete_params(key, holder, status, body, scope, content_type)
-        return False if params is None else ops.parse_complete(self.db.fetch(ops.COMPLETE, params))
-
-    def release(self, key: str, holder: str, scope: str = "") -> bool:
-        """Forget the running key so a retry runs again; False when ``holder`` lost it."""
-        params = self._release_params(key, holder, scope)
-        return False if params is None else ops.parse_release(self.db.fetch(ops.RELEASE, params))
-
-    def purge(self, *, batch: int = 10_000) -> int:
-        """Delete up to ``batch`` expired keys; returns how many."""
-        return ops.parse_purge(self.db.fetch(ops.PURGE, self._purge_params(batch)))
 
     def close(self) -> None:
         """Close the pool opened for a DSN (a pool or connection you gave stays open)."""
@@ -148,28 +85,11 @@ class Idempotency(IdempotencyRules):
     ) -> Response | None:
         """Store a 2xx-4xx response (release the key after a 1xx/5xx). None: send the
         handler's response; a Response: send that instead (too large to store: a 500)."""
-        refusal = self._storable_or_refusal(claim, status, len(body), path)
-        if refusal is not False:
-            self.abandon(claim)
-            return refusal
-        try:
-            stored = self.complete(
-                claim.key, claim.holder, status, body, claim.scope, content_type=content_type
-            )
-        except DrainpipeError:
-            # the handler ran: the client should still get its answer; the lock runs out
-            logger.exception("Idempotency key %r: storing the response failed", claim.key)
-            return None
-        if not stored:
-            _warn_taken_over(claim)
-        return None
+        return self._settle(claim, status, body, content_type, path)
 
     def abandon(self, claim: _Claim) -> None:
         """Release the key after the handler raised (a retry runs it again)."""
-        try:
-            self.release(claim.key, claim.holder, claim.scope)
-        except Exception:  # the handler's error matters more; the lock runs out by itself
-            logger.exception("Idempotency key %r: releasing the key failed", claim.key)
+        self._release_quietly(claim)
 
     def _scope_for(self, original: Any, headers: Headers) -> str:
         if self.scope is None:
