@@ -37,7 +37,9 @@ COMMAND = "./scripts/sync-twin"
 TWINS: dict[str, str] = {
     "drainpipe/leases.py": "drainpipe/sync/leases.py",
     "drainpipe/idempotency/store.py": "drainpipe/sync/idempotency_store.py",
-    # INBOX
+    "drainpipe/inbox/claimed.py": "drainpipe/sync/inbox_claimed.py",
+    "drainpipe/inbox/store.py": "drainpipe/sync/inbox_store.py",
+    "drainpipe/inbox/source.py": "drainpipe/sync/inbox_source.py",
 }
 
 #: name tokens renamed in code (strings and comments are left alone)

@@ -23,6 +23,8 @@ PAIRS: list[tuple[str, Any, Any]] = [
     ("Queue", drainpipe.Queue, sync.Queue),
     ("Idempotency", drainpipe.Idempotency, sync.Idempotency),
     ("WebhookInbox", drainpipe.WebhookInbox, sync.WebhookInbox),
+    # what a webhook handler gets: checkpoint without await in the sync twin
+    ("WebhookMessage", drainpipe.WebhookMessage, sync.WebhookMessage),
     ("ManagementClient", drainpipe.ManagementClient, sync.ManagementClient),
     ("Lease", drainpipe.Lease, sync.Lease),
     # a handler's job: the durable step calls, without await in the sync twin

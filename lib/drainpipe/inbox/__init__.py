@@ -7,7 +7,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .messages import InboxEntry, Stored, WebhookMessage
+from .claimed import WebhookMessage
+from .messages import InboxEntry, Stored
 
 if TYPE_CHECKING:
     from .service import WebhookInbox

@@ -1,11 +1,11 @@
-"""What the webhook inbox hands out and stores: messages, entries, and the checks of the
-text it stores."""
+"""What the webhook inbox stores and lists (entries, ``Stored``) and the checks of the text
+it stores; the claimed message a handler gets is :mod:`.claimed`."""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
@@ -16,7 +16,6 @@ log = logging.getLogger("drainpipe.inbox")
 
 InboxStatus = Literal["pending", "processing", "processed", "dead"]
 STATUSES: Final = ("pending", "processing", "processed", "dead")
-Handler = Callable[["WebhookMessage"], Any]
 
 _THIRTY_DAYS = timedelta(days=30)
 
@@ -51,92 +50,6 @@ class InboxEntry:
     tenant: str | None
     received_at: datetime
     processed_at: datetime | None
-
-
-class WebhookMessage:
-    """A claimed message as the handler sees it.
-
-    ``attempts`` is 1 on the first run; ``progress`` is what earlier attempts saved with
-    :meth:`checkpoint` (``{}`` at first).
-    """
-
-    __slots__ = (
-        "_save",
-        "attempts",
-        "headers",
-        "id",
-        "max_attempts",
-        "message_id",
-        "payload",
-        "progress",
-        "received_at",
-        "source",
-        "tenant",
-        "type",
-    )
-
-    def __init__(
-        self,
-        *,
-        id: int,
-        source: str,
-        message_id: str,
-        type: str | None,
-        payload: Any,
-        headers: dict[str, str],
-        attempts: int,
-        max_attempts: int,
-        received_at: datetime,
-        tenant: str | None,
-        progress: dict[str, Any],
-        save: Callable[[WebhookMessage, dict[str, Any]], Awaitable[bool]] | None = None,
-    ) -> None:
-        self.id = id
-        self.source = source
-        self.message_id = message_id
-        self.type = type
-        self.payload = payload
-        self.headers = headers
-        self.attempts = attempts
-        self.max_attempts = max_attempts
-        self.received_at = received_at
-        self.tenant = tenant
-        self.progress = progress
-        self._save = save
-
-    async def checkpoint(self, fields: Mapping[str, Any]) -> bool:
-        """Shallow-merge ``fields`` into the stored progress; a later attempt (after a failure
-        or a crash) reads them as ``message.progress``. False once another worker took the
-        message over (nothing is saved then). Field names must be strings and values JSON
-        (``validation`` otherwise, nothing saved); tuples come back as lists, as stored."""
-        if not isinstance(fields, Mapping):
-            raise validation_error(
-                "checkpoint(fields) takes a mapping",
-                [{"message": "Expected a mapping", "path": ["fields"]}],
-            )
-        for name in fields:
-            # json.dumps would store 1 as "1" and None as "null": a later attempt would not
-            # find the field under the name it was saved with
-            if not isinstance(name, str):
-                raise validation_error(
-                    f"checkpoint field names must be strings, not {name!r}",
-                    [{"message": "Expected a string", "path": ["fields", name]}],
-                )
-        # what is stored, so progress now equals what the next attempt reads
-        merged = json.loads(_json_text(dict(fields), "fields"))
-        if self._save is None:
-            self.progress.update(merged)
-            return True
-        saved = await self._save(self, merged)
-        if saved:
-            self.progress.update(merged)
-        return saved
-
-    def __repr__(self) -> str:
-        return (
-            f"WebhookMessage(id={self.id}, source={self.source!r}, message_id={self.message_id!r},"
-            f" type={self.type!r}, attempts={self.attempts}/{self.max_attempts})"
-        )
 
 
 # -- pure pieces ---------------------------------------------------------------------------

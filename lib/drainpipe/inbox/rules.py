@@ -200,6 +200,29 @@ class InboxRules:
             raw,
         )
 
+    def _process_options(
+        self,
+        batch: Any,
+        lease: float | timedelta | Callable[[], float],
+        heartbeat_every: float | None,
+    ) -> tuple[int, float | Callable[[], float], float | None]:
+        """``process``'s checked batch size, lease (seconds, or a callable the drain route
+        re-reads at each claim and beat) and heartbeat interval (None: half the lease)."""
+        size = positive_int(batch, "batch")
+        if callable(lease):
+            return size, lease, self._heartbeat_every(heartbeat_every)
+        length = seconds(lease, "lease")
+        if length <= 0:
+            raise validation_error(
+                "lease must be more than 0 seconds",
+                [{"message": "Must be > 0", "path": ["lease"]}],
+            )
+        return size, length, self._heartbeat_every(heartbeat_every)
+
+    @staticmethod
+    def _heartbeat_every(value: float | None) -> float | None:
+        return None if value is None else seconds(value, "heartbeat_every", minimum=0.001)
+
     def _list_params(self, tenant: Any, status: Any, limit: Any) -> Params:
         tenant_text = None if tenant is None else _text(tenant, "tenant", required=True)
         if status is not None and status not in STATUSES:

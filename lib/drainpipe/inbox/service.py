@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timedelta
+from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
-from ..db import as_database
 from ..engine.core import run_deadline
 from ..engine.runner import ClaimableSource, OnError, Runner
-from ..errors import DrainpipeError, validation_error
+from ..errors import DrainpipeError
 from ..http import (
     Receive,
     Request,
@@ -35,23 +34,14 @@ from ..http import (
     run_asgi,
 )
 from ..models import WorkReport
-from ..ops import inbox as ops
-from ..ops._types import Params
 from ..telemetry import SYSTEM as TELEMETRY_SYSTEM
 from ..telemetry import active_telemetry
-from ..validation import positive_int, seconds
-from .messages import (
-    MISSING,
-    InboxEntry,
-    Stored,
-    WebhookMessage,
-    _json_text,
-    _Missing,
-)
-from .rules import InboxRules, InboxStatus
+from ..validation import seconds
+from .claimed import WebhookMessage
+from .messages import MISSING, Stored
 from .source import _InboxSource
+from .store import InboxStore
 from .verify import (
-    Verify,
     call_verify,
     parse_body,
     payload_text,
@@ -69,7 +59,7 @@ _THIRTY_DAYS = timedelta(days=30)
 # -- the inbox -----------------------------------------------------------------------------
 
 
-class WebhookInbox(InboxRules):
+class WebhookInbox(InboxStore):
     """Webhooks of one ``source``, stored once and processed later.
 
     * ``secrets``: one ``whsec_`` secret or several (rotation: any may match), for Standard
@@ -84,39 +74,6 @@ class WebhookInbox(InboxRules):
     * ``worker``: this process's id in the locks (default ``worker-<8 hex>``).
     * ``app``: the sending application (``"stripe"``), named in agent inbox envelopes.
     """
-
-    def __init__(
-        self,
-        db: Any,
-        *,
-        source: str,
-        secrets: str | Iterable[str] | None = None,
-        verify: Verify | None = None,
-        type_of: Callable[[Any], str | None] | None = None,
-        tenant_of: Callable[[Any], str | None] | None = None,
-        keep_headers: Iterable[str] = (),
-        max_attempts: int = 8,
-        max_body_bytes: int = 1_048_576,
-        worker: str | None = None,
-        problem: Callable[[dict[str, Any], DrainpipeError], dict[str, Any]] | None = None,
-        now: Callable[[], datetime] | None = None,
-        app: str | None = None,
-    ) -> None:
-        super().__init__(
-            source=source,
-            secrets=secrets,
-            verify=verify,
-            type_of=type_of,
-            tenant_of=tenant_of,
-            keep_headers=keep_headers,
-            max_attempts=max_attempts,
-            max_body_bytes=max_body_bytes,
-            worker=worker,
-            problem=problem,
-            now=now,
-            app=app,
-        )
-        self._db = as_database(db)
 
     # -- HTTP ----------------------------------------------------------------------------
 
@@ -178,32 +135,6 @@ class WebhookInbox(InboxRules):
         params = self._delivery_params(message_id, payload, text, tenant, request.headers, body)
         return await self._receive(params)
 
-    # -- storage -------------------------------------------------------------------------
-
-    async def store(
-        self,
-        *,
-        id: str,
-        payload: Any,
-        type: str | _Missing | None = MISSING,
-        tenant: str | _Missing | None = MISSING,
-        headers: Mapping[str, str] | None = None,
-        verified: bool = False,
-    ) -> Stored:
-        """Store an event that was verified elsewhere (e.g. by a provider's SDK).
-
-        ``verified=True`` says its signature was checked (agent inbox envelopes show it;
-        false by default). ``type``/``tenant`` default to ``type_of(payload)``/
-        ``tenant_of(payload)`` when not passed (passing ``None`` stores none). Returns ``Stored(id, duplicate)``; a duplicate
-        (same source, tenant and id) keeps the first payload.
-        """
-        params = self._store_params(id, payload, type, tenant, headers, verified)
-        return await self._receive(params)
-
-    async def _receive(self, params: Params) -> Stored:
-        stored_id, duplicate = ops.parse_receive(await self._db.fetch(ops.RECEIVE, params))
-        return Stored(id=stored_id, duplicate=duplicate)
-
     # -- processing ----------------------------------------------------------------------
 
     async def process(
@@ -258,21 +189,7 @@ class WebhookInbox(InboxRules):
         a lease re-read at each claim and beat and ``retry_unreached=False``)."""
         if not callable(handler):
             raise TypeError("handler must be callable: async def handler(message)")
-        batch = positive_int(batch, "batch")
-        if callable(lease):
-            lease_seconds: float | Callable[[], float] = lease
-        else:
-            lease_seconds = seconds(lease, "lease")
-            if lease_seconds <= 0:
-                raise validation_error(
-                    "lease must be more than 0 seconds",
-                    [{"message": "Must be > 0", "path": ["lease"]}],
-                )
-        every = (
-            None
-            if heartbeat_every is None
-            else seconds(heartbeat_every, "heartbeat_every", minimum=0.001)
-        )
+        batch, lease_seconds, every = self._process_options(batch, lease, heartbeat_every)
         loop = asyncio.get_running_loop()
         source: ClaimableSource[Any] = _InboxSource(self, handler)
         if (otel := active_telemetry()) is not None:  # chosen once per run
@@ -288,59 +205,3 @@ class WebhookInbox(InboxRules):
             heartbeat_every=every,
             retry_unreached=retry_unreached,
         )
-
-    def _message(self, row: tuple[Any, ...]) -> WebhookMessage:
-        (id_, source, message_id, event_type, payload, headers, attempts, max_attempts,
-         received_at, tenant, checkpoint) = row  # fmt: skip
-        return WebhookMessage(
-            id=id_,
-            source=source,
-            message_id=message_id,
-            type=event_type,
-            payload=payload,
-            headers=dict(headers or {}),
-            attempts=attempts,
-            max_attempts=max_attempts,
-            received_at=received_at,
-            tenant=tenant,
-            progress=dict(checkpoint or {}),
-            save=self._checkpoint,
-        )
-
-    async def _checkpoint(self, message: WebhookMessage, fields: dict[str, Any]) -> bool:
-        params = ops.checkpoint_params(
-            message.id, self.worker, message.attempts, _json_text(fields, "fields")
-        )
-        return ops.parse_flag(await self._db.fetch(ops.CHECKPOINT, params))
-
-    # -- the delivery log ----------------------------------------------------------------
-
-    async def list(
-        self, *, tenant: str | None, status: InboxStatus | None = None, limit: int = 100
-    ) -> list[InboxEntry]:
-        """A tenant's messages of this source, newest first (``limit`` is capped at 1000).
-
-        ``tenant=None`` lists the messages stored without a tenant, never other tenants';
-        an empty string is refused (``validation``).
-        """
-        rows = await self._db.fetch(ops.LIST, self._list_params(tenant, status, limit))
-        return [InboxEntry(*row) for row in rows]
-
-    async def purge(
-        self,
-        *,
-        older_than: float | timedelta = _THIRTY_DAYS,
-        include_dead: bool = False,
-        tenant: str | None = None,
-        batch: int = 10000,
-    ) -> int:
-        """Delete up to ``batch`` messages of this source processed more than ``older_than``
-        ago (seconds or a timedelta) and, with ``include_dead``, dead ones received that long
-        ago; only ``tenant``'s when given. Pending and processing messages are never
-        deleted. Returns how many were deleted (call again while it returns ``batch``)."""
-        params = self._purge_params(older_than, include_dead, tenant, batch)
-        return ops.parse_purge(await self._db.fetch(ops.PURGE, params))
-
-    async def close(self) -> None:
-        """Close the connection pool the inbox opened for a DSN (yours stays open)."""
-        await self._db.close()

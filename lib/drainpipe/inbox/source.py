@@ -1,26 +1,22 @@
-"""The webhook inbox as a claimable source of the lease engine (:mod:`drainpipe.engine`)."""
+"""The webhook inbox as a claimable source of the lease engine (:mod:`drainpipe.engine`);
+``drainpipe.sync.inbox_source`` is its generated sync twin, which the sync ``process`` runs."""
 
 from __future__ import annotations
 
 import inspect
 import logging
 from collections.abc import Callable, Sequence
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any
 
 from ..ops import inbox as ops
-from .messages import WebhookMessage
+from .claimed import WebhookMessage
 
 if TYPE_CHECKING:
-    from .service import WebhookInbox
+    from .store import InboxStore
 
 log = logging.getLogger("drainpipe.inbox")
 
-InboxStatus = Literal["pending", "processing", "processed", "dead"]
-STATUSES: Final = ("pending", "processing", "processed", "dead")
 Handler = Callable[["WebhookMessage"], Any]
-
-_THIRTY_DAYS = timedelta(days=30)
 
 
 class _InboxSource:
@@ -33,7 +29,7 @@ class _InboxSource:
     concept = "inbox"
     log = log
 
-    def __init__(self, inbox: WebhookInbox, handler: Handler) -> None:
+    def __init__(self, inbox: InboxStore, handler: Handler) -> None:
         self.async_handler = inspect.iscoroutinefunction(handler)
         self.name = inbox.source
         self._inbox = inbox

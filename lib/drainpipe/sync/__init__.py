@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .idempotency import Idempotency
-    from .inbox import WebhookInbox
+    from .inbox import WebhookInbox, WebhookMessage
     from .jobs import Jobs, Queue
     from .leases import Lease, lease, with_lease
     from .management import ManagementClient
@@ -42,6 +42,7 @@ __all__ = [
     "SyncHandler",
     "SyncOnError",
     "WebhookInbox",
+    "WebhookMessage",
     "lease",
     "with_lease",
 ]
@@ -56,6 +57,7 @@ _EXPORTS = {
     "SyncHandler": "worker",
     "SyncOnError": "worker",
     "WebhookInbox": "inbox",
+    "WebhookMessage": "inbox",
     "lease": "leases",
     "with_lease": "leases",
 }

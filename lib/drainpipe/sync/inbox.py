@@ -1,78 +1,47 @@
-"""The webhook inbox for synchronous views: :meth:`WebhookInbox.receive` takes the headers
-and body a Flask or Django view has and answers ``(status, headers, body)``; ``store``,
-``list`` and ``purge`` as the async inbox has them.
+"""The webhook inbox for synchronous code: :meth:`WebhookInbox.receive` takes the headers
+and body a Flask or Django view has and answers ``(status, headers, body)``;
+:meth:`WebhookInbox.process` runs plain-function handlers on the caller's thread.
 
-Verification (Standard Webhooks, or your ``verify``), the checks and the statements are
-the async :class:`drainpipe.WebhookInbox`'s (:mod:`drainpipe.inbox.verify`,
-:class:`~drainpipe.inbox.rules.InboxRules`, :mod:`drainpipe.ops.inbox`), so a delivery
-gets the same answer under both. Processing stays with the async inbox (``process``) or a
-drain route; this twin is for the request path.
+``store``, ``list``, ``purge``, ``close`` and the claimed message come from the generated
+twins of the async modules (:mod:`drainpipe.sync.inbox_store`,
+:mod:`drainpipe.sync.inbox_claimed`, :mod:`drainpipe.sync.inbox_source`); verification
+(Standard Webhooks, or your ``verify``) and the checks are the async inbox's
+(:mod:`drainpipe.inbox.verify`, :class:`~drainpipe.inbox.rules.InboxRules`), so a delivery
+gets the same answer under both. This module is the part a thread does differently.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timedelta
+import time
+from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
-from ..db.sync import as_sync_database
+from ..engine.core import run_deadline
 from ..errors import DrainpipeError
 from ..http import Headers, json_response, problem_response
-from ..inbox.messages import MISSING, InboxEntry, Stored, _Missing
-from ..inbox.rules import InboxRules, InboxStatus
+from ..inbox.messages import MISSING, InboxEntry, Stored
 from ..inbox.verify import (
-    Verify,
     _unauthorized,
     body_too_large,
     parse_body,
     payload_text,
     verify_signature,
 )
-from ..ops import inbox as ops
-from ..ops._types import Params
+from ..models import WorkReport
+from ..validation import seconds
+from .inbox_claimed import WebhookMessage
+from .inbox_source import Handler, _InboxSource
+from .inbox_store import InboxStore
+from .source_runner import SourceRunner, SyncSourceOnError
 
-__all__ = ["InboxEntry", "Stored", "WebhookInbox"]
-
-_THIRTY_DAYS = timedelta(days=30)
+__all__ = ["InboxEntry", "Stored", "WebhookInbox", "WebhookMessage"]
 
 
-class WebhookInbox(InboxRules):
+class WebhookInbox(InboxStore):
     """Webhooks of one ``source`` on a DSN, a sync pool or a connection; options as for
     :class:`drainpipe.WebhookInbox` (``verify`` must be a plain function here)."""
-
-    def __init__(
-        self,
-        db: Any,
-        *,
-        source: str,
-        secrets: str | Iterable[str] | None = None,
-        verify: Verify | None = None,
-        type_of: Callable[[Any], str | None] | None = None,
-        tenant_of: Callable[[Any], str | None] | None = None,
-        keep_headers: Iterable[str] = (),
-        max_attempts: int = 8,
-        max_body_bytes: int = 1_048_576,
-        worker: str | None = None,
-        problem: Callable[[dict[str, Any], DrainpipeError], dict[str, Any]] | None = None,
-        now: Callable[[], datetime] | None = None,
-        app: str | None = None,
-    ) -> None:
-        super().__init__(
-            source=source,
-            secrets=secrets,
-            verify=verify,
-            type_of=type_of,
-            tenant_of=tenant_of,
-            keep_headers=keep_headers,
-            max_attempts=max_attempts,
-            max_body_bytes=max_body_bytes,
-            worker=worker,
-            problem=problem,
-            now=now,
-            app=app,
-        )
-        self._db = as_sync_database(db)
 
     def receive(
         self, headers: Mapping[str, str], body: bytes, *, path: str | None = None
@@ -125,45 +94,43 @@ class WebhookInbox(InboxRules):
             )
         return result
 
-    def store(
+    def process(
         self,
+        handler: Handler,
         *,
-        id: str,
-        payload: Any,
-        type: str | _Missing | None = MISSING,
-        tenant: str | _Missing | None = MISSING,
-        headers: Mapping[str, str] | None = None,
-        verified: bool = False,
-    ) -> Stored:
-        """Store an event verified elsewhere; ``Stored(id, duplicate)``."""
-        return self._receive(self._store_params(id, payload, type, tenant, headers, verified))
-
-    def _receive(self, params: Params) -> Stored:
-        stored_id, duplicate = ops.parse_receive(self._db.fetch(ops.RECEIVE, params))
-        return Stored(id=stored_id, duplicate=duplicate)
-
-    def list(
-        self, *, tenant: str | None, status: InboxStatus | None = None, limit: int = 100
-    ) -> list[InboxEntry]:
-        """A tenant's messages of this source, newest first (at most 1000)."""
-        rows = self._db.fetch(ops.LIST, self._list_params(tenant, status, limit))
-        return [InboxEntry(*row) for row in rows]
-
-    def purge(
-        self,
-        *,
-        older_than: float | timedelta = _THIRTY_DAYS,
-        include_dead: bool = False,
-        tenant: str | None = None,
-        batch: int = 10000,
-    ) -> int:
-        """Delete up to ``batch`` processed (and, with ``include_dead``, dead) messages."""
-        params = self._purge_params(older_than, include_dead, tenant, batch)
-        return ops.parse_purge(self._db.fetch(ops.PURGE, params))
-
-    def close(self) -> None:
-        """Close the pool opened for a DSN (yours stays open)."""
-        self._db.close()
+        batch: int = 10,
+        lease: float | timedelta = 300,
+        budget: float | timedelta | None = None,
+        deadline: float | None = None,
+        on_error: SyncSourceOnError | None = None,
+        heartbeat_every: float | None = None,
+    ) -> WorkReport:
+        """Claim and handle messages until none is due or the budget is spent, as
+        :meth:`drainpipe.WebhookInbox.process` does, with a plain ``handler(message)``
+        (its ``message.checkpoint(fields)`` needs no ``await``) and a plain
+        ``on_error(error, message)``. ``deadline`` is a ``time.monotonic()`` time. A
+        handler running when its lease is lost runs to its end; its outcome is dropped
+        and reported as ``LEASE_LOST`` (:mod:`drainpipe.sync.source_runner`)."""
+        if not callable(handler):
+            raise TypeError("handler must be callable: def handler(message)")
+        if inspect.iscoroutinefunction(handler):
+            raise TypeError(
+                "drainpipe.sync processes with plain functions; an async handler belongs to "
+                "drainpipe.WebhookInbox.process"
+            )
+        size, length, every = self._process_options(batch, lease, heartbeat_every)
+        assert not callable(length)  # only the async drain route passes a callable lease
+        runner = SourceRunner(
+            _InboxSource(self, handler),
+            batch=size,
+            lease=length,
+            deadline=run_deadline(
+                time.monotonic(), None if budget is None else seconds(budget, "budget"), deadline
+            ),
+            on_error=on_error,
+            heartbeat_every=every,
+        )
+        return runner.run()
 
     def __enter__(self) -> WebhookInbox:
         return self
