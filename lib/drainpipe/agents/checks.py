@@ -4,6 +4,7 @@ stable code when wrong (docs/reference.md section 11: ``max`` 1..10, ``wait`` 0.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from ..errors import DrainpipeError
@@ -108,3 +109,37 @@ def path_parts(value: Any, name: str) -> list[str]:
     if any(not part for part in parts):
         raise bad_parameter(name, f"{name} must be a dotted body path such as data.severity")
     return parts
+
+
+Filters = tuple[str | None, str | None, str | None, str | None]
+
+
+def filters_of(type: Any, source: Any, subscription: Any, correlation: Any) -> Filters:
+    return (
+        optional_name(type, "type"),
+        optional_name(source, "source"),
+        optional_name(subscription, "subscription"),
+        optional_name(correlation, "correlation"),
+    )
+
+
+def view_paths_of(value: Any) -> dict[str, list[str]] | None:
+    """``["data.amount"]`` (keys are the paths) or ``{"amount": "data.amount"}``."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [value]
+    if isinstance(value, Mapping):
+        pairs = list(value.items())
+    elif isinstance(value, Iterable):
+        pairs = [(path, path) for path in value]
+    else:
+        raise bad_parameter("view_paths", "view_paths must be a list of body paths or a mapping")
+    paths: dict[str, list[str]] = {}
+    for name, path in pairs:
+        if not isinstance(name, str) or not name or text_fault(name) is not None:
+            raise bad_parameter("view_paths", "view_paths names must be text")
+        paths[name] = path_parts(path, "view_paths")
+    if not paths or len(paths) > 100:
+        raise bad_parameter("view_paths", "view_paths must name 1 to 100 paths")
+    return paths
