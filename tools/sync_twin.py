@@ -40,6 +40,8 @@ TWINS: dict[str, str] = {
     "drainpipe/inbox/claimed.py": "drainpipe/sync/inbox_claimed.py",
     "drainpipe/inbox/store.py": "drainpipe/sync/inbox_store.py",
     "drainpipe/inbox/source.py": "drainpipe/sync/inbox_source.py",
+    "drainpipe/agents/store.py": "drainpipe/sync/agents_store.py",
+    "drainpipe/agents/reads.py": "drainpipe/sync/agents_reads.py",
 }
 
 #: name tokens renamed in code (strings and comments are left alone)

@@ -76,6 +76,7 @@ def test_import_drainpipe_sync_is_light_and_loads_no_asyncio() -> None:
     modules = imported_modules(
         "import drainpipe.sync\n"
         "from drainpipe.sync import Idempotency, Jobs, Lease, WebhookInbox, lease, with_lease\n"
+        "from drainpipe.sync import AgentInbox, AgentInboxes, WebhookMessage\n"
         "from drainpipe.contrib.django import IdempotencyMiddleware\n"
     )
     assert "drainpipe" in modules  # the parse works
@@ -108,8 +109,14 @@ with sync.Idempotency({db_url!r}) as idem:
     assert idem.complete("k", begun.holder, 200, b"ok")
 with sync.lease({db_url!r}, "k") as held:
     assert held is not None and held.extend()
-with sync.WebhookInbox({db_url!r}, source="s") as inbox:
-    assert not inbox.store(id="1", payload={{}}).duplicate
+with sync.AgentInboxes({db_url!r}, lease_secret="s" * 16) as agents:
+    inbox_id = agents.create("support")
+    agents.subscribe(inbox_id, "s")
+    with sync.WebhookInbox({db_url!r}, source="s") as inbox:
+        assert not inbox.store(id="1", payload={{}}).duplicate
+        assert inbox.process(lambda message: message.checkpoint({{"n": 1}})).succeeded == 1
+    [event] = agents.inbox(inbox_id).next(wait=0.2)
+    assert agents.ack(event.id, event.lease_id)
 print("ok")
 """
     result = subprocess.run(  # noqa: S603 - our own interpreter, fixed arguments

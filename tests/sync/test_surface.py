@@ -1,5 +1,6 @@
-"""The two twins offer one API: every public call of the async objects exists in
-``drainpipe.sync`` with the same parameters and defaults, except where docs/sync.md's table
+"""The two twins offer one API: every public call of the async objects (and each
+constructor, named ``Class.__init__``) exists in ``drainpipe.sync`` with the same
+parameters and defaults, except where docs/sync.md's table
 "Where the twins differ" names the call. The table is read by this test, so a new async
 call without its sync twin fails here until it is built or the docs say why not, and a row
 that no longer names a difference fails too.
@@ -14,6 +15,7 @@ from typing import Any
 
 import drainpipe
 from drainpipe import sync
+from drainpipe.agents import AgentInbox
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "sync.md"
 
@@ -27,6 +29,9 @@ PAIRS: list[tuple[str, Any, Any]] = [
     ("WebhookMessage", drainpipe.WebhookMessage, sync.WebhookMessage),
     ("ManagementClient", drainpipe.ManagementClient, sync.ManagementClient),
     ("Lease", drainpipe.Lease, sync.Lease),
+    # the agent inbox's Python calls, and one inbox's pulls
+    ("AgentInboxes", drainpipe.AgentInboxes, sync.AgentInboxes),
+    ("AgentInbox", AgentInbox, sync.AgentInbox),
     # a handler's job: the durable step calls, without await in the sync twin
     ("Job", drainpipe.Job, sync.Job),
 ]
@@ -37,10 +42,12 @@ FUNCTIONS: list[tuple[str, Any, Any]] = [
 
 
 def _public(cls: Any) -> dict[str, Any]:
+    """The public calls and properties, and the constructor (as ``__init__``)."""
     return {
         name: member
         for name, member in inspect.getmembers(cls)
-        if not name.startswith("_") and (callable(member) or isinstance(member, property))
+        if (name == "__init__" or not name.startswith("_"))
+        and (callable(member) or isinstance(member, property))
     }
 
 

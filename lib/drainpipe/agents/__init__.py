@@ -5,14 +5,20 @@ by agents over Python, HTTP or a WebSocket stream, every settlement fenced by it
 wake-ups, the app), ``reads`` (envelopes, peek, claim), ``pull`` (next, long polls),
 ``answers`` (what the calls return), ``envelope`` (what an agent is handed), ``app`` (the
 HTTP routes), ``stream`` (the WebSocket), ``listen`` (NOTIFY wake-ups on a long-lived server). See docs/agent-inbox.md.
+``AgentInboxes`` and ``AgentInbox`` load on first use (the sync twin imports no asyncio).
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .answers import ClaimResult, EventPage, InboxSettings, Settlement
 from .envelope import UNTRUSTED, Envelope, Source
-from .inboxes import AgentInboxes
-from .pull import AgentInbox
+
+if TYPE_CHECKING:
+    from .inboxes import AgentInboxes
+    from .pull import AgentInbox
 
 __all__ = [
     "UNTRUSTED",
@@ -25,3 +31,15 @@ __all__ = [
     "Settlement",
     "Source",
 ]
+
+#: the async classes, loaded on first use: their modules import asyncio
+_LAZY = {"AgentInboxes": ".inboxes", "AgentInbox": ".pull"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value

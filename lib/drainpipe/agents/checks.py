@@ -18,6 +18,8 @@ MAX_PEEK: Final = 200
 MAX_LEASE: Final = 3600.0
 MAX_ERROR_CHARS: Final = 4000
 MAX_OUTCOME_BYTES: Final = 65536
+#: What a long poll leaves of the function's budget to answer in (seconds).
+RESERVE: Final = 1.0
 
 INVALID_PARAMETER: Final = "INVALID_PARAMETER"
 ACK_MODE_NOT_ALLOWED: Final = "ACK_MODE_NOT_ALLOWED"

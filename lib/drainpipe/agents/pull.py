@@ -14,13 +14,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from ..engine.core import long_poll_wait, poll_backoff
 from ..ops import agents as ops
 from .answers import ClaimResult as ClaimResult
 from .answers import EventPage as EventPage
 from .batch import Taken
+from .checks import RESERVE as RESERVE
 from .envelope import (
     Envelope,
 )
@@ -29,8 +30,6 @@ from .reads import AgentInboxReads
 if TYPE_CHECKING:
     from .inboxes import AgentInboxes
 
-#: What a long poll leaves of the function's budget to answer in (seconds).
-RESERVE: Final = 1.0
 
 Filters = tuple[str | None, str | None, str | None, str | None]
 

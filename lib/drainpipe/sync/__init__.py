@@ -24,6 +24,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .agents import AgentInbox, AgentInboxes
     from .idempotency import Idempotency
     from .inbox import WebhookInbox, WebhookMessage
     from .jobs import Jobs, Queue
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
     from .worker import SyncHandler, SyncOnError
 
 __all__ = [
+    "AgentInbox",
+    "AgentInboxes",
     "Idempotency",
     "Job",
     "Jobs",
@@ -48,6 +51,8 @@ __all__ = [
 ]
 
 _EXPORTS = {
+    "AgentInbox": "agents",
+    "AgentInboxes": "agents",
     "Idempotency": "idempotency",
     "Job": "steps",
     "Jobs": "jobs",

@@ -1,0 +1,295 @@
+# generated from lib/drainpipe/agents/store.py by ./scripts/sync-twin: do not edit.
+# Change the async source (or tools/sync_twin.py) and run ./scripts/sync-twin again.
+"""The database half of ``drainpipe.AgentInboxes``: inboxes, subscriptions, the overview,
+raw bodies and the fenced release and extend of a leased event. ``AgentInboxes`` adds the
+batched acks, LISTEN wake-ups and the HTTP app on top; ``drainpipe.sync.agents_store`` is
+this module's generated sync twin.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping
+from datetime import datetime
+from typing import Any, Final, Literal
+
+from ..agents.answers import InboxSettings, Settlement
+from ..agents.checks import (
+    ACK_MODES,
+    EVENT_NOT_FOUND,
+    INBOX_NOT_FOUND,
+    MAX_LEASE,
+    MAX_OUTCOME_BYTES,
+    ORDERS,
+    bad_parameter,
+    choice,
+    error_text,
+    lease_text,
+    number,
+    optional_name,
+    path_parts,
+    view_paths_of,
+    whole_number,
+)
+from ..agents.envelope import event_id_text, parse_event_id
+from ..agents.lease import LeaseCodec
+from ..agents.overview import InboxOverview, parse_overview
+from ..db import dump_json
+from ..db.sync import as_sync_database
+from ..errors import DrainpipeError
+from ..ops import agents as ops
+from ..validation import MAX_NAME_LENGTH, aware, text_fault
+
+#: How long a process trusts the inbox settings it read (create() refreshes its own).
+SETTINGS_TTL: Final = 5.0
+
+Op = Literal["ack", "release", "extend"]
+Found = tuple[bool, str, str, datetime | None]
+
+
+class AgentInboxesStore:
+    """Agent inboxes on ``db``; the options of :class:`drainpipe.AgentInboxes` but
+    ``listen``."""
+
+    def __init__(
+        self,
+        db: Any,
+        *,
+        lease_secret: str | bytes,
+        now: Callable[[], datetime] | None = None,
+    ) -> None:
+        secret = lease_secret.encode() if isinstance(lease_secret, str) else lease_secret
+        if not isinstance(secret, bytes) or len(secret) < 16:
+            raise ValueError("lease_secret must be a string or bytes of at least 16 bytes")
+        self._secret = secret
+        self.leases = LeaseCodec(secret)
+        self._db = as_sync_database(db)
+        self.now = now
+        self._settings: dict[str, tuple[InboxSettings, float]] = {}
+
+    # -- helpers shared with pull and the app ---------------------------------------------
+
+    def _instant(self) -> datetime | None:
+        return None if self.now is None else aware(self.now(), "now()")
+
+    @property
+    def secret(self) -> bytes:
+        return self._secret
+
+    def settings(self, inbox_id: str) -> InboxSettings:
+        """The inbox's settings (cached for a few seconds); 404 ``INBOX_NOT_FOUND``."""
+        read_at = time.monotonic()
+        cached = self._settings.get(inbox_id)
+        if cached is not None and read_at - cached[1] < SETTINGS_TTL:
+            return cached[0]
+        if not isinstance(inbox_id, str) or len(inbox_id) > MAX_NAME_LENGTH or text_fault(inbox_id):
+            raise DrainpipeError("not_found", "No such inbox", code=INBOX_NOT_FOUND)
+        rows = self._db.fetch(ops.INBOX, ops.inbox_params(inbox_id))
+        if not rows:
+            self._settings.pop(inbox_id, None)
+            raise DrainpipeError("not_found", f"No inbox {inbox_id}", code=INBOX_NOT_FOUND)
+        (id_, name, lease, hold, attempts, order, ack, allowed, priority, view, cap) = rows[0]
+        found = InboxSettings(
+            id_, name, lease, hold, attempts, order, ack, tuple(allowed),
+            None if priority is None else tuple(priority),
+            None if view is None else {name: path for name, path in view}, cap,
+        )  # fmt: skip
+        self._settings[inbox_id] = (found, read_at)
+        return found
+
+    # -- inboxes and subscriptions --------------------------------------------------------
+
+    def create(
+        self,
+        name: str,
+        *,
+        lease_seconds: int = 300,
+        hold_seconds: int = 604800,
+        max_attempts: int | None = None,
+        default_order: str = "fifo",
+        default_ack: str = "manual",
+        allowed_ack: Collection[str] = ("manual", "pickup"),
+        priority_path: str | None = None,
+        view_paths: Iterable[str] | Mapping[str, str] | None = None,
+        view_max_bytes: int = 8192,
+    ) -> str:
+        """Create the inbox ``name`` and return its id (``inb_…``). Creating a name again
+        returns the same id and gives it these settings (a function file may call this at
+        every cold start); events keep the ``max_attempts``/``hold_seconds`` they arrived with."""
+        name = optional_name(name, "name") or ""
+        lease = whole_number(lease_seconds, "lease_seconds", 30, 3600)
+        hold = whole_number(hold_seconds, "hold_seconds", 1, 2**31 - 1)
+        attempts = (
+            None if max_attempts is None else whole_number(max_attempts, "max_attempts", 1, 10**6)
+        )
+        order = choice(default_order, "default_order", ORDERS)
+        ack = choice(default_ack, "default_ack", ACK_MODES)
+        if isinstance(allowed_ack, str):
+            allowed_ack = [allowed_ack]
+        allowed = list(
+            dict.fromkeys(choice(mode, "allowed_ack", ACK_MODES) for mode in allowed_ack)
+        )
+        if not allowed:
+            raise bad_parameter("allowed_ack", "allowed_ack must name at least one ack mode")
+        if ack not in allowed:
+            raise bad_parameter("default_ack", "default_ack must be one of allowed_ack")
+        priority = None if priority_path is None else path_parts(priority_path, "priority_path")
+        paths = view_paths_of(view_paths)
+        cap = whole_number(view_max_bytes, "view_max_bytes", 64, 1048576)
+        params = ops.create_inbox_params(
+            name, lease, hold, attempts, order, ack, allowed, priority,
+            None if paths is None else dump_json(list(paths.items())).decode(), cap,
+        )  # fmt: skip
+        inbox_id = ops.parse_text(self._db.fetch(ops.CREATE_INBOX, params))
+        assert inbox_id is not None
+        self._settings.pop(inbox_id, None)
+        return inbox_id
+
+    def subscribe(
+        self,
+        inbox_id: str,
+        source: str,
+        *,
+        types: Iterable[str] | None = None,
+        where: Mapping[str, Any] | None = None,
+        correlation_path: str | None = None,
+    ) -> str:
+        """Subscribe the inbox to the messages a ``WebhookInbox(source=...)`` stores from now
+        on: those whose type is in ``types`` (all when None) and whose body has every
+        ``where`` path equal to its value. Returns the subscription id (``sub_…``; the same
+        for the same filters). ``correlation_path`` names the body path the ``correlation``
+        filter of ``next`` matches."""
+        self.settings(inbox_id)
+        source_name = optional_name(source, "source") or ""
+        type_list = None
+        if types is not None:
+            type_list = [
+                optional_name(t, "types") or ""
+                for t in ([types] if isinstance(types, str) else types)
+            ]
+            if not type_list:
+                raise bad_parameter("types", "types must name at least one type (None: all)")
+        where_json = None
+        if where is not None:
+            if not isinstance(where, Mapping) or not where:
+                raise bad_parameter(
+                    "where", 'where must map body paths to values: {"data.status": "paid"}'
+                )
+            for path in where:
+                path_parts(path, "where")
+            where_json = dump_json(dict(where), "where").decode()
+        correlation = (
+            None if correlation_path is None else path_parts(correlation_path, "correlation_path")
+        )
+        params = ops.subscribe_params(inbox_id, source_name, type_list, where_json, correlation)
+        found = ops.parse_text(self._db.fetch(ops.SUBSCRIBE, params))
+        if found is None:
+            raise DrainpipeError("not_found", f"No inbox {inbox_id}", code=INBOX_NOT_FOUND)
+        return found
+
+    def overview(self) -> list[InboxOverview]:
+        """Every inbox, by name: its events counted by state, its open streams and the age of
+        its oldest open event, in one round trip (metadata only; the console's
+        ``GET /inboxes``). It counts every kept event: an overview, not a hot path."""
+        rows = self._db.fetch(ops.OVERVIEW, ops.overview_params(self._instant()))
+        return parse_overview(rows)
+
+    # -- settlements ----------------------------------------------------------------------
+
+    def release(
+        self, event_id: str, lease_id: str, *, delay_seconds: float = 0, error: str | None = None
+    ) -> bool:
+        """Give the event back: due again after ``delay_seconds`` (failed instead when this
+        was its last delivery under ``max_attempts``)."""
+        result = self._settle_fenced(
+            "release", event_id, lease_id, None, delay_seconds=delay_seconds, error=error
+        )
+        return result.ok
+
+    def extend(self, event_id: str, lease_id: str, seconds: float) -> bool:
+        """Still working: the lease then ends ``seconds`` (1..3600) from now."""
+        return (self._settle_fenced("extend", event_id, lease_id, None, seconds=seconds)).ok
+
+    def _settle_fenced(
+        self,
+        op: Op,
+        event_id: Any,
+        lease_id: Any,
+        inboxes: Collection[str] | None,
+        *,
+        delay_seconds: Any = 0,
+        error: Any = None,
+        seconds: Any = None,
+    ) -> Settlement:
+        """A release or an extend, fenced by its lease: see ``AgentInboxes.settle``."""
+        number_id, delivery, token = self._fence(event_id, lease_id)
+        scope = None if inboxes is None else sorted(inboxes)
+        now = self._instant()
+        if op == "release":
+            delay = number(delay_seconds, "delay_seconds", 0, 7 * 86400)
+            params = ops.release_params(
+                number_id, delivery, token, delay, error_text(error), scope, now
+            )
+            statement = ops.RELEASE
+        else:
+            extra = number(seconds, "seconds", 1, MAX_LEASE)
+            statement = ops.EXTEND
+            params = ops.extend_params(number_id, delivery, token, extra, scope, now)
+        found = ops.parse_settlement(self._db.fetch(statement, params))
+        return _settlement(event_id, number_id, found)
+
+    def _fence(self, event_id: Any, lease_id: Any) -> tuple[int, int, str | None]:
+        """``(event id, delivery, token)`` to fence a settlement with. A lease id that is not
+        one of this event's (altered, forged, another event's) can only be refused, but an
+        event outside the caller's inboxes must still be a 404: it fences with a delivery
+        and token no hand-out has (the SQL answers not found or not ok)."""
+        lease = lease_text(lease_id)
+        number_id = parse_event_id(event_id)
+        if number_id is None:
+            raise DrainpipeError("not_found", "No such event", code=EVENT_NOT_FOUND)
+        decoded = self.leases.read(lease)
+        if decoded is None or decoded[0] != number_id:
+            return number_id, -1, None
+        # the token as hex text (Postgres reads it as a uuid): no UUID object per ack
+        return number_id, decoded[1], decoded[2].hex()
+
+    def _checked_ack(
+        self, event_id: Any, lease_id: Any, outcome: Any
+    ) -> tuple[int, int, str | None, str | None]:
+        """An ack's fence (:meth:`_fence`) and its outcome as JSON text."""
+        number_id, delivery, token = self._fence(event_id, lease_id)
+        outcome_json = None
+        if outcome is not None:
+            outcome_json = dump_json(outcome, "outcome").decode()
+            if len(outcome_json.encode()) > MAX_OUTCOME_BYTES:
+                raise bad_parameter("outcome", "outcome must be at most 64 KiB of JSON")
+        return number_id, delivery, token, outcome_json
+
+    def raw(self, event_id: str, *, inboxes: Collection[str] | None = None) -> bytes:
+        """The whole body of an event as the webhook inbox received it, byte for byte, so a
+        signature can be checked again (a ``store()``d message: its payload as serialised at
+        store time; one stored before webhook-inbox 0012: its payload's JSON text). 404 when
+        unknown, outside ``inboxes``, or its webhook message was purged."""
+        number_id = parse_event_id(event_id)
+        if number_id is None:
+            raise DrainpipeError("not_found", "No such event", code=EVENT_NOT_FOUND)
+        scope = None if inboxes is None else sorted(inboxes)
+        rows = self._db.fetch(ops.RAW, ops.raw_params(number_id, scope))
+        if not rows or rows[0][1] is None:
+            raise DrainpipeError("not_found", f"No event {event_id}", code=EVENT_NOT_FOUND)
+        return bytes(rows[0][1])
+
+    def fetch(self, statement: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        return self._db.fetch(statement, params)
+
+    def close(self) -> None:
+        """Close the pool opened for a DSN (a pool or connection you gave stays open)."""
+        self._db.close()
+
+
+def _settlement(event_id: Any, number_id: int, found: Found | None) -> Settlement:
+    """What a settlement answers; 404 ``EVENT_NOT_FOUND`` when the statement found none."""
+    if found is None:
+        raise DrainpipeError("not_found", f"No event {event_id}", code=EVENT_NOT_FOUND)
+    ok, inbox_id, state, until = found
+    return Settlement(ok, event_id_text(number_id), inbox_id, state, until)
