@@ -51,33 +51,6 @@ class AgentInbox(AgentInboxReads):
         super().__init__(agents, inbox_id)
         self._agents: AgentInboxes = agents
 
-    # -- next ------------------------------------------------------------------------------
-
-    async def next(
-        self,
-        *,
-        order: str | None = None,
-        max: int = 1,
-        wait: float = 0,
-        ack: str | None = None,
-        type: str | None = None,
-        source: str | None = None,
-        subscription: str | None = None,
-        correlation: str | None = None,
-        idempotency_key: str | None = None,
-        budget: float | None = None,
-    ) -> list[Envelope]:
-        """Up to ``max`` (1..10) due events, leased to you (``ack="manual"``) or settled at
-        hand-out (``"pickup"``). ``wait`` (0..30 s) long-polls until one is ready, never
-        past ``budget - 1`` seconds when a budget is given. ``idempotency_key`` makes a
-        repeat return the same events and leases while none of them is settled (after
-        that: 409 ``PULL_CONSUMED``)."""
-        return await self.pull(
-            order=order, max=max, wait=wait, ack=ack,
-            filters=(type, source, subscription, correlation),
-            principal=None, key=idempotency_key, budget=budget,
-        )  # fmt: skip
-
     async def pull(
         self,
         *,

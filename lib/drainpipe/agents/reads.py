@@ -1,7 +1,8 @@
-"""What an agent inbox handle does besides long polls: the envelope of a handed-out row,
-the plan of a pull (its checked arguments and the inbox's settings), the mailbox-style peek
-(``events``) and ``claim``. :class:`~drainpipe.agents.pull.AgentInbox` adds ``next`` on
-top; ``drainpipe.sync.agents_reads`` is this module's generated sync twin.
+"""An agent inbox handle, but for its wait: the envelope of a handed-out row, ``next`` and
+the checked plan of a pull, the mailbox-style peek (``events``) and ``claim``.
+:class:`~drainpipe.agents.pull.AgentInbox` adds the long poll (``pull``) on top;
+``drainpipe.sync.agents_reads`` is this module's generated sync twin, under the sync
+twin's own ``pull``.
 """
 
 from __future__ import annotations
@@ -99,6 +100,47 @@ class AgentInboxReads:
         )  # fmt: skip
 
     # -- pulls ------------------------------------------------------------------------------
+
+    async def next(
+        self,
+        *,
+        order: str | None = None,
+        max: int = 1,
+        wait: float = 0,
+        ack: str | None = None,
+        type: str | None = None,
+        source: str | None = None,
+        subscription: str | None = None,
+        correlation: str | None = None,
+        idempotency_key: str | None = None,
+        budget: float | None = None,
+    ) -> list[Envelope]:
+        """Up to ``max`` (1..10) due events, leased to you (``ack="manual"``) or settled at
+        hand-out (``"pickup"``). ``wait`` (0..30 s) long-polls until one is ready, never
+        past ``budget - 1`` seconds when a budget is given. ``idempotency_key`` makes a
+        repeat return the same events and leases while none of them is settled (after
+        that: 409 ``PULL_CONSUMED``)."""
+        return await self.pull(
+            order=order, max=max, wait=wait, ack=ack,
+            filters=(type, source, subscription, correlation),
+            principal=None, key=idempotency_key, budget=budget,
+        )  # fmt: skip
+
+    async def pull(
+        self,
+        *,
+        order: Any,
+        max: Any,
+        wait: Any,
+        ack: Any,
+        filters: tuple[Any, Any, Any, Any],
+        principal: str | None,
+        key: Any,
+        budget: float | None,
+    ) -> list[Envelope]:
+        """``next`` with the caller's identity (the key's scope) and a budget. Each twin
+        waits its own way between hand-outs (:class:`~drainpipe.agents.pull.AgentInbox`)."""
+        raise NotImplementedError
 
     async def _pull_plan(
         self,

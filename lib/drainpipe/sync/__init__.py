@@ -10,11 +10,16 @@
     with sync.lease(db, "nightly") as held: ...
     inbox = sync.WebhookInbox(db, source="billing", secrets=[...])
     status, headers, body = inbox.receive(request.headers, request.get_data())
+    inbox.process(handle)                                     # handle(message): a plain function
+    agents = sync.AgentInboxes(db, lease_secret=secret)
+    [event] = agents.inbox(inbox_id).next(wait=10); agents.ack(event.id, event.lease_id)
     with sync.ManagementClient(base_url, token) as client: client.replay("emails", 42)
 
 The same SQL (:mod:`drainpipe.ops`), the same checks (the ``rules`` modules the async
 objects use), the same errors (:func:`drainpipe.db.translate_error`) and results as the
-async API. No asyncio: ``import drainpipe.sync`` loads neither asyncio nor psycopg nor
+async API. Leases, the database halves of idempotency, the webhook inbox and the agent
+inbox are generated from their async modules by ``./scripts/sync-twin`` (each says so in
+its first line); the rest is what a thread does differently (docs/sync.md). No asyncio: ``import drainpipe.sync`` loads neither asyncio nor psycopg nor
 pydantic; they load on first use (psycopg itself imports asyncio, but no event loop runs).
 """
 

@@ -88,29 +88,6 @@ class AgentInboxes(AgentInboxesStore):
 class AgentInbox(AgentInboxReads):
     """One inbox's pulls, peeks and claims (from :meth:`AgentInboxes.inbox`)."""
 
-    def next(
-        self,
-        *,
-        order: str | None = None,
-        max: int = 1,
-        wait: float = 0,
-        ack: str | None = None,
-        type: str | None = None,
-        source: str | None = None,
-        subscription: str | None = None,
-        correlation: str | None = None,
-        idempotency_key: str | None = None,
-        budget: float | None = None,
-    ) -> list[Envelope]:
-        """Up to ``max`` (1..10) due events, leased to you (``ack="manual"``) or settled at
-        hand-out (``"pickup"``); ``wait`` (0..30 s) long-polls, never past ``budget - 1``
-        seconds. As :meth:`drainpipe.agents.AgentInbox.next`."""
-        return self.pull(
-            order=order, max=max, wait=wait, ack=ack,
-            filters=(type, source, subscription, correlation),
-            principal=None, key=idempotency_key, budget=budget,
-        )  # fmt: skip
-
     def pull(
         self,
         *,
