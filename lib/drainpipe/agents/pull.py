@@ -31,9 +31,6 @@ if TYPE_CHECKING:
     from .inboxes import AgentInboxes
 
 
-Filters = tuple[str | None, str | None, str | None, str | None]
-
-
 def _answer_acks(taken: Taken, call: asyncio.Future[list[tuple[Any, ...]]]) -> None:
     if call.cancelled():
         taken.fail(asyncio.CancelledError())

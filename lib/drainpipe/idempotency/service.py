@@ -35,7 +35,6 @@ from .rules import _Claim
 from .store import IdempotencyStore
 
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-ScopeOption = str | Callable[[Any], str | Awaitable[str]] | None
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 # The server may offer these; under wrap() the inner app must send its body through us.

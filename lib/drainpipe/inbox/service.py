@@ -53,8 +53,6 @@ log = logging.getLogger("drainpipe.inbox")
 
 Handler = Callable[["WebhookMessage"], Any]
 
-_THIRTY_DAYS = timedelta(days=30)
-
 
 # -- the inbox -----------------------------------------------------------------------------
 
