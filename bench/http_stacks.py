@@ -192,7 +192,9 @@ def main() -> None:
         status = rows[-1]["status"]
         starlette = "starlette loaded" if rows[-1]["starlette"] else "no starlette"
         print(f"  api/{entry.name}.py  import {spread(imports)}")
-        print(f"  {'':{len(entry.name) + 7}}  + first request {spread(firsts)}  {status}, {starlette}")
+        print(
+            f"  {'':{len(entry.name) + 7}}  + first request {spread(firsts)}  {status}, {starlette}"
+        )
     if args.tree:
         for modules in (STARLETTE, OURS):
             code = "import " + ", ".join(modules)
