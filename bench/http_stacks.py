@@ -3,6 +3,7 @@ interpreters (the figures of docs/architecture.md, "One HTTP stack").
 
     python -m bench.http_stacks              # 7 fresh processes per figure
     python -m bench.http_stacks --runs 11
+    python -m bench.http_stacks --against ../main   # this checkout and another, A/B
 
 Three figures, each the median of ``--runs`` fresh processes, run interleaved (one process
 of each figure in turn, round after round) so a busy machine slows them all alike:
@@ -129,7 +130,13 @@ ENTRIES = (
     Entry("billing_webhook", "POST", "/api/billing-webhook"),
     Entry("orders", "POST", "/api/orders"),
 )
-PATHS = [str(ROOT / "lib"), str(ROOT)]
+
+
+def paths_of(root: Path) -> list[str]:
+    return [str(root / "lib"), str(root)]
+
+
+PATHS = paths_of(ROOT)
 
 
 def _run(code: str) -> dict[str, object]:
@@ -149,9 +156,9 @@ def stack_ms(modules: tuple[str, ...], preload: tuple[str, ...]) -> float:
     return float(_run(code)["ms"])  # type: ignore[arg-type]
 
 
-def entry_run(entry: Entry) -> dict[str, object]:
+def entry_run(entry: Entry, root: Path = ROOT) -> dict[str, object]:
     code = ENTRY_PROBE.format(
-        paths=PATHS, env=ENV, name=entry.name, method=entry.method, path=entry.path
+        paths=paths_of(root), env=ENV, name=entry.name, method=entry.method, path=entry.path
     )
     return _run(code)
 
@@ -164,7 +171,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--tree", action="store_true", help="print -X importtime's stack lines")
+    parser.add_argument(
+        "--against", type=Path, help="another checkout: its function files, interleaved"
+    )
     args = parser.parse_args()
+    roots = [ROOT] if args.against is None else [ROOT, args.against.resolve()]
 
     warm = ("asyncio", "drainpipe")
     stacks = {
@@ -174,27 +185,41 @@ def main() -> None:
         ("drainpipe.http", "after asyncio+drainpipe"): (OURS, warm),
     }
     stack_times: dict[tuple[str, str], list[float]] = {key: [] for key in stacks}
-    entry_rows: dict[str, list[dict[str, object]]] = {entry.name: [] for entry in ENTRIES}
+    entry_rows: dict[tuple[str, Path], list[dict[str, object]]] = {
+        (entry.name, root): [] for entry in ENTRIES for root in roots
+    }
     for _ in range(args.runs):  # interleaved: every figure once per round
         for key, (modules, preload) in stacks.items():
             stack_times[key].append(stack_ms(modules, preload))
         for entry in ENTRIES:
-            entry_rows[entry.name].append(entry_run(entry))
+            for root in roots:
+                entry_rows[entry.name, root].append(entry_run(entry, root))
 
     print(f"stacks, import only ({args.runs} fresh processes each)")
     for (name, when), times in stack_times.items():
         print(f"  {name:15} {when:25} {spread(times)}")
     print(f"\nfunction files (target: import under {TARGET_MS:.0f} ms)")
-    for entry in ENTRIES:
-        rows = entry_rows[entry.name]
-        imports = [float(row["import_ms"]) for row in rows]  # type: ignore[arg-type]
-        firsts = [float(row["first_ms"]) for row in rows]  # type: ignore[arg-type]
-        status = rows[-1]["status"]
-        starlette = "starlette loaded" if rows[-1]["starlette"] else "no starlette"
-        print(f"  api/{entry.name}.py  import {spread(imports)}")
-        print(
-            f"  {'':{len(entry.name) + 7}}  + first request {spread(firsts)}  {status}, {starlette}"
-        )
+    for root in roots:
+        print(f"  {root}")
+        for entry in ENTRIES:
+            rows = entry_rows[entry.name, root]
+            imports = [float(row["import_ms"]) for row in rows]  # type: ignore[arg-type]
+            firsts = [float(row["first_ms"]) for row in rows]  # type: ignore[arg-type]
+            status = rows[-1]["status"]
+            starlette = "starlette loaded" if rows[-1]["starlette"] else "no starlette"
+            print(f"    api/{entry.name + '.py':20} import        {spread(imports)}")
+            print(f"    {'':24} first request {spread(firsts)}  {status}, {starlette}")
+    if len(roots) == 2:
+        print(f"  ratio {roots[0].name} / {roots[1].name}, per round (median, min, max)")
+        for entry in ENTRIES:
+            ours, theirs = entry_rows[entry.name, roots[0]], entry_rows[entry.name, roots[1]]
+            for field in ("import_ms", "first_ms"):
+                ratios = [
+                    float(a[field]) / float(b[field])  # type: ignore[arg-type]
+                    for a, b in zip(ours, theirs, strict=True)
+                ]
+                figure = f"{statistics.median(ratios):.2f} ({min(ratios):.2f}, {max(ratios):.2f})"
+                print(f"    api/{entry.name + '.py':20} {field[:-3]:14} {figure}")
     if args.tree:
         for modules in (STARLETTE, OURS):
             code = "import " + ", ".join(modules)

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Mapping
 
 from drainpipe import Jobs, bearer_tokens
-from drainpipe.admin.api import Mounted
+from drainpipe.admin.mount import Mounted
 from drainpipe.admin.config import derived_cursor_secret, management_tokens
 from drainpipe.serverless import ASGIApp, Closer, Database, LazyApp
 
