@@ -12,12 +12,11 @@ Starlette ``Response`` (:mod:`drainpipe.http_starlette`) so FastAPI routes can r
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 from .errors import DrainpipeError
-from .http_connection import Connection, query_text
-from .http_connection import Headers as Headers  # where drainpipe.http.Headers always was
+from .http_connection import Connection
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -44,6 +43,30 @@ TITLES = {
 }
 # Kinds whose message may describe internals (or only restates the code): no ``detail``.
 _HIDDEN_DETAIL = frozenset({"unexpected", "network", "invalid_request"})
+
+
+class Headers(Mapping[str, str]):
+    """Case-insensitive, read-only request headers (the last value of a repeated name wins)."""
+
+    def __init__(self, items: Any = ()) -> None:
+        pairs = items.items() if isinstance(items, Mapping) else items
+        self._items: dict[str, str] = {}
+        for key, value in pairs:
+            k = key.decode("latin-1") if isinstance(key, bytes) else str(key)
+            v = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+            self._items[k.lower()] = v
+
+    def __getitem__(self, key: str) -> str:
+        return self._items[key.lower()]
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and key.lower() in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
 class Request(Connection):
@@ -102,12 +125,13 @@ class Request(Connection):
                 if not message.get("more_body", False):
                     return
 
+        query = scope.get("query_string") or b""
         return cls(
             scope.get("method", "GET"),
             scope.get("path", "/"),
             Headers(scope.get("headers", [])),
             chunks,
-            query=query_text(scope),
+            query=query.decode("latin-1") if isinstance(query, bytes) else str(query),
             scope=scope,
         )
 

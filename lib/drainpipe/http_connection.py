@@ -11,32 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, MutableMapping
 from types import SimpleNamespace
-from typing import Any, NamedTuple
-from urllib.parse import parse_qsl
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-
-class Headers(Mapping[str, str]):
-    """Case-insensitive, read-only request headers (the last value of a repeated name wins)."""
-
-    def __init__(self, items: Any = ()) -> None:
-        pairs = items.items() if isinstance(items, Mapping) else items
-        self._items: dict[str, str] = {}
-        for key, value in pairs:
-            k = key.decode("latin-1") if isinstance(key, bytes) else str(key)
-            v = value.decode("latin-1") if isinstance(value, bytes) else str(value)
-            self._items[k.lower()] = v
-
-    def __getitem__(self, key: str) -> str:
-        return self._items[key.lower()]
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and key.lower() in self._items
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
+if TYPE_CHECKING:
+    from .http import Headers
 
 
 class QueryParams(Mapping[str, str]):
@@ -44,6 +22,10 @@ class QueryParams(Mapping[str, str]):
     ``[]`` answer a repeated name's last value, :meth:`getlist` every value in order."""
 
     def __init__(self, query: str) -> None:
+        # imported here: urllib.parse (and ipaddress under it) would add to every function's
+        # cold start, and only a route that reads its query needs it
+        from urllib.parse import parse_qsl
+
         self._pairs = parse_qsl(query, keep_blank_values=True)
         self._last = dict(self._pairs)
 
@@ -141,4 +123,4 @@ class Connection:
         return found
 
 
-__all__ = ["URL", "Address", "Connection", "Headers", "QueryParams", "parse_cookies", "query_text"]
+__all__ = ["URL", "Address", "Connection", "QueryParams", "parse_cookies", "query_text"]

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import enum
 
-from .http import Message, Receive, Scope, Send
-from .http_connection import Connection, Headers
+from .http import Headers, Message, Receive, Scope, Send
+from .http_connection import Connection
 
 
 class WebSocketDisconnect(Exception):
