@@ -20,8 +20,7 @@ import sys
 from collections.abc import Mapping
 
 from drainpipe import Jobs
-from drainpipe.admin.api import Mounted
-from drainpipe.jobs.executor import executor_tokens
+from drainpipe.admin.mount import Mounted
 from drainpipe.serverless import ASGIApp, Closer, Database, LazyApp, NotConfigured
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # no pathlib: cold start
@@ -40,6 +39,9 @@ def build(env: Mapping[str, str]) -> tuple[ASGIApp, Closer | None]:
         budget = math.nan
     if not math.isfinite(budget) or not 1 < budget <= 900:
         raise NotConfigured(f"EXECUTOR_BUDGET must be seconds between 1 and 900, not {text!r}")
+    # imported here: the executor's modules load on the first request, not at import
+    from drainpipe.jobs.executor import executor_tokens
+
     tokens = executor_tokens(env["EXECUTOR_TOKENS"])  # ValueError: 503 NOT_CONFIGURED
     database = Database(env["DATABASE_URL"])
     jobs = Jobs(database, QUEUES)

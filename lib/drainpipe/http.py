@@ -1,18 +1,22 @@
 """Requests, responses and RFC 9457 Problem Details, without importing a web framework.
 
-Every HTTP-facing object (drain route, idempotency, webhook inbox) is an ASGI app built on
-these, and also takes Starlette-style requests (``method``, ``url.path``, ``headers``,
-``body()``, ``stream()``) through :func:`as_request`. ``handle(request)`` methods return a
-Starlette ``Response`` (see :meth:`Response.to_starlette`) so FastAPI routes can return it.
+drainpipe has one HTTP stack, this module and the ``http_*`` modules beside it (routing:
+:mod:`drainpipe.http_routes`, WebSockets: :mod:`drainpipe.http_websocket`); every app it
+ships is an ASGI app built on them (docs/architecture.md, "One HTTP stack"). The
+HTTP-facing objects (drain route, idempotency, webhook inbox) also take Starlette-style
+requests (``method``, ``url.path``, ``headers``, ``body()``, ``stream()``) through
+:func:`as_request`; given a Starlette request, their ``handle(request)`` methods return a
+Starlette ``Response`` (:mod:`drainpipe.http_starlette`) so FastAPI routes can return it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 from .errors import DrainpipeError
+from .http_connection import Connection
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -58,15 +62,18 @@ class Headers(Mapping[str, str]):
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and key.lower() in self._items
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[str]:
         return iter(self._items)
 
     def __len__(self) -> int:
         return len(self._items)
 
 
-class Request:
-    """The parts of an HTTP request drainpipe reads. Build one with :func:`as_request`."""
+class Request(Connection):
+    """An HTTP request as drainpipe's apps read it: built from the ASGI scope by
+    :meth:`from_asgi`, or from another framework's request by :func:`as_request`. It reads
+    like a Starlette request too (``url.path``, ``query_params``, ``path_params``,
+    ``cookies``, ``client``, ``state``): ``authorize(request)`` callables get this object."""
 
     def __init__(
         self,
@@ -76,6 +83,7 @@ class Request:
         stream: Callable[[], AsyncIterator[bytes]],
         original: Any = None,
         query: str = "",
+        scope: Scope | None = None,
     ) -> None:
         self.method = method.upper()
         self.path = path
@@ -84,6 +92,11 @@ class Request:
         self._stream = stream
         self._body: bytes | None = None
         self.original = original
+        self.scope = scope if scope is not None else {"type": "http", "path": path}
+        self.path_params: dict[str, str] = {}  # set by the router that matched the path
+
+    def _path_and_query(self) -> tuple[str, str]:
+        return self.path, self.query
 
     async def stream(self) -> AsyncIterator[bytes]:
         if self._body is not None:
@@ -119,6 +132,7 @@ class Request:
             Headers(scope.get("headers", [])),
             chunks,
             query=query.decode("latin-1") if isinstance(query, bytes) else str(query),
+            scope=scope,
         )
 
 
@@ -205,11 +219,10 @@ class Response:
         await send({"type": "http.response.body", "body": self.body})
 
     def to_starlette(self) -> Any:
-        from starlette.responses import Response as StarletteResponse
+        """This response as a Starlette one, for a route of a user's Starlette app."""
+        from .http_starlette import starlette_response
 
-        # the content type travels as a raw header: media_type would append "; charset=utf-8"
-        # to text/* types and change what was stored
-        return StarletteResponse(self.body, status_code=self.status, headers=self.headers)
+        return starlette_response(self)
 
 
 def json_response(
@@ -217,6 +230,13 @@ def json_response(
 ) -> Response:
     body = json.dumps(value, separators=(",", ":"), default=str).encode()
     return Response(status, body, headers=headers, content_type="application/json")
+
+
+def utf8_json_response(value: Any) -> Response:
+    """200 with ``value`` as JSON whose text stays UTF-8 (not ``\\u``-escaped; NaN refused):
+    the bytes the agent inbox and the executor have always answered."""
+    body = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return Response(200, body.encode(), content_type="application/json")
 
 
 def problem_body(error: DrainpipeError, instance: str | None = None) -> dict[str, Any]:
@@ -239,7 +259,8 @@ def problem_body(error: DrainpipeError, instance: str | None = None) -> dict[str
 
 
 def request_path(request: Any) -> str:
-    """The path of a Starlette request (a Problem's ``instance``), read from its ASGI scope.
+    """The path of a request (a Problem's ``instance``), ours or Starlette's, read from its
+    ASGI scope.
 
     Not ``request.url.path``: building Starlette's URL decodes the whole query string as
     UTF-8 and raises on any other byte, which HTTP servers pass on as received (a request

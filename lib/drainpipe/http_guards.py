@@ -43,8 +43,8 @@ def query_refusal(scope: Mapping[str, Any]) -> DrainpipeError | None:
     """400 ``QUERY_INVALID`` when the raw query string is not UTF-8, else None.
 
     HTTP servers hand the query string on as the bytes received, and a lenient parser lets
-    bytes past ASCII through; Starlette's ``request.url`` (its routing's trailing-slash
-    redirect too) decodes them as UTF-8 and raises, which answered 500."""
+    bytes past ASCII through; decoding them as UTF-8 later (a framework's ``request.url``,
+    a redirect's ``Location``) would raise, and answer 500."""
     raw = scope.get("query_string") or b""
     try:
         bytes(raw).decode("utf-8")
@@ -56,28 +56,6 @@ def query_refusal(scope: Mapping[str, Any]) -> DrainpipeError | None:
             status=400,
         )
     return None
-
-
-class TextQueryOnly:
-    """ASGI middleware for a Starlette app (``Middleware(TextQueryOnly)``): a request whose
-    query string is not UTF-8 gets 400 ``QUERY_INVALID`` before routing; a WebSocket
-    upgrade is closed (1008, which servers answer with a 403)."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] in ("http", "websocket"):
-            error = query_refusal(scope)
-            if error is not None:
-                if scope["type"] == "websocket":
-                    await send({"type": "websocket.close", "code": 1008})
-                    return
-                from .http import problem_response
-
-                await problem_response(error, str(scope.get("path") or "/"))(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
 
 
 def declared_too_large(headers: Mapping[str, str], max_bytes: int) -> bool:
@@ -119,10 +97,10 @@ async def read_capped(
     return b"".join(parts)
 
 
-async def read_starlette_body(request: Any, max_bytes: int) -> bytes:
-    """A Starlette request's body through :func:`read_capped`, kept on the request so a
-    later ``await request.body()`` (a handler, the idempotency fingerprint) reads it again
-    instead of an empty stream. A client that hung up mid-body → 400."""
+async def read_request_body(request: Any, max_bytes: int) -> bytes:
+    """A request's body (ours or Starlette's) through :func:`read_capped`, kept on the
+    request so a later ``await request.body()`` (a handler, the idempotency fingerprint)
+    reads it again instead of an empty stream. A client that hung up mid-body → 400."""
     from .http import body_incomplete, is_client_disconnect
 
     cached = getattr(request, "_body", None)
@@ -244,5 +222,5 @@ __all__ = [
     "declared_too_large",
     "normalize_origin",
     "read_capped",
-    "read_starlette_body",
+    "read_request_body",
 ]

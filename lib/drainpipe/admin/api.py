@@ -38,6 +38,7 @@ from ..errors import DrainpipeError
 from ..http import (
     ProblemFormatter,
     Receive,
+    Request,
     Response,
     Scope,
     Send,
@@ -51,7 +52,7 @@ from ..http_guards import (
     check_origins,
     cross_site_refusal,
     query_refusal,
-    read_starlette_body,
+    read_request_body,
 )
 from ..principals import Authorize, Principal
 from ..validation import INT8_MAX
@@ -86,8 +87,8 @@ _API_HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"
 class ManagementApp:
     """The ASGI app :meth:`drainpipe.Jobs.management_app` builds; see the module.
 
-    * ``authorize(request) -> Principal | None`` (plain or async) gets Starlette's request;
-      None answers 401.
+    * ``authorize(request) -> Principal | None`` (plain or async) gets the request
+      (:class:`drainpipe.http.Request`, read like a Starlette one); None answers 401.
     * ``cursor_secret``: the HMAC key of the page cursors (at least 16 bytes); every instance
       serving the same ``target`` must share it, or a cursor from one fails on another.
     * ``target``: the name of what this app manages (``"production"``); bound into cursors,
@@ -167,10 +168,7 @@ class ManagementApp:
             return
         if scope["type"] != "http":
             return
-        from starlette.requests import Request as StarletteRequest
-
-        request = StarletteRequest(scope, receive)
-        response = await self.handle(request)
+        response = await self.handle(Request.from_asgi(scope, receive))
         await response(scope, receive, send)
 
     async def aclose(self) -> None:
@@ -187,8 +185,8 @@ class ManagementApp:
             path = path[len(root) :]
         return path or "/"
 
-    async def handle(self, request: Any) -> Any:
-        """Answer one Starlette request (an ours-or-Starlette response, both ASGI apps)."""
+    async def handle(self, request: Request) -> Any:
+        """Answer one request (a :class:`~drainpipe.http.Response`)."""
         path = self.route_path(request.scope)
         instance = request_path(request)
         try:
@@ -290,7 +288,7 @@ class ManagementApp:
         if refusal is not None:
             raise refusal
         if request.method.upper() not in ("GET", "HEAD"):
-            await read_starlette_body(request, MANAGEMENT_MAX_BODY_BYTES)
+            await read_request_body(request, MANAGEMENT_MAX_BODY_BYTES)
 
     @staticmethod
     def _allow(method: str, allowed: str) -> None:

@@ -1,5 +1,6 @@
 """``agents.app(authorize=..., budget=25.0)``: the agent inbox over HTTP and WebSocket
-(Starlette), with RFC 9457 Problem Details and stable codes.
+(drainpipe's own HTTP stack, :mod:`drainpipe.http_routes`), with RFC 9457 Problem Details
+and stable codes.
 
 Who may do what: ``authorize(request)`` answers a :class:`drainpipe.Principal` (or None →
 401). An inbox outside ``Principal.inboxes`` → 403 ``INBOX_FORBIDDEN``; an event outside
@@ -16,27 +17,23 @@ from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DrainpipeError
-from ..http import problem_response, request_path
+from ..http import Request, Response, problem_response, request_path, utf8_json_response
 from ..http_guards import (
     AGENT_MAX_BODY_BYTES,
-    TextQueryOnly,
     check_origins,
     cross_site_refusal,
-    read_starlette_body,
+    read_request_body,
 )
 from ..principals import Principal
 from .checks import INBOX_FORBIDDEN, bad_parameter
 from .pull import RESERVE
 
 if TYPE_CHECKING:
-    from starlette.requests import Request
-    from starlette.responses import Response
-
     from .inboxes import AgentInboxes
 
 log = logging.getLogger("drainpipe.agents")
 
-Handler = Callable[["Request", Principal], Awaitable["Response"]]
+Handler = Callable[[Request, Principal], Awaitable[Response]]
 
 UNAUTHORIZED = "UNAUTHORIZED"
 INVALID_BODY = "INVALID_BODY"
@@ -66,7 +63,7 @@ def check_inbox(principal: Principal, inbox_id: str) -> None:
 
 async def _json_body(request: Request) -> dict[str, Any]:
     # read as a capped stream: 413 BODY_TOO_LARGE past 128 KiB, the rest never held
-    raw = await read_starlette_body(request, AGENT_MAX_BODY_BYTES)
+    raw = await read_request_body(request, AGENT_MAX_BODY_BYTES)
     try:
         body = json.loads(raw or b"{}")
     except (ValueError, RecursionError):  # also JSON nested past Python's recursion limit
@@ -90,11 +87,7 @@ def build_app(
     budget: float = 25.0,
     allowed_origins: Collection[str] | None = None,
 ) -> Any:
-    from starlette.applications import Starlette
-    from starlette.middleware import Middleware
-    from starlette.responses import JSONResponse, Response
-    from starlette.routing import Route, WebSocketRoute
-
+    from ..http_routes import Route, Router, WebSocketRoute
     from .stream import stream_endpoint
 
     if not callable(authorize):
@@ -118,8 +111,7 @@ def build_app(
             except DrainpipeError as error:
                 if error.status >= 500:
                     log.warning("agent inbox %s: %s", request_path(request), error)
-                answer = problem_response(error, request_path(request))
-                return answer.to_starlette()  # type: ignore[no-any-return]
+                return problem_response(error, request_path(request))
 
         return endpoint
 
@@ -141,7 +133,7 @@ def build_app(
             key=request.headers.get("idempotency-key"),
             budget=float(budget),
         )
-        return JSONResponse({"events": [event.to_json() for event in events]})
+        return utf8_json_response({"events": [event.to_json() for event in events]})
 
     async def peek(request: Request, principal: Principal) -> Response:
         inbox_id = request.path_params["inbox_id"]
@@ -154,7 +146,7 @@ def build_app(
             subscription=_query(request, "subscription"),
             correlation=_query(request, "correlation"),
         )
-        return JSONResponse(
+        return utf8_json_response(
             {"events": [item.to_json() for item in page.items], "next_cursor": page.next_cursor}
         )
 
@@ -166,7 +158,7 @@ def build_app(
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise bad_parameter("event_ids", "event_ids must be a list of event ids")
         result = await agents.inbox(inbox_id).claim(ids)
-        return JSONResponse(
+        return utf8_json_response(
             {
                 "claimed": [event.to_json() for event in result.claimed],
                 "unavailable": result.unavailable,
@@ -200,7 +192,7 @@ def build_app(
                     "That lease is no longer the event's current one; nothing changed",
                     code="LEASE_LOST",
                 )
-            return JSONResponse(result.to_json())
+            return utf8_json_response(result.to_json())
 
         return settle
 
@@ -209,6 +201,7 @@ def build_app(
         body = await agents.raw(event_id, inboxes=scope_of(principal))
         filename = event_id if event_id.replace("_", "").isalnum() else "event"
         return Response(
+            200,
             body,
             headers={
                 "content-type": "application/octet-stream",
@@ -233,4 +226,4 @@ def build_app(
             lambda websocket: stream_endpoint(agents, authorize, websocket, origins),
         ),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(TextQueryOnly)])
+    return Router(routes)

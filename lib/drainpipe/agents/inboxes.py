@@ -151,7 +151,7 @@ class AgentInboxes(AgentInboxesStore):
         budget: float = 25.0,
         allowed_origins: Collection[str] | None = None,
     ) -> Any:
-        """The HTTP routes and the WebSocket stream of section 11 (a Starlette app).
+        """The HTTP routes and the WebSocket stream of section 11 (an ASGI app).
         ``allowed_origins``: the origins whose pages may write with cookies (default: the
         request's own host; docs/reference.md, "Hardening")."""
         from .app import build_app

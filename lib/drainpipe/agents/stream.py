@@ -29,13 +29,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import DrainpipeError
 from ..http_guards import cross_site_refusal
+from ..http_websocket import WebSocket, WebSocketDisconnect
 from ..ops import agents as ops
 from .app import check_inbox, principal_of, scope_of
 from .checks import ACK_MODES, MAX_EVENTS, ORDERS, choice, optional_name, whole_number
 
 if TYPE_CHECKING:
-    from starlette.websockets import WebSocket
-
     from .inboxes import AgentInboxes
     from .pull import AgentInbox
 
@@ -142,8 +141,6 @@ class _Stream:
         while True:
             message = await self.websocket.receive()
             if message["type"] == "websocket.disconnect":
-                from starlette.websockets import WebSocketDisconnect
-
                 raise WebSocketDisconnect(message.get("code", 1000), message.get("reason"))
             text = message.get("text")
             if not isinstance(text, str):  # a binary frame: the protocol is JSON text
@@ -324,8 +321,9 @@ async def stream_endpoint(
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             failure = task.exception()
-            if failure is not None and type(failure).__name__ not in (
-                "WebSocketDisconnect",
+            if failure is None or isinstance(failure, WebSocketDisconnect):
+                continue
+            if type(failure).__name__ not in (  # the servers' own words for a gone client
                 "ClientDisconnected",
                 "ConnectionClosed",
                 "ConnectionClosedOK",

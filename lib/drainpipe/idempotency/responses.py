@@ -9,6 +9,7 @@ from ..http import (
     Message,
     Response,
 )
+from ..http_starlette import rebuilt_starlette_response, starlette_response
 from ..models import Begin as Begin  # re-exported: drainpipe.Begin lives here for users
 
 
@@ -40,16 +41,7 @@ async def _read_response(response: Any) -> tuple[int, bytes, str | None, Any]:
         data = b"".join(parts)
     else:
         data = await _run_for_body(response)
-    from starlette.responses import Response as StarletteResponse
-
-    rebuilt = StarletteResponse(
-        data, status_code=status, background=getattr(response, "background", None)
-    )
-    raw = [(k, v) for k, v in response.raw_headers if k.lower() != b"content-length"]
-    if status >= 200 and status not in (204, 304):
-        raw.append((b"content-length", str(len(data)).encode()))
-    rebuilt.raw_headers = raw
-    return status, data, content_type, rebuilt
+    return status, data, content_type, rebuilt_starlette_response(response, status, data)
 
 
 async def _run_for_body(response: Any) -> bytes:
@@ -87,11 +79,4 @@ async def _run_for_body(response: Any) -> bytes:
 def _to_starlette(response: Response) -> Any:
     """A Starlette response with exactly our headers: ``Response.to_starlette`` would add a
     charset to a ``text/*`` content type, and a replay must carry the stored one unchanged."""
-    from starlette.responses import Response as StarletteResponse
-
-    out = StarletteResponse(response.body, status_code=response.status)
-    raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.items()]
-    if response.status >= 200 and response.status not in (204, 304):
-        raw.append((b"content-length", str(len(response.body)).encode()))
-    out.raw_headers = raw
-    return out
+    return starlette_response(response, exact=True)

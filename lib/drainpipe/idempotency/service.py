@@ -26,7 +26,7 @@ from ..http import (
     Send,
     as_request,
 )
-from ..http_guards import read_capped, read_starlette_body
+from ..http_guards import read_capped, read_request_body
 from ..models import Begin as Begin  # re-exported: drainpipe.Begin lives here for users
 from ..telemetry import active_telemetry
 from .keys import fingerprint
@@ -90,7 +90,7 @@ class Idempotency(IdempotencyStore):
             # a capped stream, kept for the handler: Starlette's ``_body``, our ``_body``
             if native:
                 return await _read_ours(ours, self.max_body_bytes)
-            return await read_starlette_body(request, self.max_body_bytes)
+            return await read_request_body(request, self.max_body_bytes)
 
         decision = await self._prepare(ours, request, read_body)
         if decision is None:

@@ -37,20 +37,16 @@ from ..agents.checks import bad_parameter, error_text, number, whole_number
 from ..codes import valid_code
 from ..engine.core import long_poll_wait, mint_lease_id, poll_backoff, read_lease_id
 from ..errors import DrainpipeError
-from ..http import problem_response, request_path
+from ..http import Request, Response, problem_response, request_path, utf8_json_response
 from ..http_guards import (
     EXECUTOR_BODY_MARGIN,
-    TextQueryOnly,
     check_origins,
     cross_site_refusal,
-    read_starlette_body,
+    read_request_body,
 )
 from ..models import JobContext, claimed_job
 
 if TYPE_CHECKING:
-    from starlette.requests import Request
-    from starlette.responses import Response
-
     from .client import Jobs
 
 RESERVE: Final = 1.0
@@ -291,7 +287,7 @@ class Executor:
 
 
 async def _body(request: Request, max_bytes: int) -> dict[str, Any]:
-    raw = await read_starlette_body(request, max_bytes)
+    raw = await read_request_body(request, max_bytes)
     try:
         body = json.loads(raw or b"{}")
     except (ValueError, RecursionError):  # also JSON nested past Python's recursion limit
@@ -313,10 +309,7 @@ def build_executor_app(
     lease_secret: str | bytes | None = None,
     allowed_origins: Collection[str] | None = None,
 ) -> Any:
-    from starlette.applications import Starlette
-    from starlette.middleware import Middleware
-    from starlette.responses import JSONResponse
-    from starlette.routing import Route
+    from ..http_routes import Route, Router
 
     executor = Executor(jobs, tokens, budget, lease_secret)
     origins = check_origins(allowed_origins)
@@ -328,9 +321,9 @@ def build_executor_app(
                 raise refusal
             scope = executor.scope(request)
             body = await _body(request, executor.max_body_bytes)
-            return JSONResponse(await work(scope, body))
+            return utf8_json_response(await work(scope, body))
         except DrainpipeError as error:
-            return problem_response(error, request_path(request)).to_starlette()  # type: ignore[no-any-return]
+            return problem_response(error, request_path(request))
 
     async def claim(request: Request) -> Response:
         async def work(scope: Scope, body: dict[str, Any]) -> Any:
@@ -350,13 +343,12 @@ def build_executor_app(
             code=SETTLE_MOVED,
             status=410,
         )
-        return problem_response(error).to_starlette()  # type: ignore[no-any-return]
+        return problem_response(error)
 
-    return Starlette(
-        routes=[
+    return Router(
+        [
             Route("/claim", claim, methods=["POST"]),
             Route("/settle", settle, methods=["POST"]),
             Route("/jobs/{lease_id}/{action}", moved, methods=["POST", "GET"]),
-        ],
-        middleware=[Middleware(TextQueryOnly)],
+        ]
     )
