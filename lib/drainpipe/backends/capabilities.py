@@ -1,17 +1,13 @@
-"""What a backend can do beyond :class:`~drainpipe.backends.QueueBackend`: one protocol per
-optional method, and groups of them for backends that implement a whole feature.
+"""The pieces of :class:`~drainpipe.backends.driver.Driver`: one protocol per operation
+group, so each operation has one typed signature.
 
-River's driver interface is the model: every optional operation has a typed signature and
-typed, frozen results (:class:`~drainpipe.models.QueueStats`,
-:class:`~drainpipe.models.DeadJob`, :class:`~drainpipe.models.ScheduleInfo`,
-:class:`~drainpipe.models.DueSchedule`); a backend parses its own rows into them.
-
-The checks are structural (``isinstance`` against ``runtime_checkable`` protocols), so a
-backend written before these protocols existed, implementing optional methods by name,
-keeps working. An attribute set to ``None`` counts as missing. Each method has its own
-protocol because a backend may implement some of a group only (``pgmq_public`` sends in
-batches but cannot complete in batches); the group protocols (:class:`SupportsBatches`,
-:class:`SupportsDeadLetters`, :class:`SupportsSchedules`) say "all of them".
+River's driver interface is the model: every operation has a typed signature and typed,
+frozen results (:class:`~drainpipe.models.QueueStats`, :class:`~drainpipe.models.DeadJob`,
+:class:`~drainpipe.models.ScheduleInfo`, :class:`~drainpipe.models.DueSchedule`); a backend
+parses its own rows into them. Call sites never test a backend against these protocols:
+``Jobs`` talks to a complete driver, and a backend that lacks some operations is made one by
+:mod:`drainpipe.backends.reduced`, the one place that says what each missing operation
+answers. The protocols stay ``runtime_checkable`` for code written against them before.
 
 Parameters stay keyword arguments rather than parameter objects: ``api_version = 1``
 backends already take them that way, and the claim/complete hot path builds no extra
@@ -50,13 +46,17 @@ __all__ = [
     "SupportsDeadLetters",
     "SupportsDueSchedules",
     "SupportsExtendMany",
+    "SupportsFlowEnqueue",
+    "SupportsFlowHolds",
     "SupportsGetRecord",
     "SupportsListDead",
     "SupportsListRecords",
     "SupportsListSchedules",
+    "SupportsPause",
     "SupportsPayloadRewrite",
     "SupportsPolicies",
     "SupportsPurgeArchive",
+    "SupportsQueueHolds",
     "SupportsRecords",
     "SupportsReplay",
     "SupportsReplayRules",
@@ -66,6 +66,7 @@ __all__ = [
     "SupportsSchedules",
     "SupportsSendMany",
     "SupportsStats",
+    "SupportsSteps",
     "SupportsUnschedule",
     "SupportsUnscheduleTenant",
     "lacking",
@@ -245,8 +246,7 @@ class SupportsCodedSettle(Protocol):
 @runtime_checkable
 class SupportsBury(Protocol):
     async def bury(self, job: Job[Any], error: str, code: str) -> bool:
-        """End a held job dead now, with ``code`` (no retry); False when the lease was lost.
-        (Backends with :class:`SupportsCodedSettle` are asked for ``fail_coded`` instead.)"""
+        """End a held job dead now, with ``code`` (no retry); False when the lease was lost."""
         ...
 
 
@@ -331,6 +331,106 @@ class SupportsQueueHolds(Protocol):
         ...
 
 
+# -- durable steps --------------------------------------------------------------------------
+
+
+@runtime_checkable
+class SupportsSteps(Protocol):
+    """Durable steps, their events and kept results (docs/steps.md). Every write is fenced
+    by the job's attempt: ``lost`` when the lease moved on, ``mismatch`` when the recorded
+    step of that number has another name."""
+
+    async def load_steps(self, queue: str, job_id: int) -> dict[int, tuple[str, str, Any]]:
+        """The job's recorded steps: number → (name, state, stored result)."""
+        ...
+
+    async def record_step(
+        self,
+        job: Job[Any],
+        number: int,
+        name: str,
+        state: str,
+        result: Any,
+        code: str | None = None,
+        started_at: datetime | None = None,
+    ) -> str:
+        """``recorded``, ``exists``, ``mismatch`` or ``lost``."""
+        ...
+
+    async def suspend(
+        self,
+        job: Job[Any],
+        delay: float,
+        waiting_for: str | None,
+        number: int | None = None,
+        name: str | None = None,
+        started_at: datetime | None = None,
+    ) -> str:
+        """``suspended``, ``mismatch`` or ``lost``; the lease is released with it."""
+        ...
+
+    async def wait_event(
+        self,
+        job: Job[Any],
+        event: str,
+        key: str,
+        timeout: float | None,  # noqa: ASYNC109 - the wait's stored deadline, in seconds
+        number: int,
+        name: str,
+        started_at: datetime | None = None,
+    ) -> tuple[str, Any]:
+        """(``taken`` | ``timeout`` | ``suspended`` | ``mismatch`` | ``lost``, data)."""
+        ...
+
+    async def emit(self, event: str, key: str, data: Any = None) -> int:
+        """Store an event and wake its waiters; the event's id."""
+        ...
+
+    async def spawn(
+        self,
+        job: Job[Any],
+        number: int,
+        name: str,
+        queue: str,
+        payloads: Sequence[Any],
+        delay: float,
+        max_attempts: int,
+        started_at: datetime | None = None,
+    ) -> tuple[str, list[int]]:
+        """Enqueue children of ``job`` and record the step, at most once."""
+        ...
+
+    async def join(
+        self,
+        job: Job[Any],
+        queue: str,
+        ids: Sequence[int],
+        number: int,
+        name: str,
+        started_at: datetime | None = None,
+    ) -> str:
+        """``done`` (every child finished), ``suspended``, ``mismatch`` or ``lost``."""
+        ...
+
+    async def child_outcomes(
+        self, queue: str, ids: Sequence[int]
+    ) -> list[tuple[int, str, str | None, bool, Any]]:
+        """(id, state, code, kept, result) of each child."""
+        ...
+
+    async def cancel_children(self, queue: str, job_id: int) -> int:
+        """Cancel the live children the job's steps spawned; how many."""
+        ...
+
+    async def job_workflow(self, queue: str, job_id: int) -> Any:
+        """The job's steps and what it waits for (None without steps)."""
+        ...
+
+    async def job_result(self, queue: str, job_id: int) -> tuple[bool, Any]:
+        """(kept, the stored return value of the job's handler)."""
+        ...
+
+
 # -- schedules ----------------------------------------------------------------------------
 
 
@@ -411,6 +511,5 @@ class SupportsSchedules(
 
 def lacking(backend: Any, feature: str) -> DrainpipeError:
     """The contract's answer for a ``feature`` the backend lacks: ``invalid_request``
-    naming the feature and the backend. (Callers check ``isinstance(backend, Supports…)``
-    themselves, so the type checker narrows the backend.)"""
+    naming the feature and the backend (raised by :mod:`drainpipe.backends.reduced`)."""
     return missing_feature(feature, str(getattr(backend, "name", None) or "custom"))

@@ -155,7 +155,9 @@ class StepRules:
     the budget rule and the run's deadline (on the runner's clock; None: no budget)."""
 
     def __init__(self, jobs: Any, queue: str, *, step_margin: float = 5.0) -> None:
-        self.backend: Any = jobs.backend
+        # the async Jobs' complete driver (a reduced one answers what it lacks); the sync
+        # twin has its SQL backend only
+        self.backend: Any = getattr(jobs, "driver", None) or jobs.backend
         self.queue = queue
         self._jobs = jobs
         self._now: Callable[[], datetime] = jobs._now
