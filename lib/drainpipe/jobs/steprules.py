@@ -155,9 +155,7 @@ class StepRules:
     the budget rule and the run's deadline (on the runner's clock; None: no budget)."""
 
     def __init__(self, jobs: Any, queue: str, *, step_margin: float = 5.0) -> None:
-        # the async Jobs' complete driver (a reduced one answers what it lacks); the sync
-        # twin has its SQL backend only
-        self.backend: Any = getattr(jobs, "driver", None) or jobs.backend
+        self.backend: Any = jobs.backend
         self.queue = queue
         self._jobs = jobs
         self._now: Callable[[], datetime] = jobs._now
