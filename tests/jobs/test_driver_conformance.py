@@ -106,7 +106,7 @@ async def test_every_operation_answers_alike(jobs: Jobs) -> None:
     )
     assert len(await d.send_many("emails", [{"n": 3}, {"n": 4}])) == 2
     claimed = await d.read("emails", lease=60, batch=2)
-    assert [job.id for job in claimed][0] == first
+    assert claimed[0].id == first
     assert await d.extend(claimed[0], 60) is True
     assert await d.extend_many(claimed, 60) == {job.id for job in claimed}
     assert await d.complete(claimed[0]) is True
@@ -414,9 +414,9 @@ async def test_stand_ins_answer_from_the_required_operations() -> None:
     assert await driver.due_schedules(lease=30, batch=1) == []
     assert await driver.apply_retention(min_interval=3600) is None
     assert await driver.job_workflow("emails", 1) is None
-    with pytest.raises(DrainpipeError, match="^replay rules needs"):
+    with pytest.raises(DrainpipeError, match=r"^replay rules needs"):
         await driver.replay_ruled("emails", 1, window=60.0, replayable=True)
-    with pytest.raises(DrainpipeError, match="^replay needs"):
+    with pytest.raises(DrainpipeError, match=r"^replay needs"):
         await driver.replay_ruled("emails", 1, window=None, replayable=True)
 
 
