@@ -99,7 +99,12 @@ class MissingFeature(DrainpipeError):
     def __init__(self, feature: str, backend: str) -> None:
         error = missing_feature(feature, backend)
         super().__init__(error.kind, error.message, code=error.code)
+        self.feature = feature
         self.backend = backend
+
+    def __reduce__(self) -> tuple[type[MissingFeature], tuple[str, str]]:
+        # built from (feature, backend), not from the message: so it pickles and copies
+        return MissingFeature, (self.feature, self.backend)
 
 
 @contextmanager
