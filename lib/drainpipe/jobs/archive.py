@@ -1,4 +1,4 @@
-"""Counts, dead letters and the archive of finished jobs (docs/jobs.md): ``stats``,
+"""Counts, dead letters and the archive of finished jobs (docs/reference.md section 2): ``stats``,
 ``list_dead`` and ``purge_archive`` of :class:`~drainpipe.Jobs`."""
 
 from __future__ import annotations
