@@ -1,12 +1,11 @@
 """Where jobs are stored: the :class:`QueueBackend` protocol and how ``Jobs(db)`` picks one.
 
 Required: ``name``, ``leases``, ``send``, ``read``, ``complete``, ``fail``, ``extend``.
-Optional, each typed by a capability protocol in :mod:`.capabilities` (a backend without
-one makes the public call fail with ``invalid_request`` naming the feature):
-``send_many``, ``complete_many``, ``extend_many`` (:class:`SupportsBatches`); ``stats``
-(:class:`SupportsStats`); ``replay``, ``list_dead``, ``retry_dead``, ``purge_archive``
-(:class:`SupportsDeadLetters`); ``schedule``, ``unschedule``, ``list_schedules``,
-``unschedule_tenant``, ``due_schedules``, ``advance_schedule`` (:class:`SupportsSchedules`).
+Everything else ``Jobs`` asks of a storage is the complete driver interface,
+:class:`drainpipe.backends.driver.Driver`: the SQL and PostgREST (``drainpipe_api``)
+backends implement all of it; any other backend is wrapped by
+:mod:`drainpipe.backends.reduced`, whose one table says what each operation it lacks
+answers (a stand-in, or ``invalid_request`` naming the feature).
 """
 
 from __future__ import annotations

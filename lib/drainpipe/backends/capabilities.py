@@ -1,17 +1,13 @@
-"""What a backend can do beyond :class:`~drainpipe.backends.QueueBackend`: one protocol per
-optional method, and groups of them for backends that implement a whole feature.
+"""The pieces of :class:`~drainpipe.backends.driver.Driver`: one protocol per operation
+group, so each operation has one typed signature.
 
-River's driver interface is the model: every optional operation has a typed signature and
-typed, frozen results (:class:`~drainpipe.models.QueueStats`,
-:class:`~drainpipe.models.DeadJob`, :class:`~drainpipe.models.ScheduleInfo`,
-:class:`~drainpipe.models.DueSchedule`); a backend parses its own rows into them.
-
-The checks are structural (``isinstance`` against ``runtime_checkable`` protocols), so a
-backend written before these protocols existed, implementing optional methods by name,
-keeps working. An attribute set to ``None`` counts as missing. Each method has its own
-protocol because a backend may implement some of a group only (``pgmq_public`` sends in
-batches but cannot complete in batches); the group protocols (:class:`SupportsBatches`,
-:class:`SupportsDeadLetters`, :class:`SupportsSchedules`) say "all of them".
+River's driver interface is the model: every operation has a typed signature and typed,
+frozen results (:class:`~drainpipe.models.QueueStats`, :class:`~drainpipe.models.DeadJob`,
+:class:`~drainpipe.models.ScheduleInfo`, :class:`~drainpipe.models.DueSchedule`); a backend
+parses its own rows into them. Call sites never test a backend against these protocols:
+``Jobs`` talks to a complete driver, and a backend that lacks some operations is made one by
+:mod:`drainpipe.backends.reduced`, the one place that says what each missing operation
+answers. The protocols stay ``runtime_checkable`` for code written against them before.
 
 Parameters stay keyword arguments rather than parameter objects: ``api_version = 1``
 backends already take them that way, and the claim/complete hot path builds no extra
@@ -25,6 +21,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..errors import DrainpipeError, missing_feature
+from .step_operations import SupportsSteps
 
 if TYPE_CHECKING:
     from ..models import (
@@ -50,13 +47,17 @@ __all__ = [
     "SupportsDeadLetters",
     "SupportsDueSchedules",
     "SupportsExtendMany",
+    "SupportsFlowEnqueue",
+    "SupportsFlowHolds",
     "SupportsGetRecord",
     "SupportsListDead",
     "SupportsListRecords",
     "SupportsListSchedules",
+    "SupportsPause",
     "SupportsPayloadRewrite",
     "SupportsPolicies",
     "SupportsPurgeArchive",
+    "SupportsQueueHolds",
     "SupportsRecords",
     "SupportsReplay",
     "SupportsReplayRules",
@@ -66,6 +67,7 @@ __all__ = [
     "SupportsSchedules",
     "SupportsSendMany",
     "SupportsStats",
+    "SupportsSteps",
     "SupportsUnschedule",
     "SupportsUnscheduleTenant",
     "lacking",
@@ -245,8 +247,7 @@ class SupportsCodedSettle(Protocol):
 @runtime_checkable
 class SupportsBury(Protocol):
     async def bury(self, job: Job[Any], error: str, code: str) -> bool:
-        """End a held job dead now, with ``code`` (no retry); False when the lease was lost.
-        (Backends with :class:`SupportsCodedSettle` are asked for ``fail_coded`` instead.)"""
+        """End a held job dead now, with ``code`` (no retry); False when the lease was lost."""
         ...
 
 
@@ -411,6 +412,5 @@ class SupportsSchedules(
 
 def lacking(backend: Any, feature: str) -> DrainpipeError:
     """The contract's answer for a ``feature`` the backend lacks: ``invalid_request``
-    naming the feature and the backend. (Callers check ``isinstance(backend, Supports…)``
-    themselves, so the type checker narrows the backend.)"""
+    naming the feature and the backend (raised by :mod:`drainpipe.backends.reduced`)."""
     return missing_feature(feature, str(getattr(backend, "name", None) or "custom"))

@@ -22,23 +22,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import SCHEMA_NOT_EXPOSED, DrainpipeError, not_installed
 from ..models import (
     DeadJob,
     DedupeMode,
-    DueSchedule,
     FailOutcome,
     Job,
     JobRecord,
     Position,
     QueueStats,
-    ScheduleInfo,
 )
 from . import postgrest_rows as rows
 from .postgrest_http import RestTransport, expose_hint
+from .postgrest_policies import PostgrestPolicies
+from .postgrest_schedules import PostgrestSchedules
+from .postgrest_steps import PostgrestSteps
 
 if TYPE_CHECKING:
     import httpx
@@ -52,11 +53,7 @@ API_SCHEMA = "drainpipe_api"
 log = logging.getLogger("drainpipe.jobs")
 
 
-def _instant(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
-
-
-class PostgrestBackend:
+class PostgrestBackend(PostgrestSteps, PostgrestPolicies, PostgrestSchedules):
     """Jobs through drainpipe's ``drainpipe_api`` functions over PostgREST (httpx only).
 
     ``url`` is the project URL (``https://<ref>.supabase.co``; a trailing ``/rest/v1`` is
@@ -68,6 +65,8 @@ class PostgrestBackend:
     api_version: ClassVar[int] = 1
     name = "postgrest"
     leases = True
+    #: a complete driver (docs/reference.md#backends): nothing answered from a table
+    lacks: frozenset[str] = frozenset()
 
     def __init__(
         self,
@@ -419,6 +418,11 @@ class PostgrestBackend:
         )
         return rows.fail_outcome(self.schema, data, "fail_coded_v1")
 
+    async def bury(self, job: Job[Any], error: str, code: str) -> bool:
+        """End a held job dead now: a discarding coded failure (one request)."""
+        outcome = await self.fail_coded(job, error, None, code=code, discard=True)
+        return outcome == "dead"
+
     async def get_record(self, queue: str, job_id: int) -> JobRecord | None:
         data = await self.rpc("get_job_v1", {"queue": queue, "id": job_id})
         return None if data is None else rows.record(self.schema, "get_job_v1", data)
@@ -453,248 +457,6 @@ class PostgrestBackend:
         if data is None or data in ("cancelled", "terminal"):
             return data  # type: ignore[no-any-return]
         raise rows.malformed(self.schema, "cancel_v1", '"cancelled", "terminal" or null', data)
-
-    # -- durable steps (rest-api 0009_steps_v1): the jobs module's fenced functions --------
-
-    async def load_steps(self, queue: str, job_id: int) -> dict[int, tuple[str, str, Any]]:
-        data = await self.rpc("load_steps_v1", {"queue": queue, "id": job_id})
-        return {
-            int(item["number"]): (str(item["name"]), str(item["state"]), item.get("result"))
-            for item in data or ()
-        }
-
-    async def record_step(
-        self,
-        job: Job[Any],
-        number: int,
-        name: str,
-        state: str,
-        result: Any,
-        code: str | None = None,
-        started_at: datetime | None = None,
-    ) -> str:
-        params = {
-            "queue": job.queue, "id": job.id, "attempt": job.attempts, "number": number,
-            "name": name, "state": state, "result": result, "code": code,
-            "started_at": _instant(started_at),
-        }  # fmt: skip
-        return str(await self.rpc("record_step_v1", params) or "lost")
-
-    async def suspend(
-        self,
-        job: Job[Any],
-        delay: float,
-        waiting_for: str | None,
-        number: int | None = None,
-        name: str | None = None,
-        started_at: datetime | None = None,
-    ) -> str:
-        params = {
-            "queue": job.queue, "id": job.id, "attempt": job.attempts, "delay": delay,
-            "waiting_for": waiting_for, "number": number, "name": name,
-            "started_at": _instant(started_at),
-        }  # fmt: skip
-        return str(await self.rpc("suspend_v1", params) or "lost")
-
-    async def wait_event(
-        self,
-        job: Job[Any],
-        event: str,
-        key: str,
-        timeout: float | None,  # noqa: ASYNC109 - the wait's stored deadline, in seconds
-        number: int,
-        name: str,
-        started_at: datetime | None = None,
-    ) -> tuple[str, Any]:
-        params = {
-            "queue": job.queue, "id": job.id, "attempt": job.attempts, "event": event,
-            "key": key, "timeout": timeout, "number": number, "name": name,
-            "started_at": _instant(started_at),
-        }  # fmt: skip
-        data = await self.rpc("wait_event_v1", params)
-        if not isinstance(data, dict):
-            return "lost", None
-        return str(data.get("outcome") or "lost"), data.get("data")
-
-    async def emit(self, event: str, key: str, data: Any = None) -> int:
-        return int(await self.rpc("emit_v1", {"event": event, "key": key, "data": data}))
-
-    async def spawn(
-        self,
-        job: Job[Any],
-        number: int,
-        name: str,
-        queue: str,
-        payloads: Sequence[Any],
-        delay: float,
-        max_attempts: int,
-        started_at: datetime | None = None,
-    ) -> tuple[str, list[int]]:
-        params = {
-            "queue": job.queue, "id": job.id, "attempt": job.attempts, "number": number,
-            "name": name, "child_queue": queue, "payloads": list(payloads), "delay": delay,
-            "max_attempts": max_attempts, "started_at": _instant(started_at),
-        }  # fmt: skip
-        data = await self.rpc("spawn_v1", params)
-        if not isinstance(data, dict):
-            return "lost", []
-        return str(data.get("outcome") or "lost"), [int(i) for i in data.get("ids") or ()]
-
-    async def join(
-        self,
-        job: Job[Any],
-        queue: str,
-        ids: Sequence[int],
-        number: int,
-        name: str,
-        started_at: datetime | None = None,
-    ) -> str:
-        params = {
-            "queue": job.queue, "id": job.id, "attempt": job.attempts, "child_queue": queue,
-            "ids": list(ids), "number": number, "name": name,
-            "started_at": _instant(started_at),
-        }  # fmt: skip
-        return str(await self.rpc("join_v1", params) or "lost")
-
-    async def child_outcomes(
-        self, queue: str, ids: Sequence[int]
-    ) -> list[tuple[int, str, str | None, bool, Any]]:
-        data = await self.rpc("child_outcomes_v1", {"queue": queue, "ids": list(ids)})
-        return [
-            (
-                int(i["id"]),
-                str(i["state"]),
-                i.get("last_code"),
-                bool(i.get("kept")),
-                i.get("result"),
-            )
-            for i in data or ()
-        ]
-
-    async def cancel_children(self, queue: str, job_id: int) -> int:
-        return int(await self.rpc("cancel_children_v1", {"queue": queue, "id": job_id}) or 0)
-
-    async def job_workflow(self, queue: str, job_id: int) -> Any:
-        from ..ops.steps import parse_workflow
-
-        data = await self.rpc("job_workflow_v1", {"queue": queue, "id": job_id})
-        return parse_workflow([(data,)])
-
-    async def job_result(self, queue: str, job_id: int) -> tuple[bool, Any]:
-        data = await self.rpc("result_v1", {"queue": queue, "id": job_id})
-        if not isinstance(data, dict):
-            return False, None
-        return bool(data.get("kept")), data.get("result")
-
-    # -- queue policies and encrypted payloads (rest-api 0003_policies_v1) ----------------
-
-    async def ensure_policy(self, queue: str, row: Sequence[Any]) -> None:
-        """Store ``QueuePolicy.as_row(queue)`` where the ``drainpipe.*`` checks read it, so
-        every call through the API (and every direct writer) obeys it."""
-        params = dict(zip(_POLICY_COLUMNS, row, strict=True))
-        rows.flag(self.schema, "ensure_policy_v3", await self.rpc("ensure_policy_v3", params))
-
-    async def apply_retention(self, *, min_interval: float | None) -> int | None:
-        data = await self.rpc(
-            "apply_retention_v1",
-            {"min_interval": None if min_interval is None else float(min_interval)},
-        )
-        return None if data is None else rows.count(self.schema, "apply_retention_v1", data)
-
-    async def live_payloads(self, queue: str, *, after: int, limit: int) -> list[tuple[int, Any]]:
-        data = await self.rpc(
-            "live_payloads_v1", {"queue": queue, "after_id": after, "row_limit": limit}
-        )
-        return rows.live_payloads(self.schema, data)
-
-    async def rewrite_payload(self, queue: str, job_id: int, old: Any, new: Any) -> bool:
-        data = await self.rpc(
-            "rewrite_payload_v1",
-            {"queue": queue, "id": job_id, "old_payload": old, "new_payload": new},
-        )
-        return rows.flag(self.schema, "rewrite_payload_v1", data)
-
-    # -- schedules ------------------------------------------------------------------------
-
-    async def schedule(
-        self,
-        name: str,
-        cron: str,
-        queue: str,
-        payload: Any,
-        *,
-        time_zone: str,
-        next_run: datetime | None,
-        tenant: str | None,
-    ) -> None:
-        await self.rpc(
-            "schedule_v1",
-            {
-                "name": name,
-                "cron": cron,
-                "queue": queue,
-                "payload": payload,
-                "time_zone": time_zone,
-                "next_run": _instant(next_run),
-                "tenant": tenant,
-            },
-        )
-
-    async def unschedule(self, name: str) -> bool:
-        return rows.flag(
-            self.schema, "unschedule_v1", await self.rpc("unschedule_v1", {"name": name})
-        )
-
-    async def list_schedules(self, *, prefix: str | None, tenant: str | None) -> list[ScheduleInfo]:
-        data = await self.rpc("list_schedules_v1", {"prefix": prefix, "tenant": tenant})
-        return rows.schedules(self.schema, data)
-
-    async def unschedule_tenant(self, tenant: str) -> int:
-        data = await self.rpc("unschedule_tenant_v1", {"tenant": tenant})
-        return rows.count(self.schema, "unschedule_tenant_v1", data)
-
-    async def due_schedules(self, *, lease: float, batch: int) -> list[DueSchedule]:
-        """Due schedules now leased to us; ``advance_schedule`` needs their token."""
-        data = await self.rpc("claim_due_schedules_v1", {"lease": float(lease), "batch": batch})
-        return rows.due_schedules(self.schema, data)
-
-    async def advance_schedule(
-        self, name: str, ran: datetime | None, next_run: datetime | None, claim_token: Any
-    ) -> bool:
-        data = await self.rpc(
-            "advance_schedule_v1",
-            {
-                "name": name,
-                "ran": _instant(ran),
-                "next_run": _instant(next_run),
-                "claim_token": None if claim_token is None else str(claim_token),
-            },
-        )
-        return rows.flag(self.schema, "advance_schedule_v1", data)
-
-
-# ensure_policy_v3's argument names, in QueuePolicy.as_row's order
-_POLICY_COLUMNS = (
-    "queue",
-    "max_payload_bytes",
-    "max_pending",
-    "lease",
-    "max_lease",
-    "max_delay",
-    "max_attempts",
-    "attempt_window",
-    "retention",
-    "encrypt",
-    "replay_window",
-    "replayable",
-    "concurrency",
-    "key_concurrency",
-    "rate_count",
-    "rate_per",
-    "key_rate_count",
-    "key_rate_per",
-    "ordered",
-)
 
 
 def _not_exposed_hint(schema: str) -> str:

@@ -312,3 +312,8 @@ def record_page(schema: str, data: Any, limit: int) -> tuple[list[JobRecord], Po
     if len(records) <= limit or not page:
         return page, None
     return page, Position(page[-1].id, page[-1].queue, page[-1].enqueued_at)
+
+
+def instant(value: datetime | None) -> str | None:
+    """A timestamp argument as PostgREST takes it (ISO 8601), None as null."""
+    return None if value is None else value.isoformat()

@@ -40,6 +40,8 @@ class SqlQueueBackend:
     api_version: ClassVar[int] = 1
     name = "sql"
     leases = True
+    #: a complete driver (docs/reference.md#backends): nothing answered from a table
+    lacks: frozenset[str] = frozenset()
 
     def __init__(self, db: Any) -> None:
         self.db: Database = as_database(db)

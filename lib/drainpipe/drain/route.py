@@ -39,7 +39,6 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..backends.capabilities import SupportsScheduleRuns
 from ..engine.core import budget_spent, fair_share_deadline, route_lease
 from ..engine.runner import call_hook, log_error
 from ..errors import NOT_INSTALLED, SCHEMA_NOT_EXPOSED, DrainpipeError
@@ -305,7 +304,7 @@ class DrainRoute:
         if self.inboxes:
             result["inboxes"] = inboxes
         paused, held = await idle_holds(
-            self.jobs.backend,
+            self.jobs.driver,
             [
                 s.name
                 for s in sources
@@ -382,10 +381,11 @@ class DrainRoute:
     def _runs_schedules(self) -> bool:
         if not self.schedules or not callable(getattr(self.jobs, "run_schedules", None)):
             return False
-        # pg_cron enqueues in the database itself; a backend without schedules has none
+        # pg_cron enqueues in the database itself; a storage without schedules has none
+        # (and no call to it must count as the database answering)
         if getattr(self.jobs, "scheduler", "drain") == "pg_cron":
             return False
-        return isinstance(self.jobs.backend, SupportsScheduleRuns)
+        return "due_schedules" not in self.jobs.driver.lacks
 
     async def _has_ready(self, queues: list[str]) -> bool:
         """One stats round trip, only when the deadline cut a queue short."""

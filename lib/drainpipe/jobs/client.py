@@ -9,22 +9,16 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
-from ..backends import (
-    QueueBackend,
-    SupportsListDead,
-    SupportsPurgeArchive,
-    SupportsSendMany,
-    SupportsStats,
-    lacking,
-    resolve_backend,
-)
-from ..backends.capabilities import SupportsCodedSettle, SupportsFlowEnqueue
+from ..backends import QueueBackend, resolve_backend
+from ..backends.reduced import as_driver
 from ..codes import code_of
 from ..engine.core import MAX_OUTAGE
-from ..models import DeadJob, DedupeMode, FailOutcome, Job, JobContext, QueueStats, WorkReport
+from ..models import DedupeMode, FailOutcome, Job, JobContext, WorkReport
 from ..schedules import ScheduleMixin
 from ..telemetry import active_telemetry
 from ..validation import seconds
+from .archive import ArchiveMixin
+from .events import EventsMixin
 from .guard import PolicyMixin, fail_within_window
 from .pause import PauseMixin
 from .records import RecordsMixin
@@ -33,6 +27,7 @@ from .rules import MAX_DEDUPE_KEY, SEVEN_DAYS, THIRTY_DAYS, JobRules
 
 if TYPE_CHECKING:
     from ..admin.api import ManagementApp
+    from ..backends.driver import Driver
     from ..drain import DrainRoute
     from ..keyring import Keyring
     from .policy import QueuePolicy
@@ -45,7 +40,16 @@ Handler = Callable[[Any, Job[Any]], Awaitable[Any]]
 OnError = Callable[[BaseException, Job[Any] | None], Any]
 
 
-class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, ScheduleMixin):
+class Jobs(
+    ReplaysMixin,
+    PauseMixin,
+    PolicyMixin,
+    JobRules,
+    RecordsMixin,
+    ScheduleMixin,
+    ArchiveMixin,
+    EventsMixin,
+):
     """Typed job queues on a database (DSN, pool, connection), a supabase client or a backend.
 
     ``queues`` maps each queue name to the payload schema (anything
@@ -74,7 +78,11 @@ class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, Schedu
         super().__init__(queues, now=now, scheduler=scheduler, cursor_secret=cursor_secret)
         self._init_policies(policies, keyring, list(queues))
         self._replay_check = check_replay_check(replay_check)
+        #: what the caller gave (or the backend built from it), as given
         self.backend: QueueBackend = resolve_backend(db, list(queues))
+        #: every call goes here: the backend itself when complete, else it made complete
+        #: by :mod:`drainpipe.backends.reduced` (what it lacks answers from one table)
+        self.driver: Driver = as_driver(self.backend)
 
     # -- enqueue -------------------------------------------------------------------------
 
@@ -124,7 +132,7 @@ class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, Schedu
         ):
             # the common call (every option at its default, a declared queue without a
             # policy, no tracing): of _enqueue_args' checks only the payload's are left
-            return await self.backend.send(
+            return await self.driver.send(
                 queue,
                 self._store(queue, self.serialise(queue, payload), None),
                 delay=0.0,
@@ -142,7 +150,7 @@ class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, Schedu
             dedupe_key,
             dedupe,
             context,
-            getattr(self.backend, "name", ""),
+            self.driver.name,
             key,
             priority,
         )
@@ -163,11 +171,11 @@ class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, Schedu
                 throttle,
             )
         if otel is not None:
-            backend = self.backend
+            driver = self.driver
             return await otel.enqueue(
                 queue,
                 value,
-                lambda traced: backend.send(
+                lambda traced: driver.send(
                     queue,
                     traced,
                     delay=wait,
@@ -176,7 +184,7 @@ class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, Schedu
                     dedupe=dedupe,
                 ),
             )
-        return await self.backend.send(
+        return await self.driver.send(
             queue,
             value,
             delay=wait,
@@ -204,12 +212,10 @@ class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, Schedu
         effective, debounce_s, throttle_s = self._flow_enqueue_args(
             queue, key, context, delay, run_at, debounce, throttle
         )
-        backend = self.backend
-        if not isinstance(backend, SupportsFlowEnqueue):
-            raise lacking(backend, "debounce" if debounce is not None else "throttle")
+        driver = self.driver
 
         async def send(stored: Any) -> int:
-            return await backend.send_flow(
+            return await driver.send_flow(
                 queue,
                 stored,
                 delay=wait,
@@ -263,13 +269,8 @@ class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, Schedu
     async def _send_many(
         self, queue: str, values: list[Any], wait: float, max_attempts: int
     ) -> list[int]:
-        backend = self.backend
-        if not isinstance(backend, SupportsSendMany):
-            return [
-                await backend.send(queue, value, delay=wait, max_attempts=max_attempts)
-                for value in values
-            ]
-        return list(await backend.send_many(queue, values, delay=wait, max_attempts=max_attempts))
+        sent = await self.driver.send_many(queue, values, delay=wait, max_attempts=max_attempts)
+        return list(sent)
 
     # -- claim / complete / fail / extend ------------------------------------------------
 
@@ -282,13 +283,13 @@ class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, Schedu
         (``PAYLOAD_UNREADABLE``) instead of being returned."""
         batch, length = self._claim_args(queue, batch, 300 if lease is None else lease)
         length = self._claim_lease(queue, None if lease is None else length)
-        jobs = await self.backend.read(queue, lease=length, batch=batch)
+        jobs = await self.driver.read(queue, lease=length, batch=batch)
         return jobs if self.keyring is None else await self._open_claimed(jobs)
 
     async def complete(self, job: Job[Any]) -> bool:
         """Archive a finished job. False: the lease was lost (claimed again), nothing changed."""
         self._check_job(job)
-        return await self.backend.complete(job)
+        return await self.driver.complete(job)
 
     async def fail(
         self, job: Job[Any], error: Any, *, retry_in: float | timedelta | None = None
@@ -298,22 +299,20 @@ class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, Schedu
         was cancelled). The attempt records ``error.code`` when it is a valid code, else
         ``HANDLER_ERROR``."""
         text, wait = self._fail_args(job, error, retry_in)
-        backend = self.backend
+        driver = self.driver
         if job.queue in self._windowed:
             ended, wait, outcome = await fail_within_window(
-                backend, self._policies[job.queue], job, text, wait
+                driver, self._policies[job.queue], job, text, wait
             )
             if ended:
                 return outcome
-        if isinstance(backend, SupportsCodedSettle):
-            return await backend.fail_coded(job, text, wait, code=code_of(error), discard=False)
-        return await backend.fail(job, text, wait)
+        return await driver.fail_coded(job, text, wait, code=code_of(error), discard=False)
 
     async def extend(self, job: Job[Any], lease: float | timedelta) -> bool:
         """Move the lease end to now + ``lease`` seconds. False once the lease was lost."""
         self._check_job(job)
         wanted = self._claim_lease(job.queue, seconds(lease, "lease"))
-        return await self.backend.extend(job, wanted)
+        return await self.driver.extend(job, wanted)
 
     # -- workers -------------------------------------------------------------------------
 
@@ -399,80 +398,6 @@ class Jobs(ReplaysMixin, PauseMixin, PolicyMixin, JobRules, RecordsMixin, Schedu
             heartbeat_every=heartbeat_every,
             step_margin=step_margin,
         ).run(until_empty=True)
-
-    # -- durable steps: events and results -------------------------------------------------
-
-    async def emit(self, event: str, key: str, data: Any = None) -> int:
-        """Store event ``event`` with ``key`` (and JSON ``data``) and wake every job waiting
-        on both (``job.wait_for``); the event's id. Events are kept ``event_retention``
-        (7 days); one emitted before a job waits counts for it, if emitted after its enqueue."""
-        from .sealing import seal_event
-        from .steps import check_event
-
-        check_event(event, key)
-        backend = self.backend
-        emit = getattr(backend, "emit", None)
-        if emit is None:
-            raise lacking(backend, "emit")
-        # with a keyring the data is sealed (docs/steps.md#events): the waiter opens it
-        result: int = await emit(event, key, seal_event(self.keyring, event, data))
-        return result
-
-    async def result(self, queue: str, job_id: int) -> Any:
-        """The kept return value of a job's handler (None when none was kept). For trusted
-        code: a management response never carries it."""
-        job_id = self._get_args(queue, job_id)
-        backend = self.backend
-        read = getattr(backend, "job_result", None)
-        if read is None:
-            raise lacking(backend, "result")
-        kept, stored = await read(queue, job_id)
-        if not kept:
-            return None
-        from .steps import StepRuntime
-
-        return StepRuntime(self, queue).open_result(stored)
-
-    # -- dead letters, stats, archive ----------------------------------------------------
-
-    async def stats(self, queues: Sequence[str] | None = None) -> dict[str, QueueStats]:
-        """Counts per queue (default: every declared queue) in one round trip."""
-        names = self._stats_names(queues)
-        backend = self.backend
-        if not isinstance(backend, SupportsStats):
-            raise lacking(backend, "stats")
-        return dict(await backend.stats(names))
-
-    async def list_dead(
-        self, queue: str, *, limit: int = 100, cursor: int | None = None
-    ) -> list[DeadJob]:
-        """Dead letters newest first; pass the last id seen as ``cursor`` for older ones."""
-        limit, cursor = self._list_dead_args(queue, limit, cursor)
-        backend = self.backend
-        if not isinstance(backend, SupportsListDead):
-            raise lacking(backend, "list_dead")
-        found = await backend.list_dead(queue, limit=limit, before=cursor)
-        return [self._opened(dead) for dead in found]
-
-    async def purge_archive(
-        self,
-        queue: str,
-        *,
-        older_than: float | timedelta = SEVEN_DAYS,
-        dead_older_than: float | timedelta = THIRTY_DAYS,
-        batch: int = 10000,
-    ) -> int:
-        """Delete up to ``batch`` completed jobs older than ``older_than`` and dead letters
-        older than ``dead_older_than``; live jobs are never touched."""
-        older, dead_older = self._purge_args(queue, older_than, dead_older_than, batch)
-        backend = self.backend
-        if not isinstance(backend, SupportsPurgeArchive):
-            raise lacking(backend, "purge_archive")
-        return int(
-            await backend.purge_archive(
-                queue, older_than=older, dead_older_than=dead_older, batch=batch
-            )
-        )
 
     # -- typed handles and the drain route -----------------------------------------------
 

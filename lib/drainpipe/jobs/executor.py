@@ -253,16 +253,15 @@ class Executor:
             code = body.get("code")
             if code is not None and not valid_code(code):
                 raise bad_parameter("code", "code must match ^[A-Z][A-Z0-9_]{0,63}$")
-            backend = self.jobs.backend
+            driver = self.jobs.driver
             if code is not None:
-                skip = getattr(backend, "skip", None)
-                if skip is None:
+                if "skip" in driver.lacks:
                     raise DrainpipeError(
                         "invalid_request",
                         "This backend records no codes",
                         code="CODE_NOT_SUPPORTED",
                     )
-                ok = bool(await skip(job, code))
+                ok = bool(await driver.skip(job, code))
             else:
                 ok = await self.jobs.complete(job)
             if not ok and not await self.completed_by(job):

@@ -11,8 +11,6 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ..backends import SupportsBury, SupportsPayloadRewrite, SupportsPolicies, lacking
-from ..backends.capabilities import SupportsCodedSettle, SupportsGetRecord
 from ..context import wrap_payload
 from ..errors import NOT_INSTALLED, DrainpipeError, invalid_request
 from ..models import DeadJob, FailOutcome, Job, JobContext, JobRecord
@@ -22,6 +20,7 @@ from .records import RecordsMixin
 
 if TYPE_CHECKING:
     from ..backends import QueueBackend
+    from ..backends.driver import Driver
     from ..keyring import Keyring
 
 # The keyring and sealing modules (hmac, secrets, cryptography) are imported only by a
@@ -37,15 +36,10 @@ DEFAULT_MAX_ATTEMPTS = 5
 RETENTION_EVERY = 3600.0
 
 
-async def bury(backend: QueueBackend, job: Job[Any], error: str, code: str) -> FailOutcome | None:
-    """End a held job dead now with ``code``: the backend's own ``bury`` (the SQL backend's
-    ``bury_job_v1``), else a discarding coded failure; a backend without dead letters
-    (``pgmq_public``) archives it, its only terminal state."""
-    if isinstance(backend, SupportsBury):
-        return "dead" if await backend.bury(job, error, code) else None
-    if isinstance(backend, SupportsCodedSettle):
-        return await backend.fail_coded(job, error, None, code=code, discard=True)
-    return "dead" if await backend.complete(job) else None
+async def bury(driver: Driver, job: Job[Any], error: str, code: str) -> FailOutcome | None:
+    """End a held job dead now with ``code`` (a driver without dead letters, such as
+    ``pgmq_public``, archives it: its only terminal state); None when the lease was lost."""
+    return "dead" if await driver.bury(job, error, code) else None
 
 
 def retry_delay(attempt: int) -> float:
@@ -58,12 +52,12 @@ def retry_delay(attempt: int) -> float:
     return float(1 + math.floor(random.random() * cap))  # noqa: S311 - jitter, not a secret
 
 
-async def first_attempt_start(backend: QueueBackend, job: Job[Any]) -> datetime | None:
+async def first_attempt_start(driver: Driver, job: Job[Any]) -> datetime | None:
     """When the job's first attempt started, from its record (None without records)."""
-    if not isinstance(backend, SupportsGetRecord):
-        return None
+    if "get_record" in driver.lacks:
+        return None  # a storage without records cannot say: the window is not enforced
     try:
-        record = await backend.get_record(job.queue, job.id)
+        record = await driver.get_record(job.queue, job.id)
     except DrainpipeError as exc:
         if exc.code == NOT_INSTALLED:  # storage without records yet (pgmq, issue 14)
             return None
@@ -75,7 +69,7 @@ async def first_attempt_start(backend: QueueBackend, job: Job[Any]) -> datetime 
 
 
 async def fail_within_window(
-    backend: QueueBackend,
+    driver: Driver,
     policy: QueuePolicy | None,
     job: Job[Any],
     error: str,
@@ -89,11 +83,11 @@ async def fail_within_window(
     if window is None or job.attempts >= job.max_attempts:
         return False, retry_in, None  # no window, or MAX_ATTEMPTS ends it anyway
     delay = retry_delay(job.attempts) if retry_in is None else retry_in
-    first = await first_attempt_start(backend, job)
+    first = await first_attempt_start(driver, job)
     if first is None:
         return False, delay, None
     if datetime.now(UTC) + timedelta(seconds=delay) > first + timedelta(seconds=window):
-        return True, None, await bury(backend, job, error, DEADLINE_PASSED)
+        return True, None, await bury(driver, job, error, DEADLINE_PASSED)
     return False, delay, None
 
 
@@ -107,6 +101,7 @@ class PolicyMixin(RecordsMixin):
     """Policies and the keyring of a :class:`~drainpipe.jobs.Jobs`."""
 
     backend: QueueBackend
+    driver: Driver
     keyring: Keyring | None
     _policies: dict[str, QueuePolicy]
 
@@ -219,7 +214,7 @@ class PolicyMixin(RecordsMixin):
             except UnreadableCiphertext as exc:
                 error = unreadable(job.id, job.queue, str(exc))
                 log.error("drainpipe: %s", error, extra={"queue": job.queue, "job_id": job.id})
-                await bury(self.backend, job, str(error), PAYLOAD_UNREADABLE)
+                await bury(self.driver, job, str(error), PAYLOAD_UNREADABLE)
         return opened
 
     def _opened(self, dead: DeadJob) -> DeadJob:
@@ -251,30 +246,23 @@ class PolicyMixin(RecordsMixin):
     async def ensure_policies(self) -> int:
         """Store every declared policy where the database's checks read it, so every
         writer obeys them; how many were stored. Idempotent (run it at each deploy)."""
-        backend = self.backend
         if not self._policies:
             return 0
-        if not isinstance(backend, SupportsPolicies):
-            raise lacking(backend, "ensure_policies")
         for queue, policy in self._policies.items():
-            await backend.ensure_policy(queue, policy.as_row(queue))
+            await self.driver.ensure_policy(queue, policy.as_row(queue))
         return len(self._policies)
 
     async def apply_retention(self) -> int:
         """Delete terminal records (and with them their dedupe keys) older than their
         queue's ``retention``; live jobs are never touched. Returns how many were deleted."""
-        backend = self.backend
-        if not isinstance(backend, SupportsPolicies):
-            raise lacking(backend, "apply_retention")
-        return int(await backend.apply_retention(min_interval=None) or 0)
+        return int(await self.driver.apply_retention(min_interval=None) or 0)
 
     async def apply_retention_if_due(self, every: float = RETENTION_EVERY) -> int | None:
         """:meth:`apply_retention` unless it ran less than ``every`` seconds ago in this
         database (None then); two callers at once run it once."""
-        backend = self.backend
-        if not self._policies or not isinstance(backend, SupportsPolicies):
+        if not self._policies:
             return None
-        return await backend.apply_retention(min_interval=every)
+        return await self.driver.apply_retention(min_interval=every)
 
     async def reencrypt(self, queue: str, *, batch: int = 500) -> int:
         """Seal again under the keyring's first key every live job of ``queue`` that is not
@@ -282,9 +270,7 @@ class PolicyMixin(RecordsMixin):
         not open is left for its claim to end dead with ``PAYLOAD_UNREADABLE``."""
         if queue not in self._sealed_queues:
             raise invalid_request(f'Queue "{queue}" is not encrypted (QueuePolicy(encrypt=True))')
-        backend = self.backend
-        if not isinstance(backend, SupportsPayloadRewrite):
-            raise lacking(backend, "reencrypt")
+        driver = self.driver
         assert self.keyring is not None
         from ..keyring import UnreadableCiphertext
         from .sealing import reseal
@@ -292,7 +278,7 @@ class PolicyMixin(RecordsMixin):
         rewritten = 0
         after = 0
         while True:
-            page = await backend.live_payloads(queue, after=after, limit=batch)
+            page = await driver.live_payloads(queue, after=after, limit=batch)
             if not page:
                 return rewritten
             for job_id, stored in page:
@@ -307,7 +293,5 @@ class PolicyMixin(RecordsMixin):
                         extra={"queue": queue, "job_id": job_id},
                     )
                     continue
-                if fresh is not None and await backend.rewrite_payload(
-                    queue, job_id, stored, fresh
-                ):
+                if fresh is not None and await driver.rewrite_payload(queue, job_id, stored, fresh):
                     rewritten += 1

@@ -12,13 +12,13 @@ import dataclasses
 import logging
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ..backends.capabilities import SupportsFlowHolds, SupportsPause, SupportsQueueHolds, lacking
 from ..models import JobRecord
 
 if TYPE_CHECKING:
     from ..backends import QueueBackend
+    from ..backends.driver import Driver
 
 log = logging.getLogger("drainpipe.drain")
 
@@ -82,17 +82,17 @@ def with_flow_holds(records: list[JobRecord], holds: dict[tuple[str, int], str])
     ]
 
 
-async def idle_holds(backend: Any, idle: list[str]) -> tuple[list[str], dict[str, dict[str, int]]]:
+async def idle_holds(
+    driver: Driver, idle: list[str]
+) -> tuple[list[str], dict[str, dict[str, int]]]:
     """The drain route's report on the queues that gave it no work: the paused ones and the
     held counts of those with held jobs (``QueueStats.held``), in one round trip, only when
     a queue gave none. A failure is logged and reported as nothing held: the report is
     about work done."""
     try:
-        if idle and isinstance(backend, SupportsQueueHolds):
-            paused, held = await backend.queue_holds(idle)
+        if idle:
+            paused, held = await driver.queue_holds(idle)
             return sorted(paused), {queue: dict(n) for queue, n in sorted(held.items())}
-        if idle and isinstance(backend, SupportsPause):
-            return sorted(await backend.paused(idle)), {}
     except Exception:
         log.warning("drainpipe: could not tell which queues are paused", exc_info=True)
     return [], {}
@@ -102,40 +102,35 @@ class PauseMixin:
     """``pause``, ``resume`` and the hold marks of :class:`~drainpipe.Jobs`."""
 
     backend: QueueBackend
+    driver: Driver
     if TYPE_CHECKING:
 
         def _check_queue(self, queue: str) -> str: ...  # JobRules'
 
         _now: Callable[[], datetime]  # JobRules'
 
-    def _pause_backend(self, feature: str) -> SupportsPause:
-        backend = self.backend
-        if not isinstance(backend, SupportsPause):
-            raise lacking(backend, feature)
-        return backend
-
     async def pause(self, queue: str) -> bool:
         """Stop every claimer from taking ``queue``'s jobs (enqueues go on; leased jobs run
         to their end). True when the queue was running, False when it was paused already.
         A claim already running when the pause commits may still take its batch."""
         self._check_queue(queue)
-        return await self._pause_backend("pause").pause(queue)
+        return await self.driver.pause(queue)
 
     async def resume(self, queue: str) -> bool:
         """Let claimers take ``queue``'s jobs again; True when it was paused."""
         self._check_queue(queue)
-        return await self._pause_backend("resume").resume(queue)
+        return await self.driver.resume(queue)
 
     async def _held(self, records: list[JobRecord]) -> list[JobRecord]:
         """Mark the due records of paused queues, then those a flow limit holds (a round
         trip each, only when the records include a queued or retry_wait job)."""
         queues = holdable(records)
-        backend = self.backend
-        if not queues or not isinstance(backend, SupportsPause):
+        if not queues:
             return records
-        records = with_holds(records, await backend.paused(queues), self._now())
+        driver = self.driver
+        records = with_holds(records, await driver.paused(queues), self._now())
         # flow limits (docs/flow-control.md): one more round trip for the queued ones left
         waiting = flow_holdable(records)
-        if waiting and isinstance(backend, SupportsFlowHolds):
-            records = with_flow_holds(records, await backend.flow_holds(waiting))
+        if waiting:
+            records = with_flow_holds(records, await driver.flow_holds(waiting))
         return records

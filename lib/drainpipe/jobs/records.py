@@ -11,12 +11,6 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from ..backends.capabilities import (
-    SupportsCancel,
-    SupportsGetRecord,
-    SupportsListRecords,
-    lacking,
-)
 from ..errors import DrainpipeError, invalid_request
 from ..models import JOB_STATES, JobPage, JobRecord, Position
 from ..validation import INT8_MAX, check_queue_name, positive_int
@@ -24,6 +18,7 @@ from .cursor import read_cursor, sign_cursor
 
 if TYPE_CHECKING:
     from ..backends import QueueBackend
+    from ..backends.driver import Driver
 
 SEVEN_DAYS = timedelta(days=7)
 THIRTY_DAYS = timedelta(days=30)
@@ -148,6 +143,7 @@ class RecordsMixin(RecordsRules):
     """``get``, ``list_jobs``, ``list_records`` and ``cancel`` of :class:`Jobs`."""
 
     backend: QueueBackend
+    driver: Driver
 
     async def _held(self, records: list[JobRecord]) -> list[JobRecord]:  # PauseMixin
         return records
@@ -155,15 +151,11 @@ class RecordsMixin(RecordsRules):
     async def get(self, queue: str, job_id: int) -> JobRecord | None:
         """The job's record with its attempt history; None when unknown or purged."""
         job_id = self._get_args(queue, job_id)
-        backend = self.backend
-        if not isinstance(backend, SupportsGetRecord):
-            raise lacking(backend, "get")
-        record = await backend.get_record(queue, job_id)
+        driver = self.driver
+        record = await driver.get_record(queue, job_id)
         if record is None:
             return None
-        workflow = getattr(backend, "job_workflow", None)
-        if workflow is not None:
-            record = with_workflow(record, await workflow(queue, job_id))
+        record = with_workflow(record, await driver.job_workflow(queue, job_id))
         return (await self._held([record]))[0]
 
     async def list_records(
@@ -179,10 +171,7 @@ class RecordsMixin(RecordsRules):
         and the position to pass for the next page (None on the last). ``list_jobs`` wraps
         it in signed cursors; an app with its own cursors (the management API) uses this."""
         name, wanted, who, size = self._list_records_args(queue, state, tenant, limit, before)
-        backend = self.backend
-        if not isinstance(backend, SupportsListRecords):
-            raise lacking(backend, "list_jobs")
-        records, after = await backend.list_records(
+        records, after = await self.driver.list_records(
             name, state=wanted, tenant=who, limit=size, before=before
         )
         return await self._held(list(records)), after
@@ -214,13 +203,8 @@ class RecordsMixin(RecordsRules):
         job_id = self._get_args(queue, job_id)
         if not isinstance(children, bool):
             raise invalid_request("children must be True or False")
-        backend = self.backend
-        if not isinstance(backend, SupportsCancel):
-            raise lacking(backend, "cancel")
-        answer = self._cancel_answer(await backend.cancel(queue, job_id), queue, job_id)
+        driver = self.driver
+        answer = self._cancel_answer(await driver.cancel(queue, job_id), queue, job_id)
         if children:
-            cancel_children = getattr(backend, "cancel_children", None)
-            if cancel_children is None:
-                raise lacking(backend, "cancel(children=True)")
-            await cancel_children(queue, job_id)
+            await driver.cancel_children(queue, job_id)
         return answer

@@ -20,19 +20,14 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeGuard
 
-from ..backends.capabilities import (
-    SupportsListDead,
-    SupportsReplay,
-    SupportsReplayRules,
-    SupportsRetryDead,
-    lacking,
-)
+from ..backends.reduced import refused_as
 from ..codes import EVENT_EXPIRED, REPLAY_BLOCKED, REPLAY_RULES, valid_code
 from ..errors import DrainpipeError
 from ..models import JobRecord, ReplayReport
 
 if TYPE_CHECKING:
     from ..backends import QueueBackend
+    from ..backends.driver import Driver
     from .policy import QueuePolicy
 
 __all__ = [
@@ -126,6 +121,7 @@ class ReplaysMixin:
     """``replay`` and ``retry_dead`` of :class:`~drainpipe.jobs.Jobs`."""
 
     backend: QueueBackend
+    driver: Driver
     _replay_check: ReplayCheck | None
 
     if TYPE_CHECKING:
@@ -160,21 +156,13 @@ class ReplaysMixin:
         code = await self.replay_refusal(queue, job_id)
         if code is not None:
             raise refused(queue, job_id, code)
-        backend = self.backend
         window, replayable = self.replay_rules(queue)
-        if isinstance(backend, SupportsReplayRules):
-            new_id, code = await backend.replay_ruled(
-                queue, job_id, window=window, replayable=replayable
-            )
-            if code in REPLAY_RULES:
-                raise refused(queue, job_id, code)
-            return new_id
-        if window is not None or not replayable:
-            raise lacking(backend, "replay rules")
-        if not isinstance(backend, SupportsReplay):
-            raise lacking(backend, "replay")
-        result = await backend.replay(queue, job_id)
-        return None if result is None else int(result)
+        new_id, code = await self.driver.replay_ruled(
+            queue, job_id, window=window, replayable=replayable
+        )
+        if code in REPLAY_RULES:
+            raise refused(queue, job_id, code)
+        return new_id
 
     async def retry_dead(
         self, queue: str, *, ids: Sequence[int] | None = None, limit: int = 1000
@@ -184,24 +172,21 @@ class ReplaysMixin:
         an ``int`` that also maps each replayed id to its child (``replayed``) and each
         refused one to its code (``refused``), so a refusal never stops the others."""
         ids = self._retry_dead_args(queue, ids, limit)
-        backend = self.backend
+        driver = self.driver
         window, replayable = self.replay_rules(queue)
         by_check: dict[int, str] = {}
         if self._replay_check is not None and replayable:
             ids, by_check = await self._checked_ids(queue, ids, limit)
             if not ids:
                 return report((), by_check)
-        if isinstance(backend, SupportsReplayRules):
-            outcomes = await backend.retry_dead_ruled(
-                queue, ids=ids, limit=limit, window=window, replayable=replayable
-            )
-            return report(outcomes, by_check)
-        if window is not None or not replayable:
-            raise lacking(backend, "replay rules")
-        if not isinstance(backend, SupportsRetryDead):
-            raise lacking(backend, "retry_dead")
-        count = int(await backend.retry_dead(queue, ids=ids, limit=limit))
-        return ReplayReport({}, by_check, count=count)
+        if "retry_dead_ruled" in driver.lacks and window is None and replayable:
+            # a storage that only counts its replays (no per-job rows, no rules to apply)
+            count = int(await driver.retry_dead(queue, ids=ids, limit=limit))
+            return ReplayReport({}, by_check, count=count)
+        outcomes = await driver.retry_dead_ruled(
+            queue, ids=ids, limit=limit, window=window, replayable=replayable
+        )
+        return report(outcomes, by_check)
 
     async def _checked_ids(
         self, queue: str, ids: list[int] | None, limit: int
@@ -209,10 +194,9 @@ class ReplaysMixin:
         """The candidates ``replay_check`` lets through, and the ones it refused."""
         assert self._replay_check is not None
         if ids is None:
-            backend = self.backend
-            if not isinstance(backend, SupportsListDead):
-                raise lacking(backend, "retry_dead")
-            ids = [dead.id for dead in await backend.list_dead(queue, limit=limit, before=None)]
+            with refused_as("retry_dead"):
+                found = await self.driver.list_dead(queue, limit=limit, before=None)
+            ids = [dead.id for dead in found]
         allowed: list[int] = []
         by_check: dict[int, str] = {}
         for job_id in newest(ids, limit):

@@ -50,6 +50,8 @@ class StepRuntime(StepRules):
 
     def __init__(self, jobs: Jobs, queue: str, *, step_margin: float = 5.0) -> None:
         super().__init__(jobs, queue, step_margin=step_margin)
+        # the round trips go to the complete driver (the sync twin keeps its SQL backend)
+        self.backend = jobs.driver
 
     # -- per job --------------------------------------------------------------------------
 

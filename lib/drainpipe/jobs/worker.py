@@ -14,13 +14,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from ..backends.capabilities import (
-    SupportsCodedSettle,
-    SupportsCompleteAndClaim,
-    SupportsCompleteMany,
-    SupportsExtendMany,
-    SupportsGetRecord,
-)
 from ..codes import CANCELLED
 from ..engine.core import CLAIM_RETRIES, JOB_HEARTBEAT_FLOOR, run_deadline
 from ..engine.runner import ClaimableSource, Runner, call_hook
@@ -62,55 +55,45 @@ class JobSource:
         all_tenants: bool,
         step_margin: float = 5.0,
     ) -> None:
-        backend = jobs.backend
+        driver = jobs.driver
         self.queue = self.name = queue
-        self.leases = bool(getattr(backend, "leases", False))
+        self.leases = driver.leases
         # known once, so the per-job path skips inspect.isawaitable for async handlers
         self.async_handler = inspect.iscoroutinefunction(handler)
         self._handler = handler
-        self._backend = backend
-        # The one place the engine reaches a backend's batch calls (optional capabilities),
-        # falling back to one call per job.
-        self._extend_many = backend.extend_many if isinstance(backend, SupportsExtendMany) else None
-        self._complete_many = (
-            backend.complete_many if isinstance(backend, SupportsCompleteMany) else None
-        )
-        if isinstance(backend, SupportsCompleteAndClaim):
-            # the runner sends a batch's completions with the next claim (one round trip)
-            self._fused = backend.complete_and_claim
-            self.complete_and_claim = self._complete_and_claim
+        self._driver = driver
+        # the runner sends a batch's completions with the next claim (one call)
+        self._fused = driver.complete_and_claim
+        self.skip = driver.skip
         self._validate = jobs.validator(queue)
         self._all_tenants = all_tenants
-        self._coded = backend if isinstance(backend, SupportsCodedSettle) else None
-        if self._coded is not None:
-            self.skip = self._coded.skip
-        self._records = backend if isinstance(backend, SupportsGetRecord) else None
         self._keyring = jobs.keyring
         # ids whose payload did not decrypt in start(): their failure buries them
         self._unreadable: set[int] = set()
         self._policy = jobs.policy(queue)
         self._window = None if self._policy is None else self._policy.attempt_window
-        #: durable steps (docs/steps.md), on backends that record them
+        #: durable steps (docs/steps.md), on drivers that record them: without, a handler's
+        #: ``job.step`` says STEPS_UNAVAILABLE and returned values are not kept
         self.steps: StepRuntime | None = None
-        if callable(getattr(backend, "record_step", None)):
+        if "record_step" not in driver.lacks:
             self.steps = StepRuntime(jobs, queue, step_margin=step_margin)
             self.keep_result = self.steps.keep_result
 
     def claim(self, batch: int, lease: float) -> Awaitable[list[Job[Any]]]:
         if self.steps is None:
-            return self._backend.read(self.queue, lease=lease, batch=batch)
+            return self._driver.read(self.queue, lease=lease, batch=batch)
         return self._leased(lease, batch)
 
     async def _leased(self, lease: float, batch: int) -> list[Job[Any]]:
         # the lease end as the steps' budget rule counts it: on the client's clock, taken
         # before the claim went out (so never later than the stored one)
         end = self.steps.lease_end(lease) if self.steps is not None else None
-        claimed: list[Job[Any]] = await self._backend.read(self.queue, lease=lease, batch=batch)
+        claimed: list[Job[Any]] = await self._driver.read(self.queue, lease=lease, batch=batch)
         for job in claimed:
             job.__dict__[LEASE_END] = end
         return claimed
 
-    def _complete_and_claim(
+    def complete_and_claim(
         self, items: Sequence[Job[Any]], batch: int, lease: float
     ) -> Awaitable[tuple[list[Job[Any]], list[Job[Any]]]]:
         if self.steps is None:
@@ -128,10 +111,7 @@ class JobSource:
 
     async def extend(self, items: Sequence[Job[Any]], lease: float) -> set[int]:
         end = self.steps.lease_end(lease) if self.steps is not None else None
-        if self._extend_many is not None:
-            held = set(await self._extend_many(items, lease))
-        else:
-            held = {job.id for job in items if await self._backend.extend(job, lease)}
+        held = set(await self._driver.extend_many(items, lease))
         if end is not None:
             # a heartbeat moved these leases on: the budget rule counts from the new end
             for job in items:
@@ -141,10 +121,8 @@ class JobSource:
 
     async def complete(self, items: Sequence[Job[Any]]) -> Sequence[Job[Any]]:
         if len(items) == 1:
-            return () if await self._backend.complete(items[0]) else items
-        if self._complete_many is None:
-            return [job for job in items if not await self._backend.complete(job)]
-        done = await self._complete_many(items)
+            return () if await self._driver.complete(items[0]) else items
+        done = await self._driver.complete_many(items)
         if all(done):
             return ()
         return [job for job, ok in zip(items, done, strict=True) if not ok]
@@ -160,7 +138,7 @@ class JobSource:
         if self._unreadable and item.id in self._unreadable:
             # its payload did not decrypt in start(): dead now, no retry
             self._unreadable.discard(item.id)
-            return bury(self._backend, item, error, PAYLOAD_UNREADABLE)
+            return bury(self._driver, item, error, PAYLOAD_UNREADABLE)
         if self._window is not None and not discard:
             return self._fail_windowed(item, error, retry_in, code)
         return self._settle_failure(item, error, retry_in, code, discard)
@@ -169,7 +147,7 @@ class JobSource:
         self, item: Job[Any], error: str, retry_in: float | None, code: str | None
     ) -> FailOutcome | None:
         ended, wait, outcome = await fail_within_window(
-            self._backend, self._policy, item, error, retry_in
+            self._driver, self._policy, item, error, retry_in
         )
         if ended:
             return outcome
@@ -179,9 +157,9 @@ class JobSource:
     def _settle_failure(
         self, item: Job[Any], error: str, retry_in: float | None, code: str | None, discard: bool
     ) -> Awaitable[Any]:
-        if self._coded is not None and code is not None:
-            return self._coded.fail_coded(item, error, retry_in, code=code, discard=discard)
-        return self._backend.fail(item, error, retry_in)
+        if code is not None:
+            return self._driver.fail_coded(item, error, retry_in, code=code, discard=discard)
+        return self._driver.fail(item, error, retry_in)
 
     def _open(self, item: Job[Any]) -> None:
         """Decrypt a sealed payload in place; an unreadable one fails the job, which then
@@ -205,11 +183,11 @@ class JobSource:
 
     async def why_lost(self, items: Sequence[Job[Any]]) -> dict[int, str]:
         """``CANCELLED`` for the jobs an operator cancelled (read on the rare lost path)."""
-        if self._records is None:
-            return {}
+        if "get_record" in self._driver.lacks:
+            return {}  # a storage without records cannot say
         reasons = {}
         for job in items:
-            record = await self._records.get_record(job.queue, job.id)
+            record = await self._driver.get_record(job.queue, job.id)
             if record is not None and record.state == "cancelled":
                 reasons[job.id] = CANCELLED
         return reasons

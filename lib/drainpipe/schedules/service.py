@@ -18,14 +18,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..backends.capabilities import (
-    SupportsListSchedules,
-    SupportsSchedule,
-    SupportsScheduleRuns,
-    SupportsUnschedule,
-    SupportsUnscheduleTenant,
-    lacking,
-)
+from ..backends.reduced import refused_as
 from ..errors import DrainpipeError
 from ..models import DueSchedule, JobContext, ScheduleInfo
 from ..validation import positive_int, seconds
@@ -34,6 +27,7 @@ from .runs import SCHEDULED_MAX_ATTEMPTS, iso_instant, plan_run, run_key
 
 if TYPE_CHECKING:
     from ..backends import QueueBackend
+    from ..backends.driver import Driver
 
 # the rules and run plans live in .rules and .runs; the sync twin imports them from here
 _Prepared = Prepared
@@ -56,9 +50,10 @@ class ScheduleMixin(ScheduleRules):
 
     if TYPE_CHECKING:
         backend: QueueBackend
+        driver: Driver
 
-    async def _write(self, backend: SupportsSchedule, prepared: Prepared) -> None:
-        await backend.schedule(
+    async def _write(self, prepared: Prepared) -> None:
+        await self.driver.schedule(
             prepared.name,
             prepared.cron,
             prepared.queue,
@@ -89,20 +84,12 @@ class ScheduleMixin(ScheduleRules):
         schema → ``validation`` (issue paths start with ``name``), nothing written. Under
         pg_cron a zone other than UTC or a tenant → ``invalid_request``, before any SQL.
         """
-        backend = self.backend
-        if not isinstance(backend, SupportsSchedule):
-            raise lacking(backend, "schedule")
-        await self._write(
-            backend, self._prepare(name, cron, queue, payload, time_zone, tenant, context)
-        )
+        await self._write(self._prepare(name, cron, queue, payload, time_zone, tenant, context))
 
     async def unschedule(self, name: str) -> bool:
         """Remove a schedule; False when there was none of that name."""
         name = self._unschedule_args(name)
-        backend = self.backend
-        if not isinstance(backend, SupportsUnschedule):
-            raise lacking(backend, "unschedule")
-        return bool(await backend.unschedule(name))
+        return bool(await self.driver.unschedule(name))
 
     async def list_schedules(
         self, *, prefix: str | None = None, tenant: str | None = None
@@ -110,21 +97,15 @@ class ScheduleMixin(ScheduleRules):
         """Schedules ordered by name, optionally only names starting with ``prefix`` and only
         ``tenant``'s (under pg_cron a tenant filter matches nothing)."""
         self._list_schedules_args(prefix, tenant)
-        backend = self.backend
-        if not isinstance(backend, SupportsListSchedules):
-            raise lacking(backend, "list_schedules")
         return [
             _schedule_info(row)
-            for row in await backend.list_schedules(prefix=prefix, tenant=tenant)
+            for row in await self.driver.list_schedules(prefix=prefix, tenant=tenant)
         ]
 
     async def unschedule_all(self, *, tenant: str) -> int:
         """Remove every schedule of ``tenant``; returns how many (always 0 under pg_cron)."""
         tenant = self._unschedule_all_args(tenant)
-        backend = self.backend
-        if not isinstance(backend, SupportsUnscheduleTenant):
-            raise lacking(backend, "unschedule_all")
-        return int(await backend.unschedule_tenant(tenant))
+        return int(await self.driver.unschedule_tenant(tenant))
 
     async def ensure_schedules(
         self,
@@ -146,27 +127,20 @@ class ScheduleMixin(ScheduleRules):
         same cron and zone keeps its next run (and a drain's claim on it).
         """
         self._ensure_args(prefix, tenant, definitions)
-        writer = self.backend
-        if not isinstance(writer, SupportsSchedule):
-            raise lacking(writer, "ensure_schedules")
-        lister = self.backend
-        if not isinstance(lister, SupportsListSchedules):
-            raise lacking(lister, "ensure_schedules")
-        remover = self.backend
-        if not isinstance(remover, SupportsUnschedule):
-            raise lacking(remover, "ensure_schedules")
+        driver = self.driver
         prepared = self._ensure_plan(definitions, prefix, tenant)
         seen = {one.name for one in prepared}
-        existing = [
-            _schedule_info(row).name
-            for row in await lister.list_schedules(prefix=prefix, tenant=tenant)
-        ]
-        for one in prepared:
-            await self._write(writer, one)
-        removed = []
-        for name in existing:
-            if name not in seen and await remover.unschedule(name):
-                removed.append(name)
+        with refused_as("ensure_schedules"):
+            existing = [
+                _schedule_info(row).name
+                for row in await driver.list_schedules(prefix=prefix, tenant=tenant)
+            ]
+            for one in prepared:
+                await self._write(one)
+            removed = []
+            for name in existing:
+                if name not in seen and await driver.unschedule(name):
+                    removed.append(name)
         return EnsureResult(scheduled=[one.name for one in prepared], removed=removed)
 
     async def run_schedules(self, *, lease: float = 60, batch: int = 100) -> int:
@@ -181,15 +155,15 @@ class ScheduleMixin(ScheduleRules):
         """
         lease = seconds(lease, "lease", minimum=1)
         positive_int(batch, "batch")
-        backend = self.backend
-        if self.scheduler == "pg_cron" or not isinstance(backend, SupportsScheduleRuns):
+        if self.scheduler == "pg_cron":
             return 0
+        driver = self.driver
         ran = 0
         failure: BaseException | None = None
-        for row in await backend.due_schedules(lease=lease, batch=batch):
+        for row in await driver.due_schedules(lease=lease, batch=batch):
             due = row if isinstance(row, DueSchedule) else DueSchedule(*row)
             # only this claim may advance the schedule (not one whose lease ran out before)
-            held = functools.partial(backend.advance_schedule, claim_token=due.claim_token)
+            held = functools.partial(driver.advance_schedule, claim_token=due.claim_token)
             try:
                 if await self._run_one(
                     held,
@@ -226,7 +200,7 @@ class ScheduleMixin(ScheduleRules):
         if run is None:  # not due yet: only the first run is written
             await advance(name, None, following)
             return False
-        await self.backend.send(
+        await self.driver.send(
             queue,
             payload,
             delay=0,

@@ -143,10 +143,9 @@ class SyncWorker:
         self._job_class = SyncJob
         # a margin past half the lease would suspend every step: clamped to half of it
         margin = min(seconds(step_margin, "step_margin"), self.lease / 2)
-        self.steps: SyncStepRuntime | None = None
-        if callable(getattr(self.backend, "record_step", None)):
-            self.steps = SyncStepRuntime(jobs, queue, step_margin=margin)
-            self.steps.deadline = self.deadline  # the budget rule: a time.monotonic() time
+        # the sync twin's one backend is the SQL one, which records steps
+        self.steps: SyncStepRuntime | None = SyncStepRuntime(jobs, queue, step_margin=margin)
+        self.steps.deadline = self.deadline  # the budget rule: a time.monotonic() time
         self.report = WorkReport()
         self._count = threading.Lock()
         self._halt = threading.Event()

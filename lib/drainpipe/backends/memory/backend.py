@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 from ...codes import valid_code
 from ...context import unwrap_payload
-from ...models import DeadJob, DedupeMode, FailOutcome, Job, QueueStats, claimed_job, held_counts
+from ...models import DedupeMode, FailOutcome, Job, QueueStats, claimed_job, held_counts
 from .clock import Clock, _real_now, _round_trip, retry_delay
 from .policies import MemoryPolicies
 from .records import MemoryRecords
@@ -387,75 +387,6 @@ class MemoryBackend(MemoryPolicies, MemoryRecords, MemoryReplays, MemorySchedule
             return False
         job.payload = _to_json(new)
         return True
-
-    async def replay(self, queue: str, job_id: int) -> int | None:
-        await _round_trip()
-        return self._replay(queue, job_id, self.now())
-
-    def _replay(self, queue: str, job_id: int, now: datetime) -> int | None:
-        state = self._queues.get(queue)
-        if state is None:
-            return None
-        live = state.live.get(job_id)
-        if live is not None:
-            self._sweep_lapsed(state, live, now)  # a last lease that ran out: dead now
-        dead = state.finished.get(job_id)
-        if dead is None or dead.state != "dead" or dead.replayed_by is not None:
-            return None
-        # through the dedupe rules, like the SQL: a live job with the key takes the replay
-        child = self._insert(
-            queue,
-            dead.payload,
-            delay=0,
-            max_attempts=dead.max_attempts,
-            dedupe_key=dead.dedupe_key,
-            dedupe_running=True,
-            now=now,
-            parent_id=job_id,
-        )
-        dead.replayed_by = child
-        return child
-
-    async def retry_dead(self, queue: str, *, ids: Sequence[int] | None, limit: int) -> int:
-        await _round_trip()
-        state = self._queues.get(queue)
-        if state is None:
-            return 0
-        wanted = None if ids is None else set(ids)
-        chosen = sorted(
-            (job_id for job_id in state.unreplayed_dead() if wanted is None or job_id in wanted),
-            reverse=True,
-        )[: max(limit, 1)]
-        now = self.now()
-        return sum(self._replay(queue, job_id, now) is not None for job_id in chosen)
-
-    async def list_dead(self, queue: str, *, limit: int, before: int | None) -> list[DeadJob]:
-        await _round_trip()
-        state = self._queues.get(queue)
-        if state is None:
-            return []
-        newest_first = sorted(
-            (job_id for job_id in state.unreplayed_dead() if before is None or job_id < before),
-            reverse=True,
-        )[: min(max(limit, 1), 1000)]
-        letters = []
-        for job_id in newest_first:
-            dead = state.finished[job_id]
-            payload, context = unwrap_payload(json.loads(dead.payload))
-            letters.append(
-                DeadJob(
-                    id=dead.id,
-                    queue=queue,
-                    payload=payload,
-                    context=context,
-                    attempts=dead.attempts,
-                    max_attempts=dead.max_attempts,
-                    last_error=dead.last_error,
-                    enqueued_at=dead.enqueued_at,
-                    died_at=dead.finished_at,
-                )
-            )
-        return letters
 
     async def stats(self, queues: Sequence[str]) -> dict[str, QueueStats]:
         await _round_trip()

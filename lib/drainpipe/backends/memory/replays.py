@@ -1,22 +1,28 @@
-"""Replay rules in the memory backend (docs/policies.md#replaying-safely): the stored rules
-``ensure_policy`` keeps, combined with the caller's declared ones, and the lineage's first
-enqueue, as ``drainpipe.replay_dead_job_v3`` applies them, so tests without Postgres see
-the same refusals and per-job codes."""
+"""Dead letters in the memory backend: listing them, replaying them, and the replay rules
+(docs/policies.md#replaying-safely): the stored rules ``ensure_policy`` keeps, combined with
+the caller's declared ones, and the lineage's first enqueue, as
+``drainpipe.replay_dead_job_v3`` applies them, so tests without Postgres see the same
+refusals and per-job codes."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ...codes import EVENT_EXPIRED, REPLAY_BLOCKED
+from ...context import unwrap_payload
+from ...models import DeadJob
+from .clock import _round_trip
 from .store import QueueState
 
 ReplayOutcome = tuple[int | None, str | None]
 
 
 class MemoryReplays:
-    """``replay_ruled`` / ``retry_dead_ruled`` of :class:`MemoryBackend`."""
+    """``list_dead``, ``replay``, ``retry_dead`` and their ruled forms of
+    :class:`MemoryBackend`."""
 
     _queues: dict[str, QueueState]
     _replay_rules: dict[str, tuple[float | None, bool]]
@@ -24,8 +30,89 @@ class MemoryReplays:
     if TYPE_CHECKING:  # MemoryBackend's and MemoryRecords' own
 
         def now(self) -> datetime: ...
-        def _replay(self, queue: str, job_id: int, now: datetime) -> int | None: ...
         def _sweep_lapsed(self, state: QueueState, job: Any, now: datetime) -> bool: ...
+        def _insert(
+            self,
+            queue: str,
+            payload: str,
+            *,
+            delay: float,
+            max_attempts: int,
+            dedupe_key: str | None,
+            dedupe_running: bool,
+            now: datetime,
+            parent_id: int | None = None,
+            counted: bool = False,
+        ) -> int: ...
+
+    async def replay(self, queue: str, job_id: int) -> int | None:
+        await _round_trip()
+        return self._replay(queue, job_id, self.now())
+
+    def _replay(self, queue: str, job_id: int, now: datetime) -> int | None:
+        state = self._queues.get(queue)
+        if state is None:
+            return None
+        live = state.live.get(job_id)
+        if live is not None:
+            self._sweep_lapsed(state, live, now)  # a last lease that ran out: dead now
+        dead = state.finished.get(job_id)
+        if dead is None or dead.state != "dead" or dead.replayed_by is not None:
+            return None
+        # through the dedupe rules, like the SQL: a live job with the key takes the replay
+        child = self._insert(
+            queue,
+            dead.payload,
+            delay=0,
+            max_attempts=dead.max_attempts,
+            dedupe_key=dead.dedupe_key,
+            dedupe_running=True,
+            now=now,
+            parent_id=job_id,
+        )
+        dead.replayed_by = child
+        return child
+
+    async def retry_dead(self, queue: str, *, ids: Sequence[int] | None, limit: int) -> int:
+        await _round_trip()
+        state = self._queues.get(queue)
+        if state is None:
+            return 0
+        wanted = None if ids is None else set(ids)
+        chosen = sorted(
+            (job_id for job_id in state.unreplayed_dead() if wanted is None or job_id in wanted),
+            reverse=True,
+        )[: max(limit, 1)]
+        now = self.now()
+        return sum(self._replay(queue, job_id, now) is not None for job_id in chosen)
+
+    async def list_dead(self, queue: str, *, limit: int, before: int | None) -> list[DeadJob]:
+        await _round_trip()
+        state = self._queues.get(queue)
+        if state is None:
+            return []
+        newest_first = sorted(
+            (job_id for job_id in state.unreplayed_dead() if before is None or job_id < before),
+            reverse=True,
+        )[: min(max(limit, 1), 1000)]
+        letters = []
+        for job_id in newest_first:
+            dead = state.finished[job_id]
+            payload, context = unwrap_payload(json.loads(dead.payload))
+            letters.append(
+                DeadJob(
+                    id=dead.id,
+                    queue=queue,
+                    payload=payload,
+                    context=context,
+                    attempts=dead.attempts,
+                    max_attempts=dead.max_attempts,
+                    last_error=dead.last_error,
+                    enqueued_at=dead.enqueued_at,
+                    died_at=dead.finished_at,
+                )
+            )
+        return letters
 
     def _rules_in_force(
         self, queue: str, window: float | None, replayable: bool
