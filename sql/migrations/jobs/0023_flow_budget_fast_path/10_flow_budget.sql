@@ -25,7 +25,7 @@
 -- within what it counted (jobs 0022's header).
 
 -- the sequence's value when the row was last written by a change (NULL: older than 0023)
-ALTER TABLE drainpipe.flow_budget ADD COLUMN stamp bigint;
+ALTER TABLE drainpipe.flow_budget ADD COLUMN IF NOT EXISTS stamp bigint;
 
 -- The sequence that p_queue's budget changes advance (NULL when the queue has none yet).
 CREATE OR REPLACE FUNCTION drainpipe.flow_budget_sequence(p_queue text)
