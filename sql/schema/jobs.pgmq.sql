@@ -818,9 +818,14 @@ BEGIN
         RETURN;  -- paused: nothing is handed out (jobs 0012)
     END IF;
     IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f WHERE f.queue = p_queue) THEN
-        -- limited: the pick its limits allow (jobs 0015; defined with the limits)
-        RETURN QUERY EXECUTE format('SELECT * FROM drainpipe.%I($1, $2, $3)', 'flow_claim_jobs__' || p_queue)
-          USING p_lease, p_batch, p_now;
+        -- limited: the turn's claim (jobs 0023), which picks what the limits allow
+        IF to_regproc('drainpipe.complete_and_claim_jobs__' || p_queue) IS NULL THEN
+            PERFORM drainpipe.define_job_turn_function_v1(p_queue);
+        END IF;
+        RETURN QUERY EXECUTE format(
+            'SELECT c.id, c.attempts, c.enqueued_at, c.visible_until, c.payload, c.max_attempts,'
+            ' c.last_error FROM drainpipe.%I($1, $2, $3, $4, $5) c', 'complete_and_claim_jobs__' || p_queue)
+          USING '{}'::bigint[], '{}'::integer[], p_lease, p_batch, p_now;
         RETURN;
     END IF;
     -- by name only, as release 0 did (see jobs 0002)

@@ -186,3 +186,41 @@ BEGIN
     END LOOP;
 END
 $regenerate$;
+
+-- jobs 0015's claim, a limited queue's claim through its turn (no completions): a
+-- concurrency alone is claimed from the session's chunk there, the other limits by the
+-- flow claim as before.
+CREATE OR REPLACE FUNCTION drainpipe.claim_jobs_v1(
+    p_queue text, p_lease double precision DEFAULT 300, p_batch integer DEFAULT 1,
+    p_now timestamptz DEFAULT NULL
+)
+RETURNS SETOF drainpipe.job_row_v1
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT drainpipe.is_queue_name(p_queue) THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    IF EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = p_queue) THEN
+        RETURN;  -- paused: nothing is handed out (jobs 0012)
+    END IF;
+    IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f WHERE f.queue = p_queue) THEN
+        -- limited: the turn's claim (jobs 0023), which picks what the limits allow
+        IF to_regproc('drainpipe.complete_and_claim_jobs__' || p_queue) IS NULL THEN
+            PERFORM drainpipe.define_job_turn_function_v1(p_queue);
+        END IF;
+        RETURN QUERY EXECUTE format(
+            'SELECT c.id, c.attempts, c.enqueued_at, c.visible_until, c.payload, c.max_attempts,'
+            ' c.last_error FROM drainpipe.%I($1, $2, $3, $4, $5) c', 'complete_and_claim_jobs__' || p_queue)
+          USING '{}'::bigint[], '{}'::integer[], p_lease, p_batch, p_now;
+        RETURN;
+    END IF;
+    -- by name only, as release 0 did (see jobs 0002)
+    IF to_regproc('drainpipe.claim_jobs__' || p_queue) IS NULL THEN
+        PERFORM drainpipe.ensure_job_queue_v1(p_queue);
+    END IF;
+    RETURN QUERY EXECUTE format('SELECT * FROM drainpipe.%I($1, $2, $3)', 'claim_jobs__' || p_queue)
+      USING p_lease, p_batch, p_now;
+END
+$$;
