@@ -992,6 +992,7 @@ CREATE OR REPLACE FUNCTION drainpipe.complete_jobs_v1(p_queue text, p_ids bigint
  SET enable_seqscan TO 'off'
 AS $function$
 DECLARE
+    c_leased constant text := 'leased';
     v_now timestamptz := coalesce(p_now, clock_timestamp());
     v_done integer;
 BEGIN
@@ -999,7 +1000,7 @@ BEGIN
     UPDATE drainpipe.job_messages m
        SET state = 'succeeded', finished_at = v_now, last_code = NULL
       FROM unnest(p_ids, p_attempts) AS f(id, attempt)
-     WHERE m.id = f.id AND m.attempts = f.attempt AND m.queue = p_queue AND m.state = 'leased'
+     WHERE m.id = f.id AND m.attempts = f.attempt AND m.queue = p_queue AND m.state = c_leased
     RETURNING m.id;
     GET DIAGNOSTICS v_done = ROW_COUNT;
     IF v_done < cardinality(p_ids) THEN
@@ -1480,13 +1481,14 @@ CREATE OR REPLACE FUNCTION drainpipe.extend_job_leases_v1(p_queue text, p_ids bi
  SET enable_seqscan TO 'off'
 AS $function$
 DECLARE
+    c_leased constant text := 'leased';
     v_until timestamptz := coalesce(p_now, clock_timestamp()) + make_interval(secs => greatest(p_lease, 0));
 BEGIN
     RETURN QUERY
     UPDATE drainpipe.job_messages m
        SET visible_at = v_until
       FROM unnest(p_ids, p_attempts) AS f(id, attempt)
-     WHERE m.id = f.id AND m.queue = p_queue AND m.attempts = f.attempt AND m.state = 'leased'
+     WHERE m.id = f.id AND m.queue = p_queue AND m.attempts = f.attempt AND m.state = c_leased
     RETURNING m.id;
 END
 $function$;

@@ -108,3 +108,63 @@ BEGIN
     RETURN drainpipe.flow_room(p_flow, p_batch, v_leased + drainpipe.flow_budget_pending(p_flow.queue), p_now);
 END
 $$;
+
+-- A completion, and a heartbeat, of jobs by id: their rows by primary key. Under a generic
+-- plan, `state = 'leased'` lets the planner read the whole queue's leased jobs from
+-- job_messages_flow_leased_idx (built once any queue has limits, its predicate that same
+-- condition) and join them to the ids, dead entries included: a completion cost
+-- O(leased) instead of one probe per job. The state compared with a variable is a
+-- parameter of the plan, which cannot prove the index's predicate.
+CREATE OR REPLACE FUNCTION drainpipe.complete_jobs_v1(
+    p_queue text, p_ids bigint[], p_attempts integer[], p_now timestamptz DEFAULT NULL
+)
+RETURNS SETOF bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+DECLARE
+    c_leased constant text := 'leased';
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_done integer;
+BEGIN
+    RETURN QUERY
+    UPDATE drainpipe.job_messages m
+       SET state = 'succeeded', finished_at = v_now, last_code = NULL
+      FROM unnest(p_ids, p_attempts) AS f(id, attempt)
+     WHERE m.id = f.id AND m.attempts = f.attempt AND m.queue = p_queue AND m.state = c_leased
+    RETURNING m.id;
+    GET DIAGNOSTICS v_done = ROW_COUNT;
+    IF v_done < cardinality(p_ids) THEN
+        UPDATE drainpipe.job_attempts a
+           SET late_outcome = 'succeeded'
+          FROM unnest(p_ids, p_attempts) AS f(id, attempt)
+         WHERE a.queue = p_queue AND a.job_id = f.id AND a.number = f.attempt
+           AND a.outcome = 'cancelled' AND a.late_outcome IS NULL;
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION drainpipe.extend_job_leases_v1(
+    p_queue text, p_ids bigint[], p_attempts integer[], p_lease double precision,
+    p_now timestamptz DEFAULT NULL
+)
+RETURNS SETOF bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+DECLARE
+    c_leased constant text := 'leased';
+    v_until timestamptz := coalesce(p_now, clock_timestamp()) + make_interval(secs => greatest(p_lease, 0));
+BEGIN
+    RETURN QUERY
+    UPDATE drainpipe.job_messages m
+       SET visible_at = v_until
+      FROM unnest(p_ids, p_attempts) AS f(id, attempt)
+     WHERE m.id = f.id AND m.queue = p_queue AND m.attempts = f.attempt AND m.state = c_leased
+    RETURNING m.id;
+END
+$$;
