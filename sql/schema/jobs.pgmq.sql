@@ -36,7 +36,8 @@ CREATE TABLE drainpipe.flow_budget (
     epoch bigint,
     concurrency integer NOT NULL,
     cap bigint NOT NULL,
-    granted bigint NOT NULL
+    granted bigint NOT NULL,
+    stamp bigint
 );
 ALTER TABLE drainpipe.flow_budget ADD CONSTRAINT flow_budget_pkey PRIMARY KEY (queue);
 
@@ -478,11 +479,7 @@ BEGIN
                           REFERENCING NEW TABLE AS added FOR EACH STATEMENT
                           EXECUTE FUNCTION drainpipe.pgmq_queue_policy_insert()', v_table);
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'drainpipe_policy_lease' AND tgrelid = v_table) THEN
-        EXECUTE format('CREATE TRIGGER drainpipe_policy_lease BEFORE UPDATE OF vt ON %s
-                          FOR EACH ROW WHEN (NEW.read_ct > OLD.read_ct)
-                          EXECUTE FUNCTION drainpipe.pgmq_queue_policy_lease()', v_table);
-    END IF;
+    PERFORM drainpipe.ensure_lease_trigger(p_queue);
     EXECUTE format('INSERT INTO drainpipe.queue_pending (queue, live) SELECT $1, count(*) FROM %s
                     ON CONFLICT (queue) DO UPDATE SET live = excluded.live', v_table) USING p_queue;
 END
@@ -821,9 +818,14 @@ BEGIN
         RETURN;  -- paused: nothing is handed out (jobs 0012)
     END IF;
     IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f WHERE f.queue = p_queue) THEN
-        -- limited: the pick its limits allow (jobs 0015; defined with the limits)
-        RETURN QUERY EXECUTE format('SELECT * FROM drainpipe.%I($1, $2, $3)', 'flow_claim_jobs__' || p_queue)
-          USING p_lease, p_batch, p_now;
+        -- limited: the turn's claim (jobs 0023), which picks what the limits allow
+        IF to_regproc('drainpipe.complete_and_claim_jobs__' || p_queue) IS NULL THEN
+            PERFORM drainpipe.define_job_turn_function_v1(p_queue);
+        END IF;
+        RETURN QUERY EXECUTE format(
+            'SELECT c.id, c.attempts, c.enqueued_at, c.visible_until, c.payload, c.max_attempts,'
+            ' c.last_error FROM drainpipe.%I($1, $2, $3, $4, $5) c', 'complete_and_claim_jobs__' || p_queue)
+          USING '{}'::bigint[], '{}'::integer[], p_lease, p_batch, p_now;
         RETURN;
     END IF;
     -- by name only, as release 0 did (see jobs 0002)
@@ -1427,6 +1429,9 @@ BEGIN
         AS $body$
         DECLARE
             v_done bigint[];
+            v_flow drainpipe.queue_flow;
+            v_room integer;
+            v_now timestamptz;
         BEGIN
             IF cardinality(p_ids) > 0 THEN
                 PERFORM drainpipe.assert_turn_arrays(p_ids, p_attempts);
@@ -1439,8 +1444,43 @@ BEGIN
                 RETURN;  -- paused: the completions above stand, nothing is claimed
             END IF;
             IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f WHERE f.queue = %4$L) THEN
-                -- limited (jobs 0015): the flow claim, defined with the limits (plpgsql
-                -- resolves the name when this branch first runs)
+                -- limited (jobs 0015). A concurrency alone, far from binding: the room from
+                -- the session's chunk (jobs 0023), else from the queue's budget (jobs 0022),
+                -- and the unlimited claim
+                v_room := drainpipe.flow_budget_spend(%4$L, greatest(p_batch, 1));
+                IF v_room IS NULL THEN
+                    SELECT * INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = %4$L;
+                    v_room := drainpipe.flow_budget_take(v_flow, greatest(p_batch, 1));
+                END IF;
+                IF v_room < 0 THEN
+                    -- the budget ran out under the shared lock: counted, with every chunk
+                    -- the epoch handed out as leased (claims in flight may spend them)
+                    v_room := 0;
+                    IF drainpipe.flow_budget_pending(%4$L) >= 0 THEN
+                        IF v_flow.queue IS NULL THEN
+                            SELECT * INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = %4$L;
+                        END IF;
+                        v_now := coalesce(p_now, clock_timestamp());
+                        v_room := drainpipe.flow_room(v_flow, greatest(p_batch, 1),
+                            drainpipe.flow_budget_pending(%4$L) + (
+                                SELECT count(*) FROM pgmq.%6$I l
+                                 WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                                   AND l.vt > v_now),
+                            v_now);
+                    END IF;
+                    IF v_room = 0 THEN
+                        RETURN;
+                    END IF;
+                END IF;
+                IF v_room > 0 THEN
+                    RETURN QUERY
+                    SELECT c.id, c.attempts, c.enqueued_at, c.visible_until, c.payload, c.max_attempts,
+                           c.last_error, false
+                      FROM drainpipe.%3$I(p_lease, v_room, p_now) AS c;
+                    RETURN;
+                END IF;
+                -- other limits, or no budget to take: the flow claim, defined with the
+                -- limits (plpgsql resolves the name when this branch first runs)
                 RETURN QUERY
                 SELECT c.id, c.attempts, c.enqueued_at, c.visible_until, c.payload, c.max_attempts,
                        c.last_error, false
@@ -1454,7 +1494,7 @@ BEGIN
         END
         $body$
         $fn$, 'complete_and_claim_jobs__' || p_queue, 'complete_jobs__' || p_queue,
-              'claim_jobs__' || p_queue, p_queue, 'flow_claim_jobs__' || p_queue);
+              'claim_jobs__' || p_queue, p_queue, 'flow_claim_jobs__' || p_queue, 'q_' || p_queue);
     EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(bigint[], integer[], double precision, integer, timestamptz) FROM PUBLIC',
                    'complete_and_claim_jobs__' || p_queue);
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'service_role') THEN
@@ -1470,9 +1510,13 @@ CREATE OR REPLACE FUNCTION drainpipe.drop_queue_policy_v1(p_queue text)
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+    v_stamp bigint;
 BEGIN
     DELETE FROM drainpipe.queue_pending WHERE queue = p_queue;
-    UPDATE drainpipe.flow_budget SET epoch = NULL WHERE queue = p_queue AND epoch IS NOT NULL;  -- jobs 0022
+    -- jobs 0022, the sequence advanced first (jobs 0023)
+    v_stamp := drainpipe.flow_budget_advance(p_queue);
+    UPDATE drainpipe.flow_budget SET epoch = NULL, stamp = v_stamp WHERE queue = p_queue;
     DELETE FROM drainpipe.queue_flow WHERE queue = p_queue;  -- jobs 0015
     DELETE FROM drainpipe.queue_policies WHERE queue = p_queue;
     RETURN FOUND;
@@ -1991,6 +2035,31 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.ensure_lease_trigger(p_queue text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_table regclass := to_regclass('pgmq.' || quote_ident('q_' || p_queue));
+    v_max double precision;
+BEGIN
+    SELECT p.max_lease INTO v_max FROM drainpipe.queue_policies p WHERE p.queue = p_queue;
+    IF v_max IS NULL OR v_table IS NULL OR EXISTS (
+           SELECT 1 FROM pg_trigger t
+            WHERE t.tgrelid = v_table AND t.tgname = 'drainpipe_policy_lease'
+              AND t.tgargs = convert_to(v_max::text, 'UTF8') || '\x00'::bytea) THEN
+        RETURN;
+    END IF;
+    EXECUTE format('CREATE OR REPLACE TRIGGER drainpipe_policy_lease BEFORE UPDATE OF vt ON %s
+                      FOR EACH ROW WHEN (NEW.read_ct > OLD.read_ct
+                                         AND NEW.vt > clock_timestamp() + make_interval(secs => %L::double precision + 1))
+                      EXECUTE FUNCTION drainpipe.pgmq_queue_policy_lease(%L)',
+                   v_table, v_max::text, v_max::text);
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.ensure_priority_claim(p_queue text)
  RETURNS void
  LANGUAGE plpgsql
@@ -2012,10 +2081,19 @@ CREATE OR REPLACE FUNCTION drainpipe.ensure_queue_flow_v1(p_queue text, p_concur
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+    v_stamp bigint;
 BEGIN
     PERFORM drainpipe.assert_queue_name(p_queue);
-    -- jobs 0022: granted stays (chunks in flight still count until an exact count)
-    UPDATE drainpipe.flow_budget b SET epoch = NULL WHERE b.queue = p_queue AND b.epoch IS NOT NULL;
+    -- jobs 0023: a sequence per queue with a concurrency (a queue limited earlier gets its own)
+    IF p_concurrency IS NOT NULL AND drainpipe.flow_budget_sequence(p_queue) IS NULL THEN
+        EXECUTE format('CREATE SEQUENCE IF NOT EXISTS drainpipe.%I', 'flow_budget__' || p_queue);
+    END IF;
+    -- jobs 0022: granted stays (chunks in flight still count until an exact count); the
+    -- sequence advanced first, whether an epoch is open or not (a chunk kept from one that
+    -- a spent budget closed is not spent under other limits)
+    v_stamp := drainpipe.flow_budget_advance(p_queue);
+    UPDATE drainpipe.flow_budget b SET epoch = NULL, stamp = v_stamp WHERE b.queue = p_queue;
     IF p_concurrency IS NULL AND p_key_concurrency IS NULL AND p_rate_count IS NULL
        AND p_key_rate_count IS NULL AND NOT coalesce(p_ordered, false) THEN
         DELETE FROM drainpipe.queue_flow WHERE queue = p_queue;
@@ -2220,6 +2298,20 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.flow_budget_advance(p_queue text)
+ RETURNS bigint
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_sequence regclass := drainpipe.flow_budget_sequence(p_queue);
+BEGIN
+    IF v_sequence IS NULL THEN
+        RETURN NULL;
+    END IF;
+    RETURN nextval(v_sequence);
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.flow_budget_applies(p_flow drainpipe.queue_flow)
  RETURNS boolean
  LANGUAGE sql
@@ -2252,6 +2344,7 @@ AS $function$
 DECLARE
     c_chunk constant bigint := drainpipe.flow_budget_chunk(p_flow.concurrency);
     v_cap bigint := p_flow.concurrency - p_leased;
+    v_stamp bigint;
 BEGIN
     IF NOT drainpipe.flow_budget_applies(p_flow) THEN
         -- other limits: no epoch is open (the change of limits closed it), nothing to do
@@ -2260,15 +2353,70 @@ BEGIN
     -- this session's own leftover was counted as nothing: forget it
     PERFORM set_config('drainpipe.flow_budget.' || p_flow.queue, '', false);
     IF v_cap - p_room >= 16 * c_chunk THEN
-        INSERT INTO drainpipe.flow_budget AS b (queue, epoch, concurrency, cap, granted)
-        VALUES (p_flow.queue, pg_current_xact_id()::text::bigint, p_flow.concurrency, v_cap, p_room)
+        v_stamp := drainpipe.flow_budget_advance(p_flow.queue);
+        INSERT INTO drainpipe.flow_budget AS b (queue, epoch, concurrency, cap, granted, stamp)
+        VALUES (p_flow.queue, coalesce(v_stamp, pg_current_xact_id()::text::bigint), p_flow.concurrency,
+                v_cap, p_room, v_stamp)
         ON CONFLICT (queue) DO UPDATE
            SET epoch = excluded.epoch, concurrency = excluded.concurrency,
-               cap = excluded.cap, granted = excluded.granted;
-    ELSE
-        UPDATE drainpipe.flow_budget b SET epoch = NULL, granted = 0
-         WHERE b.queue = p_flow.queue AND (b.epoch IS NOT NULL OR b.granted <> 0);
+               cap = excluded.cap, granted = excluded.granted, stamp = excluded.stamp;
+    ELSIF EXISTS (SELECT 1 FROM drainpipe.flow_budget b
+                   WHERE b.queue = p_flow.queue AND (b.epoch IS NOT NULL OR b.granted <> 0)) THEN
+        v_stamp := drainpipe.flow_budget_advance(p_flow.queue);
+        UPDATE drainpipe.flow_budget b SET epoch = NULL, granted = 0, stamp = v_stamp
+         WHERE b.queue = p_flow.queue;
     END IF;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.flow_budget_sequence(p_queue text)
+ RETURNS regclass
+ LANGUAGE sql
+ STABLE
+AS $function$
+    SELECT to_regclass('drainpipe.' || quote_ident('flow_budget__' || p_queue))
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.flow_budget_spend(p_queue text, p_batch integer)
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_name text := 'drainpipe.flow_budget.' || p_queue;
+    v_kept text := current_setting(v_name, true);
+    v_left bigint;
+    v_seen bigint;
+    v_sequence oid;
+    v_set text;
+    v_flow drainpipe.queue_flow;
+BEGIN
+    IF v_kept IS NULL OR split_part(v_kept, ':', 3) = '' OR p_batch > 100 THEN
+        RETURN NULL;
+    END IF;
+    v_left := split_part(v_kept, ':', 2)::bigint;
+    IF v_left < p_batch THEN
+        RETURN NULL;
+    END IF;
+    v_seen := split_part(v_kept, ':', 3)::bigint;
+    v_sequence := split_part(v_kept, ':', 4)::oid;
+    -- before the lock: a change since the session checked sends it to the row, free to
+    -- count under the exclusive lock
+    IF pg_sequence_last_value(v_sequence) IS DISTINCT FROM v_seen THEN
+        RETURN NULL;
+    END IF;
+    IF NOT pg_try_advisory_xact_lock_shared(hashtext('drainpipe.flow'), hashtext(p_queue)) THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtext('drainpipe.flow'), hashtext(p_queue));
+    END IF;
+    v_set := set_config('drainpipe.flow_budget_locked.' || p_queue, 'on', true);
+    -- under the lock: no exact count runs, and none ran since the session checked
+    IF pg_sequence_last_value(v_sequence) IS NOT DISTINCT FROM v_seen THEN
+        v_set := set_config(v_name, split_part(v_kept, ':', 1) || ':' || (v_left - p_batch) || ':'
+                                    || v_seen || ':' || v_sequence, false);
+        RETURN p_batch;
+    END IF;
+    -- a count ran while this claim waited for the lock: the row decides, under it
+    SELECT * INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = p_queue;
+    RETURN drainpipe.flow_budget_take(v_flow, p_batch);
 END
 $function$;
 
@@ -2280,49 +2428,82 @@ DECLARE
     c_chunk constant bigint := drainpipe.flow_budget_chunk(p_flow.concurrency);
     v_name text := 'drainpipe.flow_budget.' || p_flow.queue;
     v_kept text := current_setting(v_name, true);
+    v_locked boolean := coalesce(current_setting('drainpipe.flow_budget_locked.' || p_flow.queue, true) = 'on', false);
     v_epoch bigint;
     v_left bigint := 0;
-    v_row drainpipe.flow_budget;
+    v_open bigint;
+    v_stamp bigint;
+    v_sequence regclass;
+    v_now_at bigint;
+    v_seen text;
 BEGIN
     IF NOT drainpipe.flow_budget_applies(p_flow) OR p_batch > 100 THEN
+        IF v_locked THEN
+            -- other limits since the shared lock was taken: take nothing this time
+            v_kept := set_config('drainpipe.flow_budget_pending.' || p_flow.queue, '-1', true);
+            RETURN -1;
+        END IF;
         RETURN NULL;
     END IF;
-    IF v_kept IS NOT NULL AND v_kept <> '' THEN
+    IF v_kept <> '' THEN
         v_epoch := split_part(v_kept, ':', 1)::bigint;
         v_left := split_part(v_kept, ':', 2)::bigint;
     END IF;
-    -- a first look, without a lock: is there a budget to take? (a chunk to take with another
-    -- to spare, so that claims beside this one rarely spend the last before it locks)
-    SELECT * INTO v_row FROM drainpipe.flow_budget b WHERE b.queue = p_flow.queue;
-    IF v_row.epoch IS NULL OR v_row.concurrency <> p_flow.concurrency
-       OR NOT ((v_epoch = v_row.epoch AND v_left >= p_batch) OR v_row.granted + 2 * c_chunk <= v_row.cap) THEN
-        RETURN NULL;
+    IF NOT v_locked THEN
+        -- the first look, without a lock: is there a budget to take? (the session's chunk,
+        -- or a chunk to take with another to spare, so that claims beside this one rarely
+        -- spend the last before it locks). When there is, the same statement takes the
+        -- shared lock: a try, so that it never waits inside a statement whose snapshot
+        -- predates the lock
+        SELECT CASE WHEN b.epoch IS NOT NULL AND b.concurrency = p_flow.concurrency
+                         AND ((b.epoch = v_epoch AND v_left >= p_batch) OR b.granted + 2 * c_chunk <= b.cap)
+                    THEN pg_try_advisory_xact_lock_shared(hashtext('drainpipe.flow'), hashtext(p_flow.queue))
+               END
+          INTO v_locked
+          FROM drainpipe.flow_budget b WHERE b.queue = p_flow.queue;
+        IF v_locked IS NULL THEN
+            RETURN NULL;  -- no budget: the caller counts under the exclusive lock
+        ELSIF NOT v_locked THEN
+            -- a count holds the exclusive lock (or waits for it): after it
+            PERFORM pg_advisory_xact_lock_shared(hashtext('drainpipe.flow'), hashtext(p_flow.queue));
+        END IF;
+        v_kept := set_config('drainpipe.flow_budget_locked.' || p_flow.queue, 'on', true);
     END IF;
-    PERFORM pg_advisory_xact_lock_shared(hashtext('drainpipe.flow'), hashtext(p_flow.queue));
-    -- again under the lock: the epoch cannot change before this claim commits
-    SELECT * INTO v_row FROM drainpipe.flow_budget b WHERE b.queue = p_flow.queue;
-    IF v_row.epoch IS NOT NULL AND v_row.concurrency = p_flow.concurrency THEN
-        IF v_epoch IS DISTINCT FROM v_row.epoch THEN
-            v_left := 0;
-        END IF;
-        IF v_left < p_batch THEN
-            UPDATE drainpipe.flow_budget b SET granted = b.granted + c_chunk
-             WHERE b.queue = p_flow.queue AND b.epoch = v_row.epoch AND b.granted + c_chunk <= b.cap;
-            IF FOUND THEN
-                v_left := v_left + c_chunk;
-            END IF;
-        END IF;
-        IF v_left >= p_batch THEN
-            PERFORM set_config(v_name, v_row.epoch || ':' || (v_left - p_batch), false);
+    -- under the lock, in statements that start after it: the epoch cannot change before
+    -- this claim commits. The sequence first: a row stamped with it had no change pending
+    v_sequence := drainpipe.flow_budget_sequence(p_flow.queue);
+    IF v_sequence IS NOT NULL THEN
+        v_now_at := pg_sequence_last_value(v_sequence);
+    END IF;
+    IF v_left >= p_batch THEN
+        SELECT b.epoch, b.stamp INTO v_open, v_stamp FROM drainpipe.flow_budget b
+         WHERE b.queue = p_flow.queue AND b.concurrency = p_flow.concurrency;
+        v_seen := CASE WHEN v_stamp = v_now_at THEN v_now_at || ':' || v_sequence::oid ELSE ':' END;
+        IF v_open = v_epoch THEN
+            v_kept := set_config(v_name, v_epoch || ':' || (v_left - p_batch) || ':' || v_seen, false);
             RETURN p_batch;
         END IF;
     END IF;
+    -- a chunk of the open epoch (the update reads the row as the last claim committed it)
+    UPDATE drainpipe.flow_budget b SET granted = b.granted + c_chunk
+     WHERE b.queue = p_flow.queue AND b.epoch IS NOT NULL
+       AND b.concurrency = p_flow.concurrency AND b.granted + c_chunk <= b.cap
+    RETURNING b.epoch, b.stamp INTO v_open, v_stamp;
+    IF FOUND THEN
+        IF v_open IS DISTINCT FROM v_epoch THEN
+            v_left := 0;  -- what the session kept belongs to a closed epoch: never spent
+        END IF;
+        -- a chunk is at least 200, a budgeted batch at most 100
+        v_seen := CASE WHEN v_stamp = v_now_at THEN v_now_at || ':' || v_sequence::oid ELSE ':' END;
+        v_kept := set_config(v_name, v_open || ':' || (v_left + c_chunk - p_batch) || ':' || v_seen, false);
+        RETURN p_batch;
+    END IF;
     -- spent (or closed) since the first look: close it, waiting for the claims doing the
-    -- same (on the row); what it handed out counts as leased (see the header)
+    -- same (on the row); what it handed out counts as leased (see jobs 0022's header)
     UPDATE drainpipe.flow_budget b SET epoch = NULL WHERE b.queue = p_flow.queue
     RETURNING b.granted INTO v_left;
-    PERFORM set_config(v_name, '', false);
-    PERFORM set_config('drainpipe.flow_budget_pending.' || p_flow.queue, coalesce(v_left, -1)::text, true);
+    v_kept := set_config(v_name, '', false);
+    v_kept := set_config('drainpipe.flow_budget_pending.' || p_flow.queue, coalesce(v_left, -1)::text, true);
     RETURN -1;
 END
 $function$;

@@ -36,7 +36,8 @@ CREATE TABLE drainpipe.flow_budget (
     epoch bigint,
     concurrency integer NOT NULL,
     cap bigint NOT NULL,
-    granted bigint NOT NULL
+    granted bigint NOT NULL,
+    stamp bigint
 );
 ALTER TABLE drainpipe.flow_budget ADD CONSTRAINT flow_budget_pkey PRIMARY KEY (queue);
 
@@ -513,13 +514,7 @@ BEGIN
             REFERENCING NEW TABLE AS added
             FOR EACH STATEMENT EXECUTE FUNCTION drainpipe.job_messages_policy_insert();
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'job_messages_policy_lease'
-                      AND tgrelid = 'drainpipe.job_messages'::regclass) THEN
-        -- claims and heartbeats only (a failure moves to retry_wait: its backoff is no lease)
-        CREATE TRIGGER job_messages_policy_lease BEFORE UPDATE OF visible_at ON drainpipe.job_messages
-            FOR EACH ROW WHEN (NEW.state = 'leased' AND NEW.visible_at > OLD.visible_at)
-            EXECUTE FUNCTION drainpipe.job_messages_policy_lease();
-    END IF;
+    PERFORM drainpipe.ensure_lease_trigger();
     INSERT INTO drainpipe.queue_pending (queue, live)
     SELECT p_queue, count(*) FROM drainpipe.job_messages WHERE queue = p_queue AND finished_at IS NULL
     ON CONFLICT (queue) DO UPDATE SET live = excluded.live;
@@ -997,6 +992,7 @@ CREATE OR REPLACE FUNCTION drainpipe.complete_jobs_v1(p_queue text, p_ids bigint
  SET enable_seqscan TO 'off'
 AS $function$
 DECLARE
+    c_leased constant text := 'leased';
     v_now timestamptz := coalesce(p_now, clock_timestamp());
     v_done integer;
 BEGIN
@@ -1004,7 +1000,7 @@ BEGIN
     UPDATE drainpipe.job_messages m
        SET state = 'succeeded', finished_at = v_now, last_code = NULL
       FROM unnest(p_ids, p_attempts) AS f(id, attempt)
-     WHERE m.id = f.id AND m.attempts = f.attempt AND m.queue = p_queue AND m.state = 'leased'
+     WHERE m.id = f.id AND m.attempts = f.attempt AND m.queue = p_queue AND m.state = c_leased
     RETURNING m.id;
     GET DIAGNOSTICS v_done = ROW_COUNT;
     IF v_done < cardinality(p_ids) THEN
@@ -1099,9 +1095,13 @@ CREATE OR REPLACE FUNCTION drainpipe.drop_queue_policy_v1(p_queue text)
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+    v_stamp bigint;
 BEGIN
     DELETE FROM drainpipe.queue_pending WHERE queue = p_queue;
-    UPDATE drainpipe.flow_budget SET epoch = NULL WHERE queue = p_queue AND epoch IS NOT NULL;  -- jobs 0022
+    -- jobs 0022, the sequence advanced first (jobs 0023)
+    v_stamp := drainpipe.flow_budget_advance(p_queue);
+    UPDATE drainpipe.flow_budget SET epoch = NULL, stamp = v_stamp WHERE queue = p_queue;
     DELETE FROM drainpipe.queue_flow WHERE queue = p_queue;  -- jobs 0015
     DELETE FROM drainpipe.queue_policies WHERE queue = p_queue;
     RETURN FOUND;
@@ -1322,6 +1322,33 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.ensure_lease_trigger()
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_max double precision;
+BEGIN
+    SELECT min(p.max_lease) INTO v_max FROM drainpipe.queue_policies p;
+    IF v_max IS NULL OR EXISTS (
+           SELECT 1 FROM pg_trigger t
+            WHERE t.tgrelid = 'drainpipe.job_messages'::regclass AND t.tgname = 'job_messages_policy_lease'
+              AND t.tgargs = convert_to(v_max::text, 'UTF8') || '\x00'::bytea) THEN
+        RETURN;
+    END IF;
+    -- claims and heartbeats only (a failure moves to retry_wait: its backoff is no lease)
+    EXECUTE format('CREATE OR REPLACE TRIGGER job_messages_policy_lease
+                      BEFORE UPDATE OF visible_at ON drainpipe.job_messages
+                      FOR EACH ROW WHEN (NEW.state = ''leased'' AND NEW.visible_at > OLD.visible_at
+                                         AND (NEW.started_at IS NULL
+                                              OR NEW.visible_at > NEW.started_at + make_interval(secs => %L::double precision + 1)))
+                      EXECUTE FUNCTION drainpipe.job_messages_policy_lease(%L)',
+                   v_max::text, v_max::text);
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.ensure_priority_claim(p_queue text)
  RETURNS void
  LANGUAGE plpgsql
@@ -1341,10 +1368,19 @@ CREATE OR REPLACE FUNCTION drainpipe.ensure_queue_flow_v1(p_queue text, p_concur
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+    v_stamp bigint;
 BEGIN
     PERFORM drainpipe.assert_queue_name(p_queue);
-    -- jobs 0022: granted stays (chunks in flight still count until an exact count)
-    UPDATE drainpipe.flow_budget b SET epoch = NULL WHERE b.queue = p_queue AND b.epoch IS NOT NULL;
+    -- jobs 0023: a sequence per queue with a concurrency (a queue limited earlier gets its own)
+    IF p_concurrency IS NOT NULL AND drainpipe.flow_budget_sequence(p_queue) IS NULL THEN
+        EXECUTE format('CREATE SEQUENCE IF NOT EXISTS drainpipe.%I', 'flow_budget__' || p_queue);
+    END IF;
+    -- jobs 0022: granted stays (chunks in flight still count until an exact count); the
+    -- sequence advanced first, whether an epoch is open or not (a chunk kept from one that
+    -- a spent budget closed is not spent under other limits)
+    v_stamp := drainpipe.flow_budget_advance(p_queue);
+    UPDATE drainpipe.flow_budget b SET epoch = NULL, stamp = v_stamp WHERE b.queue = p_queue;
     IF p_concurrency IS NULL AND p_key_concurrency IS NULL AND p_rate_count IS NULL
        AND p_key_rate_count IS NULL AND NOT coalesce(p_ordered, false) THEN
         DELETE FROM drainpipe.queue_flow WHERE queue = p_queue;
@@ -1445,13 +1481,14 @@ CREATE OR REPLACE FUNCTION drainpipe.extend_job_leases_v1(p_queue text, p_ids bi
  SET enable_seqscan TO 'off'
 AS $function$
 DECLARE
+    c_leased constant text := 'leased';
     v_until timestamptz := coalesce(p_now, clock_timestamp()) + make_interval(secs => greatest(p_lease, 0));
 BEGIN
     RETURN QUERY
     UPDATE drainpipe.job_messages m
        SET visible_at = v_until
       FROM unnest(p_ids, p_attempts) AS f(id, attempt)
-     WHERE m.id = f.id AND m.queue = p_queue AND m.attempts = f.attempt AND m.state = 'leased'
+     WHERE m.id = f.id AND m.queue = p_queue AND m.attempts = f.attempt AND m.state = c_leased
     RETURNING m.id;
 END
 $function$;
@@ -1511,6 +1548,20 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.flow_budget_advance(p_queue text)
+ RETURNS bigint
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_sequence regclass := drainpipe.flow_budget_sequence(p_queue);
+BEGIN
+    IF v_sequence IS NULL THEN
+        RETURN NULL;
+    END IF;
+    RETURN nextval(v_sequence);
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.flow_budget_applies(p_flow drainpipe.queue_flow)
  RETURNS boolean
  LANGUAGE sql
@@ -1543,6 +1594,7 @@ AS $function$
 DECLARE
     c_chunk constant bigint := drainpipe.flow_budget_chunk(p_flow.concurrency);
     v_cap bigint := p_flow.concurrency - p_leased;
+    v_stamp bigint;
 BEGIN
     IF NOT drainpipe.flow_budget_applies(p_flow) THEN
         -- other limits: no epoch is open (the change of limits closed it), nothing to do
@@ -1551,15 +1603,70 @@ BEGIN
     -- this session's own leftover was counted as nothing: forget it
     PERFORM set_config('drainpipe.flow_budget.' || p_flow.queue, '', false);
     IF v_cap - p_room >= 16 * c_chunk THEN
-        INSERT INTO drainpipe.flow_budget AS b (queue, epoch, concurrency, cap, granted)
-        VALUES (p_flow.queue, pg_current_xact_id()::text::bigint, p_flow.concurrency, v_cap, p_room)
+        v_stamp := drainpipe.flow_budget_advance(p_flow.queue);
+        INSERT INTO drainpipe.flow_budget AS b (queue, epoch, concurrency, cap, granted, stamp)
+        VALUES (p_flow.queue, coalesce(v_stamp, pg_current_xact_id()::text::bigint), p_flow.concurrency,
+                v_cap, p_room, v_stamp)
         ON CONFLICT (queue) DO UPDATE
            SET epoch = excluded.epoch, concurrency = excluded.concurrency,
-               cap = excluded.cap, granted = excluded.granted;
-    ELSE
-        UPDATE drainpipe.flow_budget b SET epoch = NULL, granted = 0
-         WHERE b.queue = p_flow.queue AND (b.epoch IS NOT NULL OR b.granted <> 0);
+               cap = excluded.cap, granted = excluded.granted, stamp = excluded.stamp;
+    ELSIF EXISTS (SELECT 1 FROM drainpipe.flow_budget b
+                   WHERE b.queue = p_flow.queue AND (b.epoch IS NOT NULL OR b.granted <> 0)) THEN
+        v_stamp := drainpipe.flow_budget_advance(p_flow.queue);
+        UPDATE drainpipe.flow_budget b SET epoch = NULL, granted = 0, stamp = v_stamp
+         WHERE b.queue = p_flow.queue;
     END IF;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.flow_budget_sequence(p_queue text)
+ RETURNS regclass
+ LANGUAGE sql
+ STABLE
+AS $function$
+    SELECT to_regclass('drainpipe.' || quote_ident('flow_budget__' || p_queue))
+$function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.flow_budget_spend(p_queue text, p_batch integer)
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_name text := 'drainpipe.flow_budget.' || p_queue;
+    v_kept text := current_setting(v_name, true);
+    v_left bigint;
+    v_seen bigint;
+    v_sequence oid;
+    v_set text;
+    v_flow drainpipe.queue_flow;
+BEGIN
+    IF v_kept IS NULL OR split_part(v_kept, ':', 3) = '' OR p_batch > 100 THEN
+        RETURN NULL;
+    END IF;
+    v_left := split_part(v_kept, ':', 2)::bigint;
+    IF v_left < p_batch THEN
+        RETURN NULL;
+    END IF;
+    v_seen := split_part(v_kept, ':', 3)::bigint;
+    v_sequence := split_part(v_kept, ':', 4)::oid;
+    -- before the lock: a change since the session checked sends it to the row, free to
+    -- count under the exclusive lock
+    IF pg_sequence_last_value(v_sequence) IS DISTINCT FROM v_seen THEN
+        RETURN NULL;
+    END IF;
+    IF NOT pg_try_advisory_xact_lock_shared(hashtext('drainpipe.flow'), hashtext(p_queue)) THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtext('drainpipe.flow'), hashtext(p_queue));
+    END IF;
+    v_set := set_config('drainpipe.flow_budget_locked.' || p_queue, 'on', true);
+    -- under the lock: no exact count runs, and none ran since the session checked
+    IF pg_sequence_last_value(v_sequence) IS NOT DISTINCT FROM v_seen THEN
+        v_set := set_config(v_name, split_part(v_kept, ':', 1) || ':' || (v_left - p_batch) || ':'
+                                    || v_seen || ':' || v_sequence, false);
+        RETURN p_batch;
+    END IF;
+    -- a count ran while this claim waited for the lock: the row decides, under it
+    SELECT * INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = p_queue;
+    RETURN drainpipe.flow_budget_take(v_flow, p_batch);
 END
 $function$;
 
@@ -1571,49 +1678,82 @@ DECLARE
     c_chunk constant bigint := drainpipe.flow_budget_chunk(p_flow.concurrency);
     v_name text := 'drainpipe.flow_budget.' || p_flow.queue;
     v_kept text := current_setting(v_name, true);
+    v_locked boolean := coalesce(current_setting('drainpipe.flow_budget_locked.' || p_flow.queue, true) = 'on', false);
     v_epoch bigint;
     v_left bigint := 0;
-    v_row drainpipe.flow_budget;
+    v_open bigint;
+    v_stamp bigint;
+    v_sequence regclass;
+    v_now_at bigint;
+    v_seen text;
 BEGIN
     IF NOT drainpipe.flow_budget_applies(p_flow) OR p_batch > 100 THEN
+        IF v_locked THEN
+            -- other limits since the shared lock was taken: take nothing this time
+            v_kept := set_config('drainpipe.flow_budget_pending.' || p_flow.queue, '-1', true);
+            RETURN -1;
+        END IF;
         RETURN NULL;
     END IF;
-    IF v_kept IS NOT NULL AND v_kept <> '' THEN
+    IF v_kept <> '' THEN
         v_epoch := split_part(v_kept, ':', 1)::bigint;
         v_left := split_part(v_kept, ':', 2)::bigint;
     END IF;
-    -- a first look, without a lock: is there a budget to take? (a chunk to take with another
-    -- to spare, so that claims beside this one rarely spend the last before it locks)
-    SELECT * INTO v_row FROM drainpipe.flow_budget b WHERE b.queue = p_flow.queue;
-    IF v_row.epoch IS NULL OR v_row.concurrency <> p_flow.concurrency
-       OR NOT ((v_epoch = v_row.epoch AND v_left >= p_batch) OR v_row.granted + 2 * c_chunk <= v_row.cap) THEN
-        RETURN NULL;
+    IF NOT v_locked THEN
+        -- the first look, without a lock: is there a budget to take? (the session's chunk,
+        -- or a chunk to take with another to spare, so that claims beside this one rarely
+        -- spend the last before it locks). When there is, the same statement takes the
+        -- shared lock: a try, so that it never waits inside a statement whose snapshot
+        -- predates the lock
+        SELECT CASE WHEN b.epoch IS NOT NULL AND b.concurrency = p_flow.concurrency
+                         AND ((b.epoch = v_epoch AND v_left >= p_batch) OR b.granted + 2 * c_chunk <= b.cap)
+                    THEN pg_try_advisory_xact_lock_shared(hashtext('drainpipe.flow'), hashtext(p_flow.queue))
+               END
+          INTO v_locked
+          FROM drainpipe.flow_budget b WHERE b.queue = p_flow.queue;
+        IF v_locked IS NULL THEN
+            RETURN NULL;  -- no budget: the caller counts under the exclusive lock
+        ELSIF NOT v_locked THEN
+            -- a count holds the exclusive lock (or waits for it): after it
+            PERFORM pg_advisory_xact_lock_shared(hashtext('drainpipe.flow'), hashtext(p_flow.queue));
+        END IF;
+        v_kept := set_config('drainpipe.flow_budget_locked.' || p_flow.queue, 'on', true);
     END IF;
-    PERFORM pg_advisory_xact_lock_shared(hashtext('drainpipe.flow'), hashtext(p_flow.queue));
-    -- again under the lock: the epoch cannot change before this claim commits
-    SELECT * INTO v_row FROM drainpipe.flow_budget b WHERE b.queue = p_flow.queue;
-    IF v_row.epoch IS NOT NULL AND v_row.concurrency = p_flow.concurrency THEN
-        IF v_epoch IS DISTINCT FROM v_row.epoch THEN
-            v_left := 0;
-        END IF;
-        IF v_left < p_batch THEN
-            UPDATE drainpipe.flow_budget b SET granted = b.granted + c_chunk
-             WHERE b.queue = p_flow.queue AND b.epoch = v_row.epoch AND b.granted + c_chunk <= b.cap;
-            IF FOUND THEN
-                v_left := v_left + c_chunk;
-            END IF;
-        END IF;
-        IF v_left >= p_batch THEN
-            PERFORM set_config(v_name, v_row.epoch || ':' || (v_left - p_batch), false);
+    -- under the lock, in statements that start after it: the epoch cannot change before
+    -- this claim commits. The sequence first: a row stamped with it had no change pending
+    v_sequence := drainpipe.flow_budget_sequence(p_flow.queue);
+    IF v_sequence IS NOT NULL THEN
+        v_now_at := pg_sequence_last_value(v_sequence);
+    END IF;
+    IF v_left >= p_batch THEN
+        SELECT b.epoch, b.stamp INTO v_open, v_stamp FROM drainpipe.flow_budget b
+         WHERE b.queue = p_flow.queue AND b.concurrency = p_flow.concurrency;
+        v_seen := CASE WHEN v_stamp = v_now_at THEN v_now_at || ':' || v_sequence::oid ELSE ':' END;
+        IF v_open = v_epoch THEN
+            v_kept := set_config(v_name, v_epoch || ':' || (v_left - p_batch) || ':' || v_seen, false);
             RETURN p_batch;
         END IF;
     END IF;
+    -- a chunk of the open epoch (the update reads the row as the last claim committed it)
+    UPDATE drainpipe.flow_budget b SET granted = b.granted + c_chunk
+     WHERE b.queue = p_flow.queue AND b.epoch IS NOT NULL
+       AND b.concurrency = p_flow.concurrency AND b.granted + c_chunk <= b.cap
+    RETURNING b.epoch, b.stamp INTO v_open, v_stamp;
+    IF FOUND THEN
+        IF v_open IS DISTINCT FROM v_epoch THEN
+            v_left := 0;  -- what the session kept belongs to a closed epoch: never spent
+        END IF;
+        -- a chunk is at least 200, a budgeted batch at most 100
+        v_seen := CASE WHEN v_stamp = v_now_at THEN v_now_at || ':' || v_sequence::oid ELSE ':' END;
+        v_kept := set_config(v_name, v_open || ':' || (v_left + c_chunk - p_batch) || ':' || v_seen, false);
+        RETURN p_batch;
+    END IF;
     -- spent (or closed) since the first look: close it, waiting for the claims doing the
-    -- same (on the row); what it handed out counts as leased (see the header)
+    -- same (on the row); what it handed out counts as leased (see jobs 0022's header)
     UPDATE drainpipe.flow_budget b SET epoch = NULL WHERE b.queue = p_flow.queue
     RETURNING b.granted INTO v_left;
-    PERFORM set_config(v_name, '', false);
-    PERFORM set_config('drainpipe.flow_budget_pending.' || p_flow.queue, coalesce(v_left, -1)::text, true);
+    v_kept := set_config(v_name, '', false);
+    v_kept := set_config('drainpipe.flow_budget_pending.' || p_flow.queue, coalesce(v_left, -1)::text, true);
     RETURN -1;
 END
 $function$;
@@ -1971,7 +2111,12 @@ DECLARE
     v_leased bigint := 0;
     v_room integer;
 BEGIN
-    v_room := drainpipe.flow_budget_take(p_flow, p_batch);
+    IF p_flow.concurrency IS NOT NULL THEN
+        v_room := drainpipe.flow_budget_spend(p_flow.queue, p_batch);
+    END IF;
+    IF v_room IS NULL THEN
+        v_room := drainpipe.flow_budget_take(p_flow, p_batch);
+    END IF;
     IF v_room >= 0 THEN
         RETURN v_room;
     END IF;

@@ -92,6 +92,38 @@ async def test_a_chunk_of_a_closed_epoch_is_never_spent(
         assert budget(a) == (epoch, LIMIT + 1 - 20, 10 + CHUNK)  # a fresh chunk, not the old
 
 
+async def test_a_chunk_checked_while_a_change_was_pending_is_not_spent_after_it(
+    jobs_db_url: str, backend_name: str
+) -> None:
+    """A session spends its chunk without reading the row while the queue's budget sequence
+    reads the value it checked the epoch at (jobs 0023). A change advances the sequence at
+    once but writes the row at its commit: a claim reading the row in between may still
+    spend (the change has not happened for it), but keeps no value, so after the commit its
+    next claim reads the row, finds the epoch closed and counts exactly."""
+    await fill(jobs_db_url, 1000)
+    with (
+        psycopg.connect(jobs_db_url, autocommit=True) as a,
+        psycopg.connect(jobs_db_url) as change,
+    ):
+        assert a.execute(CLAIM.format(10)).fetchone() == (10,)  # opens an epoch
+        assert a.execute(CLAIM.format(10)).fetchone() == (10,)  # a chunk, checked
+        first = budget(a)[0]
+        assert a.execute(CLAIM.format(10)).fetchone() == (10,)  # spent without the row
+        assert budget(a) == (first, LIMIT, 10 + CHUNK)
+        # a change of the budget, written but not committed (what a change of limits does)
+        change.execute(
+            "UPDATE drainpipe.flow_budget SET epoch = NULL,"
+            " stamp = drainpipe.flow_budget_advance('llm') WHERE queue = 'llm'"
+        )
+        assert a.execute(CLAIM.format(10)).fetchone() == (10,)  # before the change
+        change.commit()
+        assert a.execute(CLAIM.format(10)).fetchone() == (10,)
+        epoch, cap, granted = budget(a)
+        assert epoch is not None and epoch != first  # counted exactly: a new epoch
+        assert (cap, granted) == (LIMIT - 40, 10)
+        assert leased(a, backend_name) == 50
+
+
 async def test_near_the_limit_claims_count_and_stop_exactly_at_it(
     jobs_db_url: str, backend_name: str
 ) -> None:

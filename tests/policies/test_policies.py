@@ -423,6 +423,38 @@ async def test_memory_backend_enforces_the_pending_cap_and_retention() -> None:
     assert await jobs.apply_retention_if_due(3600) is None
 
 
+async def test_the_lease_trigger_follows_a_changed_max_lease(
+    jobs_db_url: str, backend_name: str
+) -> None:
+    """The lease trigger's WHEN clause holds the bound (jobs 0023): a lowered max_lease is
+    refused at once, a raised one allows longer leases, and on the table a queue with a
+    larger max_lease than another's keeps its own (the bound only calls the function)."""
+    undeclared = Jobs(jobs_db_url, QUEUES)
+    await undeclared.enqueue_many("inbox", [{"n": n} for n in range(4)])
+    await undeclared.enqueue_many("free", [{"n": n} for n in range(2)])
+    async with guarded(jobs_db_url, QueuePolicy(lease=5, max_lease=30)) as jobs:
+        await jobs.ensure_policies()
+    assert len(await undeclared.claim("inbox", lease=25)) == 1
+    async with guarded(jobs_db_url, QueuePolicy(lease=5, max_lease=10)) as jobs:
+        await jobs.ensure_policies()
+    with pytest.raises(DrainpipeError) as lowered:
+        await undeclared.claim("inbox", lease=25)
+    assert_refused(lowered, "invalid_request", "LEASE_TOO_LONG")
+    assert len(await undeclared.claim("inbox", lease=8)) == 1
+    # another queue with a larger max_lease: on the table the shared bound is the smaller
+    free = Jobs(jobs_db_url, QUEUES, policies={"free": QueuePolicy(lease=5, max_lease=100)})
+    async with free:
+        await free.ensure_policies()
+    assert len(await undeclared.claim("free", lease=90)) == 1
+    with pytest.raises(DrainpipeError) as still:
+        await undeclared.claim("inbox", lease=25)
+    assert_refused(still, "invalid_request", "LEASE_TOO_LONG")
+    async with guarded(jobs_db_url, QueuePolicy(lease=5, max_lease=60)) as jobs:
+        await jobs.ensure_policies()
+    assert len(await undeclared.claim("inbox", lease=50)) == 1
+    await undeclared.close()
+
+
 async def test_sql_refuses_leases_over_max_lease_from_undeclared_writers(
     jobs_db_url: str, backend_name: str
 ) -> None:

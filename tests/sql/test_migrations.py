@@ -147,6 +147,12 @@ INTERNAL_FUNCTIONS = {
     "flow_budget_take",
     "flow_budget_pending",
     "flow_budget_reset",
+    # jobs 0023: the budget's sequences, the chunk spent without a statement, the lease
+    # trigger's bound
+    "flow_budget_sequence",
+    "flow_budget_advance",
+    "flow_budget_spend",
+    "ensure_lease_trigger",
 }
 
 # what release 0 (0.1.0) shipped; later modules have no release-0 state to upgrade from
