@@ -100,10 +100,11 @@ $old$;
                               FROM picked p0 WHERE NOT p0.exhausted) p
                      WHERE p.k IS NULL OR p.nth = 1
                 ), expired AS (
+                    -- a lease found run out ended then, whether the job is leased again now
+                    -- or stays queued behind another job of its key
                     INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
                     SELECT %6$L, p.msg_id, p.read_ct, p.started_at, p.vt, 'expired', 'LEASE_EXPIRED'
-                      FROM picked p
-                     WHERE p.lapsed AND (p.exhausted OR p.msg_id IN (SELECT l.msg_id FROM leasing l))
+                      FROM picked p WHERE p.lapsed
                     ON CONFLICT DO NOTHING
                 ), dead AS (
                     DELETE FROM pgmq.%2$I d
