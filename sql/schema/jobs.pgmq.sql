@@ -1918,9 +1918,9 @@ BEGIN
                 v_taken := CASE WHEN FOUND THEN 0 END;
             END IF;
             IF v_taken IS NOT NULL THEN
-                -- the pick's first pass and the lease in one statement (jobs 0023); under the
-                -- lock, every limited claim before this one has committed when its snapshot
-                -- is taken
+                -- the pick's first pass and the lease in one statement
+                -- (key_claim_in_one_statement); under the lock, every limited claim before
+                -- this one has committed when its snapshot is taken
                 IF v_flow.concurrency IS NOT NULL THEN
                     SELECT count(*) INTO v_leased FROM pgmq.%2$I l
                      WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)

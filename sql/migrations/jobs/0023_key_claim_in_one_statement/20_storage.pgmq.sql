@@ -47,9 +47,9 @@ $old$;
                 v_taken := CASE WHEN FOUND THEN 0 END;
             END IF;
             IF v_taken IS NOT NULL THEN
-                -- the pick's first pass and the lease in one statement (jobs 0023); under the
-                -- lock, every limited claim before this one has committed when its snapshot
-                -- is taken
+                -- the pick's first pass and the lease in one statement
+                -- (key_claim_in_one_statement); under the lock, every limited claim before
+                -- this one has committed when its snapshot is taken
                 IF v_flow.concurrency IS NOT NULL THEN
                     SELECT count(*) INTO v_leased FROM pgmq.%2$I l
                      WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
@@ -141,10 +141,10 @@ $old$;
 $new$;
 BEGIN
     IF (length(v_def) - length(replace(v_def, v_old_declare, ''))) <> length(v_old_declare) THEN
-        RAISE EXCEPTION 'jobs 0023: ensure_flow_indexes does not hold the flow claim''s declarations of jobs 0021 once';
+        RAISE EXCEPTION 'key_claim_in_one_statement: ensure_flow_indexes does not hold the flow claim''s declarations of jobs 0021 once';
     END IF;
     IF (length(v_def) - length(replace(v_def, v_old_pick, ''))) <> length(v_old_pick) THEN
-        RAISE EXCEPTION 'jobs 0023: ensure_flow_indexes does not hold the flow claim''s pick of jobs 0021 once';
+        RAISE EXCEPTION 'key_claim_in_one_statement: ensure_flow_indexes does not hold the flow claim''s pick of jobs 0021 once';
     END IF;
     EXECUTE replace(replace(v_def, v_old_declare, v_new_declare), v_old_pick, v_new_pick);
 END
