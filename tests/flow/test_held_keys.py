@@ -5,6 +5,10 @@ at the documented bound (``batch x 50 + 500`` candidates), on both storages."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
+import psycopg
+
 from tests.flow.test_limits import limited
 
 
@@ -34,3 +38,27 @@ async def test_a_claim_stops_at_its_bound_behind_held_jobs(jobs_db_url: str) -> 
         assert await jobs.claim("llm", batch=2) == []
         # a claim of 3 looks at 650: the free job behind the 600 held ones
         assert [job.id for job in await jobs.claim("llm", batch=3)] == [free]
+
+
+async def test_lapsed_and_spent_leases_pass_through_the_limited_claim(jobs_db_url: str) -> None:
+    """A lease that ran out is taken again, its attempt recorded as expired; a job whose last
+    attempt ran out is buried, not leased, and takes no place of its key's limit."""
+    async with await limited(jobs_db_url, key_concurrency=1) as jobs:
+        spent = await jobs.enqueue("llm", {"n": 0}, key="a", max_attempts=1)
+        lapsed = await jobs.enqueue("llm", {"n": 1}, key="b", max_attempts=3)
+        behind_spent = await jobs.enqueue("llm", {"n": 2}, key="a")
+        claim = "SELECT id, attempts FROM drainpipe.claim_jobs_v1('llm', 10, 10, %s)"
+        async with await psycopg.AsyncConnection.connect(jobs_db_url, autocommit=True) as conn:
+            row = await (await conn.execute("SELECT clock_timestamp()")).fetchone()
+            assert row is not None
+            now: datetime = row[0]
+            first = await (await conn.execute(claim, (now,))).fetchall()
+            assert sorted(first) == sorted([(spent, 1), (lapsed, 1)])
+            # both leases ran out: the spent job is buried, its key's next job is claimed
+            second = await (await conn.execute(claim, (now + timedelta(seconds=11),))).fetchall()
+            assert sorted(second) == sorted([(lapsed, 2), (behind_spent, 1)])
+        buried = await jobs.get("llm", spent)
+        assert buried is not None and buried.state == "dead"
+        again = await jobs.get("llm", lapsed)
+        assert again is not None and again.state == "leased"
+        assert [(a.number, a.outcome) for a in again.history][:1] == [(1, "expired")]
