@@ -360,7 +360,7 @@ async def main() -> None:
         await admin.execute(f'CREATE DATABASE "{name}"')
     url = with_database(args.server, name)
     try:
-        await drainpipe.install(url, ["jobs", "webhook-inbox"], backend="pgmq")
+        await drainpipe.install(url, ["jobs", "agent-inbox"], backend="pgmq")
         rates, cpu, server = await throughput(
             url, rounds, count, args.workers, profile, not args.no_vacuum, args.history
         )

@@ -70,7 +70,7 @@ def pgbench() -> str:
 async def prepare(url: str, candidate: str | None) -> str:
     """drainpipe's SQL, then ``candidate``'s (SQL text) if given, an inbox subscribed to 'bench', a pgmq queue 'q';
     returns the inbox id."""
-    await drainpipe.install(url, ["jobs", "webhook-inbox"], backend="pgmq")
+    await drainpipe.install(url, ["jobs", "agent-inbox"], backend="pgmq")
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         if candidate is not None:
             await conn.execute(candidate)

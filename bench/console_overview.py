@@ -164,7 +164,7 @@ def measure(backend: str, records: int, queue_count: int, reads: int) -> dict[st
                     reads,
                 ),
                 "list_ms": median_ms(
-                    conn, "SELECT * FROM drainpipe.list_jobs_v1(NULL, NULL, NULL, 101)", None, reads
+                    conn, "SELECT * FROM drainpipe.list_jobs_v2(NULL, NULL, NULL, 101)", None, reads
                 ),
             }
     finally:

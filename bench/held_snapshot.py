@@ -408,7 +408,7 @@ class RawSkipSplit(RawSkipBound):
 
 
 class Agents(System):
-    modules = ("jobs", "webhook-inbox")
+    modules = ("jobs", "agent-inbox")
 
     def __init__(self, url: str, cfg: Config) -> None:
         super().__init__(url, cfg)

@@ -80,7 +80,7 @@ async def timed(http: httpx.AsyncClient, params: dict[str, Any], rounds: int) ->
 
 
 def plan(url: str, backend: str) -> str:
-    """The plan of the list statement inside ``list_jobs_v1``, as auto_explain reports it."""
+    """The plan of the list statement inside ``list_jobs_v2``, as auto_explain reports it."""
     notices: list[str] = []
     with psycopg.connect(url, autocommit=True) as conn:
         conn.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
@@ -94,9 +94,7 @@ def plan(url: str, backend: str) -> str:
             "client_min_messages = notice",
         ):
             conn.execute(f"SET {setting}")
-        conn.execute(
-            "SELECT * FROM drainpipe.list_jobs_v1(NULL, NULL, NULL, 500, NULL, NULL, NULL)"
-        ).fetchall()
+        conn.execute("SELECT * FROM drainpipe.list_jobs_v2(NULL, NULL, NULL, 500)").fetchall()
     return "\n\n".join(notices) or f"(no plan reported on {backend})"
 
 
@@ -142,7 +140,7 @@ async def measure(backend: str, stored: int, rounds: int) -> None:
                     times = sorted(await timed(http, params, rounds))
                     p95 = times[max(0, int(len(times) * 0.95) - 1)]
                     print(f"{label:34} {statistics.median(times):10.1f} {p95:8.1f}")
-        print(f"\nplan of list_jobs_v1(limit 500) on {backend}:\n{plan(url, backend)}")
+        print(f"\nplan of list_jobs_v2(limit 500) on {backend}:\n{plan(url, backend)}")
     finally:
         with psycopg.connect(SERVER, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -3,12 +3,13 @@
 The ``.sql`` files are the truth. They ship inside the wheel (``drainpipe/sql``); in a
 source checkout they are read from the repository's top-level ``sql/`` folder.
 
-Layout (see docs/sql.md)::
+Layout (see docs/sql.md and sql/README.md)::
 
-    sql/common.sql              the schema and drainpipe.modules (release 0's, unchanged)
+    sql/common.sql              the schema and drainpipe.modules
     sql/schema_migrations.sql   drainpipe.schema_migrations, the record of applied migrations
     sql/privileges.sql          run after every install that applied something
-    sql/migrations/<module>/NNNN_<name>.sql            one migration in one file, or
+    sql/migrations/<module>/0001_baseline[.sql]        the module's schema when it was squashed
+    sql/migrations/<module>/NNNN_<name>.sql            a later migration in one file, or
     sql/migrations/<module>/NNNN_<name>/<part>.sql     one migration in parts, name order
 
 A part named ``<stem>.<option>.sql`` (``pgmq``, ``table``, ``drain``, ``pg_cron``) belongs to
@@ -35,7 +36,11 @@ from .db import as_database
 Backend = Literal["pgmq", "table"]
 Scheduler = Literal["drain", "pg_cron"]
 
-MODULES: tuple[str, ...] = ("jobs", "idempotency", "webhook-inbox", "rest-api")
+# Install order. The agent inbox's fan-out trigger sits on the webhook inbox's table, so
+# agent-inbox needs webhook-inbox (installing it installs both); rest-api's functions call
+# the jobs module's when called, not when made, so it needs nothing to install.
+MODULES: tuple[str, ...] = ("jobs", "idempotency", "webhook-inbox", "agent-inbox", "rest-api")
+REQUIRES: Mapping[str, tuple[str, ...]] = {"agent-inbox": ("webhook-inbox",)}
 _OPTION_TAGS = frozenset({"pgmq", "table", "drain", "pg_cron"})
 _MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+?)(?:\.sql)?$")
 _PART_NAME = re.compile(r"^[0-9a-z_]+(?:\.([a-z_]+))?\.sql$")
@@ -120,8 +125,11 @@ def _module_folder(module: str) -> Path:
 def migrations(module: str) -> tuple[Migration, ...]:
     """The migrations of ``module`` in order (numbered 1, 2, 3, ... without gaps)."""
     _check_module(module)
+    folder = _module_folder(module)
+    if not folder.is_dir():
+        raise RuntimeError(f"The SQL of module {module} is missing: no {folder}")
     found: list[Migration] = []
-    for entry in sorted(_module_folder(module).iterdir()):
+    for entry in sorted(folder.iterdir()):
         match = _MIGRATION_NAME.match(entry.name)
         if match is None or (entry.is_file() and entry.suffix != ".sql"):
             continue
@@ -152,15 +160,12 @@ def _module_header(module: str, backend: str, scheduler: str) -> str:
     )
 
 
-def legacy_checksum(module: str, backend: str = "pgmq", scheduler: str = "drain") -> str:
-    """The checksum release 0's ``install()`` computes for ``module`` (its whole rendered
-    text: the baseline migration between common.sql and privileges.sql). Recorded in
-    drainpipe.modules, so code of that release running during a rolling deploy finds the
-    module up to date and does not re-apply its SQL over the migrated one."""
-    baseline = migrations(module)[0].text(backend, scheduler)
-    parts = [_module_header(module, backend, scheduler), read_sql("common.sql"), baseline]
-    text = "\n".join([*parts, read_sql("privileges.sql")])
-    return hashlib.sha256(text.encode()).hexdigest()
+def module_checksum(module: str, backend: str = "pgmq", scheduler: str = "drain") -> str:
+    """The SHA-256 of the module's whole install (every migration with these options), as
+    recorded in drainpipe.modules: one value says which SQL a database has."""
+    return hashlib.sha256(
+        render_module(module, backend=backend, scheduler=scheduler).encode()
+    ).hexdigest()
 
 
 def render_module(
@@ -187,10 +192,14 @@ def pgmq_sql_path() -> Path:
 
 
 def _normalise_modules(modules: Iterable[str] | str) -> list[str]:
+    """The modules asked for and those they need (REQUIRES), in install order."""
     names = [modules] if isinstance(modules, str) else list(modules)
     for name in names:
         _check_module(name)
-    return names
+    wanted = set(names)
+    for name in names:
+        wanted.update(REQUIRES.get(name, ()))
+    return [module for module in MODULES if module in wanted]
 
 
 @dataclass(frozen=True)
@@ -349,7 +358,7 @@ async def apply_migrations(
                     options = {"backend": backend, "scheduler": scheduler} if name == "jobs" else {}
                     await conn.execute(
                         _MODULE_SQL,
-                        (name, Jsonb(options), legacy_checksum(name, backend, scheduler)),
+                        (name, Jsonb(options), module_checksum(name, backend, scheduler)),
                     )
             if ran:
                 await conn.execute(read_sql("privileges.sql").encode())
@@ -433,14 +442,14 @@ def record_sql(migration: Migration, backend: str, scheduler: str) -> str:
     checksum = migration.checksum(backend, scheduler)
     options = {"backend": backend, "scheduler": scheduler} if migration.module == "jobs" else {}
     module_options = json.dumps(options)
-    legacy = legacy_checksum(migration.module, backend, scheduler)
+    module_sum = module_checksum(migration.module, backend, scheduler)
     return (
         "INSERT INTO drainpipe.schema_migrations (module, version, name, checksum)\n"
         f"VALUES ('{migration.module}', {migration.version}, '{migration.name}', '{checksum}')\n"
         "ON CONFLICT (module, version) DO UPDATE\n"
         "SET name = excluded.name, checksum = excluded.checksum, applied_at = clock_timestamp();\n"
         "INSERT INTO drainpipe.modules (name, options, checksum)\n"
-        f"VALUES ('{migration.module}', '{module_options}', '{legacy}')\n"
+        f"VALUES ('{migration.module}', '{module_options}', '{module_sum}')\n"
         "ON CONFLICT (name) DO UPDATE\n"
         "SET options = excluded.options, checksum = excluded.checksum, installed_at = now();\n"
     )

@@ -1,10 +1,9 @@
 """The Job Inbox's list stays on an index: with thousands of stored jobs, a page of the
-record listing walks the primary key backwards and stops after the page, whatever the
-filters leave out (the plan auto_explain reports for the statement inside the function).
-
-Newest first (list_jobs_v2) reads the primary keys too, since jobs 0013: ids and stamps are
-drawn together, so the walk stops about a page (plus the jobs enqueued within a
-millisecond of its end) below where it starts; no index on enqueued_at is kept."""
+record listing (list_jobs_v2, newest first) reads the primary keys and stops after the page,
+whatever the filters leave out (the plan auto_explain reports for the statement inside the
+function): ids and stamps are drawn together, so the walk stops about a page (plus the
+jobs enqueued within a millisecond of its end) below where it starts; no index on
+enqueued_at is kept."""
 
 from __future__ import annotations
 
@@ -33,26 +32,6 @@ def nested_plans(url: str, statement: str, *, analyze: bool = False) -> str:
             conn.execute(f"SET {setting}")
         conn.execute(statement).fetchall()
     return "\n".join(notices)
-
-
-@pytest.mark.parametrize(
-    "arguments",
-    [
-        "NULL, NULL, NULL, 500, NULL, NULL, NULL",  # the first page
-        "NULL, NULL, NULL, 500, 2500, 'emails', NULL",  # a later page
-        "'emails', NULL, NULL, 100, 2000, 'emails', NULL",  # one queue's page
-    ],
-)
-async def test_a_page_walks_the_primary_key(fresh_database: Any, arguments: str) -> None:
-    url = fresh_database("table")
-    async with Jobs(url, QUEUES) as jobs:
-        for start in range(0, 5000, 1000):
-            await jobs.enqueue_many("emails", [{"n": n} for n in range(start, start + 1000)])
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("ANALYZE drainpipe.job_messages")
-    plans = nested_plans(url, f"SELECT * FROM drainpipe.list_jobs_v1({arguments})")
-    assert "Index Scan Backward using job_messages_pkey" in plans, plans
-    assert "Seq Scan on job_messages" not in plans, plans
 
 
 def rows_read(plans: str, table: str) -> list[int]:

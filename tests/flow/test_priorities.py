@@ -196,26 +196,3 @@ async def test_a_debounce_that_brings_a_new_priority_is_claimed_at_it(jobs_db_ur
         assert again == first
         await asyncio.sleep(0.2)
         assert await claim_one_by_one(jobs) == [first, other]
-
-
-async def test_an_upgrade_notes_the_priorities_its_queued_jobs_already_have(
-    jobs_db_url: str, backend_name: str
-) -> None:
-    """Jobs enqueued with priorities before jobs 0017 (stored, not ordered by): the migration
-    notes their levels, so the claims order by them and none is left at an unread level."""
-    from drainpipe import install
-
-    async with Jobs(jobs_db_url, QUEUES) as jobs:
-        ids = await enqueue_mixed(jobs)
-    with psycopg.connect(jobs_db_url, autocommit=True) as conn:
-        # the database as the previous release left it: no levels noted, the plain claim
-        conn.execute("DELETE FROM drainpipe.queue_priorities")
-        if backend_name == "pgmq":
-            conn.execute("SELECT drainpipe.define_job_queue_functions_v1('llm')")
-        conn.execute(
-            "DELETE FROM drainpipe.schema_migrations WHERE module = 'jobs' AND version = 17"
-        )
-    async with await psycopg.AsyncConnection.connect(jobs_db_url, autocommit=True) as conn:
-        await install(conn, ["jobs"], backend=backend_name)  # type: ignore[arg-type]
-    async with Jobs(jobs_db_url, QUEUES) as jobs:
-        assert await claim_one_by_one(jobs) == [ids[name] for name in EXPECTED]

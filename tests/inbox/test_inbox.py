@@ -914,7 +914,7 @@ async def test_api_roles_cannot_execute_inbox_functions(
     role: str, conn: psycopg.AsyncConnection[Any]
 ) -> None:
     for sql in (
-        "SELECT * FROM drainpipe.receive_webhook_v1('s', 'm', null, '{}')",
+        "SELECT * FROM drainpipe.receive_webhook_v3('s', 'm', null, '{}')",
         "SELECT * FROM drainpipe.claim_webhooks_v1('s', 'w')",
         "SELECT drainpipe.purge_webhooks_v1()",
         "SELECT * FROM drainpipe.list_webhooks_v1('acme')",
@@ -929,7 +929,7 @@ async def test_api_roles_cannot_execute_inbox_functions(
 
 async def test_service_role_can_execute_inbox_functions(conn: psycopg.AsyncConnection[Any]) -> None:
     await conn.execute("SET ROLE service_role")
-    cur = await conn.execute("SELECT * FROM drainpipe.receive_webhook_v1('s', 'm', null, '{}')")
+    cur = await conn.execute("SELECT * FROM drainpipe.receive_webhook_v3('s', 'm', null, '{}')")
     assert (await cur.fetchone())[1] is False  # type: ignore[index]
     cur = await conn.execute("SELECT id FROM drainpipe.claim_webhooks_v1('s', 'w')")
     assert len(await cur.fetchall()) == 1

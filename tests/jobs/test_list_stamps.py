@@ -144,9 +144,11 @@ async def test_pgmq_jobs_stored_before_the_migration_keep_their_order(
     with psycopg.connect(url, autocommit=True) as conn:
         for queue in QUEUES:
             conn.execute("SELECT drainpipe.ensure_job_queue_v1(%s)", (queue,))
-        # the busy queue as 0010 left it: pgmq's now() default and 0010's full indexes
+        # the busy queue as an earlier listing left it: pgmq's now() default and full
+        # indexes on (enqueued_at, msg_id)
         conn.execute("ALTER TABLE pgmq.q_busy ALTER COLUMN enqueued_at SET DEFAULT now()")
-        conn.execute("SELECT drainpipe.pgmq_enqueued_indexes('busy')")
+        for table in ("q_busy", "a_busy"):
+            conn.execute(f"CREATE INDEX {table}_enqueued_idx ON pgmq.{table} (enqueued_at, msg_id)")
         conn.execute("SELECT pgmq.send('busy', '{\"payload\": 0}')")
     with (
         psycopg.connect(url) as early,

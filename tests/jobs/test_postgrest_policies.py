@@ -89,8 +89,6 @@ async def test_a_policy_stored_over_https_is_what_the_database_enforces(
 async def test_only_the_service_role_manages_policies(server: PostgrestEmulation) -> None:
     async with PostgrestBackend(BASE, ANON_KEY) as anon:
         for fn, params in (
-            ("ensure_policy_v1", {"queue": "inbox", "max_pending": 1}),
-            ("ensure_policy_v2", {"queue": "inbox", "replayable": False}),
             ("ensure_policy_v3", {"queue": "inbox", "concurrency": 1}),
             ("replay_v3", {"queue": "inbox", "id": 1}),
             ("retry_dead_v2", {"queue": "inbox"}),

@@ -40,8 +40,6 @@ async def counts_everywhere(jobs: Jobs, url: str, job_id: int) -> set[tuple[str,
     async with await connect(url) as conn:
         for sql in (
             "SELECT state, attempts, max_attempts FROM drainpipe.get_job_v1('flows', %s)",
-            "SELECT state, attempts, max_attempts FROM drainpipe.list_jobs_v1('flows')"
-            " WHERE id = %s",
             "SELECT state, attempts, max_attempts FROM drainpipe.list_jobs_v2('flows')"
             " WHERE id = %s",
             "SELECT state, attempts, max_attempts FROM drainpipe.search_jobs_v1("

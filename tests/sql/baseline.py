@@ -206,12 +206,12 @@ $privileges$;
 NOTIFY pgrst, 'reload schema';""",
 }
 TITLES = {
-    "jobs": "the jobs module: queues, claims, records, policies, flow control, steps, schedules",
-    "idempotency": "the idempotency module: idempotency keys and leases",
-    "webhook-inbox": "the webhook-inbox module: stored webhook messages and their processing",
-    "agent-inbox": "the agent-inbox module: inboxes fed by webhook sources, pulled by agents"
+    "jobs": "drainpipe's jobs module: queues, claims, records, policies, flow control, steps, schedules",
+    "idempotency": "drainpipe's idempotency module: idempotency keys and leases",
+    "webhook-inbox": "drainpipe's webhook-inbox module: stored webhook messages and their processing",
+    "agent-inbox": "drainpipe's agent-inbox module: inboxes fed by webhook sources, pulled by agents"
     " (needs webhook-inbox: its fan-out trigger sits on drainpipe.webhook_inbox)",
-    "rest-api": "the rest-api module: schema drainpipe_api, jobs and schedules for PostgREST."
+    "rest-api": "drainpipe's rest-api module: schema drainpipe_api, jobs and schedules for PostgREST."
     "\n-- Expose the schema to PostgREST: Supabase dashboard → Project Settings → Data API →"
     "\n-- Exposed schemas (add drainpipe_api), or in supabase/config.toml"
     "\n--     [api]"
@@ -239,7 +239,7 @@ SCHEMA_NOTE = [
 
 
 def title(module: str, part: str | None, note: list[str]) -> list[str]:
-    lines = [f"-- drainpipe's {TITLES[module]}."]
+    lines = [f"-- {TITLES[module]}."]
     if part:
         lines.append(f"-- This part: {PART_TITLES[part]}.")
     return lines + note

@@ -256,7 +256,8 @@ def render(
     then ``after``. Function bodies are not checked while the file runs
     (check_function_bodies), so functions may name each other in any order."""
     sections: list[str] = ["\n".join(title)] if title else []
-    sections.append("SELECT set_config('check_function_bodies', 'off', true);")
+    # SET, not set_config(..., true): a file run by psql outside a transaction needs it too
+    sections.append("SET check_function_bodies = off;")
     if before:
         sections.append(before.strip("\n"))
     if catalog.types:
@@ -275,7 +276,7 @@ def render(
         sections.append("-- Triggers\n" + "\n".join(triggers))
     if after:
         sections.append(after.strip("\n"))
-    sections.append("SELECT set_config('check_function_bodies', 'on', true);")
+    sections.append("RESET check_function_bodies;")
     return "\n\n".join(sections) + "\n"
 
 

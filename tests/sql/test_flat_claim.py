@@ -15,14 +15,12 @@ head's size. ``bench/leased_head.py`` measures the latency.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import pytest
 
-from drainpipe.sqlmodules import migrations
 from tests.sql.test_query_plan import plan_nodes
 
 QUEUE = "headq"
@@ -112,30 +110,3 @@ def test_a_claim_skips_a_leased_head_without_visiting_it(
             )
     finally:
         conn.close()
-
-
-GENERATOR = "CREATE OR REPLACE FUNCTION drainpipe.define_job_queue_functions_v1(p_queue text)"
-OLD_PICK = re.compile(
-    r"(?:\n\s*-- volatile \(clock_timestamp\(\) inside\), not v_now: a volatile bound is no index"
-    r"\n\s*-- condition, so the planner cannot trade the msg_id order for a vt range plus a sort)?"
-    r"\n(\s*)WHERE q\.vt <= coalesce\(p_now, clock_timestamp\(\)\)\n\s*ORDER BY q\.msg_id\n"
-)
-NEW_PICK = re.compile(r"\n(\s*)(?:--[^\n]*\n\s*)*WHERE q\.vt <= v_now\n\s*ORDER BY q\.vt\n")
-
-
-def generator_of(text: str) -> str:
-    start = text.index(GENERATOR)
-    return text[start : text.index("$define$;", start)]
-
-
-def test_the_flat_claim_changes_only_the_pick_of_the_generator_before_it() -> None:
-    # jobs 0006 re-declares the per-queue generator with another pick: the rest must be the
-    # generator of the migration before it, or 0006 would undo what that one changed
-    # (when an earlier migration's generator changes, 0006 must be re-derived from it)
-    found = [m for m in migrations("jobs") if GENERATOR in m.text("pgmq")]
-    flat = next(m for m in found if m.name == "flat_pgmq_claim")
-    before = [m for m in found if m.version < flat.version][-1]
-    earlier, ours = generator_of(before.text("pgmq")), generator_of(flat.text("pgmq"))
-    assert OLD_PICK.search(earlier), f"{before.label}'s pick has changed shape"
-    assert NEW_PICK.search(ours)
-    assert NEW_PICK.sub("\nPICK\n", ours) == OLD_PICK.sub("\nPICK\n", earlier), before.label

@@ -69,54 +69,6 @@ async def test_jobs_close_releases_the_pool_it_opened(empty_db: str) -> None:
         assert not conn.closed
 
 
-async def test_table_layout_with_a_message_document_is_upgraded_in_place(empty_db: str) -> None:
-    """The previous table layout kept payload and last error in a ``message`` document;
-    installing moves them to columns and the jobs run on, attempts and errors kept."""
-    async with await connect(empty_db) as c:
-        await c.execute("CREATE SCHEMA drainpipe")
-        await c.execute(
-            """CREATE TABLE drainpipe.job_messages (
-                   id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-                   queue text NOT NULL,
-                   message jsonb NOT NULL,
-                   attempts integer NOT NULL DEFAULT 0,
-                   max_attempts integer NOT NULL DEFAULT 5,
-                   dedupe_key text,
-                   enqueued_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-                   visible_at timestamptz NOT NULL DEFAULT clock_timestamp())"""
-        )
-        await c.execute(
-            """INSERT INTO drainpipe.job_messages (queue, message, attempts, max_attempts, dedupe_key)
-               VALUES ('q', '{"payload": {"n": 1}, "max_attempts": 5}', 0, 5, NULL),
-                      ('q', '{"payload": {"n": 2}, "max_attempts": 3, "dedupe_key": "k",
-                              "last_error": "boom"}', 1, 3, 'k')"""
-        )
-    assert await install(empty_db, ["jobs"], backend="table") == ["jobs"]
-    async with await connect(empty_db) as c:
-        cur = await c.execute(
-            "SELECT id, payload, last_error, attempts, dedupe_key"
-            " FROM drainpipe.job_messages ORDER BY id"
-        )
-        assert await cur.fetchall() == [
-            (1, {"n": 1}, None, 0, None),
-            (2, {"n": 2}, "boom", 1, "k"),
-        ]
-        cur = await c.execute(
-            "SELECT count(*) FROM information_schema.columns"
-            " WHERE table_schema = 'drainpipe' AND table_name = 'job_messages'"
-            " AND column_name = 'message'"
-        )
-        assert await cur.fetchone() == (0,)
-    async with Jobs(empty_db, {"q": dict}) as jobs:
-        claimed = await jobs.claim("q", batch=10)
-        assert [(j.payload, j.attempts, j.last_error) for j in claimed] == [
-            ({"n": 1}, 1, None),
-            ({"n": 2}, 2, "boom"),
-        ]
-        assert await jobs.fail(claimed[1], RuntimeError("again")) == "queued"
-        assert await jobs.complete(claimed[0])
-
-
 async def test_install_with_a_dsn_closes_the_pool_it_opened(empty_db: str) -> None:
     """``install(DSN)`` opens a pool of its own; it must be closed by the call (left open,
     its worker tasks die pending with the event loop, noisily)."""

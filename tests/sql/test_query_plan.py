@@ -305,8 +305,6 @@ def test_plans_cached_while_the_queue_was_empty_hold_as_it_grows(
             ("SELECT drainpipe.fail_job_v1(%s, 7, 0, 'x')", (QUEUE,)),
             ("SELECT drainpipe.enqueue_job_v1(%s, '{}', 0, 5, 'key')", (QUEUE,)),
             ("SELECT drainpipe.extend_job_leases_v1(%s, %s, %s, 30)", (QUEUE, [7], [0])),
-            # release 0's heartbeat, called by that release's code during a rolling deploy
-            ("SELECT drainpipe.extend_job_leases(%s, %s, %s, 30)", (QUEUE, [7], [0])),
         ):
             assert seq_scans(run_explained(conn, sql, params), table) == [], sql
 

@@ -49,7 +49,7 @@ def _next_stamp(stamp: int) -> int:
 # A file `sql add` wrote: <number or stamp>_drainpipe_<module>[_<NNNN>_<name>].sql; release 0
 # wrote one file per module (no migration number), which holds migration 0001.
 _WRITTEN = re.compile(
-    r"^\d+_drainpipe_(jobs|idempotency|webhook_inbox|rest_api)(?:_(\d{4})_[a-z0-9_]+)?\.sql$"
+    r"^\d+_drainpipe_(jobs|idempotency|webhook_inbox|agent_inbox|rest_api)(?:_(\d{4})_[a-z0-9_]+)?\.sql$"
 )
 
 
