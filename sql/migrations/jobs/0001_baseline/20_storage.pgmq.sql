@@ -1,0 +1,2386 @@
+-- drainpipe's jobs module: queues, claims, records, policies, flow control, steps, schedules.
+-- This part: the pgmq storage (a pgmq queue per queue, functions made per queue).
+-- Baseline: the schema as it stood when tests/sql/squash.py squashed the migrations.
+-- Change it with a new migration, never here (sql/README.md).
+
+SET check_function_bodies = off;
+
+-- Tables
+CREATE TABLE IF NOT EXISTS drainpipe.pgmq_list_before (
+    queue text NOT NULL,
+    last_id bigint NOT NULL,
+    CONSTRAINT pgmq_list_before_pkey PRIMARY KEY (queue)
+);
+ALTER TABLE drainpipe.pgmq_list_before ENABLE ROW LEVEL SECURITY;
+
+-- Functions
+CREATE OR REPLACE FUNCTION drainpipe.apply_job_retention_v1(p_min_interval double precision DEFAULT NULL::double precision, p_batch integer DEFAULT 10000, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_policy drainpipe.queue_policies;
+    v_total integer := 0;
+    v_ids bigint[];
+BEGIN
+    IF p_min_interval IS NOT NULL THEN
+        UPDATE drainpipe.job_retention_runs SET last_run = v_now
+         WHERE id = 1 AND (last_run IS NULL OR last_run <= v_now - make_interval(secs => p_min_interval));
+        IF NOT FOUND THEN
+            RETURN NULL;  -- ran less than p_min_interval ago (or another caller runs it now)
+        END IF;
+    END IF;
+    FOR v_policy IN SELECT * FROM drainpipe.queue_policies ORDER BY queue LOOP
+        CONTINUE WHEN to_regclass('pgmq.a_' || v_policy.queue) IS NULL;
+        EXECUTE format(
+            'WITH gone AS (DELETE FROM pgmq.%1$I d WHERE d.msg_id = ANY (ARRAY(
+                 SELECT x.msg_id FROM pgmq.%1$I x WHERE x.archived_at < $1
+                  ORDER BY x.msg_id LIMIT $2)) RETURNING d.msg_id),
+                  attempts_gone AS (DELETE FROM drainpipe.job_attempts a USING gone g
+                                     WHERE a.queue = $3 AND a.job_id = g.msg_id)
+             SELECT coalesce(array_agg(msg_id), ''{}'') FROM gone', 'a_' || v_policy.queue)
+          INTO v_ids
+          USING v_now - make_interval(secs => v_policy.retention), greatest(coalesce(p_batch, 10000), 1),
+                v_policy.queue;
+        PERFORM drainpipe.forget_job_steps(v_policy.queue, v_ids);
+        v_total := v_total + cardinality(v_ids);
+    END LOOP;
+    PERFORM drainpipe.purge_job_events_v1(604800, v_now);
+    RETURN v_total;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.attach_queue_policy_v1(p_queue text)
+ RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' SET enable_seqscan TO 'on' SET jit TO 'off' AS $function$
+DECLARE
+    v_table regclass;
+BEGIN
+    PERFORM drainpipe.ensure_job_queue_v1(p_queue);
+    v_table := ('pgmq.' || quote_ident('q_' || p_queue))::regclass;
+    -- no writer between the count and the triggers: the counter starts exact
+    EXECUTE format('LOCK TABLE %s IN SHARE ROW EXCLUSIVE MODE', v_table);
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'drainpipe_policy_insert' AND tgrelid = v_table) THEN
+        EXECUTE format('CREATE TRIGGER drainpipe_policy_insert AFTER INSERT ON %s
+                          REFERENCING NEW TABLE AS added FOR EACH STATEMENT
+                          EXECUTE FUNCTION drainpipe.pgmq_queue_policy_insert()', v_table);
+    END IF;
+    PERFORM drainpipe.ensure_lease_trigger(p_queue);
+    EXECUTE format('INSERT INTO drainpipe.queue_pending (queue, live) SELECT $1, count(*) FROM %s
+                    ON CONFLICT (queue) DO UPDATE SET live = excluded.live', v_table) USING p_queue;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.cancel_job_v1(p_queue text, p_id bigint, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS text LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_read_ct integer;
+    v_message jsonb;
+    v_vt timestamptz;
+    v_started timestamptz;
+    v_state text;
+    v_found boolean;
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF to_regclass('pgmq.q_' || p_queue) IS NULL THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE format('SELECT read_ct, message, vt, %s FROM pgmq.%I WHERE msg_id = $1 FOR UPDATE',
+                   CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'last_read_at' ELSE 'NULL::timestamptz' END,
+                   'q_' || p_queue)
+      INTO v_read_ct, v_message, v_vt, v_started USING p_id;
+    IF v_read_ct IS NULL THEN
+        EXECUTE format('SELECT true FROM pgmq.%I WHERE msg_id = $1', 'a_' || p_queue) INTO v_found USING p_id;
+        RETURN CASE WHEN v_found THEN 'terminal' END;
+    END IF;
+    v_state := drainpipe.pgmq_live_state(v_read_ct, v_message);
+    IF v_state = 'leased' AND v_vt <= v_now THEN
+        INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+        VALUES (p_queue, p_id, v_read_ct, v_started, v_vt, 'expired', 'LEASE_EXPIRED')
+        ON CONFLICT DO NOTHING;
+        IF v_read_ct >= coalesce((v_message ->> 'max_attempts')::integer, 5) THEN
+            PERFORM drainpipe.pgmq_archive_job(p_queue, p_id,
+                '{"last_error": "The lease ran out on the last attempt", "dead": true, "last_code": "MAX_ATTEMPTS"}', v_vt);
+            RETURN 'terminal';
+        END IF;
+    ELSIF v_state = 'leased' THEN
+        INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+        VALUES (p_queue, p_id, v_read_ct, v_started, v_now, 'cancelled', 'CANCELLED')
+        ON CONFLICT DO NOTHING;
+    END IF;
+    PERFORM drainpipe.pgmq_archive_job(p_queue, p_id, '{"cancelled": true, "last_code": "CANCELLED"}', v_now);
+    RETURN 'cancelled';
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.child_job_states(p_queue text, p_ids bigint[])
+ RETURNS TABLE(id bigint, state text, last_code text) LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF to_regclass('pgmq.q_' || p_queue) IS NULL THEN
+        RETURN QUERY SELECT i.id, 'purged'::text, NULL::text FROM unnest(p_ids) AS i(id);
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format(
+        'SELECT i.id,
+                CASE WHEN q.msg_id IS NOT NULL THEN ''live''
+                     WHEN a.msg_id IS NULL THEN ''purged''
+                     WHEN a.message ? ''cancelled'' THEN ''cancelled''
+                     WHEN a.message ? ''dead'' THEN ''dead''
+                     ELSE ''succeeded'' END,
+                CASE WHEN q.msg_id IS NOT NULL OR a.msg_id IS NULL THEN NULL
+                     WHEN a.message ? ''cancelled'' OR a.message ? ''dead'' THEN a.message ->> ''last_code''
+                     ELSE a.message ->> ''skipped'' END
+           FROM unnest($1) WITH ORDINALITY AS i(id, n)
+           LEFT JOIN pgmq.%I q ON q.msg_id = i.id
+           LEFT JOIN pgmq.%I a ON a.msg_id = i.id
+          ORDER BY i.n', 'q_' || p_queue, 'a_' || p_queue)
+      USING p_ids;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.claim_jobs_v1(p_queue text, p_lease double precision DEFAULT 300, p_batch integer DEFAULT 1, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_row_v1 LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    IF NOT drainpipe.is_queue_name(p_queue) THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    IF EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = p_queue) THEN
+        RETURN;  -- paused: nothing is handed out (jobs 0012)
+    END IF;
+    IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f WHERE f.queue = p_queue) THEN
+        -- limited: the turn's claim (jobs 0023), which picks what the limits allow
+        IF to_regproc('drainpipe.complete_and_claim_jobs__' || p_queue) IS NULL THEN
+            PERFORM drainpipe.define_job_turn_function_v1(p_queue);
+        END IF;
+        RETURN QUERY EXECUTE format(
+            'SELECT c.id, c.attempts, c.enqueued_at, c.visible_until, c.payload, c.max_attempts,'
+            ' c.last_error FROM drainpipe.%I($1, $2, $3, $4, $5) c', 'complete_and_claim_jobs__' || p_queue)
+          USING '{}'::bigint[], '{}'::integer[], p_lease, p_batch, p_now;
+        RETURN;
+    END IF;
+    -- by name only, as release 0 did (see jobs 0002)
+    IF to_regproc('drainpipe.claim_jobs__' || p_queue) IS NULL THEN
+        PERFORM drainpipe.ensure_job_queue_v1(p_queue);
+    END IF;
+    RETURN QUERY EXECUTE format('SELECT * FROM drainpipe.%I($1, $2, $3)', 'claim_jobs__' || p_queue)
+      USING p_lease, p_batch, p_now;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.complete_and_claim_jobs_v1(p_queue text, p_ids bigint[], p_attempts integer[], p_lease double precision DEFAULT 300, p_batch integer DEFAULT 1, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_turn_row_v1 LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    IF NOT drainpipe.is_queue_name(p_queue) THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    -- by name only, as claim_jobs_v1 looks its queue's function up (see jobs 0002)
+    IF to_regproc('drainpipe.complete_and_claim_jobs__' || p_queue) IS NULL THEN
+        IF to_regproc('drainpipe.claim_jobs__' || p_queue) IS NULL THEN
+            PERFORM drainpipe.ensure_job_queue_v1(p_queue);
+        END IF;
+        PERFORM drainpipe.define_job_turn_function_v1(p_queue);
+    END IF;
+    RETURN QUERY EXECUTE format('SELECT * FROM drainpipe.%I($1, $2, $3, $4, $5)',
+                                'complete_and_claim_jobs__' || p_queue)
+      USING p_ids, p_attempts, p_lease, p_batch, p_now;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.complete_jobs_v1(p_queue text, p_ids bigint[], p_attempts integer[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    IF NOT drainpipe.is_queue_name(p_queue) THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    IF to_regproc('drainpipe.complete_jobs__' || p_queue) IS NULL THEN
+        IF to_regclass('pgmq.q_' || p_queue) IS NULL THEN
+            RETURN;  -- no such queue: nothing to complete
+        END IF;
+        PERFORM drainpipe.ensure_job_queue_v1(p_queue);
+    END IF;
+    RETURN QUERY EXECUTE format('SELECT * FROM drainpipe.%I($1, $2, $3)', 'complete_jobs__' || p_queue)
+      USING p_ids, p_attempts, p_now;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.count_live_jobs(p_queue text, p_limit bigint)
+ RETURNS bigint LANGUAGE plpgsql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_count bigint;
+BEGIN
+    EXECUTE format('SELECT count(*) FROM (SELECT 1 FROM pgmq.%I LIMIT $1) x', 'q_' || p_queue)
+      INTO v_count USING p_limit;
+    RETURN v_count;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.dead_job_ids(p_queue text, p_ids bigint[], p_batch integer)
+ RETURNS SETOF bigint LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF to_regclass('pgmq.a_' || p_queue) IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format(
+        'SELECT msg_id FROM pgmq.%I WHERE message ? ''dead'' AND NOT message ? ''replayed_by''
+            AND ($1 IS NULL OR msg_id = ANY ($1))
+          ORDER BY msg_id DESC LIMIT $2', 'a_' || p_queue)
+      USING p_ids, greatest(coalesce(p_batch, 1000), 1);
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.debounce_job(p_queue text, p_id bigint, p_payload jsonb, p_seconds double precision)
+ RETURNS boolean LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_changed integer;
+BEGIN
+    IF to_regclass('pgmq.' || quote_ident('q_' || p_queue)) IS NULL THEN
+        RETURN false;
+    END IF;
+    IF p_payload ? 'priority' THEN
+        -- the new payload's priority is a level the claim reads (jobs 0017)
+        PERFORM drainpipe.note_job_priority(p_queue, nullif(drainpipe.job_priority(p_payload), 0));
+    END IF;
+    EXECUTE format('UPDATE pgmq.%I m
+                       SET message = jsonb_set(m.message, ''{payload}'', coalesce($1, ''{}''::jsonb)),
+                           vt = clock_timestamp() + make_interval(secs => greatest($2, 0))
+                     WHERE m.msg_id = $3 AND m.read_ct = 0', 'q_' || p_queue)
+      USING p_payload, p_seconds, p_id;
+    GET DIAGNOSTICS v_changed = ROW_COUNT;
+    RETURN v_changed > 0;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.define_job_priority_claim_v1(p_queue text)
+ RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_read_col text;
+    v_read_set text;
+    v_archive_cols text;
+    v_archive_vals text;
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    PERFORM pg_advisory_xact_lock(hashtext('drainpipe.queue:' || p_queue));
+    v_read_set := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', last_read_at = v_now' ELSE '' END;
+    v_read_col := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'q.last_read_at' ELSE 'NULL::timestamptz' END;
+    v_archive_cols := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', last_read_at' ELSE '' END;
+    v_archive_vals := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', d.last_read_at' ELSE '' END;
+    EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
+                      (drainpipe.job_priority(message -> ''payload''), vt, msg_id)',
+                   'q_' || p_queue || '_dp_priority', 'q_' || p_queue);
+    EXECUTE format($fn$
+        CREATE OR REPLACE FUNCTION drainpipe.%1$I(
+            p_levels integer[], p_batch integer, p_now timestamptz, p_bound boolean
+        )
+        RETURNS bigint[]
+        -- runs under the settings of its only caller, the claim below
+        LANGUAGE plpgsql
+        AS $body$
+        DECLARE
+            v_level integer;
+            v_ids bigint[] := '{}';
+            v_take bigint[];
+            v_need integer;
+            v_first timestamptz;
+            v_from timestamptz;
+        BEGIN
+            FOREACH v_level IN ARRAY p_levels LOOP
+                v_need := p_batch - cardinality(v_ids);
+                v_from := CASE WHEN p_bound
+                               THEN drainpipe.claim_bound(drainpipe.priority_bound_name(%3$L, v_level), p_now)
+                               ELSE '-infinity' END;
+                LOOP
+                    SELECT array_agg(p.msg_id), min(p.vt) INTO v_take, v_first
+                      FROM (
+                          SELECT q.msg_id, q.vt
+                            FROM pgmq.%2$I q
+                           -- the level's range, [v_from, p_now], as row comparisons: only
+                           -- the priority index serves them (a generic plan would
+                           -- otherwise take the vt index and filter by level)
+                           WHERE (drainpipe.job_priority(q.message -> 'payload'), q.vt) >= (v_level, v_from)
+                             AND (drainpipe.job_priority(q.message -> 'payload'), q.vt) <= (v_level, p_now)
+                           ORDER BY drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id
+                           LIMIT v_need
+                             FOR UPDATE SKIP LOCKED
+                      ) p;
+                    EXIT WHEN v_from = '-infinity' OR coalesce(cardinality(v_take), 0) >= v_need;
+                    v_from := '-infinity';  -- short above the bound: this level from its start
+                END LOOP;
+                IF p_bound THEN
+                    PERFORM drainpipe.keep_claim_bound(drainpipe.priority_bound_name(%3$L, v_level),
+                                                       v_first, NULL);
+                END IF;
+                v_ids := v_ids || coalesce(v_take, '{}');
+                EXIT WHEN cardinality(v_ids) >= p_batch;
+            END LOOP;
+            RETURN v_ids;
+        END
+        $body$
+        $fn$, 'priority_pick_jobs__' || p_queue, 'q_' || p_queue, p_queue);
+    EXECUTE format($fn$
+        CREATE OR REPLACE FUNCTION drainpipe.%1$I(p_lease double precision, p_batch integer, p_now timestamptz)
+        RETURNS SETOF drainpipe.job_row_v1
+        LANGUAGE plpgsql SECURITY DEFINER
+        SET search_path = pg_catalog, pg_temp
+        -- generic plan, no seqscans: see 0002
+        SET plan_cache_mode = force_generic_plan
+        SET enable_seqscan = off
+        AS $body$
+        DECLARE
+            v_now timestamptz := coalesce(p_now, clock_timestamp());
+            v_until timestamptz := v_now + make_interval(secs => greatest(p_lease, 0));
+            v_levels integer[];
+            v_ids bigint[];
+        BEGIN
+            SELECT p.levels INTO v_levels FROM drainpipe.queue_priorities p WHERE p.queue = %6$L;
+            v_ids := drainpipe.%9$I(coalesce(v_levels, '{0}'), greatest(p_batch, 1), v_now, p_now IS NULL);
+            IF cardinality(v_ids) = 0 THEN
+                RETURN;
+            END IF;
+            RETURN QUERY
+            WITH picked AS (
+                SELECT q.msg_id, q.read_ct, q.vt, %4$s AS started_at,
+                       q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted,
+                       q.read_ct > 0 AND q.message ->> 'failed' IS DISTINCT FROM q.read_ct::text AS lapsed
+                  FROM pgmq.%2$I q
+                 WHERE q.msg_id = ANY (v_ids)
+                   FOR UPDATE
+            ), expired AS (
+                INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+                SELECT %6$L, p.msg_id, p.read_ct, p.started_at, p.vt, 'expired', 'LEASE_EXPIRED'
+                  FROM picked p WHERE p.lapsed
+                ON CONFLICT DO NOTHING
+            ), dead AS (
+                DELETE FROM pgmq.%2$I d
+                 WHERE d.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE p.exhausted))
+                RETURNING d.*
+            ), archived AS (
+                INSERT INTO pgmq.%3$I (msg_id, read_ct, enqueued_at, vt, message, archived_at%7$s)
+                SELECT d.msg_id, d.read_ct, d.enqueued_at, d.vt,
+                       d.message || '{"last_error": "The lease ran out on the last attempt", "dead": true, "last_code": "MAX_ATTEMPTS"}'::jsonb,
+                       d.vt%8$s
+                  FROM dead d
+            )
+            UPDATE pgmq.%2$I m
+               SET vt = v_until,
+                   read_ct = m.read_ct + 1%5$s
+             WHERE m.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE NOT p.exhausted))
+            RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message -> 'payload',
+                      coalesce((m.message ->> 'max_attempts')::integer, 5), m.message ->> 'last_error';
+        END
+        $body$
+        $fn$, 'claim_jobs__' || p_queue, 'q_' || p_queue, 'a_' || p_queue, v_read_col,
+              v_read_set, p_queue, v_archive_cols, v_archive_vals, 'priority_pick_jobs__' || p_queue);
+    -- The limited pick along the levels (the flow pick of ensure_flow_indexes, same
+    -- signature, which the queue's flow claim calls): the same passes, each over one level's
+    -- range of this index in (vt, msg_id) order, highest level first.
+    EXECUTE format($fn$
+        CREATE OR REPLACE FUNCTION drainpipe.%1$I(
+            p_flow drainpipe.queue_flow, p_batch integer, p_now timestamptz
+        )
+        RETURNS bigint[]
+        LANGUAGE plpgsql
+        AS $body$
+        DECLARE
+            v_room integer;
+            v_limit integer;
+            v_ids bigint[] := '{}';
+            v_keys text[] := '{}';
+            v_chunk integer;
+            v_scanned integer := 0;
+            v_bound integer := p_batch * 50 + 500;
+            v_after_at timestamptz := '-infinity';
+            v_after_id bigint := 0;
+            v_rows integer;
+            v_levels integer[];
+            v_level integer;
+            v_last_at timestamptz;
+            v_last_id bigint;
+            v_r record;
+            v_taken bigint;
+        BEGIN
+            SELECT p.levels INTO v_levels FROM drainpipe.queue_priorities p WHERE p.queue = %3$L;
+            v_levels := coalesce(v_levels, '{0}');
+            v_level := v_levels[1];
+            PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%3$L));
+            IF p_flow.concurrency IS NULL AND p_flow.rate_count IS NULL THEN
+                v_room := p_batch;
+            ELSE
+                v_room := drainpipe.flow_room(p_flow, p_batch,
+                    CASE WHEN p_flow.concurrency IS NULL THEN 0 ELSE (
+                        SELECT count(*) FROM pgmq.%2$I l
+                         WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                           AND l.vt > p_now) END,
+                    p_now);
+            END IF;
+            v_chunk := least(2 * v_room + 8, v_bound);
+            WHILE v_room > 0 LOOP
+                v_limit := v_room;
+                v_rows := 0;
+                FOR v_r IN
+                    SELECT c.id, c.vt, c.k, c.leased, c.claimed, c.exhausted
+                      FROM (
+                          SELECT c0.*,
+                                 CASE WHEN p_flow.key_concurrency IS NULL OR c0.k IS NULL OR c0.exhausted THEN 0 ELSE (
+                                     SELECT count(*) FROM (
+                                         SELECT 1 FROM pgmq.%2$I l
+                                          WHERE drainpipe.job_key(l.message -> 'payload') = c0.k
+                                            AND l.read_ct > 0
+                                            AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                                            AND l.vt > p_now
+                                          LIMIT p_flow.key_concurrency) s) END AS leased,
+                                 CASE WHEN p_flow.key_rate_count IS NULL OR c0.k IS NULL OR c0.exhausted THEN 0 ELSE (
+                                     SELECT count(*) FROM (
+                                         SELECT 1 FROM drainpipe.flow_claims r
+                                          WHERE r.queue = %3$L AND r.key = c0.k
+                                            AND r.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)
+                                          LIMIT p_flow.key_rate_count) s) END AS claimed,
+                                 CASE WHEN cardinality(v_keys) = 0 THEN 0 ELSE (
+                                     SELECT count(*) FROM unnest(v_keys) p WHERE p = c0.k) END AS picked
+                            FROM (SELECT q.msg_id AS id, q.vt, drainpipe.job_key(q.message -> 'payload') AS k,
+                                         q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted
+                                    FROM pgmq.%2$I q
+                                   -- the level's range after the last place read, as row
+                                   -- comparisons: only the priority index serves them
+                                   WHERE (drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id)
+                                             > (v_level, v_after_at, v_after_id)
+                                     AND (drainpipe.job_priority(q.message -> 'payload'), q.vt) <= (v_level, p_now)
+                                   ORDER BY drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id
+                                   LIMIT v_chunk) c0
+                          OFFSET 0) c
+                     CROSS JOIN LATERAL (
+                          SELECT 1 FROM pgmq.%2$I z WHERE z.msg_id = c.id AND z.vt <= p_now
+                             FOR UPDATE SKIP LOCKED) y
+                     WHERE c.exhausted OR c.k IS NULL
+                        OR ((p_flow.key_concurrency IS NULL OR c.leased + c.picked < p_flow.key_concurrency)
+                            AND (p_flow.key_rate_count IS NULL OR c.claimed + c.picked < p_flow.key_rate_count)
+                            AND (NOT p_flow.ordered
+                                 OR (c.picked = 0 AND NOT EXISTS (
+                                        SELECT 1 FROM pgmq.%2$I e
+                                         WHERE drainpipe.job_key(e.message -> 'payload') = c.k
+                                           AND drainpipe.job_key(e.message -> 'payload') IS NOT NULL
+                                           AND e.msg_id < c.id))))
+                     LIMIT v_limit
+                LOOP
+                    v_rows := v_rows + 1;
+                    v_last_at := v_r.vt;
+                    v_last_id := v_r.id;
+                    IF v_r.exhausted THEN
+                        v_ids := v_ids || v_r.id;
+                        CONTINUE;
+                    END IF;
+                    IF v_r.k = ANY (v_keys) THEN
+                        v_taken := (SELECT count(*) FROM unnest(v_keys) p WHERE p = v_r.k);
+                        CONTINUE WHEN p_flow.ordered
+                            OR (p_flow.key_concurrency IS NOT NULL
+                                AND v_r.leased + v_taken >= p_flow.key_concurrency)
+                            OR (p_flow.key_rate_count IS NOT NULL
+                                AND v_r.claimed + v_taken >= p_flow.key_rate_count);
+                    END IF;
+                    v_ids := v_ids || v_r.id;
+                    v_keys := v_keys || v_r.k;
+                    v_room := v_room - 1;
+                END LOOP;
+                EXIT WHEN v_room = 0;
+                v_scanned := v_scanned + v_chunk;
+                IF v_rows < v_limit THEN
+                    -- a short pass read its whole chunk: where did the chunk end?
+                    v_last_at := NULL;
+                    SELECT q.vt, q.msg_id INTO v_last_at, v_last_id
+                      FROM pgmq.%2$I q
+                     WHERE (drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id)
+                               > (v_level, v_after_at, v_after_id)
+                       AND (drainpipe.job_priority(q.message -> 'payload'), q.vt) <= (v_level, p_now)
+                     ORDER BY drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id
+                    OFFSET v_chunk - 1 LIMIT 1;
+                    IF v_last_at IS NULL THEN
+                        -- the chunk held every candidate left: the next level from its start
+                        EXIT WHEN v_level = v_levels[cardinality(v_levels)];
+                        v_level := v_levels[array_position(v_levels, v_level) + 1];
+                        v_last_at := '-infinity';
+                        v_last_id := 0;
+                    ELSE
+                        v_chunk := v_chunk * 4;
+                    END IF;
+                END IF;
+                v_after_at := v_last_at;
+                v_after_id := v_last_id;
+                EXIT WHEN v_scanned >= v_bound;
+                v_chunk := least(v_chunk, v_bound - v_scanned);
+            END LOOP;
+            RETURN v_ids;
+        END
+        $body$
+        $fn$, 'flow_pick_jobs__' || p_queue, 'q_' || p_queue, p_queue);
+    EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(drainpipe.queue_flow, integer, timestamptz) FROM PUBLIC',
+                   'flow_pick_jobs__' || p_queue);
+    EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(integer[], integer, timestamptz, boolean) FROM PUBLIC',
+                   'priority_pick_jobs__' || p_queue);
+    EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) FROM PUBLIC', 'claim_jobs__' || p_queue);
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'service_role') THEN
+        EXECUTE format('GRANT EXECUTE ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) TO service_role', 'claim_jobs__' || p_queue);
+    END IF;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.define_job_queue_functions_v1(p_queue text)
+ RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    -- pgmq 1.5+: the claim stamps last_read_at (the attempt's start) and the archive keeps it
+    v_read_set text := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', last_read_at = v_now' ELSE '' END;
+    v_read_col text := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'q.last_read_at' ELSE 'NULL::timestamptz' END;
+    v_archive_cols text := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', last_read_at' ELSE '' END;
+    v_archive_vals text := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', d.last_read_at' ELSE '' END;
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    PERFORM pg_advisory_xact_lock(hashtext('drainpipe.queue:' || p_queue));
+    EXECUTE format('DROP FUNCTION IF EXISTS drainpipe.%I(double precision, integer)', 'claim_jobs__' || p_queue);
+    EXECUTE format('DROP FUNCTION IF EXISTS drainpipe.%I(bigint[], integer[])', 'complete_jobs__' || p_queue);
+    EXECUTE format($fn$
+        CREATE OR REPLACE FUNCTION drainpipe.%1$I(p_lease double precision, p_batch integer, p_now timestamptz)
+        RETURNS SETOF drainpipe.job_row_v1
+        LANGUAGE plpgsql SECURITY DEFINER
+        SET search_path = pg_catalog, pg_temp
+        -- generic plan, no seqscans: see 0002
+        SET plan_cache_mode = force_generic_plan
+        SET enable_seqscan = off
+        AS $body$
+        DECLARE
+            v_claimed bigint;
+            v_now timestamptz;
+            v_until timestamptz;
+            v_batch integer := greatest(p_batch, 1);
+            v_from timestamptz := '-infinity';  -- the bound (jobs 0014)
+            v_below timestamptz := 'infinity';  -- the pass under the bound
+        BEGIN
+            IF p_now IS NULL THEN
+                v_from := drainpipe.claim_bound(%6$L, clock_timestamp());
+            END IF;
+            LOOP
+                v_now := coalesce(p_now, clock_timestamp());
+                v_until := v_now + make_interval(secs => greatest(p_lease, 0));
+                RETURN QUERY
+                WITH picked AS (
+                    SELECT q.msg_id, q.read_ct, q.vt, %4$s AS started_at,
+                           q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted,
+                           -- a claimed attempt that did not fail: its lease ran out
+                           q.read_ct > 0 AND q.message ->> 'failed' IS DISTINCT FROM q.read_ct::text AS lapsed
+                      FROM pgmq.%2$I q
+                     -- the vt index read from its start: only visible rows are visited, so jobs
+                     -- leased or backing off ahead of the ready ones cost nothing (in msg_id
+                     -- order every one of them was read and filtered out). Visible first by
+                     -- visibility time, as on the table backend; for jobs enqueued and never
+                     -- claimed that is their enqueue order.
+                     WHERE q.vt <= v_now
+                       AND q.vt >= v_from AND q.vt < v_below  -- the bound: entries below are not visited
+                     ORDER BY q.vt
+                     LIMIT v_batch
+                       FOR UPDATE SKIP LOCKED
+                ), bound AS (
+                    -- the oldest vt picked: this connection's next bound (volatile, so
+                    -- evaluated once, where the update's id list reads it)
+                    SELECT drainpipe.keep_claim_bound(%6$L, min(p.vt), p_now) AS kept FROM picked p
+                ), expired AS (
+                    INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+                    SELECT %6$L, p.msg_id, p.read_ct, p.started_at, p.vt, 'expired', 'LEASE_EXPIRED'
+                      FROM picked p WHERE p.lapsed
+                    ON CONFLICT DO NOTHING
+                ), dead AS (
+                    DELETE FROM pgmq.%2$I d
+                     WHERE d.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE p.exhausted))
+                    RETURNING d.*
+                ), archived AS (
+                    INSERT INTO pgmq.%3$I (msg_id, read_ct, enqueued_at, vt, message, archived_at%7$s)
+                    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.vt,
+                           d.message || '{"last_error": "The lease ran out on the last attempt", "dead": true, "last_code": "MAX_ATTEMPTS"}'::jsonb,
+                           d.vt%8$s
+                      FROM dead d
+                )
+                UPDATE pgmq.%2$I m
+                   SET vt = v_until,
+                       read_ct = m.read_ct + 1%5$s
+                 WHERE m.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p, bound b WHERE NOT p.exhausted))
+                RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message -> 'payload',
+                          coalesce((m.message ->> 'max_attempts')::integer, 5), m.message ->> 'last_error';
+                GET DIAGNOSTICS v_claimed = ROW_COUNT;
+                IF v_claimed < v_batch AND v_from > '-infinity' THEN
+                    -- short above the bound: the rest from below it (the index's start up
+                    -- to the bound; what this claim took has its lease's vt now, not below)
+                    v_below := v_from;
+                    v_from := '-infinity';
+                    v_batch := v_batch - v_claimed;
+                    CONTINUE;
+                END IF;
+                EXIT WHEN v_claimed > 0;
+                -- nothing taken: look again at everything visible. The pass below the bound
+                -- is over: a job that became visible above it meanwhile (an enqueue that
+                -- committed during this claim) would otherwise be found here and never
+                -- picked, and the loop would spin
+                v_below := 'infinity';
+                PERFORM 1 FROM pgmq.%2$I w WHERE w.vt <= v_now ORDER BY w.vt LIMIT 1
+                    FOR UPDATE SKIP LOCKED;
+                EXIT WHEN NOT FOUND;
+            END LOOP;
+        END
+        $body$
+        $fn$, 'claim_jobs__' || p_queue, 'q_' || p_queue, 'a_' || p_queue, v_read_col, v_read_set,
+              p_queue, v_archive_cols, v_archive_vals);
+    EXECUTE format($fn$
+        CREATE OR REPLACE FUNCTION drainpipe.%1$I(p_ids bigint[], p_attempts integer[], p_now timestamptz)
+        RETURNS SETOF bigint
+        LANGUAGE plpgsql SECURITY DEFINER
+        SET search_path = pg_catalog, pg_temp
+        SET plan_cache_mode = force_generic_plan
+        SET enable_seqscan = off
+        AS $body$
+        DECLARE
+            v_done integer;
+        BEGIN
+            RETURN QUERY
+            -- fenced by read_ct, and only while the attempt holds its lease (not failed)
+            WITH done AS (
+                DELETE FROM pgmq.%2$I m
+                 USING unnest(p_ids, p_attempts) AS f(id, attempt)
+                 WHERE m.msg_id = f.id AND m.read_ct = f.attempt
+                   AND m.message ->> 'failed' IS DISTINCT FROM m.read_ct::text
+                RETURNING m.*
+            )
+            INSERT INTO pgmq.%3$I (msg_id, read_ct, enqueued_at, vt, message, archived_at%5$s)
+            -- the document as it is (no copy per job): a reader takes a success's code
+            -- from "skipped" only, so an earlier attempt's last_code does not show
+            SELECT d.msg_id, d.read_ct, d.enqueued_at, d.vt, d.message,
+                   coalesce(p_now, clock_timestamp())%6$s
+              FROM done d
+            RETURNING msg_id;
+            GET DIAGNOSTICS v_done = ROW_COUNT;
+            IF v_done < cardinality(p_ids) THEN
+                -- a holder whose attempt was cancelled: what it reported is kept, nothing else
+                UPDATE drainpipe.job_attempts a
+                   SET late_outcome = 'succeeded'
+                  FROM unnest(p_ids, p_attempts) AS f(id, attempt)
+                 WHERE a.queue = %4$L AND a.job_id = f.id AND a.number = f.attempt
+                   AND a.outcome = 'cancelled' AND a.late_outcome IS NULL;
+            END IF;
+        END
+        $body$
+        $fn$, 'complete_jobs__' || p_queue, 'q_' || p_queue, 'a_' || p_queue, p_queue,
+              v_archive_cols, v_archive_vals);
+    EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) FROM PUBLIC', 'claim_jobs__' || p_queue);
+    EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(bigint[], integer[], timestamptz) FROM PUBLIC', 'complete_jobs__' || p_queue);
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'service_role') THEN
+        EXECUTE format('GRANT EXECUTE ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) TO service_role', 'claim_jobs__' || p_queue);
+        EXECUTE format('GRANT EXECUTE ON FUNCTION drainpipe.%I(bigint[], integer[], timestamptz) TO service_role', 'complete_jobs__' || p_queue);
+    END IF;
+    IF EXISTS (SELECT 1 FROM drainpipe.queue_priorities p WHERE p.queue = p_queue) THEN
+        -- a prioritised queue keeps its priority claim (jobs 0017)
+        PERFORM drainpipe.define_job_priority_claim_v1(p_queue);
+    END IF;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.define_job_turn_function_v1(p_queue text)
+ RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    PERFORM pg_advisory_xact_lock(hashtext('drainpipe.queue:' || p_queue));
+    EXECUTE format($fn$
+        CREATE OR REPLACE FUNCTION drainpipe.%1$I(
+            p_ids bigint[], p_attempts integer[], p_lease double precision, p_batch integer,
+            p_now timestamptz
+        )
+        RETURNS SETOF drainpipe.job_turn_row_v1
+        LANGUAGE plpgsql SECURITY DEFINER
+        SET search_path = pg_catalog, pg_temp
+        AS $body$
+        DECLARE
+            v_done bigint[];
+            v_flow drainpipe.queue_flow;
+            v_room integer;
+            v_now timestamptz;
+        BEGIN
+            IF cardinality(p_ids) > 0 THEN
+                PERFORM drainpipe.assert_turn_arrays(p_ids, p_attempts);
+                v_done := ARRAY(SELECT drainpipe.%2$I(p_ids, p_attempts, p_now));
+                IF cardinality(v_done) < cardinality(p_ids) THEN
+                    RETURN QUERY SELECT * FROM drainpipe.refused_turn_rows(p_ids, p_attempts, v_done);
+                END IF;
+            END IF;
+            IF EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = %4$L) THEN
+                RETURN;  -- paused: the completions above stand, nothing is claimed
+            END IF;
+            IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f WHERE f.queue = %4$L) THEN
+                -- limited (jobs 0015). A concurrency alone, far from binding: the room from
+                -- the session's chunk (jobs 0023), else from the queue's budget (jobs 0022),
+                -- and the unlimited claim
+                v_room := drainpipe.flow_budget_spend(%4$L, greatest(p_batch, 1));
+                IF v_room IS NULL THEN
+                    SELECT * INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = %4$L;
+                    v_room := drainpipe.flow_budget_take(v_flow, greatest(p_batch, 1));
+                END IF;
+                IF v_room < 0 THEN
+                    -- the budget ran out under the shared lock: counted, with every chunk
+                    -- the epoch handed out as leased (claims in flight may spend them)
+                    v_room := 0;
+                    IF drainpipe.flow_budget_pending(%4$L) >= 0 THEN
+                        IF v_flow.queue IS NULL THEN
+                            SELECT * INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = %4$L;
+                        END IF;
+                        v_now := coalesce(p_now, clock_timestamp());
+                        v_room := drainpipe.flow_room(v_flow, greatest(p_batch, 1),
+                            drainpipe.flow_budget_pending(%4$L) + (
+                                SELECT count(*) FROM pgmq.%6$I l
+                                 WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                                   AND l.vt > v_now),
+                            v_now);
+                    END IF;
+                    IF v_room = 0 THEN
+                        RETURN;
+                    END IF;
+                END IF;
+                IF v_room > 0 THEN
+                    RETURN QUERY
+                    SELECT c.id, c.attempts, c.enqueued_at, c.visible_until, c.payload, c.max_attempts,
+                           c.last_error, false
+                      FROM drainpipe.%3$I(p_lease, v_room, p_now) AS c;
+                    RETURN;
+                END IF;
+                -- other limits, or no budget to take: the flow claim, defined with the
+                -- limits (plpgsql resolves the name when this branch first runs)
+                RETURN QUERY
+                SELECT c.id, c.attempts, c.enqueued_at, c.visible_until, c.payload, c.max_attempts,
+                       c.last_error, false
+                  FROM drainpipe.%5$I(p_lease, p_batch, p_now) AS c;
+                RETURN;
+            END IF;
+            RETURN QUERY
+            SELECT c.id, c.attempts, c.enqueued_at, c.visible_until, c.payload, c.max_attempts,
+                   c.last_error, false
+              FROM drainpipe.%3$I(p_lease, p_batch, p_now) AS c;
+        END
+        $body$
+        $fn$, 'complete_and_claim_jobs__' || p_queue, 'complete_jobs__' || p_queue,
+              'claim_jobs__' || p_queue, p_queue, 'flow_claim_jobs__' || p_queue, 'q_' || p_queue);
+    EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(bigint[], integer[], double precision, integer, timestamptz) FROM PUBLIC',
+                   'complete_and_claim_jobs__' || p_queue);
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'service_role') THEN
+        EXECUTE format('GRANT EXECUTE ON FUNCTION drainpipe.%I(bigint[], integer[], double precision, integer, timestamptz) TO service_role',
+                       'complete_and_claim_jobs__' || p_queue);
+    END IF;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.enqueue_job_v1(p_queue text, p_payload jsonb DEFAULT '{}'::jsonb, p_delay double precision DEFAULT 0, p_max_attempts integer DEFAULT 5, p_dedupe_key text DEFAULT NULL::text, p_dedupe_running boolean DEFAULT true)
+ RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_message jsonb;
+    v_table text := 'q_' || p_queue;
+    v_id bigint;
+    v_stamp drainpipe.job_stamp_v1;
+BEGIN
+    IF NOT drainpipe.is_queue_name(p_queue) THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    IF p_payload ? 'priority' THEN
+        -- a non-zero priority: the queue's claims order by it from now on (10_priorities.sql)
+        PERFORM drainpipe.note_job_priority(p_queue, nullif(drainpipe.job_priority(p_payload), 0));
+    END IF;
+    IF p_dedupe_key IS NULL AND p_max_attempts >= 1 THEN
+        -- the common case, built here: job_message() is a function call more per enqueue
+        v_message := jsonb_build_object('payload', coalesce(p_payload, '{}'::jsonb),
+                                        'max_attempts', p_max_attempts);
+    ELSE
+        v_message := drainpipe.job_message(p_payload, p_max_attempts, p_dedupe_key);
+    END IF;
+    IF to_regclass('pgmq.' || v_table) IS NULL THEN
+        PERFORM drainpipe.ensure_job_queue_v1(p_queue);
+    END IF;
+    IF p_dedupe_key IS NOT NULL THEN
+        -- one enqueuer per (queue, key) at a time, so two callers cannot both miss each other
+        PERFORM pg_advisory_xact_lock(hashtext('drainpipe.job:' || p_queue), hashtext(p_dedupe_key));
+        EXECUTE format(
+            'SELECT msg_id FROM pgmq.%I
+              WHERE message ? ''dedupe_key'' AND message ->> ''dedupe_key'' = $1
+                AND ($2 OR read_ct = 0)
+                AND NOT (read_ct >= coalesce((message ->> ''max_attempts'')::integer, 5) AND vt <= clock_timestamp())
+              ORDER BY msg_id LIMIT 1', v_table)
+          INTO v_id USING p_dedupe_key, p_dedupe_running;
+        IF v_id IS NOT NULL THEN
+            RETURN v_id;
+        END IF;
+    END IF;
+    v_stamp := drainpipe.job_stamp(format('pgmq.%I', v_table || '_msg_id_seq')::regclass);
+    EXECUTE format('INSERT INTO pgmq.%I (msg_id, enqueued_at, vt, message) OVERRIDING SYSTEM VALUE
+                    VALUES ($1, $2, $3, $4)', v_table)
+      USING v_stamp.id, v_stamp.at,
+            clock_timestamp() + make_interval(secs => greatest(coalesce(p_delay, 0), 0)), v_message;
+    RETURN v_stamp.id;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.enqueue_jobs_v1(p_queue text, p_payloads jsonb, p_delay double precision DEFAULT 0, p_max_attempts integer DEFAULT 5)
+ RETURNS SETOF bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    IF NOT drainpipe.is_queue_name(p_queue) THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+        PERFORM drainpipe.assert_max_attempts(p_max_attempts);
+    END IF;
+    IF to_regclass('pgmq.q_' || p_queue) IS NULL THEN
+        PERFORM drainpipe.ensure_job_queue_v1(p_queue);
+    END IF;
+    IF p_payloads @? '$[*].priority' THEN
+        -- a non-zero priority among them: see enqueue_job_v1
+        PERFORM drainpipe.note_job_priorities(p_queue, p_payloads);
+    END IF;
+    RETURN QUERY EXECUTE format(
+        'WITH drawn AS MATERIALIZED (
+             SELECT e.n, e.value, clock_timestamp() AS before_at, nextval($4) AS id,
+                    clock_timestamp() AS at
+               FROM jsonb_array_elements($3) WITH ORDINALITY AS e(value, n)
+              ORDER BY e.n
+         ), stamped AS (
+             SELECT d.n, d.value, d.id, d.at,
+                    CASE WHEN d.at - d.before_at > $5
+                         THEN drainpipe.job_stamp($4) END AS again
+               FROM drawn d
+             OFFSET 0
+         )
+         INSERT INTO pgmq.%I (msg_id, enqueued_at, vt, message) OVERRIDING SYSTEM VALUE
+         SELECT coalesce((s.again).id, s.id), coalesce((s.again).at, s.at), $1,
+                jsonb_build_object(''payload'', s.value, ''max_attempts'', $2)
+           FROM stamped s
+          ORDER BY s.n
+         RETURNING msg_id', 'q_' || p_queue)
+      USING clock_timestamp() + make_interval(secs => greatest(coalesce(p_delay, 0), 0)), p_max_attempts,
+            p_payloads, format('pgmq.%I', 'q_' || p_queue || '_msg_id_seq')::regclass,
+            drainpipe.job_stamp_window();
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.ensure_flow_indexes(p_queue text)
+ RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_read_col text;
+    v_read_set text;
+    v_archive_cols text;
+    v_archive_vals text;
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    PERFORM drainpipe.ensure_job_queue_v1(p_queue);
+    PERFORM pg_advisory_xact_lock(hashtext('drainpipe.queue:' || p_queue));
+    v_read_set := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', last_read_at = v_now' ELSE '' END;
+    v_read_col := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'q.last_read_at' ELSE 'NULL::timestamptz' END;
+    v_archive_cols := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', last_read_at' ELSE '' END;
+    v_archive_vals := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', d.last_read_at' ELSE '' END;
+    IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f
+                WHERE f.queue = p_queue AND drainpipe.flow_budget_applies(f)) THEN
+        -- a queue-wide concurrency only (jobs 0022): what is leased by vt alone, for the
+        -- exact counts; a lease evaluates no key for an index
+        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (vt)
+                        WHERE read_ct > 0 AND (message ->> ''failed'') IS DISTINCT FROM (read_ct::text)',
+                       'q_' || p_queue || '_dp_flow_leased_vt', 'q_' || p_queue);
+    ELSE
+        -- what is leased (claimed, not failed; a lapsed lease reads vt <= now), per key:
+        -- concurrency and key_concurrency count here, bounded by the limits
+        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
+                          (drainpipe.job_key(message -> ''payload''), vt)
+                        WHERE read_ct > 0 AND (message ->> ''failed'') IS DISTINCT FROM (read_ct::text)',
+                       'q_' || p_queue || '_dp_flow_leased', 'q_' || p_queue);
+    END IF;
+    -- a key's jobs in enqueue order (every row of the queue table is live): ordered=True,
+    -- and only then (jobs 0021)
+    IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f WHERE f.queue = p_queue AND f.ordered) THEN
+        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
+                          (drainpipe.job_key(message -> ''payload''), msg_id)
+                        WHERE drainpipe.job_key(message -> ''payload'') IS NOT NULL',
+                       'q_' || p_queue || '_dp_flow_order', 'q_' || p_queue);
+    END IF;
+    -- The pick: the table's job_messages_flow_take (jobs 0021) over this queue's table (see
+    -- there): passes in vt order, as the unlimited claim reads, each probing its candidates'
+    -- keys and locking the ones that fit as it reaches them. A pass starts at the last vt
+    -- read, leaving out the rows of that vt already taken or passed (pgmq stamps a batch with
+    -- one vt). A job whose last lease ran out is let through without counting: the claim
+    -- archives it dead instead of leasing it. Returns the ids taken, those with them.
+    EXECUTE format($fn$
+        CREATE OR REPLACE FUNCTION drainpipe.%1$I(
+            p_flow drainpipe.queue_flow, p_batch integer, p_now timestamptz
+        )
+        RETURNS bigint[]
+        -- runs under the settings of its only caller, the flow claim below (a SET clause
+        -- costs every call a save and restore)
+        LANGUAGE plpgsql
+        AS $body$
+        DECLARE
+            v_room integer;
+            v_limit integer;
+            v_ids bigint[] := '{}';
+            v_keys text[] := '{}';
+            v_chunk integer;
+            v_scanned integer := 0;
+            v_bound integer := p_batch * 50 + 500;
+            v_after timestamptz := '-infinity';
+            v_tied bigint[] := '{}';
+            v_rows integer;
+            v_last timestamptz;
+            v_last_ids bigint[];
+            v_r record;
+            v_taken bigint;
+        BEGIN
+            IF p_flow.concurrency IS NULL AND p_flow.rate_count IS NULL THEN
+                -- no queue-wide limit: the whole batch under the queue's flow lock
+                PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%3$L));
+                v_room := p_batch;
+            ELSE
+                PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%3$L));
+                v_room := drainpipe.flow_room(p_flow, p_batch,
+                    CASE WHEN p_flow.concurrency IS NULL THEN 0 ELSE (
+                        SELECT count(*) FROM pgmq.%2$I l
+                         WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                           AND l.vt > p_now) END,
+                    p_now);
+            END IF;
+            v_chunk := least(2 * v_room + 8, v_bound);
+            WHILE v_room > 0 LOOP
+                v_limit := v_room;
+                v_rows := 0;
+                v_last := NULL;
+                FOR v_r IN
+                    SELECT c.id, c.vt, c.k, c.leased, c.claimed, c.exhausted
+                      FROM (
+                          -- each candidate's probes, once (OFFSET 0: not flattened into the
+                          -- filter and the output, which would probe twice); none for an
+                          -- exhausted job, which is archived whatever its key
+                          SELECT c0.*,
+                                 CASE WHEN p_flow.key_concurrency IS NULL OR c0.k IS NULL OR c0.exhausted THEN 0 ELSE (
+                                     SELECT count(*) FROM (
+                                         SELECT 1 FROM pgmq.%2$I l
+                                          WHERE drainpipe.job_key(l.message -> 'payload') = c0.k
+                                            AND l.read_ct > 0
+                                            AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                                            AND l.vt > p_now
+                                          LIMIT p_flow.key_concurrency) s) END AS leased,
+                                 CASE WHEN p_flow.key_rate_count IS NULL OR c0.k IS NULL OR c0.exhausted THEN 0 ELSE (
+                                     SELECT count(*) FROM (
+                                         SELECT 1 FROM drainpipe.flow_claims r
+                                          WHERE r.queue = %3$L AND r.key = c0.k
+                                            AND r.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)
+                                          LIMIT p_flow.key_rate_count) s) END AS claimed,
+                                 CASE WHEN cardinality(v_keys) = 0 THEN 0 ELSE (
+                                     SELECT count(*) FROM unnest(v_keys) p WHERE p = c0.k) END AS picked
+                            FROM (SELECT q.msg_id AS id, q.vt, drainpipe.job_key(q.message -> 'payload') AS k,
+                                         q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted
+                                    FROM pgmq.%2$I q
+                                   WHERE q.vt <= p_now AND q.vt >= v_after AND NOT (q.msg_id = ANY (v_tied))
+                                   ORDER BY q.vt
+                                   LIMIT v_chunk) c0
+                          OFFSET 0) c
+                     -- the lock, row by row as candidates fit: a row another transaction
+                     -- holds is skipped, and one changed since is read as it is now
+                     CROSS JOIN LATERAL (
+                          SELECT 1 FROM pgmq.%2$I z WHERE z.msg_id = c.id AND z.vt <= p_now
+                             FOR UPDATE SKIP LOCKED) y
+                     WHERE c.exhausted OR c.k IS NULL
+                        OR ((p_flow.key_concurrency IS NULL OR c.leased + c.picked < p_flow.key_concurrency)
+                            AND (p_flow.key_rate_count IS NULL OR c.claimed + c.picked < p_flow.key_rate_count)
+                            AND (NOT p_flow.ordered
+                                 OR (c.picked = 0 AND NOT EXISTS (
+                                        SELECT 1 FROM pgmq.%2$I e
+                                         WHERE drainpipe.job_key(e.message -> 'payload') = c.k
+                                           AND drainpipe.job_key(e.message -> 'payload') IS NOT NULL
+                                           AND e.msg_id < c.id))))
+                     LIMIT v_limit
+                LOOP
+                    v_rows := v_rows + 1;
+                    IF v_r.vt = v_last THEN
+                        v_last_ids := v_last_ids || v_r.id;
+                    ELSE
+                        v_last := v_r.vt;
+                        v_last_ids := ARRAY[v_r.id];
+                    END IF;
+                    IF v_r.exhausted THEN
+                        -- rides along: archived, not leased, by the claim
+                        v_ids := v_ids || v_r.id;
+                        CONTINUE;
+                    END IF;
+                    IF v_r.k = ANY (v_keys) THEN
+                        -- a key this claim took already, in this pass too: counted exactly
+                        v_taken := (SELECT count(*) FROM unnest(v_keys) p WHERE p = v_r.k);
+                        CONTINUE WHEN p_flow.ordered
+                            OR (p_flow.key_concurrency IS NOT NULL
+                                AND v_r.leased + v_taken >= p_flow.key_concurrency)
+                            OR (p_flow.key_rate_count IS NOT NULL
+                                AND v_r.claimed + v_taken >= p_flow.key_rate_count);
+                    END IF;
+                    v_ids := v_ids || v_r.id;
+                    v_keys := v_keys || v_r.k;
+                    v_room := v_room - 1;
+                END LOOP;
+                EXIT WHEN v_room = 0;
+                v_scanned := v_scanned + v_chunk;
+                IF v_rows < v_limit THEN
+                    -- a short pass read its whole chunk: where did the chunk end?
+                    WITH chunk AS MATERIALIZED (
+                        SELECT q.msg_id, q.vt FROM pgmq.%2$I q
+                         WHERE q.vt <= p_now AND q.vt >= v_after AND NOT (q.msg_id = ANY (v_tied))
+                         ORDER BY q.vt
+                         LIMIT v_chunk
+                    )
+                    SELECT count(*), max(c.vt),
+                           ARRAY(SELECT x.msg_id FROM chunk x WHERE x.vt = (SELECT max(y.vt) FROM chunk y))
+                      INTO v_rows, v_last, v_last_ids
+                      FROM chunk c;
+                    -- the chunk held every candidate left
+                    EXIT WHEN v_rows < v_chunk;
+                    v_chunk := v_chunk * 4;
+                END IF;
+                -- on after the last row read (a full pass: the last it returned)
+                v_tied := CASE WHEN v_last = v_after THEN v_tied ELSE '{}' END || v_last_ids;
+                v_after := v_last;
+                EXIT WHEN v_scanned >= v_bound;
+                v_chunk := least(v_chunk, v_bound - v_scanned);
+            END LOOP;
+            RETURN v_ids;
+        END
+        $body$
+        $fn$, 'flow_pick_jobs__' || p_queue, 'q_' || p_queue, p_queue);
+    -- The claim: jobs 0006's statement with the pick above, whose rows are locked already
+    -- (by the pick, as it read them: jobs 0021).
+    EXECUTE format($fn$
+        CREATE OR REPLACE FUNCTION drainpipe.%1$I(p_lease double precision, p_batch integer, p_now timestamptz)
+        RETURNS SETOF drainpipe.job_row_v1
+        LANGUAGE plpgsql SECURITY DEFINER
+        SET search_path = pg_catalog, pg_temp
+        SET plan_cache_mode = force_generic_plan
+        SET enable_seqscan = off
+        AS $body$
+        DECLARE
+            v_now timestamptz := coalesce(p_now, clock_timestamp());
+            v_until timestamptz := v_now + make_interval(secs => greatest(p_lease, 0));
+            v_flow drainpipe.queue_flow;
+            v_ids bigint[];
+            v_keys text[];
+            v_room integer;
+            v_rows drainpipe.job_row_v1[];
+            v_leased bigint := 0;
+            v_beside integer;
+            v_taken bigint;
+        BEGIN
+            SELECT * INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = %6$L;
+            IF v_flow.queue IS NULL THEN
+                -- the limits were dropped since the caller looked
+                RETURN QUERY SELECT * FROM drainpipe.%9$I(p_lease, p_batch, p_now);
+                RETURN;
+            END IF;
+            IF v_flow.key_concurrency IS NULL AND v_flow.key_rate_count IS NULL AND NOT v_flow.ordered THEN
+                -- queue-wide limits only: the unlimited claim, no larger than the room left
+                IF v_flow.concurrency IS NOT NULL THEN
+                    -- from the queue's budget while far from the limit, without a count
+                    -- (jobs 0022, flow_budget_take); else counted under the flow lock
+                    v_room := drainpipe.flow_budget_take(v_flow, greatest(p_batch, 1));
+                END IF;
+                IF v_room IS NULL THEN
+                    PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%6$L));
+                    IF v_flow.concurrency IS NOT NULL THEN
+                        SELECT count(*) INTO v_leased FROM pgmq.%2$I l
+                         WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                           AND l.vt > v_now;
+                    END IF;
+                    v_room := drainpipe.flow_room(v_flow, greatest(p_batch, 1), v_leased, v_now);
+                    IF v_flow.concurrency IS NOT NULL THEN
+                        PERFORM drainpipe.flow_budget_reset(v_flow, v_leased, v_room);
+                    END IF;
+                ELSIF v_room < 0 THEN
+                    -- the budget ran out under the shared lock: its chunks count as leased
+                    v_beside := drainpipe.flow_budget_pending(%6$L);
+                    v_room := 0;
+                    IF v_beside >= 0 THEN
+                        SELECT count(*) INTO v_leased FROM pgmq.%2$I l
+                         WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                           AND l.vt > v_now;
+                        v_room := drainpipe.flow_room(v_flow, greatest(p_batch, 1), v_leased + v_beside, v_now);
+                    END IF;
+                END IF;
+                IF v_room = 0 THEN
+                    RETURN;
+                END IF;
+                IF v_flow.rate_count IS NULL THEN
+                    RETURN QUERY SELECT * FROM drainpipe.%9$I(p_lease, v_room, v_now);
+                    RETURN;
+                END IF;
+                v_rows := ARRAY(SELECT c FROM drainpipe.%9$I(p_lease, v_room, v_now) c);
+                PERFORM drainpipe.flow_record_claims(v_flow,
+                    ARRAY(SELECT drainpipe.job_key((r).payload) FROM unnest(v_rows) r), v_now);
+                RETURN QUERY SELECT (r).* FROM unnest(v_rows) r;
+                RETURN;
+            END IF;
+            v_room := greatest(p_batch, 1);
+            IF v_flow.rate_count IS NULL AND v_flow.key_rate_count IS NULL AND NOT v_flow.ordered THEN
+                -- key_concurrency (and perhaps concurrency) alone: the queue's flow lock, on a
+                -- queue without priorities (a prioritised one's pick goes along its levels)
+                PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%6$L))
+                  WHERE NOT EXISTS (SELECT 1 FROM drainpipe.queue_priorities p WHERE p.queue = %6$L);
+                v_taken := CASE WHEN FOUND THEN 0 END;
+            END IF;
+            IF v_taken IS NOT NULL THEN
+                -- the pick's first pass and the lease in one statement
+                -- (key_claim_in_one_statement); under the lock, every limited claim before
+                -- this one has committed when its snapshot is taken
+                IF v_flow.concurrency IS NOT NULL THEN
+                    SELECT count(*) INTO v_leased FROM pgmq.%2$I l
+                     WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                       AND l.vt > v_now;
+                    v_room := drainpipe.flow_room(v_flow, v_room, v_leased, v_now);
+                    IF v_room = 0 THEN
+                        RETURN;
+                    END IF;
+                END IF;
+                RETURN QUERY
+                WITH picked AS (
+                    SELECT c.id AS msg_id, y.at, c.k, y.read_ct, y.vt, y.started_at, y.exhausted, y.lapsed
+                      FROM (SELECT r.ctid AS at, r.msg_id AS id, drainpipe.job_key(r.message -> 'payload') AS k,
+                                   r.read_ct >= coalesce((r.message ->> 'max_attempts')::integer, 5) AS exhausted
+                              FROM pgmq.%2$I r
+                             WHERE r.vt <= v_now
+                             ORDER BY r.vt
+                             LIMIT 2 * v_room + 8) c
+                     -- the lock, row by row as candidates fit (the filter below is applied to
+                     -- c, before the join): a row another transaction holds is skipped, and one
+                     -- changed since is read as it is now. By its place in the heap: the row
+                     -- was just read there
+                     CROSS JOIN LATERAL (
+                          SELECT q.ctid AS at, q.read_ct, q.vt, %4$s AS started_at,
+                                 q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted,
+                                 q.read_ct > 0 AND q.message ->> 'failed' IS DISTINCT FROM q.read_ct::text AS lapsed
+                            FROM pgmq.%2$I q
+                           WHERE q.ctid = c.at AND q.vt <= v_now
+                             FOR UPDATE SKIP LOCKED) y
+                     -- an exhausted job is archived whatever its key; a job fits while its key
+                     -- has fewer than key_concurrency leased (a probe of the leased index that
+                     -- stops at the key_concurrency-th entry)
+                     WHERE c.exhausted OR c.k IS NULL
+                        OR NOT EXISTS (
+                               SELECT 1 FROM pgmq.%2$I l
+                                WHERE drainpipe.job_key(l.message -> 'payload') = c.k
+                                  AND l.read_ct > 0
+                                  AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                                  AND l.vt > v_now
+                               OFFSET v_flow.key_concurrency - 1)
+                     LIMIT v_room
+                ), leasing AS (
+                    -- one job of a key per pass: the probe saw none of the pass's jobs leased,
+                    -- so a second one of the key might not fit (the pick's passes take it after)
+                    SELECT p.msg_id, p.at
+                      FROM (SELECT p0.msg_id, p0.at, p0.k,
+                                   row_number() OVER (PARTITION BY p0.k ORDER BY p0.vt, p0.msg_id) AS nth
+                              FROM picked p0 WHERE NOT p0.exhausted) p
+                     WHERE p.k IS NULL OR p.nth = 1
+                ), expired AS (
+                    -- a lease found run out ended then, whether the job is leased again now
+                    -- or stays queued behind another job of its key
+                    INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+                    SELECT %6$L, p.msg_id, p.read_ct, p.started_at, p.vt, 'expired', 'LEASE_EXPIRED'
+                      FROM picked p WHERE p.lapsed
+                    ON CONFLICT DO NOTHING
+                ), dead AS (
+                    DELETE FROM pgmq.%2$I d
+                     WHERE d.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE p.exhausted))
+                    RETURNING d.*
+                ), archived AS (
+                    INSERT INTO pgmq.%3$I (msg_id, read_ct, enqueued_at, vt, message, archived_at%7$s)
+                    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.vt,
+                           d.message || '{"last_error": "The lease ran out on the last attempt", "dead": true, "last_code": "MAX_ATTEMPTS"}'::jsonb,
+                           d.vt%8$s
+                      FROM dead d
+                )
+                -- by place too: locked by this statement, so where the lock found them (a row
+                -- changed after the statement's snapshot is not updated here: the passes
+                -- below take it)
+                UPDATE pgmq.%2$I m
+                   SET vt = v_until,
+                       read_ct = m.read_ct + 1%5$s
+                 WHERE m.ctid = ANY (ARRAY(SELECT l.at FROM leasing l))
+                RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message -> 'payload',
+                          coalesce((m.message ->> 'max_attempts')::integer, 5), m.message ->> 'last_error';
+                GET DIAGNOSTICS v_taken = ROW_COUNT;
+                IF v_taken >= v_room THEN
+                    RETURN;
+                END IF;
+                -- short (held keys, a key twice, dead jobs or locked rows in the pass): the
+                -- pick's passes for the rest of the room, which count this statement's leases
+                v_room := v_room - v_taken;
+            END IF;
+            v_ids := drainpipe.%10$I(v_flow, v_room, v_now);
+            IF cardinality(v_ids) = 0 THEN
+                RETURN;
+            END IF;
+            RETURN QUERY
+            WITH picked AS (
+                SELECT q.msg_id, q.read_ct, q.vt, %4$s AS started_at,
+                       q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted,
+                       q.read_ct > 0 AND q.message ->> 'failed' IS DISTINCT FROM q.read_ct::text AS lapsed
+                  FROM pgmq.%2$I q
+                 -- locked by the pick (jobs 0021), so read as the pick left them
+                 WHERE q.msg_id = ANY (v_ids) AND q.vt <= v_now
+            ), expired AS (
+                INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+                SELECT %6$L, p.msg_id, p.read_ct, p.started_at, p.vt, 'expired', 'LEASE_EXPIRED'
+                  FROM picked p WHERE p.lapsed
+                ON CONFLICT DO NOTHING
+            ), dead AS (
+                DELETE FROM pgmq.%2$I d
+                 WHERE d.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE p.exhausted))
+                RETURNING d.*
+            ), archived AS (
+                INSERT INTO pgmq.%3$I (msg_id, read_ct, enqueued_at, vt, message, archived_at%7$s)
+                SELECT d.msg_id, d.read_ct, d.enqueued_at, d.vt,
+                       d.message || '{"last_error": "The lease ran out on the last attempt", "dead": true, "last_code": "MAX_ATTEMPTS"}'::jsonb,
+                       d.vt%8$s
+                  FROM dead d
+            )
+            UPDATE pgmq.%2$I m
+               SET vt = v_until,
+                   read_ct = m.read_ct + 1%5$s
+             WHERE m.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE NOT p.exhausted))
+            RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message -> 'payload',
+                      coalesce((m.message ->> 'max_attempts')::integer, 5), m.message ->> 'last_error';
+            -- the rate windows count the attempts just started
+            IF v_flow.rate_count IS NOT NULL OR v_flow.key_rate_count IS NOT NULL THEN
+                v_keys := ARRAY(SELECT drainpipe.job_key(m.message -> 'payload') FROM pgmq.%2$I m
+                                 WHERE m.msg_id = ANY (v_ids) AND m.vt = v_until);
+                PERFORM drainpipe.flow_record_claims(v_flow, v_keys, v_now);
+            END IF;
+        END
+        $body$
+        $fn$, 'flow_claim_jobs__' || p_queue, 'q_' || p_queue, 'a_' || p_queue, v_read_col,
+              v_read_set, p_queue, v_archive_cols, v_archive_vals, 'claim_jobs__' || p_queue,
+              'flow_pick_jobs__' || p_queue);
+    EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(drainpipe.queue_flow, integer, timestamptz) FROM PUBLIC', 'flow_pick_jobs__' || p_queue);
+    EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) FROM PUBLIC', 'flow_claim_jobs__' || p_queue);
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'service_role') THEN
+        EXECUTE format('GRANT EXECUTE ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) TO service_role', 'flow_claim_jobs__' || p_queue);
+    END IF;
+    IF EXISTS (SELECT 1 FROM drainpipe.queue_priorities p WHERE p.queue = p_queue) THEN
+        -- a prioritised queue's limited pick goes along its levels (jobs 0017)
+        PERFORM drainpipe.define_job_priority_claim_v1(p_queue);
+    END IF;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.ensure_job_queue_v1(p_queue text)
+ RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    PERFORM pg_advisory_xact_lock(hashtext('drainpipe.queue:' || p_queue));
+    IF to_regclass('pgmq.q_' || p_queue) IS NULL THEN
+        PERFORM pgmq.create(p_queue);
+    END IF;
+    EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I ((message ->> ''dedupe_key'')) WHERE message ? ''dedupe_key''',
+                   'q_' || p_queue || '_dedupe_idx', 'q_' || p_queue);
+    -- dead jobs not replayed yet, newest first (list_dead, retry_dead, stats)
+    EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (msg_id) WHERE message ? ''dead'' AND NOT message ? ''replayed_by''',
+                   'a_' || p_queue || '_unreplayed_idx', 'a_' || p_queue);
+    EXECUTE format('DROP INDEX IF EXISTS pgmq.%I', 'a_' || p_queue || '_dead_idx');
+    PERFORM drainpipe.pgmq_list_by_ids(p_queue);
+    IF to_regprocedure('drainpipe.claim_jobs__' || p_queue || '(double precision, integer, timestamptz)') IS NULL
+       OR to_regprocedure('drainpipe.complete_jobs__' || p_queue || '(bigint[], integer[], timestamptz)') IS NULL THEN
+        PERFORM drainpipe.define_job_queue_functions_v1(p_queue);
+    END IF;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.ensure_lease_trigger(p_queue text)
+ RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_table regclass := to_regclass('pgmq.' || quote_ident('q_' || p_queue));
+    v_max double precision;
+BEGIN
+    SELECT p.max_lease INTO v_max FROM drainpipe.queue_policies p WHERE p.queue = p_queue;
+    IF v_max IS NULL OR v_table IS NULL OR EXISTS (
+           SELECT 1 FROM pg_trigger t
+            WHERE t.tgrelid = v_table AND t.tgname = 'drainpipe_policy_lease'
+              AND t.tgargs = convert_to(v_max::text, 'UTF8') || '\x00'::bytea) THEN
+        RETURN;
+    END IF;
+    EXECUTE format('CREATE OR REPLACE TRIGGER drainpipe_policy_lease BEFORE UPDATE OF vt ON %s
+                      FOR EACH ROW WHEN (NEW.read_ct > OLD.read_ct
+                                         AND NEW.vt > clock_timestamp() + make_interval(secs => %L::double precision + 1))
+                      EXECUTE FUNCTION drainpipe.pgmq_queue_policy_lease(%L)',
+                   v_table, v_max::text, v_max::text);
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.ensure_priority_claim(p_queue text)
+ RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF to_regclass('pgmq.' || quote_ident('q_' || p_queue)) IS NULL THEN
+        PERFORM drainpipe.ensure_job_queue_v1(p_queue);
+    END IF;
+    PERFORM drainpipe.define_job_priority_claim_v1(p_queue);
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.ensure_queue_overview_v1(p_queues text[], p_force boolean DEFAULT false)
+ RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_queue text;
+    v_table regclass;
+    v_total bigint := 0;
+    v_counted bigint;
+BEGIN
+    FOREACH v_queue IN ARRAY p_queues LOOP
+        PERFORM drainpipe.assert_queue_name(v_queue);
+        CONTINUE WHEN to_regclass('pgmq.a_' || v_queue) IS NULL;
+        CONTINUE WHEN NOT p_force AND EXISTS (SELECT 1 FROM drainpipe.job_totals_kept k WHERE k.queue = v_queue);
+        v_table := ('pgmq.' || quote_ident('a_' || v_queue))::regclass;
+        EXECUTE format('LOCK TABLE %s IN SHARE ROW EXCLUSIVE MODE', v_table);
+        DELETE FROM drainpipe.job_totals WHERE queue = v_queue;
+        EXECUTE format(
+            'INSERT INTO drainpipe.job_totals (queue, state, shard, n)
+             SELECT $1, CASE WHEN a.message ? ''cancelled'' THEN ''cancelled''
+                             WHEN a.message ? ''dead'' THEN ''dead'' ELSE ''succeeded'' END, 0, count(*)
+               FROM %s a GROUP BY 2', v_table) USING v_queue;
+        SELECT coalesce(sum(n), 0) INTO v_counted FROM drainpipe.job_totals WHERE queue = v_queue;
+        v_total := v_total + v_counted;
+        IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'drainpipe_totals_insert' AND tgrelid = v_table) THEN
+            EXECUTE format('CREATE TRIGGER drainpipe_totals_insert AFTER INSERT ON %s
+                              REFERENCING NEW TABLE AS added FOR EACH STATEMENT
+                              EXECUTE FUNCTION drainpipe.pgmq_job_totals()', v_table);
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'drainpipe_totals_delete' AND tgrelid = v_table) THEN
+            EXECUTE format('CREATE TRIGGER drainpipe_totals_delete AFTER DELETE ON %s
+                              REFERENCING OLD TABLE AS gone FOR EACH STATEMENT
+                              EXECUTE FUNCTION drainpipe.pgmq_job_totals()', v_table);
+        END IF;
+        INSERT INTO drainpipe.job_totals_kept (queue) VALUES (v_queue) ON CONFLICT DO NOTHING;
+    END LOOP;
+    RETURN v_total;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.extend_job_leases_v1(p_queue text, p_ids bigint[], p_attempts integer[], p_lease double precision, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF to_regclass('pgmq.q_' || p_queue) IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format(
+        'UPDATE pgmq.%I m SET vt = $4 + $3
+           FROM unnest($1::bigint[], $2::integer[]) AS f(id, attempt)
+          WHERE m.msg_id = f.id AND m.read_ct = f.attempt
+            AND m.message ->> ''failed'' IS DISTINCT FROM m.read_ct::text
+         RETURNING m.msg_id', 'q_' || p_queue)
+      USING p_ids, p_attempts, make_interval(secs => greatest(p_lease, 0)), coalesce(p_now, clock_timestamp());
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.fail_job_v2(p_queue text, p_id bigint, p_attempt integer, p_error text, p_retry_in double precision DEFAULT NULL::double precision, p_code text DEFAULT NULL::text, p_discard boolean DEFAULT false, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS text LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_table text := 'q_' || p_queue;
+    v_message jsonb;
+    v_read_ct integer;
+    v_started timestamptz;
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_code text := CASE WHEN drainpipe.is_job_code(p_code) THEN p_code ELSE 'HANDLER_ERROR' END;
+    v_discard boolean := coalesce(p_discard, false);
+    v_error text := left(coalesce(p_error, 'null'), 4000);
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF to_regclass('pgmq.' || v_table) IS NULL THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE format('SELECT read_ct, message, %s FROM pgmq.%I WHERE msg_id = $1 AND read_ct = $2 FOR UPDATE',
+                   CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'last_read_at' ELSE 'NULL::timestamptz' END, v_table)
+      INTO v_read_ct, v_message, v_started USING p_id, p_attempt;
+    IF v_read_ct IS NULL OR v_message ->> 'failed' = v_read_ct::text THEN
+        -- not held; a holder whose attempt was cancelled gets its word kept
+        UPDATE drainpipe.job_attempts SET late_outcome = 'failed'
+         WHERE queue = p_queue AND job_id = p_id AND number = p_attempt
+           AND outcome = 'cancelled' AND late_outcome IS NULL;
+        RETURN NULL;
+    END IF;
+    INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+    VALUES (p_queue, p_id, p_attempt, v_started, v_now,
+            CASE WHEN v_discard THEN 'discarded' ELSE 'failed' END, v_code)
+    ON CONFLICT DO NOTHING;
+    IF v_discard OR v_read_ct >= coalesce((v_message ->> 'max_attempts')::integer, 5) THEN
+        PERFORM drainpipe.pgmq_archive_job(p_queue, p_id, jsonb_build_object(
+            'last_error', v_error, 'dead', true,
+            'last_code', CASE WHEN v_discard THEN v_code ELSE 'MAX_ATTEMPTS' END), v_now);
+        RETURN 'dead';
+    END IF;
+    EXECUTE format('UPDATE pgmq.%I SET message = message || $2, vt = $4 + $3 WHERE msg_id = $1', v_table)
+      USING p_id,
+            jsonb_build_object('last_error', v_error, 'failed', v_read_ct, 'last_code', v_code),
+            make_interval(secs => greatest(coalesce(p_retry_in, drainpipe.job_retry_delay(v_read_ct)), 0)),
+            v_now;
+    RETURN 'queued';
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.hold_job_fence(p_queue text, p_id bigint, p_attempt integer)
+ RETURNS timestamp with time zone LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_enqueued timestamptz;
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF to_regclass('pgmq.q_' || p_queue) IS NULL THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE format('SELECT enqueued_at FROM pgmq.%I WHERE msg_id = $1 AND read_ct = $2
+                       AND message ->> ''failed'' IS DISTINCT FROM read_ct::text FOR UPDATE',
+                   'q_' || p_queue)
+      INTO v_enqueued USING p_id, p_attempt;
+    RETURN v_enqueued;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_flow_held(p_flow drainpipe.queue_flow, p_ids bigint[], p_now timestamp with time zone)
+ RETURNS TABLE(id bigint, held_by text) LANGUAGE plpgsql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_table text := 'q_' || p_flow.queue;
+    v_keyed boolean := p_flow.ordered OR p_flow.key_concurrency IS NOT NULL
+                       OR p_flow.key_rate_count IS NOT NULL;
+    v_leased bigint;
+    v_claims bigint;
+BEGIN
+    IF to_regclass('pgmq.' || quote_ident(v_table)) IS NULL THEN
+        RETURN;
+    END IF;
+    IF p_flow.concurrency IS NOT NULL THEN
+        EXECUTE format('SELECT count(*) FROM pgmq.%I l
+                         WHERE l.read_ct > 0 AND l.vt > $1
+                           AND (l.message ->> ''failed'') IS DISTINCT FROM (l.read_ct::text)',
+                       v_table)
+           INTO v_leased USING p_now;
+    END IF;
+    IF p_flow.rate_count IS NOT NULL THEN
+        SELECT count(*) INTO v_claims FROM drainpipe.flow_claims c
+         WHERE c.queue = p_flow.queue
+           AND c.claimed_at > p_now - make_interval(secs => p_flow.rate_per);
+    END IF;
+    IF p_ids IS NOT NULL THEN
+        RETURN QUERY EXECUTE format($q$
+            WITH due AS MATERIALIZED (
+                SELECT j.msg_id AS id,
+                       CASE WHEN $4 THEN drainpipe.job_key(j.message -> 'payload') END AS key
+                  FROM pgmq.%1$I j
+                 WHERE j.vt <= $2
+                   AND j.read_ct < coalesce((j.message ->> 'max_attempts')::integer, 5)
+                   AND j.msg_id = ANY ($1)
+            ),
+            keys AS (
+                SELECT k.key,
+                       CASE WHEN ($3).ordered THEN (
+                           SELECT min(e.msg_id) FROM pgmq.%1$I e
+                            WHERE drainpipe.job_key(e.message -> 'payload') = k.key
+                              AND drainpipe.job_key(e.message -> 'payload') IS NOT NULL)
+                       END AS first_id,
+                       CASE WHEN ($3).key_concurrency IS NOT NULL THEN (
+                           SELECT count(*) FROM pgmq.%1$I l
+                            WHERE drainpipe.job_key(l.message -> 'payload') = k.key
+                              AND l.read_ct > 0 AND l.vt > $2
+                              AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text))
+                       END AS leased,
+                       CASE WHEN ($3).key_rate_count IS NOT NULL THEN (
+                           SELECT count(*) FROM drainpipe.flow_claims c
+                            WHERE c.queue = ($3).queue AND c.key = k.key
+                              AND c.claimed_at > $2 - make_interval(secs => ($3).key_rate_per))
+                       END AS claims
+                  FROM (SELECT DISTINCT d.key FROM due d WHERE d.key IS NOT NULL) k
+            )
+            SELECT h.id, h.held_by FROM (
+                SELECT d.id, CASE
+                           WHEN k.first_id < d.id THEN 'order'
+                           WHEN $5 >= ($3).concurrency OR k.leased >= ($3).key_concurrency
+                               THEN 'concurrency'
+                           WHEN $6 >= ($3).rate_count OR k.claims >= ($3).key_rate_count
+                               THEN 'rate'
+                       END AS held_by
+                  FROM due d LEFT JOIN keys k ON k.key = d.key
+            ) h
+            WHERE h.held_by IS NOT NULL
+        $q$, v_table)
+        USING p_ids, p_now, p_flow, v_keyed, v_leased, v_claims;
+        RETURN;
+    END IF;
+    -- every due job: one pass per per-key limit grouped by key (see the table's)
+    RETURN QUERY EXECUTE format($q$
+        WITH due AS MATERIALIZED (  -- each key parsed once
+            SELECT j.msg_id AS id,
+                   CASE WHEN $3 THEN drainpipe.job_key(j.message -> 'payload') END AS key
+              FROM pgmq.%1$I j
+             WHERE j.vt <= $1
+               AND j.read_ct < coalesce((j.message ->> 'max_attempts')::integer, 5)
+        ),
+        firsts AS (
+            SELECT drainpipe.job_key(e.message -> 'payload') AS key, min(e.msg_id) AS first_id
+              FROM pgmq.%1$I e
+             WHERE ($2).ordered AND drainpipe.job_key(e.message -> 'payload') IS NOT NULL
+             GROUP BY 1
+        ),
+        leased AS (
+            SELECT drainpipe.job_key(l.message -> 'payload') AS key, count(*) AS n
+              FROM pgmq.%1$I l
+             WHERE ($2).key_concurrency IS NOT NULL AND l.read_ct > 0 AND l.vt > $1
+               AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+             GROUP BY 1
+        ),
+        claims AS (
+            SELECT c.key, count(*) AS n
+              FROM drainpipe.flow_claims c
+             WHERE ($2).key_rate_count IS NOT NULL AND c.queue = ($2).queue
+               AND c.key IS NOT NULL
+               AND c.claimed_at > $1 - make_interval(secs => ($2).key_rate_per)
+             GROUP BY 1
+        )
+        SELECT h.id, h.held_by FROM (
+            SELECT d.id, CASE
+                       WHEN f.first_id < d.id THEN 'order'
+                       WHEN $4 >= ($2).concurrency OR l.n >= ($2).key_concurrency
+                           THEN 'concurrency'
+                       WHEN $5 >= ($2).rate_count OR c.n >= ($2).key_rate_count
+                           THEN 'rate'
+                   END AS held_by
+              FROM due d
+              LEFT JOIN firsts f ON f.key = d.key
+              LEFT JOIN leased l ON l.key = d.key
+              LEFT JOIN claims c ON c.key = d.key
+        ) h
+        WHERE h.held_by IS NOT NULL
+    $q$, v_table)
+    USING p_now, p_flow, v_keyed, v_leased, v_claims;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_due(p_queue text, p_now timestamp with time zone)
+ RETURNS bigint LANGUAGE plpgsql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_due bigint;
+BEGIN
+    IF to_regclass('pgmq.' || quote_ident('q_' || p_queue)) IS NULL THEN
+        RETURN 0;
+    END IF;
+    EXECUTE format('SELECT count(*) FROM pgmq.%I j
+                     WHERE j.vt <= $1
+                       AND j.read_ct < coalesce((j.message ->> ''max_attempts'')::integer, 5)',
+                   'q_' || p_queue)
+       INTO v_due USING p_now;
+    RETURN v_due;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_overview_v1(p_queues text[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS TABLE(queue text, counts jsonb, ready bigint, oldest_ready_age_s double precision, paused boolean, series jsonb) LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_from timestamptz := date_trunc('minute', v_now) - interval '59 minutes';
+    v_queue text;
+    v_live jsonb;
+    v_done jsonb;
+    v_enqueued jsonb;
+    v_enqueued_done jsonb;
+    v_succeeded jsonb;
+BEGIN
+    FOREACH v_queue IN ARRAY p_queues LOOP
+        PERFORM drainpipe.assert_queue_name(v_queue);
+        queue := v_queue;
+        paused := EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = v_queue);
+        IF to_regclass('pgmq.a_' || v_queue) IS NULL THEN
+            counts := jsonb_build_object('queued', 0, 'leased', 0, 'retry_wait', 0,
+                                         'succeeded', 0, 'dead', 0, 'cancelled', 0);
+            ready := 0;
+            oldest_ready_age_s := NULL;
+            series := drainpipe.overview_series(v_queue, v_now, '{}', '{}', '{}');
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        -- the live jobs in one pass: counts by state, the ready ones and the oldest of
+        -- them, and those enqueued in the last hour by minute; a job never claimed is
+        -- queued (and ready once visible) without reading its document
+        EXECUTE format(
+            'SELECT jsonb_build_object(''queued'', sum(g.queued), ''leased'', sum(g.leased),
+                                       ''retry_wait'', sum(g.retry_wait), ''dead'', sum(g.dead)),
+                    coalesce(sum(g.ready), 0),
+                    extract(epoch FROM $1 - min(g.oldest))::double precision,
+                    coalesce(jsonb_object_agg(extract(epoch FROM g.minute)::bigint::text, g.n)
+                                 FILTER (WHERE g.minute IS NOT NULL), ''{}''::jsonb)
+               FROM (SELECT CASE WHEN l.enqueued_at >= $2 THEN date_trunc(''minute'', l.enqueued_at) END AS minute,
+                            count(*) AS n,
+                            count(*) FILTER (WHERE l.state = ''queued'') AS queued,
+                            count(*) FILTER (WHERE l.state = ''leased'') AS leased,
+                            count(*) FILTER (WHERE l.state = ''retry_wait'') AS retry_wait,
+                            count(*) FILTER (WHERE l.state = ''dead'') AS dead,
+                            count(*) FILTER (WHERE l.ready) AS ready,
+                            min(l.vt) FILTER (WHERE l.ready) AS oldest
+                       FROM (SELECT q.vt, q.enqueued_at,
+                                    CASE WHEN q.read_ct = 0 THEN ''queued''
+                                         ELSE drainpipe.job_state_at(drainpipe.pgmq_live_state(q.read_ct, q.message), q.vt,
+                                                  q.read_ct, coalesce((q.message ->> ''max_attempts'')::integer, 5), $1)
+                                    END AS state,
+                                    q.vt <= $1 AND CASE WHEN q.read_ct = 0 THEN true
+                                                        ELSE q.read_ct < coalesce((q.message ->> ''max_attempts'')::integer, 5)
+                                                   END AS ready
+                               FROM pgmq.%I q) l
+                      GROUP BY 1) g', 'q_' || v_queue)
+          INTO v_live, ready, oldest_ready_age_s, v_enqueued USING v_now, v_from;
+        -- the finished: the kept totals, or (a queue not kept yet) a count of the archive
+        v_done := drainpipe.kept_job_totals(v_queue);
+        IF v_done IS NULL THEN
+            EXECUTE format(
+                'SELECT coalesce(jsonb_object_agg(s.state, s.n), ''{}''::jsonb)
+                   FROM (SELECT CASE WHEN a.message ? ''cancelled'' THEN ''cancelled''
+                                     WHEN a.message ? ''dead'' THEN ''dead'' ELSE ''succeeded'' END AS state,
+                                count(*) AS n
+                           FROM pgmq.%I a GROUP BY 1) s', 'a_' || v_queue)
+              INTO v_done;
+        END IF;
+        counts := jsonb_build_object(
+            'queued', coalesce((v_live ->> 'queued')::bigint, 0),
+            'leased', coalesce((v_live ->> 'leased')::bigint, 0),
+            'retry_wait', coalesce((v_live ->> 'retry_wait')::bigint, 0),
+            'succeeded', coalesce((v_done ->> 'succeeded')::bigint, 0),
+            'dead', coalesce((v_done ->> 'dead')::bigint, 0) + coalesce((v_live ->> 'dead')::bigint, 0),
+            'cancelled', coalesce((v_done ->> 'cancelled')::bigint, 0));
+        EXECUTE format(
+            'SELECT coalesce(jsonb_object_agg(extract(epoch FROM e.minute)::bigint::text, e.n), ''{}''::jsonb)
+               FROM (SELECT date_trunc(''minute'', a.enqueued_at) AS minute, count(*) AS n
+                       FROM pgmq.%I a WHERE a.archived_at >= $1 AND a.enqueued_at >= $1
+                      GROUP BY 1) e', 'a_' || v_queue)
+          INTO v_enqueued_done USING v_from;
+        EXECUTE format(
+            'SELECT coalesce(jsonb_object_agg(extract(epoch FROM s.minute)::bigint::text, s.n), ''{}''::jsonb)
+               FROM (SELECT date_trunc(''minute'', a.archived_at) AS minute, count(*) AS n
+                       FROM pgmq.%I a
+                      WHERE a.archived_at >= $1 AND NOT a.message ? ''dead'' AND NOT a.message ? ''cancelled''
+                      GROUP BY 1) s', 'a_' || v_queue)
+          INTO v_succeeded USING v_from;
+        series := drainpipe.overview_series(v_queue, v_now, v_enqueued, v_enqueued_done, v_succeeded);
+        RETURN NEXT;
+    END LOOP;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_stats_v2(p_queues text[])
+ RETURNS SETOF drainpipe.job_queue_stats_v2 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_queue text;
+    v_row drainpipe.job_queue_stats_v2;
+BEGIN
+    FOREACH v_queue IN ARRAY p_queues LOOP
+        PERFORM drainpipe.assert_queue_name(v_queue);
+        v_row.queue := v_queue;
+        IF to_regclass('pgmq.q_' || v_queue) IS NULL THEN
+            v_row.ready := 0; v_row.in_flight := 0; v_row.delayed := 0; v_row.dead := 0;
+            v_row.succeeded := 0; v_row.cancelled := 0; v_row.oldest_age_seconds := NULL;
+        ELSE
+            EXECUTE format(
+                'SELECT count(*) FILTER (WHERE vt <= clock_timestamp() AND NOT exhausted),
+                        count(*) FILTER (WHERE vt > clock_timestamp() AND read_ct > 0),
+                        count(*) FILTER (WHERE vt > clock_timestamp() AND read_ct = 0),
+                        count(*) FILTER (WHERE vt <= clock_timestamp() AND exhausted)
+                          + (SELECT count(*) FROM pgmq.%2$I WHERE message ? ''dead'' AND NOT message ? ''replayed_by''),
+                        extract(epoch FROM clock_timestamp()
+                                - min(enqueued_at) FILTER (WHERE NOT (vt <= clock_timestamp() AND exhausted)))::double precision
+                   FROM (SELECT vt, read_ct, enqueued_at,
+                                read_ct >= coalesce((message ->> ''max_attempts'')::integer, 5) AS exhausted
+                           FROM pgmq.%1$I) m', 'q_' || v_queue, 'a_' || v_queue)
+              INTO v_row.ready, v_row.in_flight, v_row.delayed, v_row.dead, v_row.oldest_age_seconds;
+            EXECUTE format(
+                'SELECT count(*) FILTER (WHERE NOT message ? ''dead'' AND NOT message ? ''cancelled''),
+                        count(*) FILTER (WHERE message ? ''cancelled'')
+                   FROM pgmq.%I', 'a_' || v_queue)
+              INTO v_row.succeeded, v_row.cancelled;
+        END IF;
+        RETURN NEXT v_row;
+    END LOOP;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.list_dead_jobs_v1(p_queue text, p_max_rows integer DEFAULT 100, p_before_id bigint DEFAULT NULL::bigint)
+ RETURNS SETOF drainpipe.dead_job_v1 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF to_regclass('pgmq.a_' || p_queue) IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format(
+        'SELECT msg_id, read_ct, enqueued_at, archived_at, message FROM pgmq.%I
+          WHERE message ? ''dead'' AND NOT message ? ''replayed_by'' AND ($1 IS NULL OR msg_id < $1)
+          ORDER BY msg_id DESC LIMIT $2', 'a_' || p_queue)
+      USING p_before_id, least(greatest(coalesce(p_max_rows, 100), 1), 1000);
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.live_job_payloads_v1(p_queue text, p_after bigint, p_limit integer)
+ RETURNS TABLE(id bigint, payload jsonb) LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF to_regclass('pgmq.q_' || p_queue) IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format(
+        'SELECT msg_id, message -> ''payload'' FROM pgmq.%I WHERE msg_id > $1 ORDER BY msg_id LIMIT $2',
+        'q_' || p_queue) USING coalesce(p_after, 0), least(greatest(coalesce(p_limit, 100), 1), 1000);
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.park_job(p_queue text, p_id bigint, p_until timestamp with time zone, p_waiting_for text)
+ RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    EXECUTE format(
+        'UPDATE pgmq.%I SET vt = $2,
+                message = (message - ''waiting_for'')
+                          || jsonb_build_object(''failed'', read_ct, ''suspended'', read_ct,
+                                                ''max_attempts'', coalesce((message ->> ''max_attempts'')::integer, 5) + 1)
+                          || CASE WHEN $3 IS NULL THEN ''{}''::jsonb ELSE jsonb_build_object(''waiting_for'', $3) END
+          WHERE msg_id = $1', 'q_' || p_queue)
+      USING p_id, p_until, p_waiting_for;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_archive_job(p_queue text, p_id bigint, p_marks jsonb, p_at timestamp with time zone)
+ RETURNS boolean LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_with_read boolean := drainpipe.pgmq_has_last_read(p_queue);
+    v_moved integer;
+BEGIN
+    EXECUTE format(
+        'WITH gone AS (DELETE FROM pgmq.%1$I WHERE msg_id = $1 RETURNING *)
+         INSERT INTO pgmq.%2$I (msg_id, read_ct, enqueued_at, vt, message, archived_at%3$s)
+         SELECT msg_id, read_ct, enqueued_at, vt, (message - ''failed'') || $2, $3%3$s FROM gone',
+        'q_' || p_queue, 'a_' || p_queue, CASE WHEN v_with_read THEN ', last_read_at' ELSE '' END)
+      USING p_id, p_marks, p_at;
+    GET DIAGNOSTICS v_moved = ROW_COUNT;
+    RETURN v_moved > 0;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_has_last_read(p_queue text)
+ RETURNS boolean LANGUAGE sql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    SELECT EXISTS (SELECT 1 FROM pg_attribute
+                    WHERE attrelid = to_regclass('pgmq.q_' || p_queue)
+                      AND attname = 'last_read_at' AND NOT attisdropped) $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_job_totals()
+ RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_rows jsonb;
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        SELECT jsonb_agg(jsonb_build_object('queue', substr(TG_TABLE_NAME, 3), 'state', c.state, 'n', c.n))
+          INTO v_rows
+          FROM (SELECT CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
+                            WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END AS state,
+                       count(*) AS n
+                  FROM added a GROUP BY 1) c;
+    ELSE
+        SELECT jsonb_agg(jsonb_build_object('queue', substr(TG_TABLE_NAME, 3), 'state', c.state, 'n', -c.n))
+          INTO v_rows
+          FROM (SELECT CASE WHEN g.message ? 'cancelled' THEN 'cancelled'
+                            WHEN g.message ? 'dead' THEN 'dead' ELSE 'succeeded' END AS state,
+                       count(*) AS n
+                  FROM gone g GROUP BY 1) c;
+    END IF;
+    IF v_rows IS NOT NULL THEN
+        PERFORM drainpipe.add_job_totals(v_rows);
+    END IF;
+    RETURN NULL;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_list_by_ids(p_queue text)
+ RETURNS void LANGUAGE plpgsql SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_stamped boolean;
+    v_last bigint;
+BEGIN
+    SELECT pg_get_expr(d.adbin, d.adrelid) = 'clock_timestamp()' INTO v_stamped
+      FROM pg_attrdef d JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+     WHERE d.adrelid = format('pgmq.%I', 'q_' || p_queue)::regclass AND a.attname = 'enqueued_at';
+    IF coalesce(v_stamped, false)
+       AND to_regclass(format('pgmq.%I', 'q_' || p_queue || '_enqueued_idx')) IS NULL
+       AND to_regclass(format('pgmq.%I', 'a_' || p_queue || '_enqueued_idx')) IS NULL THEN
+        RETURN;  -- done already, or made after this migration
+    END IF;
+    EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN enqueued_at SET DEFAULT clock_timestamp()',
+                   'q_' || p_queue);
+    EXECUTE format('SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM pgmq.%I',
+                   'q_' || p_queue || '_msg_id_seq')
+      INTO v_last;
+    IF v_last > 0 AND NOT EXISTS (SELECT 1 FROM drainpipe.pgmq_list_before b WHERE b.queue = p_queue) THEN
+        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (enqueued_at, msg_id) WHERE msg_id <= %s',
+                       'q_' || p_queue || '_old_enqueued', 'q_' || p_queue, v_last);
+        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (enqueued_at, msg_id) WHERE msg_id <= %s',
+                       'a_' || p_queue || '_old_enqueued', 'a_' || p_queue, v_last);
+        INSERT INTO drainpipe.pgmq_list_before (queue, last_id) VALUES (p_queue, v_last);
+    END IF;
+    EXECUTE format('DROP INDEX IF EXISTS pgmq.%I', 'q_' || p_queue || '_enqueued_idx');
+    EXECUTE format('DROP INDEX IF EXISTS pgmq.%I', 'a_' || p_queue || '_enqueued_idx');
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_live_state(p_read_ct integer, p_message jsonb)
+ RETURNS text LANGUAGE sql IMMUTABLE AS $function$
+    SELECT CASE WHEN p_read_ct = 0 THEN 'queued'
+                WHEN p_message ->> 'suspended' = p_read_ct::text
+                     THEN CASE WHEN p_message ? 'waiting_for' THEN 'waiting' ELSE 'queued' END
+                WHEN p_message ->> 'failed' = p_read_ct::text THEN 'retry_wait'
+                ELSE 'leased' END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_newest_window(p_queue text, p_state text, p_tenant text, p_limit integer, p_before_at timestamp with time zone, p_before_id bigint, p_now timestamp with time zone, p_after bigint, OUT low bigint, OUT top bigint, OUT ids bigint[])
+ RETURNS record LANGUAGE plpgsql STABLE SET search_path TO 'pg_catalog', 'pg_temp' SET enable_sort TO 'off' SET enable_seqscan TO 'off' SET jit TO 'off' SET enable_bitmapscan TO 'off' AS $function$
+DECLARE
+    v_window interval := drainpipe.job_stamp_window();
+    v_limit integer := greatest(coalesce(p_limit, 100), 1);
+    v_id bigint;
+    v_at timestamptz;
+    v_chunk integer := 2 * v_limit + 64;
+    v_read integer;
+    v_last bigint;
+    v_bound timestamptz;
+    v_newest drainpipe.job_stamp_v1[] := '{}';  -- the page's rows so far, newest first
+BEGIN
+    IF p_before_at IS NOT NULL THEN
+        -- the newest id (above p_after) and its stamp
+        EXECUTE format('SELECT u.id, u.at FROM (SELECT msg_id AS id, enqueued_at AS at FROM pgmq.%1$I
+                                                UNION ALL
+                                                SELECT msg_id, enqueued_at FROM pgmq.%2$I) u
+                         WHERE u.id > $1 ORDER BY u.id DESC LIMIT 1',
+                       'q_' || p_queue, 'a_' || p_queue)
+          INTO v_id, v_at USING p_after;
+        IF v_at >= p_before_at + v_window THEN
+            -- a binary search down the ids for a lower one as new, in one statement
+            EXECUTE format(
+                'WITH RECURSIVE s (lo, hi, best) AS (
+                     SELECT $2::bigint, $3::bigint, $3::bigint
+                     UNION ALL
+                     SELECT CASE WHEN f.id < s.hi AND f.at < $1 THEN f.id + 1 ELSE s.lo END,
+                            CASE WHEN f.id < s.hi AND f.at < $1 THEN s.hi ELSE m.mid END,
+                            CASE WHEN f.id < s.hi AND f.at >= $1 THEN f.id ELSE s.best END
+                       FROM s
+                       CROSS JOIN LATERAL (SELECT s.lo + (s.hi - s.lo) / 2 AS mid) m
+                       CROSS JOIN LATERAL (
+                           SELECT u.id, u.at
+                             FROM (SELECT msg_id AS id, enqueued_at AS at FROM pgmq.%1$I
+                                   UNION ALL
+                                   SELECT msg_id, enqueued_at FROM pgmq.%2$I) u
+                            WHERE u.id >= m.mid ORDER BY u.id LIMIT 1) f
+                      WHERE s.lo < s.hi)
+                 SELECT min(best) FROM s', 'q_' || p_queue, 'a_' || p_queue)
+              INTO top USING p_before_at + v_window, p_after + 1, v_id;
+        END IF;
+    END IF;
+    low := top;
+    LOOP
+        EXECUTE format(
+            'SELECT count(*)::integer, min(w.id),
+                    ARRAY(SELECT x FROM unnest($9 || array_agg(ROW(w.id, w.at)::drainpipe.job_stamp_v1)
+                                                               FILTER (WHERE w.fits)) x
+                           ORDER BY x.at DESC, x.id DESC LIMIT $10)
+               FROM (SELECT c.id, c.at,
+                            ($3::timestamptz IS NULL OR (c.at, c.id) < ($3, $4))
+                            AND ($2::text IS NULL OR drainpipe.job_tenant(c.message -> ''payload'') = $2)
+                            AND ($1::text IS NULL OR $1 = CASE
+                                WHEN c.live THEN drainpipe.job_state_at(drainpipe.pgmq_live_state(c.read_ct, c.message),
+                                         c.vt, c.read_ct, coalesce((c.message ->> ''max_attempts'')::integer, 5), $5)
+                                WHEN c.message ? ''cancelled'' THEN ''cancelled''
+                                WHEN c.message ? ''dead'' THEN ''dead'' ELSE ''succeeded'' END) AS fits
+                       FROM (SELECT u.* FROM (
+                               SELECT m.msg_id AS id, m.enqueued_at AS at, true AS live, m.read_ct, m.vt, m.message
+                                 FROM pgmq.%1$I m
+                               UNION ALL
+                               SELECT a.msg_id, a.enqueued_at, false, a.read_ct, a.vt, a.message
+                                 FROM pgmq.%2$I a) u
+                              WHERE u.id < $6 AND u.id > $7
+                              ORDER BY u.id DESC LIMIT $8) c) w',
+            'q_' || p_queue, 'a_' || p_queue)
+          INTO v_read, v_last, v_newest
+          USING p_state, p_tenant, p_before_at, p_before_id, p_now,
+                coalesce(low, 9223372036854775807), p_after, v_chunk, v_newest, v_limit;
+        IF v_read < v_chunk THEN
+            low := NULL;  -- read down to p_after
+            EXIT;
+        END IF;
+        low := v_last;
+        IF cardinality(v_newest) >= v_limit THEN
+            -- the newest stamp of the lowest 16 ids read (see job_records_newest)
+            EXECUTE format('SELECT max(l.at) FROM (
+                                SELECT u.at FROM (SELECT msg_id AS id, enqueued_at AS at FROM pgmq.%1$I
+                                                  UNION ALL
+                                                  SELECT msg_id, enqueued_at FROM pgmq.%2$I) u
+                                 WHERE u.id >= $1 ORDER BY u.id LIMIT 16) l',
+                           'q_' || p_queue, 'a_' || p_queue)
+              INTO v_bound USING v_last;
+            EXIT WHEN (v_newest[v_limit]).at >= v_bound + v_window;
+            v_chunk := 64 + v_limit / 4;  -- the page is found: only its last window is left
+        ELSE
+            v_chunk := least(v_chunk * 2, 100000);
+        END IF;
+    END LOOP;
+    ids := ARRAY(SELECT x.id FROM unnest(v_newest) x);
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_queue_policy_insert()
+ RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' SET enable_seqscan TO 'on' SET jit TO 'off' AS $function$
+DECLARE
+    r record;
+BEGIN
+    SELECT count(*) AS added, max(drainpipe.policy_payload_size(a.message -> 'payload')) AS largest,
+           max(a.vt) AS latest
+      INTO r FROM added a;
+    IF r.added > 0 THEN
+        PERFORM drainpipe.check_policy_insert(substr(TG_TABLE_NAME, 3), r.added, r.largest, r.latest);
+    END IF;
+    RETURN NULL;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_queue_policy_lease()
+ RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' SET enable_seqscan TO 'on' SET jit TO 'off' AS $function$
+DECLARE
+    v_max double precision;
+BEGIN
+    SELECT p.max_lease INTO v_max FROM drainpipe.queue_policies p
+     WHERE p.queue = substr(TG_TABLE_NAME, 3);
+    IF v_max IS NOT NULL AND NEW.vt > clock_timestamp() + make_interval(secs => v_max + 1) THEN
+        RAISE EXCEPTION 'a lease ending at % is longer than queue "%"''s max_lease of % s',
+            NEW.vt, substr(TG_TABLE_NAME, 3), v_max USING ERRCODE = 'DPQ03';
+    END IF;
+    RETURN NEW;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_records(p_queue text, p_state text, p_tenant text, p_limit integer, p_before_id bigint, p_before_queue text, p_id bigint, p_now timestamp with time zone, p_history boolean)
+ RETURNS SETOF drainpipe.job_record_v1 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_parts text;
+BEGIN
+    SELECT string_agg(drainpipe.pgmq_records_sql(m.queue_name), ' UNION ALL ')
+      INTO v_parts
+      FROM pgmq.meta m
+     WHERE m.queue_name ~ '^[a-z_][a-z0-9_]{0,46}$'
+       AND (p_queue IS NULL OR m.queue_name = p_queue)
+       AND to_regclass('pgmq.a_' || m.queue_name) IS NOT NULL;
+    IF v_parts IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format($sql$
+        SELECT r.id, r.queue, r.read_state, r.attempts, r.max_attempts, NULL::timestamptz, r.tenant,
+               r.dedupe_key, r.enqueued_at,
+               CASE WHEN r.read_state IN ('queued', 'retry_wait') THEN r.lease_end END,
+               r.started_at,
+               CASE WHEN r.read_state = 'dead' AND r.finished_at IS NULL THEN r.lease_end ELSE r.finished_at END,
+               CASE WHEN r.read_state = r.stored_state THEN r.last_code
+                    WHEN r.read_state = 'dead' THEN 'MAX_ATTEMPTS' ELSE 'LEASE_EXPIRED' END,
+               r.parent_id, r.replayed_by,
+               CASE WHEN $8 THEN drainpipe.job_history_v1(r.queue, r.id, r.attempts, r.stored_state,
+                   r.started_at, r.finished_at, r.lease_end, r.last_code, $5) END
+          FROM (SELECT u.*, drainpipe.job_state_at(u.stored_state, u.lease_end, u.attempts,
+                                                   u.max_attempts, $5) AS read_state
+                  FROM (%s) u) r
+         ORDER BY r.id DESC, r.queue DESC
+         LIMIT $6
+    $sql$, v_parts)
+      USING p_state, p_tenant, p_before_id, coalesce(p_before_queue, ''), p_now,
+            greatest(coalesce(p_limit, 100), 1), p_id, p_history;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_records_ids_sql(p_queue text, p_from bigint, p_to bigint, p_ids bigint[] DEFAULT NULL::bigint[])
+ RETURNS text LANGUAGE sql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    SELECT format($sql$
+        (SELECT * FROM (
+            SELECT m.msg_id AS id, %1$L::text AS queue,
+                   drainpipe.pgmq_live_state(m.read_ct, m.message) AS stored_state,
+                   m.read_ct AS attempts, coalesce((m.message ->> 'max_attempts')::integer, 5) AS max_attempts,
+                   drainpipe.job_tenant(m.message -> 'payload') AS tenant,
+                   m.message ->> 'dedupe_key' AS dedupe_key, m.enqueued_at, m.vt AS lease_end,
+                   %4$s AS started_at, NULL::timestamptz AS finished_at,
+                   m.message ->> 'last_code' AS last_code, (m.message ->> 'parent_id')::bigint AS parent_id,
+                   NULL::bigint AS replayed_by
+              FROM pgmq.%2$I m
+             WHERE %6$s AND ($3::timestamptz IS NULL
+                    OR (m.enqueued_at, m.msg_id) < ($3, $4 + CASE WHEN %1$L < $5 THEN 1 ELSE 0 END))
+               AND ($2::text IS NULL OR drainpipe.job_tenant(m.message -> 'payload') = $2)
+             ORDER BY m.enqueued_at DESC, m.msg_id DESC) l
+          WHERE $1::text IS NULL
+             OR drainpipe.job_state_at(l.stored_state, l.lease_end, l.attempts, l.max_attempts, $6) = $1
+          LIMIT $7)
+        UNION ALL
+        (SELECT * FROM (
+            SELECT a.msg_id, %1$L::text,
+                   CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
+                        WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END,
+                   a.read_ct, coalesce((a.message ->> 'max_attempts')::integer, 5),
+                   drainpipe.job_tenant(a.message -> 'payload'),
+                   a.message ->> 'dedupe_key', a.enqueued_at, a.vt, %5$s, a.archived_at,
+                   CASE WHEN a.message ? 'cancelled' OR a.message ? 'dead' THEN a.message ->> 'last_code'
+                        ELSE a.message ->> 'skipped' END,
+                   (a.message ->> 'parent_id')::bigint,
+                   (a.message ->> 'replayed_by')::bigint
+              FROM pgmq.%3$I a
+             WHERE %7$s AND ($3::timestamptz IS NULL
+                    OR (a.enqueued_at, a.msg_id) < ($3, $4 + CASE WHEN %1$L < $5 THEN 1 ELSE 0 END))
+               AND ($2::text IS NULL OR drainpipe.job_tenant(a.message -> 'payload') = $2)
+               AND ($1::text IS NULL OR $1 = CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
+                                                  WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END)
+             ORDER BY a.enqueued_at DESC, a.msg_id DESC) t
+          LIMIT $7)
+    $sql$, p_queue, 'q_' || p_queue, 'a_' || p_queue,
+       CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'm.last_read_at' ELSE 'NULL::timestamptz' END,
+       CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'a.last_read_at' ELSE 'NULL::timestamptz' END,
+       concat_ws(' AND ', 'true', 'm.msg_id >= ' || p_from, 'm.msg_id <= ' || p_to,
+                 'm.msg_id = ANY (' || quote_literal(p_ids::text) || '::bigint[])'),
+       concat_ws(' AND ', 'true', 'a.msg_id >= ' || p_from, 'a.msg_id <= ' || p_to,
+                 'a.msg_id = ANY (' || quote_literal(p_ids::text) || '::bigint[])')) $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_records_sql(p_queue text)
+ RETURNS text LANGUAGE sql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    SELECT format($sql$
+        (SELECT * FROM (
+            SELECT m.msg_id AS id, %1$L::text AS queue,
+                   drainpipe.pgmq_live_state(m.read_ct, m.message) AS stored_state,
+                   m.read_ct AS attempts, coalesce((m.message ->> 'max_attempts')::integer, 5) AS max_attempts,
+                   drainpipe.job_tenant(m.message -> 'payload') AS tenant,
+                   m.message ->> 'dedupe_key' AS dedupe_key, m.enqueued_at, m.vt AS lease_end,
+                   %4$s AS started_at, NULL::timestamptz AS finished_at,
+                   m.message ->> 'last_code' AS last_code, (m.message ->> 'parent_id')::bigint AS parent_id,
+                   NULL::bigint AS replayed_by
+              FROM pgmq.%2$I m
+             WHERE ($7::bigint IS NULL OR m.msg_id = $7)
+               AND ($3::bigint IS NULL OR m.msg_id < $3 + CASE WHEN %1$L < $4 THEN 1 ELSE 0 END)
+               AND ($2::text IS NULL OR drainpipe.job_tenant(m.message -> 'payload') = $2)
+             ORDER BY m.msg_id DESC) l
+          WHERE $1::text IS NULL
+             OR drainpipe.job_state_at(l.stored_state, l.lease_end, l.attempts, l.max_attempts, $5) = $1
+          LIMIT $6)
+        UNION ALL
+        (SELECT * FROM (
+            SELECT a.msg_id, %1$L::text,
+                   CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
+                        WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END,
+                   a.read_ct, coalesce((a.message ->> 'max_attempts')::integer, 5),
+                   drainpipe.job_tenant(a.message -> 'payload'),
+                   a.message ->> 'dedupe_key', a.enqueued_at, a.vt, %5$s, a.archived_at,
+                   CASE WHEN a.message ? 'cancelled' OR a.message ? 'dead' THEN a.message ->> 'last_code'
+                        ELSE a.message ->> 'skipped' END,
+                   (a.message ->> 'parent_id')::bigint,
+                   (a.message ->> 'replayed_by')::bigint
+              FROM pgmq.%3$I a
+             WHERE ($7::bigint IS NULL OR a.msg_id = $7)
+               AND ($3::bigint IS NULL OR a.msg_id < $3 + CASE WHEN %1$L < $4 THEN 1 ELSE 0 END)
+               AND ($2::text IS NULL OR drainpipe.job_tenant(a.message -> 'payload') = $2)
+               AND ($1::text IS NULL OR $1 = CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
+                                                  WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END)
+             ORDER BY a.msg_id DESC) t
+          LIMIT $6)
+    $sql$, p_queue, 'q_' || p_queue, 'a_' || p_queue,
+       CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'm.last_read_at' ELSE 'NULL::timestamptz' END,
+       CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'a.last_read_at' ELSE 'NULL::timestamptz' END) $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_search_sql(p_queue text)
+ RETURNS text LANGUAGE sql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    SELECT format($sql$
+        (SELECT * FROM (
+            SELECT r.*, CASE WHEN r.read_state = r.stored_state THEN r.stored_code
+                             WHEN r.read_state = 'dead' THEN 'MAX_ATTEMPTS' ELSE 'LEASE_EXPIRED' END AS read_code
+              FROM (
+                SELECT m.msg_id AS id, %1$L::text AS queue,
+                       drainpipe.pgmq_live_state(m.read_ct, m.message) AS stored_state,
+                       drainpipe.job_state_at(drainpipe.pgmq_live_state(m.read_ct, m.message), m.vt, m.read_ct,
+                                              coalesce((m.message ->> 'max_attempts')::integer, 5), $5) AS read_state,
+                       m.read_ct AS attempts, coalesce((m.message ->> 'max_attempts')::integer, 5) AS max_attempts,
+                       drainpipe.job_tenant(m.message -> 'payload') AS tenant,
+                       m.message ->> 'dedupe_key' AS dedupe_key, m.enqueued_at, m.vt AS lease_end,
+                       %4$s AS started_at, NULL::timestamptz AS finished_at,
+                       m.message ->> 'last_code' AS stored_code, (m.message ->> 'parent_id')::bigint AS parent_id,
+                       NULL::bigint AS replayed_by
+                  FROM pgmq.%2$I m
+                 WHERE ($7::bigint IS NULL OR m.msg_id = $7)
+                   AND ($3::bigint IS NULL OR m.msg_id < $3 + CASE WHEN %1$L < $4 THEN 1 ELSE 0 END)
+                   AND ($8::text IS NULL OR m.message ->> 'dedupe_key' = $8)
+                   AND ($9::timestamptz IS NULL OR m.enqueued_at >= $9)
+                   AND ($10::timestamptz IS NULL OR m.enqueued_at < $10)
+                   AND ($2::text IS NULL OR drainpipe.job_tenant(m.message -> 'payload') = $2)
+                 ORDER BY m.msg_id DESC) r) l
+          WHERE ($1::text IS NULL OR l.read_state = $1)
+            AND ($11::text IS NULL OR l.read_code = $11
+                 OR (l.read_code IN ('MAX_ATTEMPTS', 'DEADLINE_PASSED')
+                     AND drainpipe.job_cause(%1$L, l.id) = $11))
+          LIMIT $6)
+        UNION ALL
+        (SELECT * FROM (
+            SELECT a.msg_id AS id, %1$L::text AS queue,
+                   CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
+                        WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END AS stored_state,
+                   CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
+                        WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END AS read_state,
+                   a.read_ct AS attempts, coalesce((a.message ->> 'max_attempts')::integer, 5) AS max_attempts,
+                   drainpipe.job_tenant(a.message -> 'payload') AS tenant,
+                   a.message ->> 'dedupe_key' AS dedupe_key, a.enqueued_at, a.vt AS lease_end, %5$s AS started_at,
+                   a.archived_at AS finished_at,
+                   CASE WHEN a.message ? 'cancelled' OR a.message ? 'dead' THEN a.message ->> 'last_code'
+                        ELSE a.message ->> 'skipped' END AS stored_code,
+                   (a.message ->> 'parent_id')::bigint AS parent_id,
+                   (a.message ->> 'replayed_by')::bigint AS replayed_by,
+                   CASE WHEN a.message ? 'cancelled' OR a.message ? 'dead' THEN a.message ->> 'last_code'
+                        ELSE a.message ->> 'skipped' END AS read_code
+              FROM pgmq.%3$I a
+             WHERE ($7::bigint IS NULL OR a.msg_id = $7)
+               AND ($3::bigint IS NULL OR a.msg_id < $3 + CASE WHEN %1$L < $4 THEN 1 ELSE 0 END)
+               AND ($8::text IS NULL OR a.message ->> 'dedupe_key' = $8)
+               AND ($9::timestamptz IS NULL OR a.enqueued_at >= $9)
+               AND ($10::timestamptz IS NULL OR a.enqueued_at < $10)
+               AND ($2::text IS NULL OR drainpipe.job_tenant(a.message -> 'payload') = $2)
+               AND ($1::text IS NULL OR $1 = CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
+                                                  WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END)
+             ORDER BY a.msg_id DESC) t
+          WHERE ($11::text IS NULL OR t.read_code = $11
+                 OR (t.read_code IN ('MAX_ATTEMPTS', 'DEADLINE_PASSED')
+                     AND drainpipe.job_cause(%1$L, t.id) = $11))
+          LIMIT $6)
+    $sql$, p_queue, 'q_' || p_queue, 'a_' || p_queue,
+       CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'm.last_read_at' ELSE 'NULL::timestamptz' END,
+       CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'a.last_read_at' ELSE 'NULL::timestamptz' END) $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.purge_job_archive_v1(p_queue text, p_older_than interval DEFAULT '7 days'::interval, p_batch integer DEFAULT 10000, p_dead_older_than interval DEFAULT '30 days'::interval)
+ RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_ids bigint[];
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF to_regclass('pgmq.a_' || p_queue) IS NULL THEN
+        RETURN 0;
+    END IF;
+    EXECUTE format(
+        'WITH gone AS (
+             DELETE FROM pgmq.%1$I a WHERE a.msg_id IN (
+                 SELECT x.msg_id FROM pgmq.%1$I x
+                  WHERE x.archived_at < clock_timestamp()
+                        - CASE WHEN x.message ? ''dead'' THEN $1 ELSE $2 END
+                  ORDER BY x.msg_id LIMIT $3)
+             RETURNING a.msg_id),
+         attempts_gone AS (
+             DELETE FROM drainpipe.job_attempts t USING gone g WHERE t.queue = $4 AND t.job_id = g.msg_id)
+         SELECT coalesce(array_agg(msg_id), ''{}'') FROM gone', 'a_' || p_queue)
+      INTO v_ids USING p_dead_older_than, p_older_than, greatest(coalesce(p_batch, 10000), 1), p_queue;
+    PERFORM drainpipe.forget_job_steps(p_queue, v_ids);
+    RETURN cardinality(v_ids);
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.recount_job_totals_v1(p_queues text[] DEFAULT NULL::text[])
+ RETURNS bigint LANGUAGE sql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    SELECT drainpipe.ensure_queue_overview_v1(coalesce(p_queues, ARRAY(
+        SELECT queue_name FROM pgmq.meta WHERE queue_name ~ '^[a-z_][a-z0-9_]{0,46}$')), true) $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.replay_dead_job_v3(p_queue text, p_id bigint, p_window double precision DEFAULT NULL::double precision, p_replayable boolean DEFAULT true, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS TABLE(new_job_id bigint, code text) LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_rules record;
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_message jsonb;
+    v_read_ct integer;
+    v_vt timestamptz;
+    v_new bigint;
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    -- the policy row first (see replay_rules_in_force), then the job
+    v_rules := drainpipe.replay_rules_in_force(p_queue, p_window, p_replayable);
+    IF to_regclass('pgmq.a_' || p_queue) IS NULL THEN
+        RETURN QUERY SELECT NULL::bigint, 'JOB_NOT_FOUND'::text;
+        RETURN;
+    END IF;
+    -- a last lease that ran out is a dead job already, not swept yet: sweep it now
+    EXECUTE format('SELECT read_ct, message, vt FROM pgmq.%I WHERE msg_id = $1 FOR UPDATE', 'q_' || p_queue)
+      INTO v_read_ct, v_message, v_vt USING p_id;
+    IF v_read_ct IS NOT NULL THEN
+        IF drainpipe.job_state_at(drainpipe.pgmq_live_state(v_read_ct, v_message), v_vt, v_read_ct,
+                                  coalesce((v_message ->> 'max_attempts')::integer, 5), v_now) <> 'dead' THEN
+            RETURN QUERY SELECT NULL::bigint, 'JOB_NOT_DEAD'::text;
+            RETURN;
+        END IF;
+        INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+        VALUES (p_queue, p_id, v_read_ct, NULL, v_vt, 'expired', 'LEASE_EXPIRED')
+        ON CONFLICT DO NOTHING;
+        PERFORM drainpipe.pgmq_archive_job(p_queue, p_id,
+            '{"last_error": "The lease ran out on the last attempt", "dead": true, "last_code": "MAX_ATTEMPTS"}', v_vt);
+    END IF;
+    v_message := NULL;
+    EXECUTE format('SELECT message FROM pgmq.%I WHERE msg_id = $1 FOR UPDATE', 'a_' || p_queue)
+      INTO v_message USING p_id;
+    IF v_message IS NULL THEN
+        RETURN QUERY SELECT NULL::bigint, 'JOB_NOT_FOUND'::text;
+        RETURN;
+    ELSIF v_message ? 'replayed_by' THEN
+        RETURN QUERY SELECT NULL::bigint, 'JOB_ALREADY_REPLAYED'::text;
+        RETURN;
+    ELSIF NOT v_message ? 'dead' THEN
+        RETURN QUERY SELECT NULL::bigint, 'JOB_NOT_DEAD'::text;
+        RETURN;
+    END IF;
+    code := drainpipe.replay_refusal(v_rules.replay_window, v_rules.replayable,
+        CASE WHEN v_rules.replay_window IS NULL THEN NULL
+             ELSE drainpipe.replay_origin(p_queue, p_id) END, v_now);
+    IF code IS NOT NULL THEN
+        RETURN QUERY SELECT NULL::bigint, code;
+        RETURN;
+    END IF;
+    v_new := drainpipe.enqueue_job_v1(p_queue, v_message -> 'payload', 0,
+        coalesce((v_message ->> 'max_attempts')::integer, 5), v_message ->> 'dedupe_key', true);
+    EXECUTE format('UPDATE pgmq.%I SET message = message || $2 WHERE msg_id = $1 AND NOT message ? ''parent_id''',
+                   'q_' || p_queue)
+      USING v_new, jsonb_build_object('parent_id', p_id);
+    EXECUTE format('UPDATE pgmq.%I SET message = message || $2 WHERE msg_id = $1', 'a_' || p_queue)
+      USING p_id, jsonb_build_object('replayed_by', v_new);
+    RETURN QUERY SELECT v_new, NULL::text;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.replay_origin(p_queue text, p_id bigint)
+ RETURNS timestamp with time zone LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_origin timestamptz;
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF to_regclass('pgmq.a_' || p_queue) IS NULL THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE format(
+        'WITH RECURSIVE lineage (id, parent_id, enqueued_at, depth) AS (
+             SELECT a.msg_id, (a.message ->> ''parent_id'')::bigint, a.enqueued_at, 1
+               FROM pgmq.%1$I AS a WHERE a.msg_id = $1
+             UNION ALL
+             SELECT a.msg_id, (a.message ->> ''parent_id'')::bigint, a.enqueued_at, l.depth + 1
+               FROM lineage AS l JOIN pgmq.%1$I AS a ON a.msg_id = l.parent_id AND a.msg_id < l.id
+              WHERE l.depth < 1000
+         )
+         SELECT min(enqueued_at) FROM lineage', 'a_' || p_queue)
+      INTO v_origin USING p_id;
+    RETURN v_origin;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.rewrite_job_payload_v1(p_queue text, p_id bigint, p_old jsonb, p_new jsonb)
+ RETURNS boolean LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_done integer;
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    EXECUTE format(
+        'UPDATE pgmq.%I SET message = jsonb_set(message, ''{payload}'', $3)
+          WHERE msg_id = $1 AND message -> ''payload'' = $2', 'q_' || p_queue)
+      USING p_id, p_old, p_new;
+    GET DIAGNOSTICS v_done = ROW_COUNT;
+    RETURN v_done > 0;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.set_job_parent(p_queue text, p_ids bigint[], p_parent bigint)
+ RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    EXECUTE format('UPDATE pgmq.%I SET message = message || jsonb_build_object(''parent_id'', $2)
+                     WHERE msg_id = ANY ($1)', 'q_' || p_queue)
+      USING p_ids, p_parent;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.skip_job_v1(p_queue text, p_id bigint, p_attempt integer, p_code text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS boolean LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_held boolean;
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF NOT drainpipe.is_job_code(p_code) THEN
+        PERFORM drainpipe.assert_job_code(p_code);
+    END IF;
+    IF to_regclass('pgmq.q_' || p_queue) IS NULL THEN
+        RETURN false;
+    END IF;
+    EXECUTE format('SELECT true FROM pgmq.%I WHERE msg_id = $1 AND read_ct = $2
+                      AND message ->> ''failed'' IS DISTINCT FROM read_ct::text FOR UPDATE', 'q_' || p_queue)
+      INTO v_held USING p_id, p_attempt;
+    IF v_held THEN
+        RETURN drainpipe.pgmq_archive_job(p_queue, p_id, jsonb_build_object('skipped', p_code),
+                                          coalesce(p_now, clock_timestamp()));
+    END IF;
+    UPDATE drainpipe.job_attempts SET late_outcome = 'succeeded'
+     WHERE queue = p_queue AND job_id = p_id AND number = p_attempt
+       AND outcome = 'cancelled' AND late_outcome IS NULL;
+    RETURN false;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.uncounted_get_job(p_queue text, p_id bigint, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_record_v1 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    RETURN QUERY SELECT * FROM drainpipe.pgmq_records(p_queue, NULL, NULL, 1, NULL, NULL, p_id,
+                                                      coalesce(p_now, clock_timestamp()), true);
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.uncounted_list_jobs_2(p_queue text DEFAULT NULL::text, p_state text DEFAULT NULL::text, p_tenant text DEFAULT NULL::text, p_limit integer DEFAULT 100, p_before_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_before_id bigint DEFAULT NULL::bigint, p_before_queue text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_record_v1 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' SET enable_seqscan TO 'off' SET jit TO 'off' AS $function$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_limit integer := greatest(coalesce(p_limit, 100), 1);
+    v_queue record;
+    v_window record;
+    v_parts text[] := '{}';
+BEGIN
+    IF p_queue IS NOT NULL THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    FOR v_queue IN
+        SELECT m.queue_name::text AS name, coalesce(b.last_id, 0) AS after,
+               coalesce(p_before_id, 0)
+                 + CASE WHEN m.queue_name::text < coalesce(p_before_queue, '') THEN 1 ELSE 0 END AS before_id
+          FROM pgmq.meta m LEFT JOIN drainpipe.pgmq_list_before b ON b.queue = m.queue_name::text
+         WHERE m.queue_name ~ '^[a-z_][a-z0-9_]{0,46}$'
+           AND (p_queue IS NULL OR m.queue_name = p_queue)
+           AND to_regclass('pgmq.a_' || m.queue_name) IS NOT NULL
+    LOOP
+        v_window := drainpipe.pgmq_newest_window(v_queue.name, p_state, p_tenant, v_limit, p_before_at,
+                                                 v_queue.before_id, v_now, v_queue.after);
+        IF cardinality(v_window.ids) > 0 THEN
+            -- the page's rows the walk found (each queue's page is these, by id)
+            v_parts := v_parts || drainpipe.pgmq_records_ids_sql(v_queue.name, NULL, NULL, v_window.ids);
+        END IF;
+        IF v_queue.after > 0 THEN
+            v_parts := v_parts || drainpipe.pgmq_records_ids_sql(v_queue.name, NULL, v_queue.after);
+        END IF;
+    END LOOP;
+    IF cardinality(v_parts) = 0 THEN
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format($sql$
+        SELECT r.id, r.queue, r.read_state, r.attempts, r.max_attempts, NULL::timestamptz, r.tenant,
+               r.dedupe_key, r.enqueued_at,
+               CASE WHEN r.read_state IN ('queued', 'retry_wait') THEN r.lease_end END,
+               r.started_at,
+               CASE WHEN r.read_state = 'dead' AND r.finished_at IS NULL THEN r.lease_end ELSE r.finished_at END,
+               CASE WHEN r.read_state = r.stored_state THEN r.last_code
+                    WHEN r.read_state = 'dead' THEN 'MAX_ATTEMPTS' ELSE 'LEASE_EXPIRED' END,
+               r.parent_id, r.replayed_by, NULL::jsonb
+          FROM (SELECT u.*, drainpipe.job_state_at(u.stored_state, u.lease_end, u.attempts,
+                                                   u.max_attempts, $6) AS read_state
+                  FROM (%s) u) r
+         ORDER BY r.enqueued_at DESC, r.id DESC, r.queue DESC
+         LIMIT $7
+    $sql$, array_to_string(v_parts, ' UNION ALL '))
+      USING p_state, p_tenant, p_before_at, coalesce(p_before_id, 0), coalesce(p_before_queue, ''),
+            v_now, v_limit;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.uncounted_search_jobs(p_queue text, p_state text, p_tenant text, p_code text, p_since timestamp with time zone, p_until timestamp with time zone, p_dedupe_key text, p_id bigint, p_limit integer, p_before_id bigint DEFAULT NULL::bigint, p_before_queue text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_record_v1 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_parts text;
+BEGIN
+    IF p_queue IS NOT NULL THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    SELECT string_agg(drainpipe.pgmq_search_sql(m.queue_name), ' UNION ALL ')
+      INTO v_parts
+      FROM pgmq.meta m
+     WHERE m.queue_name ~ '^[a-z_][a-z0-9_]{0,46}$'
+       AND (p_queue IS NULL OR m.queue_name = p_queue)
+       AND to_regclass('pgmq.a_' || m.queue_name) IS NOT NULL;
+    IF v_parts IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format($sql$
+        SELECT r.id, r.queue, r.read_state, r.attempts, r.max_attempts, NULL::timestamptz, r.tenant,
+               r.dedupe_key, r.enqueued_at,
+               CASE WHEN r.read_state IN ('queued', 'retry_wait') THEN r.lease_end END,
+               r.started_at,
+               CASE WHEN r.read_state = 'dead' AND r.finished_at IS NULL THEN r.lease_end ELSE r.finished_at END,
+               r.read_code, r.parent_id, r.replayed_by, NULL::jsonb
+          FROM (%s) r
+         ORDER BY r.id DESC, r.queue DESC
+         LIMIT $6
+    $sql$, v_parts)
+      USING p_state, p_tenant, p_before_id, coalesce(p_before_queue, ''),
+            coalesce(p_now, clock_timestamp()), greatest(coalesce(p_limit, 100), 1), p_id,
+            p_dedupe_key, p_since, p_until, p_code;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.wake_job(p_queue text, p_id bigint, p_now timestamp with time zone)
+ RETURNS boolean LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_woken integer;
+BEGIN
+    IF to_regclass('pgmq.q_' || p_queue) IS NULL THEN
+        RETURN false;
+    END IF;
+    EXECUTE format('UPDATE pgmq.%I SET vt = least(vt, $2), message = message - ''waiting_for''
+                     WHERE msg_id = $1 AND message ->> ''suspended'' = read_ct::text
+                       AND message ? ''waiting_for''', 'q_' || p_queue)
+      USING p_id, p_now;
+    GET DIAGNOSTICS v_woken = ROW_COUNT;
+    RETURN v_woken > 0;
+END $function$;
+
+RESET check_function_bodies;

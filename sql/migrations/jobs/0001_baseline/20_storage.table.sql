@@ -1,0 +1,1495 @@
+-- drainpipe's jobs module: queues, claims, records, policies, flow control, steps, schedules.
+-- This part: the table storage (every queue in drainpipe.job_messages).
+-- Baseline: the schema as it stood when tests/sql/squash.py squashed the migrations.
+-- Change it with a new migration, never here (sql/README.md).
+
+SET check_function_bodies = off;
+
+-- Tables
+CREATE TABLE IF NOT EXISTS drainpipe.job_dead_letters (
+    id bigint NOT NULL,
+    queue text NOT NULL,
+    message jsonb NOT NULL,
+    attempts integer NOT NULL,
+    enqueued_at timestamp with time zone NOT NULL,
+    died_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    CONSTRAINT job_dead_letters_pkey PRIMARY KEY (id)
+);
+CREATE INDEX IF NOT EXISTS job_dead_letters_died_brin ON drainpipe.job_dead_letters USING brin (died_at);
+CREATE INDEX IF NOT EXISTS job_dead_letters_queue_idx ON drainpipe.job_dead_letters USING btree (queue, id);
+ALTER TABLE drainpipe.job_dead_letters ENABLE ROW LEVEL SECURITY;
+
+CREATE TABLE IF NOT EXISTS drainpipe.job_messages (
+    id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
+    queue text NOT NULL,
+    payload jsonb NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    max_attempts integer DEFAULT 5 NOT NULL,
+    dedupe_key text,
+    last_error text,
+    enqueued_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    visible_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    state text DEFAULT 'queued'::text NOT NULL,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    last_code text,
+    parent_id bigint,
+    replayed_by bigint,
+    CONSTRAINT job_messages_pkey PRIMARY KEY (id)
+);
+CREATE INDEX IF NOT EXISTS job_messages_dead_idx ON drainpipe.job_messages USING btree (queue, id) WHERE ((state = 'dead'::text) AND (replayed_by IS NULL));
+CREATE INDEX IF NOT EXISTS job_messages_exhausted_live_idx ON drainpipe.job_messages USING btree (queue, visible_at) WHERE ((finished_at IS NULL) AND (attempts >= max_attempts));
+CREATE INDEX IF NOT EXISTS job_messages_finished_idx ON drainpipe.job_messages USING btree (queue, finished_at) INCLUDE (state) WHERE (finished_at IS NOT NULL);
+CREATE INDEX IF NOT EXISTS job_messages_live_idx ON drainpipe.job_messages USING btree (queue, visible_at, id) WHERE (finished_at IS NULL);
+CREATE INDEX IF NOT EXISTS job_messages_live_key_idx ON drainpipe.job_messages USING btree (queue, dedupe_key) WHERE ((dedupe_key IS NOT NULL) AND (finished_at IS NULL));
+CREATE UNIQUE INDEX IF NOT EXISTS job_messages_waiting_key_idx ON drainpipe.job_messages USING btree (queue, dedupe_key) WHERE ((dedupe_key IS NOT NULL) AND (attempts = 0) AND (finished_at IS NULL));
+ALTER TABLE drainpipe.job_messages SET (vacuum_index_cleanup=on, autovacuum_vacuum_scale_factor=0, autovacuum_vacuum_threshold=5000);
+ALTER TABLE drainpipe.job_messages ENABLE ROW LEVEL SECURITY;
+
+-- Functions
+CREATE OR REPLACE FUNCTION drainpipe.apply_job_retention_v1(p_min_interval double precision DEFAULT NULL::double precision, p_batch integer DEFAULT 10000, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_policy drainpipe.queue_policies;
+    v_total integer := 0;
+    v_ids bigint[];
+BEGIN
+    IF p_min_interval IS NOT NULL THEN
+        UPDATE drainpipe.job_retention_runs SET last_run = v_now
+         WHERE id = 1 AND (last_run IS NULL OR last_run <= v_now - make_interval(secs => p_min_interval));
+        IF NOT FOUND THEN
+            RETURN NULL;  -- ran less than p_min_interval ago (or another caller runs it now)
+        END IF;
+    END IF;
+    FOR v_policy IN SELECT * FROM drainpipe.queue_policies ORDER BY queue LOOP
+        WITH gone AS (
+            DELETE FROM drainpipe.job_messages d
+             WHERE d.id = ANY (ARRAY(
+                   SELECT x.id FROM drainpipe.job_messages x
+                    WHERE x.queue = v_policy.queue AND x.finished_at IS NOT NULL
+                      AND x.finished_at < v_now - make_interval(secs => v_policy.retention)
+                    ORDER BY x.finished_at LIMIT greatest(coalesce(p_batch, 10000), 1)))
+            RETURNING d.queue, d.id
+        ), attempts_gone AS (
+            DELETE FROM drainpipe.job_attempts a USING gone g
+             WHERE a.queue = g.queue AND a.job_id = g.id
+        )
+        SELECT coalesce(array_agg(id), '{}') INTO v_ids FROM gone;
+        PERFORM drainpipe.forget_job_steps(v_policy.queue, v_ids);
+        v_total := v_total + cardinality(v_ids);
+    END LOOP;
+    PERFORM drainpipe.purge_job_events_v1(604800, v_now);
+    RETURN v_total;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.attach_queue_policy_v1(p_queue text)
+ RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' SET enable_seqscan TO 'on' SET jit TO 'off' AS $function$
+BEGIN
+    -- no writer between the count and the triggers: the counter starts exact
+    LOCK TABLE drainpipe.job_messages IN SHARE ROW EXCLUSIVE MODE;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'job_messages_policy_insert'
+                      AND tgrelid = 'drainpipe.job_messages'::regclass) THEN
+        CREATE TRIGGER job_messages_policy_insert AFTER INSERT ON drainpipe.job_messages
+            REFERENCING NEW TABLE AS added
+            FOR EACH STATEMENT EXECUTE FUNCTION drainpipe.job_messages_policy_insert();
+    END IF;
+    PERFORM drainpipe.ensure_lease_trigger();
+    INSERT INTO drainpipe.queue_pending (queue, live)
+    SELECT p_queue, count(*) FROM drainpipe.job_messages WHERE queue = p_queue AND finished_at IS NULL
+    ON CONFLICT (queue) DO UPDATE SET live = excluded.live;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.cancel_job_v1(p_queue text, p_id bigint, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS text LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_job drainpipe.job_messages;
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+BEGIN
+    SELECT * INTO v_job FROM drainpipe.job_messages WHERE id = p_id AND queue = p_queue FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF v_job.finished_at IS NOT NULL THEN
+        RETURN 'terminal';
+    END IF;
+    IF v_job.state = 'leased' AND v_job.visible_at <= v_now THEN
+        -- the lease ran out: that attempt expired (and a last attempt made the job dead)
+        INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+        VALUES (p_queue, p_id, v_job.attempts, v_job.started_at, v_job.visible_at, 'expired', 'LEASE_EXPIRED')
+        ON CONFLICT DO NOTHING;
+        IF v_job.attempts >= v_job.max_attempts THEN
+            UPDATE drainpipe.job_messages
+               SET state = 'dead', finished_at = v_job.visible_at, last_code = 'MAX_ATTEMPTS',
+                   last_error = 'The lease ran out on the last attempt'
+             WHERE id = p_id;
+            RETURN 'terminal';
+        END IF;
+    ELSIF v_job.state = 'leased' THEN
+        INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+        VALUES (p_queue, p_id, v_job.attempts, v_job.started_at, v_now, 'cancelled', 'CANCELLED')
+        ON CONFLICT DO NOTHING;
+    END IF;
+    UPDATE drainpipe.job_messages
+       SET state = 'cancelled', finished_at = v_now, last_code = 'CANCELLED'
+     WHERE id = p_id;
+    RETURN 'cancelled';
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.child_job_states(p_queue text, p_ids bigint[])
+ RETURNS TABLE(id bigint, state text, last_code text) LANGUAGE sql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    SELECT i.id,
+           CASE WHEN m.id IS NULL THEN 'purged' WHEN m.finished_at IS NULL THEN 'live' ELSE m.state END,
+           CASE WHEN m.finished_at IS NOT NULL THEN m.last_code END
+      FROM unnest(p_ids) WITH ORDINALITY AS i(id, n)
+      LEFT JOIN drainpipe.job_messages m ON m.id = i.id AND m.queue = p_queue
+     ORDER BY i.n $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.claim_jobs_v1(p_queue text, p_lease double precision DEFAULT 300, p_batch integer DEFAULT 1, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_row_v1 LANGUAGE sql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    SELECT c.id, c.attempts, c.enqueued_at, c.visible_until, c.payload, c.max_attempts, c.last_error
+      FROM drainpipe.complete_and_claim_jobs_v1(p_queue, '{}'::bigint[], '{}'::integer[],
+                                                p_lease, p_batch, p_now) AS c $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.complete_and_claim_jobs_v1(p_queue text, p_ids bigint[], p_attempts integer[], p_lease double precision DEFAULT 300, p_batch integer DEFAULT 1, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_turn_row_v1 LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' SET plan_cache_mode TO 'force_generic_plan' SET enable_seqscan TO 'off' AS $function$
+DECLARE
+    v_done bigint[];
+    v_now timestamptz;
+    v_until timestamptz;
+    v_batch integer := greatest(p_batch, 1);
+    v_ids bigint[];
+    v_lapsed boolean;
+    v_flow drainpipe.queue_flow;
+    v_from timestamptz := '-infinity';  -- the bound (jobs 0014)
+    v_first timestamptz;
+    v_levels integer[];  -- the queue's priorities, when it has any (jobs 0017)
+BEGIN
+    -- the completions first: a claim must not take back a job this turn completes
+    IF cardinality(p_ids) > 0 THEN
+        PERFORM drainpipe.assert_turn_arrays(p_ids, p_attempts);
+        v_done := ARRAY(SELECT drainpipe.complete_jobs_v1(p_queue, p_ids, p_attempts, p_now));
+        IF cardinality(v_done) < cardinality(p_ids) THEN
+            RETURN QUERY SELECT * FROM drainpipe.refused_turn_rows(p_ids, p_attempts, v_done);
+        END IF;
+    END IF;
+    IF EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = p_queue) THEN
+        RETURN;  -- paused: the completions above stand, nothing is claimed (jobs 0012)
+    END IF;
+    -- the queue's flow limits, if it has any (jobs 0015)
+    SELECT * INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = p_queue;
+    -- and its priorities, if it ever had a job with one (jobs 0017)
+    SELECT p.levels INTO v_levels FROM drainpipe.queue_priorities p WHERE p.queue = p_queue;
+    -- the claim's clock starts after the completions (as a claim sent after them would)
+    v_now := coalesce(p_now, clock_timestamp());
+    v_until := v_now + make_interval(secs => greatest(p_lease, 0));
+    -- A job whose lease ran out on its last attempt is dead: its attempt expired.
+    IF EXISTS (SELECT 1 FROM drainpipe.job_messages x
+                WHERE x.queue = p_queue AND x.finished_at IS NULL
+                  AND x.attempts >= x.max_attempts AND x.visible_at <= v_now) THEN
+        WITH swept AS (
+            UPDATE drainpipe.job_messages m
+               SET state = 'dead', finished_at = m.visible_at, last_code = 'MAX_ATTEMPTS',
+                   last_error = 'The lease ran out on the last attempt'
+             WHERE m.id = ANY (ARRAY(
+                   SELECT x.id FROM drainpipe.job_messages x
+                    WHERE x.queue = p_queue AND x.finished_at IS NULL
+                      AND x.attempts >= x.max_attempts AND x.visible_at <= v_now
+                    FOR UPDATE SKIP LOCKED))
+            RETURNING m.queue, m.id, m.attempts, m.started_at, m.visible_at
+        )
+        INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+        SELECT s.queue, s.id, s.attempts, s.started_at, s.visible_at, 'expired', 'LEASE_EXPIRED'
+          FROM swept s
+        ON CONFLICT DO NOTHING;
+    END IF;
+    IF v_flow.key_concurrency IS NOT NULL OR v_flow.key_rate_count IS NOT NULL OR v_flow.ordered THEN
+        -- limits per key: the pick they allow, along the levels of a prioritised queue,
+        -- rows locked, and whether one of them is a lapsed lease (jobs 0021)
+        SELECT p.ids, p.lapsed INTO v_ids, v_lapsed
+          FROM drainpipe.job_messages_flow_take(v_flow, v_batch, v_now, v_levels) p;
+        IF cardinality(v_ids) = 0 THEN
+            RETURN;
+        END IF;
+    ELSE
+    IF v_flow.queue IS NOT NULL THEN
+        -- queue-wide limits only: the pick below, no larger than the room they leave
+        v_batch := drainpipe.job_messages_flow_room(v_flow, v_batch, v_now);
+        IF v_batch = 0 THEN
+            RETURN;
+        END IF;
+    END IF;
+    IF v_levels IS NOT NULL THEN
+        -- priorities: the pick by level, highest first (jobs 0017), rows locked
+        v_ids := drainpipe.job_messages_priority_pick(p_queue, v_levels, v_batch, v_now, p_now IS NULL);
+        IF cardinality(v_ids) = 0 THEN
+            RETURN;
+        END IF;
+        SELECT bool_or(x.state = 'leased') INTO v_lapsed
+          FROM drainpipe.job_messages x WHERE x.id = ANY (v_ids);
+    ELSE
+    -- The pick is a statement of its own, into arrays: the take-over record below is then a
+    -- branch taken only when a lapsed lease was picked (see jobs 0004). It starts at this
+    -- connection's bound for the queue (jobs 0014), once more from the start when short.
+    IF p_now IS NULL THEN
+        v_from := drainpipe.claim_bound(p_queue, v_now);
+    END IF;
+    LOOP
+        SELECT array_agg(p.id), bool_or(p.state = 'leased'), min(p.visible_at)
+          INTO v_ids, v_lapsed, v_first
+          FROM (
+              -- oldest visible first; rows another worker is claiming right now are skipped
+              SELECT x.id, x.state, x.visible_at
+                FROM drainpipe.job_messages x
+               WHERE x.queue = p_queue AND x.finished_at IS NULL AND x.visible_at <= v_now
+                 AND x.attempts < x.max_attempts
+                 AND x.visible_at >= v_from  -- the bound: entries below are not visited
+               ORDER BY x.visible_at, x.id
+               LIMIT v_batch
+                 FOR UPDATE SKIP LOCKED
+          ) p;
+        EXIT WHEN v_from = '-infinity' OR coalesce(cardinality(v_ids), 0) >= v_batch;
+        v_from := '-infinity';  -- short above the bound: once more from the start
+    END LOOP;
+    PERFORM drainpipe.keep_claim_bound(p_queue, v_first, p_now);
+    END IF;
+    END IF;
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+    IF v_lapsed THEN
+        -- a lease that ran out: that attempt expired, and this claim takes the job over
+        -- (the rows are locked by the pick, so they still read as they were picked)
+        INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+        SELECT p_queue, x.id, x.attempts, x.started_at, x.visible_at, 'expired', 'LEASE_EXPIRED'
+          FROM drainpipe.job_messages x
+         WHERE x.id = ANY (v_ids) AND x.state = 'leased'
+        ON CONFLICT DO NOTHING;
+    END IF;
+    RETURN QUERY
+    UPDATE drainpipe.job_messages j
+       SET attempts = j.attempts + 1,
+           visible_at = v_until,
+           started_at = v_now,
+           state = 'leased'
+     -- = ANY (array): primary-key lookups even under a generic plan
+     WHERE j.id = ANY (v_ids)
+    RETURNING j.id, j.attempts, j.enqueued_at, j.visible_at, j.payload, j.max_attempts,
+              j.last_error, false;
+    IF v_flow.rate_count IS NOT NULL OR v_flow.key_rate_count IS NOT NULL THEN
+        -- the rate windows count the attempts just started (jobs 0015)
+        PERFORM drainpipe.flow_record_claims(v_flow,
+            ARRAY(SELECT drainpipe.job_key(x.payload) FROM drainpipe.job_messages x
+                   WHERE x.id = ANY (v_ids)),
+            v_now);
+    END IF;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.complete_jobs_v1(p_queue text, p_ids bigint[], p_attempts integer[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' SET plan_cache_mode TO 'force_generic_plan' SET enable_seqscan TO 'off' AS $function$
+DECLARE
+    c_leased constant text := 'leased';
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_done integer;
+BEGIN
+    RETURN QUERY
+    UPDATE drainpipe.job_messages m
+       SET state = 'succeeded', finished_at = v_now, last_code = NULL
+      FROM unnest(p_ids, p_attempts) AS f(id, attempt)
+     WHERE m.id = f.id AND m.attempts = f.attempt AND m.queue = p_queue AND m.state = c_leased
+    RETURNING m.id;
+    GET DIAGNOSTICS v_done = ROW_COUNT;
+    IF v_done < cardinality(p_ids) THEN
+        UPDATE drainpipe.job_attempts a
+           SET late_outcome = 'succeeded'
+          FROM unnest(p_ids, p_attempts) AS f(id, attempt)
+         WHERE a.queue = p_queue AND a.job_id = f.id AND a.number = f.attempt
+           AND a.outcome = 'cancelled' AND a.late_outcome IS NULL;
+    END IF;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.count_live_jobs(p_queue text, p_limit bigint)
+ RETURNS bigint LANGUAGE sql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    SELECT count(*) FROM (
+        SELECT 1 FROM drainpipe.job_messages m
+         WHERE m.queue = p_queue AND m.finished_at IS NULL LIMIT p_limit) x $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.dead_job_ids(p_queue text, p_ids bigint[], p_batch integer)
+ RETURNS SETOF bigint LANGUAGE sql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    SELECT m.id FROM drainpipe.job_messages m
+     WHERE m.queue = p_queue AND m.state = 'dead' AND m.replayed_by IS NULL
+       AND (p_ids IS NULL OR m.id = ANY (p_ids))
+     ORDER BY m.id DESC
+     LIMIT greatest(coalesce(p_batch, 1000), 1) $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.dead_job_message(p_payload jsonb, p_max_attempts integer, p_dedupe_key text, p_last_error text)
+ RETURNS jsonb LANGUAGE sql IMMUTABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    SELECT jsonb_build_object('payload', p_payload, 'max_attempts', p_max_attempts,
+                              'last_error', p_last_error, 'dead', true)
+           || CASE WHEN p_dedupe_key IS NULL THEN '{}'::jsonb
+                   ELSE jsonb_build_object('dedupe_key', p_dedupe_key) END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.debounce_job(p_queue text, p_id bigint, p_payload jsonb, p_seconds double precision)
+ RETURNS boolean LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    IF p_payload ? 'priority' THEN
+        -- the new payload's priority is a level the claim reads (jobs 0017)
+        PERFORM drainpipe.note_job_priority(p_queue, nullif(drainpipe.job_priority(p_payload), 0));
+    END IF;
+    UPDATE drainpipe.job_messages m
+       SET payload = coalesce(p_payload, '{}'::jsonb),
+           visible_at = clock_timestamp() + make_interval(secs => greatest(p_seconds, 0))
+     WHERE m.id = p_id AND m.queue = p_queue AND m.attempts = 0 AND m.finished_at IS NULL
+       AND m.state = 'queued';
+    RETURN FOUND;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.enqueue_job_v1(p_queue text, p_payload jsonb DEFAULT '{}'::jsonb, p_delay double precision DEFAULT 0, p_max_attempts integer DEFAULT 5, p_dedupe_key text DEFAULT NULL::text, p_dedupe_running boolean DEFAULT true)
+ RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_id bigint;
+    v_at timestamptz;
+BEGIN
+    IF NOT drainpipe.is_queue_name(p_queue) THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+        PERFORM drainpipe.assert_max_attempts(p_max_attempts);
+    END IF;
+    IF p_payload ? 'priority' THEN
+        -- a non-zero priority: the queue's claims order by it from now on (10_priorities.sql)
+        PERFORM drainpipe.note_job_priority(p_queue, nullif(drainpipe.job_priority(p_payload), 0));
+    END IF;
+    IF p_dedupe_key IS NULL THEN
+        -- the common case stays one INSERT
+        SELECT s.id, s.at INTO v_id, v_at FROM drainpipe.job_stamp('drainpipe.job_messages_id_seq') s;
+        INSERT INTO drainpipe.job_messages (id, queue, payload, max_attempts, enqueued_at, visible_at)
+        OVERRIDING SYSTEM VALUE
+        VALUES (v_id, p_queue, coalesce(p_payload, '{}'::jsonb), p_max_attempts, v_at,
+                clock_timestamp() + make_interval(secs => greatest(coalesce(p_delay, 0), 0)));
+        RETURN v_id;
+    END IF;
+    RETURN drainpipe.enqueue_keyed_job(p_queue, p_payload, p_delay, p_max_attempts,
+                                       p_dedupe_key, p_dedupe_running, NULL);
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.enqueue_jobs_v1(p_queue text, p_payloads jsonb, p_delay double precision DEFAULT 0, p_max_attempts integer DEFAULT 5)
+ RETURNS SETOF bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    -- read once: a function with its own settings is called, not inlined, for every row
+    v_window interval := drainpipe.job_stamp_window();
+BEGIN
+    IF NOT drainpipe.is_queue_name(p_queue) THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+        PERFORM drainpipe.assert_max_attempts(p_max_attempts);
+    END IF;
+    IF p_payloads @? '$[*].priority' THEN
+        -- a non-zero priority among them: see enqueue_job_v1
+        PERFORM drainpipe.note_job_priorities(p_queue, p_payloads);
+    END IF;
+    RETURN QUERY
+    WITH drawn AS MATERIALIZED (
+        SELECT e.n, e.value, clock_timestamp() AS before_at,
+               nextval('drainpipe.job_messages_id_seq'::regclass) AS id, clock_timestamp() AS at
+          FROM jsonb_array_elements(p_payloads) WITH ORDINALITY AS e(value, n)
+         ORDER BY e.n
+    ), stamped AS (
+        SELECT d.n, d.value, d.id, d.at,
+               CASE WHEN d.at - d.before_at > v_window
+                    THEN drainpipe.job_stamp('drainpipe.job_messages_id_seq') END AS again
+          FROM drawn d
+        OFFSET 0
+    )
+    INSERT INTO drainpipe.job_messages (id, queue, payload, max_attempts, enqueued_at, visible_at)
+    OVERRIDING SYSTEM VALUE
+    SELECT coalesce((s.again).id, s.id), p_queue, s.value, p_max_attempts,
+           coalesce((s.again).at, s.at),
+           clock_timestamp() + make_interval(secs => greatest(coalesce(p_delay, 0), 0))
+      FROM stamped s
+     ORDER BY s.n
+    RETURNING id;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.enqueue_keyed_job(p_queue text, p_payload jsonb, p_delay double precision, p_max_attempts integer, p_dedupe_key text, p_dedupe_running boolean, p_parent_id bigint)
+ RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_id bigint;
+    v_at timestamptz;
+BEGIN
+    -- one enqueuer per (queue, key) at a time, so two callers cannot both miss each other
+    PERFORM pg_advisory_xact_lock(hashtext('drainpipe.job:' || p_queue), hashtext(p_dedupe_key));
+    SELECT m.id INTO v_id
+      FROM drainpipe.job_messages m
+     WHERE m.queue = p_queue AND m.dedupe_key = p_dedupe_key AND m.finished_at IS NULL
+       AND (p_dedupe_running OR m.attempts = 0)
+       -- a job whose last lease ran out is dead already, whatever the sweep says
+       AND NOT (m.attempts >= m.max_attempts AND m.visible_at <= clock_timestamp())
+     ORDER BY m.id
+     LIMIT 1;
+    IF v_id IS NOT NULL THEN
+        RETURN v_id;
+    END IF;
+    SELECT s.id, s.at INTO v_id, v_at FROM drainpipe.job_stamp('drainpipe.job_messages_id_seq') s;
+    INSERT INTO drainpipe.job_messages (id, queue, payload, max_attempts, dedupe_key, enqueued_at,
+                                        visible_at, parent_id)
+    OVERRIDING SYSTEM VALUE
+    VALUES (v_id, p_queue, coalesce(p_payload, '{}'::jsonb), p_max_attempts, p_dedupe_key, v_at,
+            clock_timestamp() + make_interval(secs => greatest(coalesce(p_delay, 0), 0)), p_parent_id)
+    -- The lock makes a clash impossible under READ COMMITTED. A caller's REPEATABLE READ
+    -- transaction may not see a waiting job committed after its snapshot: DO NOTHING then
+    -- fails with 40001 (kind "serialization", retry), not a unique violation.
+    ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL AND attempts = 0 AND finished_at IS NULL
+    DO NOTHING
+    RETURNING id INTO v_id;
+    IF v_id IS NULL THEN
+        SELECT m.id INTO v_id FROM drainpipe.job_messages m
+         WHERE m.queue = p_queue AND m.dedupe_key = p_dedupe_key AND m.attempts = 0
+           AND m.finished_at IS NULL;
+    END IF;
+    RETURN v_id;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.ensure_flow_indexes(p_queue text)
+ RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    -- what is leased, per queue and key: concurrency and key_concurrency count here
+    -- (bounded by the limits: only leased rows are in it)
+    CREATE INDEX IF NOT EXISTS job_messages_flow_leased_idx
+        ON drainpipe.job_messages (queue, drainpipe.job_key(payload), visible_at)
+        WHERE state = 'leased';
+    -- the live jobs of a key in enqueue order: ordered=True probes for an earlier one
+    -- (ensure_queue_flow_v1 calls this after storing the limits)
+    IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f WHERE f.queue = p_queue AND f.ordered) THEN
+        CREATE INDEX IF NOT EXISTS job_messages_flow_order_idx
+            ON drainpipe.job_messages (queue, drainpipe.job_key(payload), id)
+            WHERE finished_at IS NULL AND drainpipe.job_key(payload) IS NOT NULL;
+    END IF;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.ensure_lease_trigger()
+ RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_max double precision;
+BEGIN
+    SELECT min(p.max_lease) INTO v_max FROM drainpipe.queue_policies p;
+    IF v_max IS NULL OR EXISTS (
+           SELECT 1 FROM pg_trigger t
+            WHERE t.tgrelid = 'drainpipe.job_messages'::regclass AND t.tgname = 'job_messages_policy_lease'
+              AND t.tgargs = convert_to(v_max::text, 'UTF8') || '\x00'::bytea) THEN
+        RETURN;
+    END IF;
+    -- claims and heartbeats only (a failure moves to retry_wait: its backoff is no lease)
+    EXECUTE format('CREATE OR REPLACE TRIGGER job_messages_policy_lease
+                      BEFORE UPDATE OF visible_at ON drainpipe.job_messages
+                      FOR EACH ROW WHEN (NEW.state = ''leased'' AND NEW.visible_at > OLD.visible_at
+                                         AND (NEW.started_at IS NULL
+                                              OR NEW.visible_at > NEW.started_at + make_interval(secs => %L::double precision + 1)))
+                      EXECUTE FUNCTION drainpipe.job_messages_policy_lease(%L)',
+                   v_max::text, v_max::text);
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.ensure_priority_claim(p_queue text)
+ RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    CREATE INDEX IF NOT EXISTS job_messages_priority_idx
+        ON drainpipe.job_messages (queue, drainpipe.job_priority(payload), visible_at, id)
+        WHERE finished_at IS NULL;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.ensure_queue_overview_v1(p_queues text[], p_force boolean DEFAULT false)
+ RETURNS bigint LANGUAGE sql SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+ SELECT CASE WHEN p_force THEN drainpipe.recount_job_totals_v1(p_queues) ELSE 0 END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.extend_job_leases_v1(p_queue text, p_ids bigint[], p_attempts integer[], p_lease double precision, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' SET plan_cache_mode TO 'force_generic_plan' SET enable_seqscan TO 'off' AS $function$
+DECLARE
+    c_leased constant text := 'leased';
+    v_until timestamptz := coalesce(p_now, clock_timestamp()) + make_interval(secs => greatest(p_lease, 0));
+BEGIN
+    RETURN QUERY
+    UPDATE drainpipe.job_messages m
+       SET visible_at = v_until
+      FROM unnest(p_ids, p_attempts) AS f(id, attempt)
+     WHERE m.id = f.id AND m.queue = p_queue AND m.attempts = f.attempt AND m.state = c_leased
+    RETURNING m.id;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.fail_job_v2(p_queue text, p_id bigint, p_attempt integer, p_error text, p_retry_in double precision DEFAULT NULL::double precision, p_code text DEFAULT NULL::text, p_discard boolean DEFAULT false, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS text LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' SET plan_cache_mode TO 'force_generic_plan' SET enable_seqscan TO 'off' AS $function$
+DECLARE
+    v_job drainpipe.job_messages;
+    v_error text := left(coalesce(p_error, 'null'), 4000);
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_code text := CASE WHEN drainpipe.is_job_code(p_code) THEN p_code ELSE 'HANDLER_ERROR' END;
+BEGIN
+    SELECT * INTO v_job FROM drainpipe.job_messages
+     WHERE id = p_id AND queue = p_queue AND attempts = p_attempt
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF v_job.state <> 'leased' THEN
+        IF v_job.state = 'cancelled' THEN
+            UPDATE drainpipe.job_attempts SET late_outcome = 'failed'
+             WHERE queue = p_queue AND job_id = p_id AND number = p_attempt
+               AND outcome = 'cancelled' AND late_outcome IS NULL;
+        END IF;
+        RETURN NULL;
+    END IF;
+    INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+    VALUES (p_queue, p_id, p_attempt, v_job.started_at, v_now,
+            CASE WHEN coalesce(p_discard, false) THEN 'discarded' ELSE 'failed' END, v_code)
+    ON CONFLICT DO NOTHING;
+    IF coalesce(p_discard, false) OR v_job.attempts >= v_job.max_attempts THEN
+        UPDATE drainpipe.job_messages
+           SET state = 'dead', finished_at = v_now, last_error = v_error,
+               last_code = CASE WHEN coalesce(p_discard, false) THEN v_code ELSE 'MAX_ATTEMPTS' END
+         WHERE id = p_id;
+        RETURN 'dead';
+    END IF;
+    UPDATE drainpipe.job_messages
+       SET state = 'retry_wait', last_error = v_error, last_code = v_code,
+           visible_at = v_now + make_interval(
+               secs => greatest(coalesce(p_retry_in, drainpipe.job_retry_delay(v_job.attempts)), 0))
+     WHERE id = p_id;
+    RETURN 'queued';
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.hold_job_fence(p_queue text, p_id bigint, p_attempt integer)
+ RETURNS timestamp with time zone LANGUAGE sql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    SELECT m.enqueued_at FROM drainpipe.job_messages m
+     WHERE m.id = p_id AND m.queue = p_queue AND m.attempts = p_attempt
+       AND m.state = 'leased' AND m.finished_at IS NULL
+       FOR UPDATE $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_flow_held(p_flow drainpipe.queue_flow, p_ids bigint[], p_now timestamp with time zone)
+ RETURNS TABLE(id bigint, held_by text) LANGUAGE plpgsql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+#variable_conflict use_column
+DECLARE
+    -- the keys are read only when a per-key limit needs them (parsing costs every row)
+    v_keyed boolean := p_flow.ordered OR p_flow.key_concurrency IS NOT NULL
+                       OR p_flow.key_rate_count IS NOT NULL;
+    v_leased bigint;
+    v_claims bigint;
+BEGIN
+    IF p_flow.concurrency IS NOT NULL THEN
+        SELECT count(*) INTO v_leased FROM drainpipe.job_messages l
+         WHERE l.queue = p_flow.queue AND l.state = 'leased' AND l.visible_at > p_now;
+    END IF;
+    IF p_flow.rate_count IS NOT NULL THEN
+        SELECT count(*) INTO v_claims FROM drainpipe.flow_claims c
+         WHERE c.queue = p_flow.queue
+           AND c.claimed_at > p_now - make_interval(secs => p_flow.rate_per);
+    END IF;
+    IF p_ids IS NOT NULL THEN
+        RETURN QUERY
+        WITH due AS MATERIALIZED (
+            SELECT j.id, CASE WHEN v_keyed THEN drainpipe.job_key(j.payload) END AS key
+              FROM drainpipe.job_messages j
+             WHERE j.queue = p_flow.queue AND j.finished_at IS NULL
+               AND j.visible_at <= p_now AND j.attempts < j.max_attempts
+               AND j.id = ANY (p_ids)
+        ),
+        keys AS (
+            SELECT k.key,
+                   CASE WHEN p_flow.ordered THEN (
+                       SELECT min(e.id) FROM drainpipe.job_messages e
+                        WHERE e.queue = p_flow.queue AND drainpipe.job_key(e.payload) = k.key
+                          AND drainpipe.job_key(e.payload) IS NOT NULL AND e.finished_at IS NULL)
+                   END AS first_id,
+                   CASE WHEN p_flow.key_concurrency IS NOT NULL THEN (
+                       SELECT count(*) FROM drainpipe.job_messages l
+                        WHERE l.queue = p_flow.queue AND drainpipe.job_key(l.payload) = k.key
+                          AND l.state = 'leased' AND l.visible_at > p_now)
+                   END AS leased,
+                   CASE WHEN p_flow.key_rate_count IS NOT NULL THEN (
+                       SELECT count(*) FROM drainpipe.flow_claims c
+                        WHERE c.queue = p_flow.queue AND c.key = k.key
+                          AND c.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per))
+                   END AS claims
+              FROM (SELECT DISTINCT d.key FROM due d WHERE d.key IS NOT NULL) k
+        )
+        SELECT h.id, h.held_by FROM (
+            SELECT d.id, CASE
+                       WHEN k.first_id < d.id THEN 'order'
+                       WHEN v_leased >= p_flow.concurrency OR k.leased >= p_flow.key_concurrency
+                           THEN 'concurrency'
+                       WHEN v_claims >= p_flow.rate_count OR k.claims >= p_flow.key_rate_count
+                           THEN 'rate'
+                   END AS held_by
+              FROM due d LEFT JOIN keys k ON k.key = d.key
+        ) h
+        WHERE h.held_by IS NOT NULL;
+        RETURN;
+    END IF;
+    RETURN QUERY
+    -- materialized: each job's key is parsed once, not once per join
+    WITH due AS MATERIALIZED (
+        SELECT j.id, CASE WHEN v_keyed THEN drainpipe.job_key(j.payload) END AS key
+          FROM drainpipe.job_messages j
+         WHERE j.queue = p_flow.queue AND j.finished_at IS NULL
+           AND j.visible_at <= p_now AND j.attempts < j.max_attempts
+    ),
+    firsts AS (
+        SELECT drainpipe.job_key(e.payload) AS key, min(e.id) AS first_id
+          FROM drainpipe.job_messages e
+         WHERE p_flow.ordered AND e.queue = p_flow.queue AND e.finished_at IS NULL
+           AND drainpipe.job_key(e.payload) IS NOT NULL
+         GROUP BY 1
+    ),
+    leased AS (
+        SELECT drainpipe.job_key(l.payload) AS key, count(*) AS n
+          FROM drainpipe.job_messages l
+         WHERE p_flow.key_concurrency IS NOT NULL AND l.queue = p_flow.queue
+           AND l.state = 'leased' AND l.visible_at > p_now
+         GROUP BY 1
+    ),
+    claims AS (
+        SELECT c.key, count(*) AS n
+          FROM drainpipe.flow_claims c
+         WHERE p_flow.key_rate_count IS NOT NULL AND c.queue = p_flow.queue
+           AND c.key IS NOT NULL
+           AND c.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)
+         GROUP BY 1
+    )
+    SELECT h.id, h.held_by FROM (
+        SELECT d.id, CASE
+                   WHEN f.first_id < d.id THEN 'order'
+                   WHEN v_leased >= p_flow.concurrency OR l.n >= p_flow.key_concurrency
+                       THEN 'concurrency'
+                   WHEN v_claims >= p_flow.rate_count OR c.n >= p_flow.key_rate_count
+                       THEN 'rate'
+               END AS held_by
+          FROM due d
+          LEFT JOIN firsts f ON f.key = d.key
+          LEFT JOIN leased l ON l.key = d.key
+          LEFT JOIN claims c ON c.key = d.key
+    ) h
+    WHERE h.held_by IS NOT NULL;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_messages_flow_room(p_flow drainpipe.queue_flow, p_batch integer, p_now timestamp with time zone)
+ RETURNS integer LANGUAGE plpgsql AS $function$
+DECLARE
+    v_leased bigint := 0;
+    v_room integer;
+BEGIN
+    IF p_flow.concurrency IS NOT NULL THEN
+        v_room := drainpipe.flow_budget_spend(p_flow.queue, p_batch);
+    END IF;
+    IF v_room IS NULL THEN
+        v_room := drainpipe.flow_budget_take(p_flow, p_batch);
+    END IF;
+    IF v_room >= 0 THEN
+        RETURN v_room;
+    END IF;
+    IF v_room IS NULL THEN
+        PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(p_flow.queue));
+    ELSIF drainpipe.flow_budget_pending(p_flow.queue) < 0 THEN
+        RETURN 0;
+    END IF;
+    IF p_flow.concurrency IS NOT NULL THEN
+        SELECT count(*) INTO v_leased FROM drainpipe.job_messages l
+         WHERE l.queue = p_flow.queue AND l.state = 'leased' AND l.visible_at > p_now;
+    END IF;
+    IF v_room IS NULL THEN
+        v_room := drainpipe.flow_room(p_flow, p_batch, v_leased, p_now);
+        IF p_flow.concurrency IS NOT NULL THEN
+            PERFORM drainpipe.flow_budget_reset(p_flow, v_leased, v_room);
+        END IF;
+        RETURN v_room;
+    END IF;
+    -- the budget ran out under the shared lock: its chunks count as leased
+    RETURN drainpipe.flow_room(p_flow, p_batch, v_leased + drainpipe.flow_budget_pending(p_flow.queue), p_now);
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_messages_flow_take(p_flow drainpipe.queue_flow, p_batch integer, p_now timestamp with time zone, p_levels integer[], OUT ids bigint[], OUT lapsed boolean)
+ RETURNS record LANGUAGE plpgsql AS $function$
+DECLARE
+    v_queue text := p_flow.queue;
+    v_room integer;
+    v_limit integer;
+    v_keys text[] := '{}';
+    v_chunk integer;
+    v_scanned integer := 0;
+    v_bound integer := p_batch * 50 + 500;
+    v_level integer := p_levels[1];  -- NULL: no priorities
+    v_after_at timestamptz := '-infinity';
+    v_after_id bigint := 0;
+    v_rows integer;
+    v_r record;
+    v_taken bigint;
+    v_last_at timestamptz;
+    v_last_id bigint;
+BEGIN
+    ids := '{}';
+    lapsed := false;
+    IF p_flow.concurrency IS NULL AND p_flow.rate_count IS NULL THEN
+        -- no queue-wide limit: the whole batch, under flow_gate's exclusive lock (taken
+        -- here without its calls)
+        PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(v_queue));
+        v_room := p_batch;
+    ELSE
+        v_room := drainpipe.job_messages_flow_room(p_flow, p_batch, p_now);
+    END IF;
+    v_chunk := least(2 * v_room + 8, v_bound);
+    WHILE v_room > 0 LOOP
+        v_limit := v_room;
+        v_rows := 0;
+        IF v_level IS NULL THEN
+            FOR v_r IN
+            SELECT c.id, c.visible_at, c.k, c.leased, c.claimed, c.picked, y.state
+              FROM (
+                  -- each candidate's probes, once (OFFSET 0: not flattened into
+                  -- the filter and the output, which would probe twice)
+                  SELECT c0.*,
+                         CASE WHEN p_flow.key_concurrency IS NULL OR c0.k IS NULL THEN 0 ELSE (
+                             SELECT count(*) FROM (
+                                 SELECT 1 FROM drainpipe.job_messages l
+                                  WHERE l.queue = v_queue AND drainpipe.job_key(l.payload) = c0.k
+                                    AND l.state = 'leased' AND l.visible_at > p_now
+                                  LIMIT p_flow.key_concurrency) s) END AS leased,
+                         CASE WHEN p_flow.key_rate_count IS NULL OR c0.k IS NULL THEN 0 ELSE (
+                             SELECT count(*) FROM (
+                                 SELECT 1 FROM drainpipe.flow_claims r
+                                  WHERE r.queue = v_queue AND r.key = c0.k
+                                    AND r.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)
+                                  LIMIT p_flow.key_rate_count) s) END AS claimed,
+                         CASE WHEN cardinality(v_keys) = 0 THEN 0 ELSE (
+                             SELECT count(*) FROM unnest(v_keys) p WHERE p = c0.k) END AS picked
+                    FROM (SELECT x.id, x.visible_at, drainpipe.job_key(x.payload) AS k
+                            FROM drainpipe.job_messages x
+                           WHERE x.queue = v_queue AND x.finished_at IS NULL
+                             AND x.visible_at <= p_now AND x.attempts < x.max_attempts
+                             AND (x.visible_at, x.id) > (v_after_at, v_after_id)
+                           ORDER BY x.visible_at, x.id
+                           LIMIT v_chunk) c0
+                  OFFSET 0) c
+             -- the lock, row by row as candidates fit: a row another transaction
+             -- holds is skipped, and one changed since is read as it is now
+             CROSS JOIN LATERAL (
+                  SELECT z.state FROM drainpipe.job_messages z
+                   WHERE z.id = c.id AND z.finished_at IS NULL AND z.visible_at <= p_now
+                     AND z.attempts < z.max_attempts
+                     FOR UPDATE SKIP LOCKED) y
+             WHERE c.k IS NULL
+                OR ((p_flow.key_concurrency IS NULL OR c.leased + c.picked < p_flow.key_concurrency)
+                    AND (p_flow.key_rate_count IS NULL OR c.claimed + c.picked < p_flow.key_rate_count)
+                    -- ordered: only the first live job of its key (by id), one per claim
+                    AND (NOT p_flow.ordered
+                         OR (c.picked = 0 AND NOT EXISTS (
+                                SELECT 1 FROM drainpipe.job_messages e
+                                 WHERE e.queue = v_queue AND drainpipe.job_key(e.payload) = c.k
+                                   AND e.finished_at IS NULL AND e.id < c.id
+                                   AND drainpipe.job_key(e.payload) IS NOT NULL))))
+             LIMIT v_limit
+            LOOP
+                v_rows := v_rows + 1;
+                v_last_at := v_r.visible_at;
+                v_last_id := v_r.id;
+                IF v_r.k = ANY (v_keys) THEN
+                    -- a key this claim took already, in this pass too: counted exactly
+                    v_taken := (SELECT count(*) FROM unnest(v_keys) p WHERE p = v_r.k);
+                    CONTINUE WHEN p_flow.ordered
+                        OR (p_flow.key_concurrency IS NOT NULL
+                            AND v_r.leased + v_taken >= p_flow.key_concurrency)
+                        OR (p_flow.key_rate_count IS NOT NULL
+                            AND v_r.claimed + v_taken >= p_flow.key_rate_count);
+                END IF;
+                ids := ids || v_r.id;
+                v_keys := v_keys || v_r.k;
+                lapsed := lapsed OR v_r.state = 'leased';
+                v_room := v_room - 1;
+            END LOOP;
+        ELSE
+            -- the same pass along the level's range of job_messages_priority_idx (jobs 0017)
+            FOR v_r IN
+            SELECT c.id, c.visible_at, c.k, c.leased, c.claimed, c.picked, y.state
+              FROM (
+                  SELECT c0.*,
+                         CASE WHEN p_flow.key_concurrency IS NULL OR c0.k IS NULL THEN 0 ELSE (
+                             SELECT count(*) FROM (
+                                 SELECT 1 FROM drainpipe.job_messages l
+                                  WHERE l.queue = v_queue AND drainpipe.job_key(l.payload) = c0.k
+                                    AND l.state = 'leased' AND l.visible_at > p_now
+                                  LIMIT p_flow.key_concurrency) s) END AS leased,
+                         CASE WHEN p_flow.key_rate_count IS NULL OR c0.k IS NULL THEN 0 ELSE (
+                             SELECT count(*) FROM (
+                                 SELECT 1 FROM drainpipe.flow_claims r
+                                  WHERE r.queue = v_queue AND r.key = c0.k
+                                    AND r.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)
+                                  LIMIT p_flow.key_rate_count) s) END AS claimed,
+                         CASE WHEN cardinality(v_keys) = 0 THEN 0 ELSE (
+                             SELECT count(*) FROM unnest(v_keys) p WHERE p = c0.k) END AS picked
+                    FROM (SELECT x.id, x.visible_at, drainpipe.job_key(x.payload) AS k
+                            FROM drainpipe.job_messages x
+                           -- the level's range after the last place read, as row
+                           -- comparisons: only the priority index serves them
+                           WHERE x.queue = v_queue
+                             AND (drainpipe.job_priority(x.payload), x.visible_at, x.id)
+                                     > (v_level, v_after_at, v_after_id)
+                             AND (drainpipe.job_priority(x.payload), x.visible_at) <= (v_level, p_now)
+                             AND x.finished_at IS NULL AND x.attempts < x.max_attempts
+                           ORDER BY drainpipe.job_priority(x.payload), x.visible_at, x.id
+                           LIMIT v_chunk) c0
+                  OFFSET 0) c
+             CROSS JOIN LATERAL (
+                  SELECT z.state FROM drainpipe.job_messages z
+                   WHERE z.id = c.id AND z.finished_at IS NULL AND z.visible_at <= p_now
+                     AND z.attempts < z.max_attempts
+                     FOR UPDATE SKIP LOCKED) y
+             WHERE c.k IS NULL
+                OR ((p_flow.key_concurrency IS NULL OR c.leased + c.picked < p_flow.key_concurrency)
+                    AND (p_flow.key_rate_count IS NULL OR c.claimed + c.picked < p_flow.key_rate_count)
+                    AND (NOT p_flow.ordered
+                         OR (c.picked = 0 AND NOT EXISTS (
+                                SELECT 1 FROM drainpipe.job_messages e
+                                 WHERE e.queue = v_queue AND drainpipe.job_key(e.payload) = c.k
+                                   AND e.finished_at IS NULL AND e.id < c.id
+                                   AND drainpipe.job_key(e.payload) IS NOT NULL))))
+             LIMIT v_limit
+            LOOP
+                v_rows := v_rows + 1;
+                v_last_at := v_r.visible_at;
+                v_last_id := v_r.id;
+                IF v_r.k = ANY (v_keys) THEN
+                    -- a key this claim took already, in this pass too: counted exactly
+                    v_taken := (SELECT count(*) FROM unnest(v_keys) p WHERE p = v_r.k);
+                    CONTINUE WHEN p_flow.ordered
+                        OR (p_flow.key_concurrency IS NOT NULL
+                            AND v_r.leased + v_taken >= p_flow.key_concurrency)
+                        OR (p_flow.key_rate_count IS NOT NULL
+                            AND v_r.claimed + v_taken >= p_flow.key_rate_count);
+                END IF;
+                ids := ids || v_r.id;
+                v_keys := v_keys || v_r.k;
+                lapsed := lapsed OR v_r.state = 'leased';
+                v_room := v_room - 1;
+            END LOOP;
+        END IF;
+        EXIT WHEN v_room = 0;
+        v_scanned := v_scanned + v_chunk;
+        IF v_rows = v_limit THEN
+            -- a full pass with rows over their key's limit: on after the last it returned
+            v_after_at := v_last_at;
+            v_after_id := v_last_id;
+        ELSE
+            -- a short pass read its whole chunk: where did the chunk end?
+            v_last_at := NULL;
+            IF v_level IS NULL THEN
+                SELECT x.visible_at, x.id INTO v_last_at, v_last_id
+                  FROM drainpipe.job_messages x
+                 WHERE x.queue = v_queue AND x.finished_at IS NULL
+                   AND x.visible_at <= p_now AND x.attempts < x.max_attempts
+                   AND (x.visible_at, x.id) > (v_after_at, v_after_id)
+                 ORDER BY x.visible_at, x.id
+                OFFSET v_chunk - 1 LIMIT 1;
+            ELSE
+                SELECT x.visible_at, x.id INTO v_last_at, v_last_id
+                  FROM drainpipe.job_messages x
+                 WHERE x.queue = v_queue
+                   AND (drainpipe.job_priority(x.payload), x.visible_at, x.id)
+                           > (v_level, v_after_at, v_after_id)
+                   AND (drainpipe.job_priority(x.payload), x.visible_at) <= (v_level, p_now)
+                   AND x.finished_at IS NULL AND x.attempts < x.max_attempts
+                 ORDER BY drainpipe.job_priority(x.payload), x.visible_at, x.id
+                OFFSET v_chunk - 1 LIMIT 1;
+            END IF;
+            IF v_last_at IS NULL THEN
+                -- the chunk held every candidate left: the next level from its start, if any
+                EXIT WHEN v_level IS NULL OR v_level = p_levels[cardinality(p_levels)];
+                v_level := p_levels[array_position(p_levels, v_level) + 1];
+                v_after_at := '-infinity';
+                v_after_id := 0;
+            ELSE
+                v_after_at := v_last_at;
+                v_after_id := v_last_id;
+                v_chunk := v_chunk * 4;
+            END IF;
+        END IF;
+        EXIT WHEN v_scanned >= v_bound;
+        v_chunk := least(v_chunk, v_bound - v_scanned);
+    END LOOP;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_messages_policy_insert()
+ RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' SET enable_seqscan TO 'on' SET jit TO 'off' AS $function$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        SELECT a.queue, count(*) AS added, max(drainpipe.policy_payload_size(a.payload)) AS largest,
+               max(a.visible_at) AS latest
+          FROM added a
+         WHERE a.queue IN (SELECT p.queue FROM drainpipe.queue_policies p)
+         GROUP BY a.queue
+    LOOP
+        PERFORM drainpipe.check_policy_insert(r.queue, r.added, r.largest, r.latest);
+    END LOOP;
+    RETURN NULL;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_messages_policy_lease()
+ RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' SET enable_seqscan TO 'on' SET jit TO 'off' AS $function$
+DECLARE
+    v_max double precision;
+    v_from timestamptz;
+BEGIN
+    SELECT p.max_lease INTO v_max FROM drainpipe.queue_policies p WHERE p.queue = NEW.queue;
+    IF v_max IS NULL THEN
+        RETURN NEW;
+    END IF;
+    v_from := CASE WHEN NEW.attempts > OLD.attempts THEN NEW.started_at
+                   ELSE greatest(clock_timestamp(), NEW.started_at) END;
+    IF NEW.visible_at > v_from + make_interval(secs => v_max + 1) THEN
+        RAISE EXCEPTION 'a lease of % s is longer than queue "%"''s max_lease of % s',
+            round(extract(epoch FROM NEW.visible_at - v_from)::numeric, 3), NEW.queue, v_max
+            USING ERRCODE = 'DPQ03';
+    END IF;
+    RETURN NEW;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_messages_priority_pick(p_queue text, p_levels integer[], p_batch integer, p_now timestamp with time zone, p_bound boolean)
+ RETURNS bigint[] LANGUAGE plpgsql AS $function$
+DECLARE
+    v_level integer;
+    v_ids bigint[] := '{}';
+    v_take bigint[];
+    v_need integer;
+    v_first timestamptz;
+    v_from timestamptz;
+BEGIN
+    FOREACH v_level IN ARRAY p_levels LOOP
+        v_need := p_batch - cardinality(v_ids);
+        v_from := CASE WHEN p_bound
+                       THEN drainpipe.claim_bound(drainpipe.priority_bound_name(p_queue, v_level), p_now)
+                       ELSE '-infinity' END;
+        LOOP
+            SELECT array_agg(p.id), min(p.visible_at) INTO v_take, v_first
+              FROM (
+                  SELECT x.id, x.visible_at
+                    FROM drainpipe.job_messages x
+                   -- the level's range, [v_from, p_now], as row comparisons: only the
+                   -- priority index serves them (a generic plan would otherwise read the
+                   -- live index and filter by level)
+                   WHERE x.queue = p_queue
+                     AND (drainpipe.job_priority(x.payload), x.visible_at) >= (v_level, v_from)
+                     AND (drainpipe.job_priority(x.payload), x.visible_at) <= (v_level, p_now)
+                     AND x.finished_at IS NULL AND x.attempts < x.max_attempts
+                   ORDER BY drainpipe.job_priority(x.payload), x.visible_at, x.id
+                   LIMIT v_need
+                     FOR UPDATE SKIP LOCKED
+              ) p;
+            EXIT WHEN v_from = '-infinity' OR coalesce(cardinality(v_take), 0) >= v_need;
+            v_from := '-infinity';  -- short above the bound: this level from its start
+        END LOOP;
+        IF p_bound THEN
+            PERFORM drainpipe.keep_claim_bound(drainpipe.priority_bound_name(p_queue, v_level),
+                                               v_first, NULL);
+        END IF;
+        v_ids := v_ids || coalesce(v_take, '{}');
+        EXIT WHEN cardinality(v_ids) >= p_batch;
+    END LOOP;
+    RETURN v_ids;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_due(p_queue text, p_now timestamp with time zone)
+ RETURNS bigint LANGUAGE sql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    SELECT count(*) FROM drainpipe.job_messages j
+     WHERE j.queue = p_queue AND j.finished_at IS NULL
+       AND j.visible_at <= p_now AND j.attempts < j.max_attempts $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_overview_v1(p_queues text[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS TABLE(queue text, counts jsonb, ready bigint, oldest_ready_age_s double precision, paused boolean, series jsonb) LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_from timestamptz := date_trunc('minute', v_now) - interval '59 minutes';
+    v_queue text;
+    v_live jsonb;
+    v_done jsonb;
+    v_enqueued jsonb;
+    v_enqueued_done jsonb;
+    v_succeeded jsonb;
+BEGIN
+    FOREACH v_queue IN ARRAY p_queues LOOP
+        PERFORM drainpipe.assert_queue_name(v_queue);
+        queue := v_queue;
+        -- the live jobs in one pass over their index range: counts by state, the ready
+        -- ones and the oldest of them, and those enqueued in the last hour by minute
+        SELECT jsonb_build_object('queued', sum(g.queued), 'leased', sum(g.leased),
+                                  'retry_wait', sum(g.retry_wait), 'dead', sum(g.dead)),
+               coalesce(sum(g.ready), 0),
+               extract(epoch FROM v_now - min(g.oldest))::double precision,
+               coalesce(jsonb_object_agg(extract(epoch FROM g.minute)::bigint::text, g.n)
+                            FILTER (WHERE g.minute IS NOT NULL), '{}'::jsonb)
+          INTO v_live, ready, oldest_ready_age_s, v_enqueued
+          FROM (SELECT CASE WHEN l.enqueued_at >= v_from THEN date_trunc('minute', l.enqueued_at) END AS minute,
+                       count(*) AS n,
+                       count(*) FILTER (WHERE l.state = 'queued') AS queued,
+                       count(*) FILTER (WHERE l.state = 'leased') AS leased,
+                       count(*) FILTER (WHERE l.state = 'retry_wait') AS retry_wait,
+                       count(*) FILTER (WHERE l.state = 'dead') AS dead,
+                       count(*) FILTER (WHERE l.ready) AS ready,
+                       min(l.visible_at) FILTER (WHERE l.ready) AS oldest
+                  FROM (SELECT m.visible_at, m.enqueued_at,
+                               drainpipe.job_state_at(m.state, m.visible_at, m.attempts, m.max_attempts, v_now) AS state,
+                               m.visible_at <= v_now AND m.attempts < m.max_attempts AS ready
+                          FROM drainpipe.job_messages m
+                         WHERE m.queue = v_queue AND m.finished_at IS NULL) l
+                 GROUP BY 1) g;
+        -- the finished: the totals the triggers keep (35_totals)
+        SELECT coalesce(jsonb_object_agg(s.state, s.n), '{}'::jsonb) INTO v_done
+          FROM (SELECT t.state, sum(t.n) AS n FROM drainpipe.job_totals t
+                 WHERE t.queue = v_queue GROUP BY t.state) s;
+        -- dead from the live rows (a last lease that ran out) adds to the finished dead
+        counts := jsonb_build_object(
+            'queued', coalesce((v_live ->> 'queued')::bigint, 0),
+            'leased', coalesce((v_live ->> 'leased')::bigint, 0),
+            'retry_wait', coalesce((v_live ->> 'retry_wait')::bigint, 0),
+            'succeeded', coalesce((v_done ->> 'succeeded')::bigint, 0),
+            'dead', coalesce((v_done ->> 'dead')::bigint, 0) + coalesce((v_live ->> 'dead')::bigint, 0),
+            'cancelled', coalesce((v_done ->> 'cancelled')::bigint, 0));
+        SELECT coalesce(jsonb_object_agg(extract(epoch FROM e.minute)::bigint::text, e.n), '{}'::jsonb)
+          INTO v_enqueued_done
+          FROM (SELECT date_trunc('minute', f.enqueued_at) AS minute, count(*) AS n
+                  FROM drainpipe.job_messages f
+                 WHERE f.queue = v_queue AND f.finished_at >= v_from AND f.enqueued_at >= v_from
+                 GROUP BY 1) e;
+        SELECT coalesce(jsonb_object_agg(extract(epoch FROM s.minute)::bigint::text, s.n), '{}'::jsonb)
+          INTO v_succeeded
+          FROM (SELECT date_trunc('minute', f.finished_at) AS minute, count(*) AS n
+                  FROM drainpipe.job_messages f
+                 WHERE f.queue = v_queue AND f.finished_at >= v_from AND f.state = 'succeeded'
+                 GROUP BY 1) s;
+        series := drainpipe.overview_series(v_queue, v_now, v_enqueued, v_enqueued_done, v_succeeded);
+        paused := EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = v_queue);
+        RETURN NEXT;
+    END LOOP;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_stats_v2(p_queues text[])
+ RETURNS SETOF drainpipe.job_queue_stats_v2 LANGUAGE sql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    SELECT q.name,
+           coalesce(live.ready, 0),
+           coalesce(live.in_flight, 0),
+           coalesce(live.delayed, 0),
+           coalesce(live.exhausted, 0)
+             + (SELECT count(*) FROM drainpipe.job_messages d
+                 WHERE d.queue = q.name AND d.state = 'dead' AND d.replayed_by IS NULL),
+           coalesce(done.succeeded, 0),
+           coalesce(done.cancelled, 0),
+           extract(epoch FROM clock_timestamp() - live.oldest)::double precision
+      FROM unnest(p_queues) AS q(name)
+      LEFT JOIN LATERAL (
+          SELECT count(*) FILTER (WHERE m.visible_at <= clock_timestamp() AND m.attempts < m.max_attempts) AS ready,
+                 count(*) FILTER (WHERE m.visible_at > clock_timestamp() AND m.attempts > 0) AS in_flight,
+                 count(*) FILTER (WHERE m.visible_at > clock_timestamp() AND m.attempts = 0) AS delayed,
+                 count(*) FILTER (WHERE m.visible_at <= clock_timestamp() AND m.attempts >= m.max_attempts) AS exhausted,
+                 min(m.enqueued_at) FILTER (WHERE NOT (m.visible_at <= clock_timestamp() AND m.attempts >= m.max_attempts)) AS oldest
+            FROM drainpipe.job_messages m
+           WHERE m.queue = q.name AND m.finished_at IS NULL
+      ) live ON true
+      LEFT JOIN LATERAL (
+          SELECT count(*) FILTER (WHERE f.state = 'succeeded') AS succeeded,
+                 count(*) FILTER (WHERE f.state = 'cancelled') AS cancelled
+            FROM drainpipe.job_messages f
+           WHERE f.queue = q.name AND f.finished_at IS NOT NULL
+      ) done ON true $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_records_at(p_queue text, p_state text, p_tenant text, p_limit integer, p_before_id bigint, p_id bigint, p_now timestamp with time zone)
+ RETURNS TABLE(id bigint, queue text, state text, stored_state text, attempts integer, max_attempts integer, tenant text, dedupe_key text, enqueued_at timestamp with time zone, eligible_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, lease_end timestamp with time zone, last_code text, parent_id bigint, replayed_by bigint, now timestamp with time zone) LANGUAGE plpgsql STABLE SET plan_cache_mode TO 'force_custom_plan' SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+#variable_conflict use_column
+BEGIN
+RETURN QUERY SELECT s.id, s.queue, s.read_state, s.state, s.attempts, s.max_attempts, s.tenant,
+           s.dedupe_key, s.enqueued_at,
+           CASE WHEN s.read_state IN ('queued', 'retry_wait') THEN s.visible_at END,
+           s.started_at,
+           CASE WHEN s.read_state = 'dead' AND s.finished_at IS NULL THEN s.visible_at
+                ELSE s.finished_at END,
+           s.visible_at,
+           CASE WHEN s.read_state = s.state THEN s.last_code
+                WHEN s.read_state = 'dead' THEN 'MAX_ATTEMPTS'
+                ELSE 'LEASE_EXPIRED' END,
+           s.parent_id, s.replayed_by, p_now
+      FROM (
+          SELECT m.id, m.queue, m.state, m.attempts, m.max_attempts, m.dedupe_key,
+                 m.enqueued_at, m.visible_at, m.started_at, m.finished_at, m.last_code,
+                 m.parent_id, m.replayed_by, drainpipe.job_tenant(m.payload) AS tenant,
+                 drainpipe.job_state_at(m.state, m.visible_at, m.attempts, m.max_attempts, p_now) AS read_state
+            FROM drainpipe.job_messages m
+           WHERE (p_id IS NULL OR m.id = p_id)
+             AND (p_queue IS NULL OR m.queue = p_queue)
+             AND (p_before_id IS NULL OR m.id < p_before_id)
+             AND (p_tenant IS NULL OR drainpipe.job_tenant(m.payload) = p_tenant)
+             -- a stored state that can read as the one asked for
+             AND (p_state IS NULL OR m.state = p_state
+                  OR (m.state = 'leased' AND p_state IN ('retry_wait', 'dead')))
+           ORDER BY m.id DESC
+      ) s
+     WHERE p_state IS NULL OR s.read_state = p_state
+     LIMIT greatest(coalesce(p_limit, 100), 1)
+;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_records_newest(p_queue text, p_state text, p_tenant text, p_limit integer, p_before_at timestamp with time zone, p_before_id bigint, p_now timestamp with time zone)
+ RETURNS TABLE(id bigint, queue text, state text, attempts integer, max_attempts integer, tenant text, dedupe_key text, enqueued_at timestamp with time zone, eligible_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, last_code text, parent_id bigint, replayed_by bigint) LANGUAGE plpgsql STABLE SET plan_cache_mode TO 'force_custom_plan' SET search_path TO 'pg_catalog', 'pg_temp' SET enable_seqscan TO 'off' SET jit TO 'off' SET enable_bitmapscan TO 'off' AS $function$
+#variable_conflict use_column
+DECLARE
+    v_window interval := drainpipe.job_stamp_window();
+    v_limit integer := greatest(coalesce(p_limit, 100), 1);
+    v_before_id bigint := coalesce(p_before_id, 0);
+    v_top bigint;    -- the walk reads the ids below this one (NULL: from the newest)
+    v_low bigint;    -- and down to this one (NULL: to the oldest)
+    v_chunk integer := 2 * v_limit + 64;
+    v_read integer;
+    v_last bigint;
+    v_bound timestamptz;
+    v_newest timestamptz[] := '{}';  -- the stamps of the newest rows for the page so far
+BEGIN
+    IF p_before_at IS NOT NULL THEN
+        -- a row a window newer than the cursor: every row above it is newer than the cursor
+        SELECT m.id INTO v_top FROM drainpipe.job_messages m
+         WHERE m.id > v_before_id AND m.enqueued_at >= p_before_at + v_window
+         ORDER BY m.id LIMIT 1;
+    END IF;
+    v_low := v_top;
+    LOOP
+        SELECT count(*)::integer, min(w.id),
+               ARRAY(SELECT x FROM unnest(v_newest || array_agg(w.enqueued_at) FILTER (WHERE w.fits)) x
+                      ORDER BY x DESC LIMIT v_limit)
+          INTO v_read, v_last, v_newest
+          FROM (SELECT m.id, m.enqueued_at,
+                       (p_queue IS NULL OR m.queue = p_queue)
+                       AND (p_before_at IS NULL OR (m.enqueued_at, m.id) < (p_before_at, v_before_id))
+                       AND (p_tenant IS NULL OR drainpipe.job_tenant(m.payload) = p_tenant)
+                       AND (p_state IS NULL
+                            OR drainpipe.job_state_at(m.state, m.visible_at, m.attempts,
+                                                      m.max_attempts, p_now) = p_state) AS fits
+                  FROM drainpipe.job_messages m
+                 WHERE v_low IS NULL OR m.id < v_low
+                 ORDER BY m.id DESC
+                 LIMIT v_chunk) w;
+        IF v_read < v_chunk THEN
+            v_low := NULL;  -- the oldest row was read
+            EXIT;
+        END IF;
+        v_low := v_last;
+        IF cardinality(v_newest) >= v_limit THEN
+            SELECT max(l.enqueued_at) INTO v_bound
+              FROM (SELECT m.enqueued_at FROM drainpipe.job_messages m
+                     WHERE m.id >= v_last ORDER BY m.id LIMIT 16) l;
+            EXIT WHEN v_newest[v_limit] >= v_bound + v_window;
+            v_chunk := 64 + v_limit / 4;  -- the page is found: only its last window is left
+        ELSE
+            v_chunk := least(v_chunk * 2, 100000);
+        END IF;
+    END LOOP;
+    -- the page: the rows read, sorted (the tenant read from the payload for these only)
+    RETURN QUERY
+    SELECT s.id, s.queue, s.read_state, s.attempts, s.max_attempts,
+           drainpipe.job_tenant(s.payload), s.dedupe_key, s.enqueued_at, s.eligible_at,
+           s.started_at, s.finished_at, s.last_code, s.parent_id, s.replayed_by
+      FROM (
+    SELECT s.id, s.queue, s.read_state, s.attempts, s.max_attempts, s.payload, s.dedupe_key,
+           s.enqueued_at,
+           CASE WHEN s.read_state IN ('queued', 'retry_wait') THEN s.visible_at END AS eligible_at,
+           s.started_at,
+           CASE WHEN s.read_state = 'dead' AND s.finished_at IS NULL THEN s.visible_at
+                ELSE s.finished_at END AS finished_at,
+           CASE WHEN s.read_state = s.state THEN s.last_code
+                WHEN s.read_state = 'dead' THEN 'MAX_ATTEMPTS'
+                ELSE 'LEASE_EXPIRED' END AS last_code,
+           s.parent_id, s.replayed_by
+      FROM (
+          SELECT m.id, m.queue, m.state, m.attempts, m.max_attempts, m.dedupe_key,
+                 m.enqueued_at, m.visible_at, m.started_at, m.finished_at, m.last_code,
+                 m.parent_id, m.replayed_by, m.payload,
+                 drainpipe.job_state_at(m.state, m.visible_at, m.attempts, m.max_attempts, p_now) AS read_state
+            FROM drainpipe.job_messages m
+           WHERE (v_top IS NULL OR m.id < v_top)
+             AND (v_low IS NULL OR m.id >= v_low)
+             AND (p_queue IS NULL OR m.queue = p_queue)
+             AND (p_before_at IS NULL OR (m.enqueued_at, m.id) < (p_before_at, v_before_id))
+             AND (p_tenant IS NULL OR drainpipe.job_tenant(m.payload) = p_tenant)
+             -- a stored state that can read as the one asked for
+             AND (p_state IS NULL OR m.state = p_state
+                  OR (m.state = 'leased' AND p_state IN ('retry_wait', 'dead')))
+           ORDER BY m.enqueued_at DESC, m.id DESC
+      ) s
+     WHERE p_state IS NULL OR s.read_state = p_state
+     LIMIT v_limit) s;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.list_dead_jobs_v1(p_queue text, p_max_rows integer DEFAULT 100, p_before_id bigint DEFAULT NULL::bigint)
+ RETURNS SETOF drainpipe.dead_job_v1 LANGUAGE sql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    SELECT d.id, d.attempts, d.enqueued_at, d.finished_at,
+           drainpipe.dead_job_message(d.payload, d.max_attempts, d.dedupe_key, d.last_error)
+      FROM drainpipe.job_messages d
+     WHERE d.queue = p_queue AND d.state = 'dead' AND d.replayed_by IS NULL
+       AND (p_before_id IS NULL OR d.id < p_before_id)
+     ORDER BY d.id DESC
+     LIMIT least(greatest(coalesce(p_max_rows, 100), 1), 1000) $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.live_job_payloads_v1(p_queue text, p_after bigint, p_limit integer)
+ RETURNS TABLE(id bigint, payload jsonb) LANGUAGE sql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    SELECT m.id, m.payload FROM drainpipe.job_messages m
+     WHERE m.queue = p_queue AND m.id > coalesce(p_after, 0) AND m.finished_at IS NULL
+     ORDER BY m.id LIMIT least(greatest(coalesce(p_limit, 100), 1), 1000) $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.park_job(p_queue text, p_id bigint, p_until timestamp with time zone, p_waiting_for text)
+ RETURNS void LANGUAGE sql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    UPDATE drainpipe.job_messages
+       SET state = CASE WHEN p_waiting_for IS NULL THEN 'queued' ELSE 'waiting' END,
+           visible_at = p_until,
+           max_attempts = max_attempts + 1
+     WHERE id = p_id AND queue = p_queue $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.purge_job_archive_v1(p_queue text, p_older_than interval DEFAULT '7 days'::interval, p_batch integer DEFAULT 10000, p_dead_older_than interval DEFAULT '30 days'::interval)
+ RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_ids bigint[];
+BEGIN
+    WITH gone AS (
+        DELETE FROM drainpipe.job_messages d
+         WHERE d.id = ANY (ARRAY(
+               SELECT x.id FROM drainpipe.job_messages x
+                WHERE x.queue = p_queue AND x.finished_at IS NOT NULL
+                  AND x.finished_at < clock_timestamp() - least(p_older_than, p_dead_older_than)
+                  AND x.finished_at < clock_timestamp()
+                      - CASE WHEN x.state = 'dead' THEN p_dead_older_than ELSE p_older_than END
+                ORDER BY x.finished_at
+                LIMIT greatest(coalesce(p_batch, 10000), 1)))
+        RETURNING d.queue, d.id
+    ), attempts_gone AS (
+        DELETE FROM drainpipe.job_attempts a USING gone g
+         WHERE a.queue = g.queue AND a.job_id = g.id
+    )
+    SELECT coalesce(array_agg(id), '{}') INTO v_ids FROM gone;
+    PERFORM drainpipe.forget_job_steps(p_queue, v_ids);
+    RETURN cardinality(v_ids);
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.recount_job_totals_v1(p_queues text[] DEFAULT NULL::text[])
+ RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_total bigint;
+BEGIN
+    LOCK TABLE drainpipe.job_messages IN SHARE ROW EXCLUSIVE MODE;
+    DELETE FROM drainpipe.job_totals;
+    INSERT INTO drainpipe.job_totals (queue, state, shard, n)
+    SELECT m.queue, m.state, 0, count(*) FROM drainpipe.job_messages m
+     WHERE m.finished_at IS NOT NULL GROUP BY 1, 2;
+    INSERT INTO drainpipe.job_totals_kept (queue)
+    SELECT DISTINCT t.queue FROM drainpipe.job_totals t ON CONFLICT DO NOTHING;
+    SELECT coalesce(sum(n), 0) INTO v_total FROM drainpipe.job_totals;
+    RETURN v_total;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.replay_dead_job_v3(p_queue text, p_id bigint, p_window double precision DEFAULT NULL::double precision, p_replayable boolean DEFAULT true, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS TABLE(new_job_id bigint, code text) LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_rules record;
+    v_job drainpipe.job_messages;
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_new bigint;
+    v_at timestamptz;
+BEGIN
+    -- the policy row first (see replay_rules_in_force), then the job
+    v_rules := drainpipe.replay_rules_in_force(p_queue, p_window, p_replayable);
+    SELECT * INTO v_job FROM drainpipe.job_messages WHERE id = p_id AND queue = p_queue FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT NULL::bigint, 'JOB_NOT_FOUND'::text;
+        RETURN;
+    END IF;
+    IF v_job.replayed_by IS NOT NULL THEN
+        RETURN QUERY SELECT NULL::bigint, 'JOB_ALREADY_REPLAYED'::text;
+        RETURN;
+    END IF;
+    IF v_job.state = 'leased' AND v_job.visible_at <= v_now AND v_job.attempts >= v_job.max_attempts THEN
+        -- dead already, not swept yet
+        INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+        VALUES (p_queue, p_id, v_job.attempts, v_job.started_at, v_job.visible_at, 'expired', 'LEASE_EXPIRED')
+        ON CONFLICT DO NOTHING;
+        UPDATE drainpipe.job_messages
+           SET state = 'dead', finished_at = v_job.visible_at, last_code = 'MAX_ATTEMPTS',
+               last_error = 'The lease ran out on the last attempt'
+         WHERE id = p_id;
+    ELSIF v_job.state <> 'dead' THEN
+        RETURN QUERY SELECT NULL::bigint, 'JOB_NOT_DEAD'::text;
+        RETURN;
+    END IF;
+    code := drainpipe.replay_refusal(v_rules.replay_window, v_rules.replayable,
+        CASE WHEN v_rules.replay_window IS NULL THEN NULL
+             ELSE drainpipe.replay_origin(p_queue, p_id) END, v_now);
+    IF code IS NOT NULL THEN
+        RETURN QUERY SELECT NULL::bigint, code;
+        RETURN;
+    END IF;
+    IF v_job.dedupe_key IS NULL THEN
+        SELECT s.id, s.at INTO v_new, v_at FROM drainpipe.job_stamp('drainpipe.job_messages_id_seq') s;
+        INSERT INTO drainpipe.job_messages (id, queue, payload, max_attempts, enqueued_at, visible_at, parent_id)
+        OVERRIDING SYSTEM VALUE
+        VALUES (v_new, p_queue, v_job.payload, v_job.max_attempts, v_at, clock_timestamp(), p_id);
+    ELSE
+        v_new := drainpipe.enqueue_keyed_job(p_queue, v_job.payload, 0, v_job.max_attempts,
+                                             v_job.dedupe_key, true, p_id);
+    END IF;
+    UPDATE drainpipe.job_messages SET replayed_by = v_new WHERE id = p_id;
+    RETURN QUERY SELECT v_new, NULL::text;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.replay_origin(p_queue text, p_id bigint)
+ RETURNS timestamp with time zone LANGUAGE sql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    WITH RECURSIVE lineage (id, parent_id, enqueued_at, depth) AS (
+        SELECT m.id, m.parent_id, m.enqueued_at, 1
+          FROM drainpipe.job_messages AS m WHERE m.id = p_id AND m.queue = p_queue
+        UNION ALL
+        SELECT m.id, m.parent_id, m.enqueued_at, l.depth + 1
+          FROM lineage AS l JOIN drainpipe.job_messages AS m
+            ON m.id = l.parent_id AND m.queue = p_queue AND m.id < l.id
+         WHERE l.depth < 1000
+    )
+    SELECT min(enqueued_at) FROM lineage $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.rewrite_job_payload_v1(p_queue text, p_id bigint, p_old jsonb, p_new jsonb)
+ RETURNS boolean LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    UPDATE drainpipe.job_messages SET payload = p_new
+     WHERE id = p_id AND queue = p_queue AND payload = p_old AND finished_at IS NULL;
+    RETURN FOUND;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.set_job_parent(p_queue text, p_ids bigint[], p_parent bigint)
+ RETURNS void LANGUAGE sql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    UPDATE drainpipe.job_messages SET parent_id = p_parent WHERE id = ANY (p_ids) AND queue = p_queue $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.skip_job_v1(p_queue text, p_id bigint, p_attempt integer, p_code text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS boolean LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    IF NOT drainpipe.is_job_code(p_code) THEN
+        PERFORM drainpipe.assert_job_code(p_code);
+    END IF;
+    UPDATE drainpipe.job_messages
+       SET state = 'succeeded', finished_at = coalesce(p_now, clock_timestamp()), last_code = p_code
+     WHERE id = p_id AND queue = p_queue AND attempts = p_attempt AND state = 'leased';
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    UPDATE drainpipe.job_attempts SET late_outcome = 'succeeded'
+     WHERE queue = p_queue AND job_id = p_id AND number = p_attempt
+       AND outcome = 'cancelled' AND late_outcome IS NULL;
+    RETURN false;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.table_job_totals()
+ RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_rows jsonb;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        SELECT jsonb_agg(jsonb_build_object('queue', c.queue, 'state', c.state, 'n', -c.n)) INTO v_rows
+          FROM (SELECT g.queue, g.state, count(*) AS n FROM gone g
+                 WHERE g.finished_at IS NOT NULL GROUP BY 1, 2) c;
+    ELSE
+        -- a claim or a heartbeat: no row of it is finished, and nothing is written
+        SELECT jsonb_agg(jsonb_build_object('queue', c.queue, 'state', c.state, 'n', c.n)) INTO v_rows
+          FROM (SELECT x.queue, x.state, sum(x.n) AS n
+                  FROM (SELECT a.queue, a.state, 1 AS n FROM added a WHERE a.finished_at IS NOT NULL
+                        UNION ALL
+                        SELECT g.queue, g.state, -1 FROM gone g WHERE g.finished_at IS NOT NULL) x
+                 GROUP BY 1, 2
+                HAVING sum(x.n) <> 0) c;
+    END IF;
+    IF v_rows IS NOT NULL THEN
+        PERFORM drainpipe.add_job_totals(v_rows);
+    END IF;
+    RETURN NULL;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.uncounted_get_job(p_queue text, p_id bigint, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_record_v1 LANGUAGE sql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    SELECT r.id, r.queue, r.state, r.attempts, r.max_attempts, NULL::timestamptz, r.tenant,
+           r.dedupe_key, r.enqueued_at, r.eligible_at, r.started_at, r.finished_at, r.last_code,
+           r.parent_id, r.replayed_by,
+           drainpipe.job_history_v1(r.queue, r.id, r.attempts, r.stored_state, r.started_at,
+                                    r.finished_at, r.lease_end, r.last_code, r.now)
+      FROM drainpipe.job_records_at(p_queue, NULL::text, NULL::text, 1, NULL::bigint, p_id, coalesce(p_now, clock_timestamp())) r $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.uncounted_list_jobs_2(p_queue text DEFAULT NULL::text, p_state text DEFAULT NULL::text, p_tenant text DEFAULT NULL::text, p_limit integer DEFAULT 100, p_before_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_before_id bigint DEFAULT NULL::bigint, p_before_queue text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_record_v1 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    IF p_queue IS NOT NULL THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    RETURN QUERY
+    SELECT r.id, r.queue, r.state, r.attempts, r.max_attempts, NULL::timestamptz, r.tenant,
+           r.dedupe_key, r.enqueued_at, r.eligible_at, r.started_at, r.finished_at, r.last_code,
+           r.parent_id, r.replayed_by, NULL::jsonb
+      FROM drainpipe.job_records_newest(p_queue, p_state, p_tenant, p_limit, p_before_at,
+                                        p_before_id, coalesce(p_now, clock_timestamp())) r;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.uncounted_search_jobs(p_queue text, p_state text, p_tenant text, p_code text, p_since timestamp with time zone, p_until timestamp with time zone, p_dedupe_key text, p_id bigint, p_limit integer, p_before_id bigint DEFAULT NULL::bigint, p_before_queue text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF drainpipe.job_record_v1 LANGUAGE plpgsql STABLE SECURITY DEFINER SET plan_cache_mode TO 'force_custom_plan' SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+BEGIN
+    IF p_queue IS NOT NULL THEN
+        PERFORM drainpipe.assert_queue_name(p_queue);
+    END IF;
+    RETURN QUERY
+    SELECT s.id, s.queue, s.read_state, s.attempts, s.max_attempts, NULL::timestamptz, s.tenant,
+           s.dedupe_key, s.enqueued_at,
+           CASE WHEN s.read_state IN ('queued', 'retry_wait') THEN s.visible_at END,
+           s.started_at,
+           CASE WHEN s.read_state = 'dead' AND s.finished_at IS NULL THEN s.visible_at
+                ELSE s.finished_at END,
+           s.read_code, s.parent_id, s.replayed_by, NULL::jsonb
+      FROM (
+          SELECT r.*,
+                 CASE WHEN r.read_state = r.state THEN r.last_code
+                      WHEN r.read_state = 'dead' THEN 'MAX_ATTEMPTS' ELSE 'LEASE_EXPIRED' END AS read_code
+            FROM (
+                SELECT m.id, m.queue, m.state, m.attempts, m.max_attempts, m.dedupe_key,
+                       m.enqueued_at, m.visible_at, m.started_at, m.finished_at, m.last_code,
+                       m.parent_id, m.replayed_by, drainpipe.job_tenant(m.payload) AS tenant,
+                       drainpipe.job_state_at(m.state, m.visible_at, m.attempts, m.max_attempts, v_now) AS read_state
+                  FROM drainpipe.job_messages m
+                 WHERE (p_id IS NULL OR m.id = p_id)
+                   AND (p_queue IS NULL OR m.queue = p_queue)
+                   AND (p_before_id IS NULL OR m.id < p_before_id)
+                   AND (p_dedupe_key IS NULL OR m.dedupe_key = p_dedupe_key)
+                   AND (p_since IS NULL OR m.enqueued_at >= p_since)
+                   AND (p_until IS NULL OR m.enqueued_at < p_until)
+                   AND (p_tenant IS NULL OR drainpipe.job_tenant(m.payload) = p_tenant)
+                   AND (p_state IS NULL OR m.state = p_state
+                        OR (m.state = 'leased' AND p_state IN ('retry_wait', 'dead')))
+                 ORDER BY m.id DESC
+            ) r
+      ) s
+     WHERE (p_state IS NULL OR s.read_state = p_state)
+       AND (p_code IS NULL OR s.read_code = p_code
+            OR (s.read_code IN ('MAX_ATTEMPTS', 'DEADLINE_PASSED')
+                AND (SELECT a.code FROM drainpipe.job_attempts a
+                      WHERE a.queue = s.queue AND a.job_id = s.id AND a.code IS NOT NULL
+                      ORDER BY a.number DESC LIMIT 1) = p_code))
+     LIMIT greatest(coalesce(p_limit, 100), 1);
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.wake_job(p_queue text, p_id bigint, p_now timestamp with time zone)
+ RETURNS boolean LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    UPDATE drainpipe.job_messages
+       SET state = 'queued', visible_at = least(visible_at, p_now)
+     WHERE id = p_id AND queue = p_queue AND state = 'waiting' AND finished_at IS NULL;
+    RETURN FOUND;
+END $function$;
+
+-- Triggers
+CREATE OR REPLACE TRIGGER drainpipe_totals_delete AFTER DELETE ON drainpipe.job_messages REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION drainpipe.table_job_totals();
+CREATE OR REPLACE TRIGGER drainpipe_totals_update AFTER UPDATE ON drainpipe.job_messages REFERENCING OLD TABLE AS gone NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION drainpipe.table_job_totals();
+
+RESET check_function_bodies;
