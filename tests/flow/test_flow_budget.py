@@ -96,7 +96,7 @@ async def test_a_chunk_checked_while_a_change_was_pending_is_not_spent_after_it(
     jobs_db_url: str, backend_name: str
 ) -> None:
     """A session spends its chunk without reading the row while the queue's budget sequence
-    reads the value it checked the epoch at (jobs 0023). A change advances the sequence at
+    reads the value it checked the epoch at. A change advances the sequence at
     once but writes the row at its commit: a claim reading the row in between may still
     spend (the change has not happened for it), but keeps no value, so after the commit its
     next claim reads the row, finds the epoch closed and counts exactly."""

@@ -426,7 +426,7 @@ async def test_memory_backend_enforces_the_pending_cap_and_retention() -> None:
 async def test_the_lease_trigger_follows_a_changed_max_lease(
     jobs_db_url: str, backend_name: str
 ) -> None:
-    """The lease trigger's WHEN clause holds the bound (jobs 0023): a lowered max_lease is
+    """The lease trigger's WHEN clause holds the bound: a lowered max_lease is
     refused at once, a raised one allows longer leases, and on the table a queue with a
     larger max_lease than another's keeps its own (the bound only calls the function)."""
     undeclared = Jobs(jobs_db_url, QUEUES)

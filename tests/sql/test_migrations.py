@@ -129,7 +129,7 @@ INTERNAL_FUNCTIONS = {
     "flow_budget_take",
     "flow_budget_pending",
     "flow_budget_reset",
-    # jobs 0023: the budget's sequences, the chunk spent without a statement, the lease
+    # the budget's sequences, the chunk spent without a statement, the lease
     # trigger's bound
     "flow_budget_sequence",
     "flow_budget_advance",
