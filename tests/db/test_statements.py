@@ -90,11 +90,11 @@ PID = "SELECT pg_backend_pid()"
 async def test_one_caller_keeps_one_connection_between_statements(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import drainpipe.db
+    import drainpipe.db.database
 
     # a loaded machine can stall the loop past the 1 s idle time between two statements;
     # what is tested here is the parking, not that time (the next test covers it)
-    monkeypatch.setattr(drainpipe.db, "PARK_IDLE", 60.0)
+    monkeypatch.setattr(drainpipe.db.database, "PARK_IDLE", 60.0)
     db = Database(db_url, max_size=3)
     try:
         # the first statement may meet the pool still opening its first connection and
@@ -116,9 +116,9 @@ async def test_one_caller_keeps_one_connection_between_statements(
 async def test_parked_connection_goes_back_after_its_idle_time(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import drainpipe.db
+    import drainpipe.db.database
 
-    monkeypatch.setattr(drainpipe.db, "PARK_IDLE", 0.0)
+    monkeypatch.setattr(drainpipe.db.database, "PARK_IDLE", 0.0)
     db = Database(db_url, max_size=3)
     try:
         await db.fetchval(PID)

@@ -7,8 +7,8 @@ flows change, and update docs/architecture.md from what it prints:
     ./scripts/test tests/package/flow_modules.py -s     # or pytest with the usual PYTHONPATH
 
 With ``FLOW_FUNCTIONS=1`` each call is printed too. Each line: the flow, how many modules ran code, and those modules in the order they first
-did ("+" marks the bottom core: errors, validation, models, codes, context, JSON, telemetry's
-off switch; the rest are the modules a reader follows).
+did ("+" marks the bottom core: errors, validation, models, codes, context, JSON, the kept
+cursor, telemetry's off switch; the rest are the modules a reader follows).
 """
 
 from __future__ import annotations
@@ -39,9 +39,10 @@ CORE = {
     "models.py",
     "codes.py",
     "context.py",
-    "telemetry.py",
+    "telemetry/providers.py",
     "db/json.py",
     "db/poolers.py",
+    "db/parking.py",
     "ops/_types.py",
 }
 #: the tests' clock, not a module of the flow

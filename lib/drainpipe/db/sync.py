@@ -18,18 +18,14 @@ from time import monotonic
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DrainpipeError
-from . import (
+from .connection_options import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_POOL_TIMEOUT,
-    PARK_IDLE,
-    PARK_ROUND,
-    _database_error,
-    _positive_seconds,
-    connect_error,
     connect_options,
-    kept_cursor,
+    positive_seconds,
     prepare_options,
 )
+from .error_translation import connect_error, database_error
 from .json import _has_json_column, use_fast_json
 from .outage import (
     PROBE_WRITABLE,
@@ -39,6 +35,7 @@ from .outage import (
     read_only_error,
     still_read_only,
 )
+from .parking import PARK_IDLE, PARK_ROUND, kept_cursor
 from .poolers import decide_prepare_sync, names_pooler, prepare_mode, split_dsn
 
 if TYPE_CHECKING:
@@ -74,8 +71,8 @@ class SyncDatabase:
         self._conn: psycopg.Connection[Any] | None = None
         self._owns_pool = False
         self._max_size = max_size
-        self._timeout = _positive_seconds(timeout, "timeout")
-        self._connect_timeout = _positive_seconds(connect_timeout, "connect_timeout")
+        self._timeout = positive_seconds(timeout, "timeout")
+        self._connect_timeout = positive_seconds(connect_timeout, "connect_timeout")
         self._open_lock = threading.Lock()
         self._conn_lock = threading.RLock()
         # the database found away: calls probe instead of waiting on the pool (db.outage)
@@ -200,7 +197,7 @@ class SyncDatabase:
                 with self._park_lock:
                     self._busy -= 1
         except Exception as exc:
-            error = _database_error(exc)
+            error = database_error(exc)
             if error is None:
                 raise
             raise error from exc
@@ -242,7 +239,7 @@ class SyncDatabase:
         except DrainpipeError:
             raise
         except Exception as exc:
-            error = _database_error(exc)
+            error = database_error(exc)
             if error is None:
                 raise
             if self._dsn is not None and read_only(exc):

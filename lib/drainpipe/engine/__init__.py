@@ -1,6 +1,6 @@
-"""The lease engine: one pure core (:mod:`.core`), how it reports errors (:mod:`.reports`)
-and one runner (:mod:`.runner`) that jobs and the webhook inbox (and, next, the agent
-inbox) run on. The semantics are written once, in :mod:`drainpipe.engine.runner`'s
+"""The lease engine: one pure core (:mod:`.core`), how it reports errors (:mod:`.reports`),
+what it runs (:mod:`.source`), a batch's heartbeat (:mod:`.heartbeat`) and one runner
+(:mod:`.runner`) that jobs and the webhook inbox (and, next, the agent inbox) run on. The semantics are written once, in :mod:`drainpipe.engine.runner`'s
 docstring and in ``docs/engine.md``. The sync twin's worker (:mod:`drainpipe.sync.worker`)
 uses the core and the reports; the runner (asyncio) loads on first use."""
 

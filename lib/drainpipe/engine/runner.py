@@ -48,10 +48,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import logging
 import random
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..codes import Discard, Skip, Suspend, code_of
 from ..errors import TRANSIENT_KINDS, DrainpipeError, Retry
@@ -67,7 +66,9 @@ from .core import (
     outage_wait,
     should_retry_claim,
 )
+from .heartbeat import lost_reasons, start_heartbeat
 from .reports import LEASE_LOST, as_error, lease_lost, log_error
+from .source import ClaimableSource, OnError, call_hook
 
 __all__ = [
     "LEASE_LOST",
@@ -80,94 +81,8 @@ __all__ = [
     "log_error",
 ]
 
-log = logging.getLogger("drainpipe")
 
-OnError = Callable[[BaseException, Any], Any]
-
-
-class Claimed(Protocol):
-    """What the runner needs of a claimed item: its id (unique within its source)."""
-
-    @property
-    def id(self) -> int: ...
-
-
-ItemT = TypeVar("ItemT", bound=Claimed)
-ItemT_co = TypeVar("ItemT_co", bound=Claimed, covariant=True)
-
-
-class ClaimableSource(Protocol[ItemT]):
-    """Something that hands out items under a lease and settles them, fenced.
-
-    * ``leases``: False when the source cannot extend leases (no heartbeat is sent).
-    * ``heartbeat_floor``: the shortest time between heartbeats, in seconds.
-    * ``complete_each``: settle each success at once (the source has no batch completion).
-    * ``async_handler``: ``start`` always returns an awaitable (skips a check per item).
-    * optional ``complete_and_claim(items, batch, lease)``: settle ``items`` as done and
-      claim the next batch atomically; returns ``(refused items, claimed items)``.
-    """
-
-    leases: bool
-    heartbeat_floor: float
-    complete_each: bool
-    async_handler: bool
-    #: where errors without an ``on_error`` are logged (a child of ``drainpipe``)
-    log: logging.Logger
-
-    # Plain methods returning awaitables, so an adapter may hand its backend's coroutine
-    # straight through (no extra coroutine per claim on the hot path); ``async def`` fits too.
-    def claim(self, batch: int, lease: float) -> Awaitable[Sequence[ItemT]]:
-        """Up to ``batch`` items leased for ``lease`` seconds (empty: nothing is due)."""
-        ...
-
-    def extend(self, items: Sequence[ItemT], lease: float) -> Awaitable[set[int]]:
-        """Extend the leases of ``items`` in one round trip; the ids still held."""
-        ...
-
-    def complete(self, items: Sequence[ItemT]) -> Awaitable[Sequence[ItemT]]:
-        """Settle ``items`` as done; the items whose settlement was refused (lease lost)."""
-        ...
-
-    def fail(
-        self,
-        item: ItemT,
-        error: str,
-        retry_in: float | None,
-        code: str | None = None,
-        discard: bool = False,
-    ) -> Awaitable[Any]:
-        """Settle ``item`` as failed: retried after ``retry_in`` s (None: the backoff),
-        recording ``code``; ``discard``: no more attempts."""
-        ...
-
-    def start(self, item: ItemT) -> Any:
-        """Call the handler on ``item``; what it returns (awaited when awaitable)."""
-        ...
-
-    def describe(self, item: ItemT | None) -> str:
-        """Words for logs and errors: ``queue emails job 12 (attempt 1/5)``."""
-        ...
-
-    def fields(self, item: ItemT | None) -> dict[str, Any]:
-        """The ``extra`` fields of a log record about ``item`` (or the source: None)."""
-        ...
-
-
-async def call_hook(hook: Callable[..., Any] | None, *args: Any) -> Any:
-    """Call a plain or async hook; its own failure is logged, never raised."""
-    if hook is None:
-        return None
-    try:
-        result = hook(*args)
-        if inspect.isawaitable(result):
-            result = await result
-        return result
-    except Exception:
-        log.exception("drainpipe: a hook raised")
-        return None
-
-
-class _Batch:
+class Batch:
     """The state one heartbeat shares with the lane running its batch."""
 
     __slots__ = ("beats", "cancelled", "lane", "lost", "reasons", "running", "unfinished")
@@ -363,7 +278,7 @@ class Runner:
         """Run a claimed batch; the items that succeeded and still hold their lease, for the
         caller to settle (a ``complete_each`` source settled each already: none)."""
         source = self.source
-        batch = _Batch({item.id: item for item in claimed}, lane)
+        batch = Batch({item.id: item for item in claimed}, lane)
         first_beat = None
         if source.leases:
             # a timer, not a task: most batches finish before their first beat is due,
@@ -372,7 +287,7 @@ class Runner:
                 self._lease_seconds(), self.heartbeat_every, source.heartbeat_floor
             )
             first_beat = asyncio.get_running_loop().call_later(
-                every, self._start_heartbeat, batch, every
+                every, start_heartbeat, batch, source, self._lease_seconds, every
             )
         succeeded: list[Any] = []
         try:
@@ -407,7 +322,7 @@ class Runner:
                 with contextlib.suppress(asyncio.CancelledError):
                     await beat
 
-    async def _run_one(self, batch: _Batch, item: Any) -> bool:
+    async def _run_one(self, batch: Batch, item: Any) -> bool:
         """Run one item's handler; True when it returned normally and still holds its lease
         (the caller counts and settles those)."""
         source = self.source
@@ -480,7 +395,7 @@ class Runner:
             return True
         return await self._still_held(batch, item)
 
-    async def _still_held(self, batch: _Batch, item: Any) -> bool:
+    async def _still_held(self, batch: Batch, item: Any) -> bool:
         """False (and reported) when the heartbeat found ``item``'s lease lost."""
         if batch.lost is None:
             return True  # the common case: nothing was lost in this batch
@@ -492,64 +407,13 @@ class Runner:
             return False
         return True
 
-    def _lost(self, batch: _Batch, item: Any) -> DrainpipeError:
+    def _lost(self, batch: Batch, item: Any) -> DrainpipeError:
         return lease_lost(self.source.describe(item), batch.reasons.get(item.id))
 
     async def _refused(self, item: Any) -> DrainpipeError:
         """The error for a settlement the source refused: cancelled, or a lost lease."""
-        reasons = await self._reasons([item])
+        reasons = await lost_reasons(self.source, [item])
         return lease_lost(self.source.describe(item), reasons.get(item.id))
-
-    async def _reasons(self, items: list[Any]) -> dict[int, str]:
-        """Why ``items`` are no longer held, when the source can say (one round trip on
-        this rare path); empty when it cannot or the question fails."""
-        why_lost = getattr(self.source, "why_lost", None)
-        if why_lost is None:
-            return {}
-        try:
-            return dict(await why_lost(items))
-        except Exception:
-            return {}
-
-    # -- heartbeats ---------------------------------------------------------------------
-
-    def _start_heartbeat(self, batch: _Batch, every: float) -> None:
-        batch.beats.append(asyncio.create_task(self._heartbeat(batch, every)))
-
-    async def _heartbeat(self, batch: _Batch, every: float) -> None:
-        """Extend every unsettled item of the batch now, then every ``every`` seconds."""
-        while True:
-            items = list(batch.unfinished.values())
-            if items:
-                try:
-                    held = await self.source.extend(items, self._lease_seconds())
-                except Exception:  # a missed beat is retried next time; the items keep running
-                    self.source.log.warning(
-                        "drainpipe: heartbeat failed for %s",
-                        self.source.describe(None),
-                        exc_info=True,
-                        extra={**self.source.fields(None), "code": None},
-                    )
-                else:
-                    if len(held) < len(items):
-                        gone = [item for item in items if item.id not in held]
-                        batch.reasons.update(await self._reasons(gone))
-                        self._mark_lost(batch, gone)
-            await asyncio.sleep(every)
-
-    def _mark_lost(self, batch: _Batch, items: list[Any]) -> None:
-        # an item settled while the extend was on its way is not lost: it left unfinished
-        lost = {item.id for item in items if item.id in batch.unfinished}
-        if not lost:
-            return
-        for item_id in lost:
-            del batch.unfinished[item_id]
-        batch.lost = lost if batch.lost is None else batch.lost | lost
-        running = batch.running
-        if running in lost and batch.cancelled != running and batch.lane is not None:
-            # the lane is suspended inside this item's handler: cancel it there
-            batch.cancelled = running
-            batch.lane.cancel()
 
     # -- settling -----------------------------------------------------------------------
 
@@ -568,7 +432,7 @@ class Runner:
 
     async def _report_refused(self, refused: Sequence[Any]) -> None:
         """Completions the source refused: each reported as a lost lease, with its reason."""
-        reasons = await self._reasons(list(refused))
+        reasons = await lost_reasons(self.source, list(refused))
         for item in refused:
             await self._report(lease_lost(self.source.describe(item), reasons.get(item.id)), item)
 
