@@ -38,9 +38,13 @@ def _load_time_imports(name: str, path: Path, known: dict[str, Path]) -> set[str
                 target = f"{base}.{node.module}" if node.module else base
             else:
                 target = node.module or ""
-            # `from pkg import module` is an arrow to the module, else to the package
-            candidates = {target} | {f"{target}.{alias.name}" for alias in node.names}
-            found |= {c for c in candidates if c in known}
+            # `from pkg import module` is an arrow to the module, else to the package; the
+            # package too unless the importer is inside it (then it is loaded already)
+            modules = {f"{target}.{alias.name}" for alias in node.names} & known.keys()
+            inside = name.startswith(target + ".")
+            if target in known and not (inside and len(modules) == len(node.names)):
+                found.add(target)
+            found |= modules
     found.discard(name)
     return found
 

@@ -172,7 +172,12 @@ def test_a_function_on_the_postgrest_backend_starts_cold_like_one_on_sql() -> No
         "drainpipe.backends.postgrest_schedules",
         "drainpipe.backends.postgrest_steps",
     }
-    assert sql - rest == {"drainpipe.backends.sql"}
+    assert sql - rest == {
+        "drainpipe.backends.sql",
+        "drainpipe.backends.job_statements",
+        "drainpipe.backends.pause_statements",
+        "drainpipe.backends.schedule_statements",
+    }
 
 
 def test_the_first_postgrest_request_imports_httpx_without_its_cli() -> None:

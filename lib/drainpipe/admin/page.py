@@ -88,7 +88,7 @@ _PLACEHOLDER = re.compile(r"\{\{(nonce|base|target|refresh|inboxes|css|js)\}\}")
 def _files() -> tuple[str, str, str]:
     """``page.html``, ``page.css`` and ``page.js``, read on the first page served (a function
     that never serves the page never reads them)."""
-    package = __package__ or "drainpipe.admin"
+    package = __package__ or __name__.rpartition(".")[0]
     html_, css, js = (
         _read(package, f"static/{name}") for name in ("page.html", "page.css", "page.js")
     )

@@ -53,13 +53,22 @@ __all__ = [
     "schedules",
 ]
 
-#: Every statement of every operation, by ``<module>.<CONSTANT>`` (for checks and tools).
+#: Every statement of every operation, by ``<operations>.<CONSTANT>`` (for checks and
+#: tools); the names are the operations', not their modules' (those say where they live)
 STATEMENTS: dict[str, str] = {
-    f"{module.__name__.rpartition('.')[2]}.{name}": value
-    for module in (
-        *(jobs, records, schedules, idempotency, leases, inbox, management, agents),
-        *(pause, console),
-    )
+    f"{operations}.{name}": value
+    for operations, module in {
+        "jobs": jobs,
+        "records": records,
+        "schedules": schedules,
+        "idempotency": idempotency,
+        "leases": leases,
+        "inbox": inbox,
+        "management": management,
+        "agents": agents,
+        "pause": pause,
+        "console": console,
+    }.items()
     for name, value in vars(module).items()
     if name.isupper() and isinstance(value, str) and value.startswith("SELECT ")
 }

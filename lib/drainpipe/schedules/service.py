@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ..backends import QueueBackend
     from ..backends.driver import Driver
 
-# the rules and run plans live in .rules and .runs; the sync twin imports them from here
+# the rules and run plans live in their own modules; the sync twin imports them from here
 _Prepared = Prepared
 
 __all__ = [
