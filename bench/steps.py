@@ -94,7 +94,7 @@ async def bare_round_trips(jobs: Jobs, count: int, steps: int) -> float:
     on, in a round trip of its own. Recorded for real: a statement that writes keeps the
     server longer than one refused at once, and the client's CPU for a round trip grows
     with that (psycopg finds no answer yet and waits through the event loop)."""
-    from drainpipe.ops import steps as step_ops
+    from drainpipe.backends import step_statements as step_ops
 
     db: Any = jobs.backend.db  # type: ignore[attr-defined]
     await jobs.enqueue_many("bare", [{}] * count)

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Mapping
 
 from drainpipe import Jobs
-from drainpipe.admin.mount import Mounted
+from drainpipe.console.mount import Mounted
 from drainpipe.serverless import ASGIApp, Closer, Database, LazyApp, NotConfigured
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # no pathlib: cold start

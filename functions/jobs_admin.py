@@ -16,8 +16,8 @@ import sys
 from collections.abc import Mapping
 
 from drainpipe import Jobs, bearer_tokens
-from drainpipe.admin.config import derived_cursor_secret, management_tokens
-from drainpipe.admin.mount import Mounted
+from drainpipe.console.config import derived_cursor_secret, management_tokens
+from drainpipe.console.mount import Mounted
 from drainpipe.serverless import ASGIApp, Closer, Database, LazyApp
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # no pathlib: cold start

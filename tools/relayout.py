@@ -65,6 +65,7 @@ FILE_MOVES: tuple[tuple[str, str], ...] = (
     ("ops/management.py", "console/management_statements.py"),
     ("ops/leases.py", "leases/statements.py"),
     ("leases.py", "leases/__init__.py"),
+    ("lease_rules.py", "leases/lease_rules.py"),
     # the drain route belongs to the jobs (Jobs.drain_route builds it)
     ("drain/route.py", "jobs/drain_route.py"),
     ("drain/unavailable.py", "jobs/drain_unavailable.py"),

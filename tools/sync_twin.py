@@ -35,11 +35,11 @@ COMMAND = "./scripts/sync-twin"
 #: async source -> generated sync twin, as module paths under lib/. The one place that
 #: names where each lives: a module that moves changes its row here, then the script runs.
 TWINS: dict[str, str] = {
-    "drainpipe/leases.py": "drainpipe/sync/leases.py",
+    "drainpipe/leases/__init__.py": "drainpipe/sync/leases.py",
     "drainpipe/idempotency/store.py": "drainpipe/sync/idempotency_store.py",
-    "drainpipe/inbox/claimed.py": "drainpipe/sync/inbox_claimed.py",
-    "drainpipe/inbox/store.py": "drainpipe/sync/inbox_store.py",
-    "drainpipe/inbox/source.py": "drainpipe/sync/inbox_source.py",
+    "drainpipe/webhooks/claimed.py": "drainpipe/sync/inbox_claimed.py",
+    "drainpipe/webhooks/store.py": "drainpipe/sync/inbox_store.py",
+    "drainpipe/webhooks/source.py": "drainpipe/sync/inbox_source.py",
     "drainpipe/agents/store.py": "drainpipe/sync/agents_store.py",
     "drainpipe/agents/reads.py": "drainpipe/sync/agents_reads.py",
 }

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 from drainpipe.aws import lambda_handler
 
 if TYPE_CHECKING:  # imported by build(), on the first event: the cold start stays small
-    from drainpipe.drain import DrainRoute
-    from drainpipe.inbox import WebhookInbox
+    from drainpipe.jobs.drain_route import DrainRoute
+    from drainpipe.webhooks import WebhookInbox
 
 log = logging.getLogger("drainpipe.example")
 
@@ -46,8 +46,8 @@ def build() -> tuple[DrainRoute, WebhookInbox]:
     global _built
     if _built is None:
         from drainpipe.db import Database
-        from drainpipe.inbox import WebhookInbox
         from drainpipe.jobs import Jobs
+        from drainpipe.webhooks import WebhookInbox
 
         env = os.environ
         database = Database(env["DATABASE_URL"])

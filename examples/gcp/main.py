@@ -17,9 +17,9 @@ from typing import Any
 
 import functions_framework
 
-from drainpipe.drain import DrainRoute
 from drainpipe.gcp import asgi_handler
-from drainpipe.inbox import WebhookInbox
+from drainpipe.jobs.drain_route import DrainRoute
+from drainpipe.webhooks import WebhookInbox
 
 log = logging.getLogger("drainpipe.example")
 

@@ -26,19 +26,19 @@ _EXPORTS: dict[str, str] = {
     "AgentInboxes": "agents",
     "Begin": "idempotency",
     "DeadJob": "models",
-    "DevDrain": "drain",
-    "DrainRoute": "drain",
+    "DevDrain": "jobs.dev_drain",
+    "DrainRoute": "jobs.drain_route",
     "DrainpipeError": "errors",
     "EnsureResult": "schedules",
     "Idempotency": "idempotency",
-    "InboxEntry": "inbox",
+    "InboxEntry": "webhooks",
     "Job": "models",
     "JobContext": "models",
     "Jobs": "jobs",
     "Keyring": "keyring",
     "Lease": "leases",
     "LeaseOutcome": "leases",
-    "ManagementClient": "admin.client",
+    "ManagementClient": "console.client",
     "PostgrestBackend": "backends.postgrest",
     "Principal": "principals",
     "Queue": "jobs",
@@ -50,14 +50,14 @@ _EXPORTS: dict[str, str] = {
     "Retry": "errors",
     "ScheduleDef": "schedules",
     "ScheduleInfo": "schedules",
-    "Stored": "inbox",
-    "WebhookInbox": "inbox",
-    "WebhookMessage": "inbox",
+    "Stored": "webhooks",
+    "WebhookInbox": "webhooks",
+    "WebhookMessage": "webhooks",
     "WorkReport": "models",
     "assert_cron": "schedules.cron",
     "bearer_tokens": "principals",
-    "dev_drain": "drain",
-    "dev_drain_secret": "drain",
+    "dev_drain": "jobs.dev_drain",
+    "dev_drain_secret": "jobs.dev_drain",
     "install": "sqlmodules",
     "lease": "leases",
     "next_cron_run": "schedules.cron",
@@ -123,16 +123,16 @@ __all__ = [
 
 if TYPE_CHECKING:
     from . import codes, sync, testing
-    from .admin.client import ManagementClient
     from .agents import AgentInboxes
     from .backends import QueueBackend
     from .backends.postgrest import PostgrestBackend
     from .codes import Discard, Skip, Suspend
-    from .drain import DevDrain, DrainRoute, dev_drain, dev_drain_secret
+    from .console.client import ManagementClient
     from .errors import DrainpipeError, Retry
     from .idempotency import Begin, Idempotency
-    from .inbox import InboxEntry, Stored, WebhookInbox, WebhookMessage
     from .jobs import Jobs, Queue, QueuePolicy, Rate
+    from .jobs.dev_drain import DevDrain, dev_drain, dev_drain_secret
+    from .jobs.drain_route import DrainRoute
     from .keyring import Keyring
     from .leases import Lease, LeaseOutcome, lease, with_lease
     from .models import (
@@ -152,6 +152,7 @@ if TYPE_CHECKING:
     from .schedules import EnsureResult, ScheduleDef, ScheduleInfo
     from .schedules.cron import assert_cron, next_cron_run
     from .sqlmodules import install, verify
+    from .webhooks import InboxEntry, Stored, WebhookInbox, WebhookMessage
 
 
 def __getattr__(name: str) -> Any:

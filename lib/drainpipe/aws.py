@@ -33,7 +33,7 @@ from .errors import DrainpipeError
 from .http import Receive, Scope, Send
 
 if TYPE_CHECKING:
-    from .drain import DrainRoute
+    from .jobs.drain_route import DrainRoute
 
 log = logging.getLogger("drainpipe.aws")
 
@@ -169,7 +169,7 @@ class ScheduledDrain:
         run = copy.copy(route)
         run.budget = budget
         run.on_error = record
-        from .drain.unavailable import DrainUnavailable
+        from .jobs.drain_unavailable import DrainUnavailable
 
         try:
             report = await run.run(None)

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from drainpipe import Jobs, Principal, bearer_tokens
-from drainpipe.admin.api import ManagementApp
+from drainpipe.console.management_app import ManagementApp
 
 ADMIN = "admin-token-0123456789abcdef"
 OTHER_ADMIN = "lead-token-0123456789abcdef"

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from drainpipe import DrainpipeError, Jobs, ManagementClient
-from drainpipe.admin.api import ManagementApp
+from drainpipe.console.management_app import ManagementApp
 from tests.admin.conftest import ADMIN, QUEUES, VIEWER, make_app
 
 

@@ -15,8 +15,8 @@ import psycopg
 import pytest
 
 from drainpipe import AgentInboxes, DrainpipeError, Jobs, ManagementClient, WebhookInbox, sync
-from drainpipe.admin.api import ManagementApp
-from drainpipe.ops import agents as agent_ops
+from drainpipe.agents import statements as agent_ops
+from drainpipe.console.management_app import ManagementApp
 from drainpipe.testing import Clock
 from tests.admin.browser import ServedApp
 from tests.admin.conftest import (

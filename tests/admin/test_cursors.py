@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drainpipe.admin.cursors import CURSOR_INVALID, CursorSigner
+from drainpipe.console.cursors import CURSOR_INVALID, CursorSigner
 from drainpipe.errors import DrainpipeError
 
 SECRET = "cursor-secret-for-tests-0123456789"

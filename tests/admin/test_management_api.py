@@ -9,8 +9,8 @@ import httpx
 import psycopg
 import pytest
 
-from drainpipe.admin.api import Mounted
-from drainpipe.admin.page import content_security_policy
+from drainpipe.console.management_app import Mounted
+from drainpipe.console.page import content_security_policy
 from tests.admin.conftest import ADMIN, OTHER_ADMIN, VIEWER, Inbox, bearer
 
 WRITES = [("POST", "/jobs/emails/1/cancel"), ("POST", "/jobs/emails/1/replay")]

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from drainpipe import AgentInboxes, Jobs
-from drainpipe.admin.record_json import ATTEMPT_FIELDS, SHOWN_FIELDS
+from drainpipe.console.record_json import ATTEMPT_FIELDS, SHOWN_FIELDS
 from drainpipe.testing import Clock
 from tests.admin.conftest import (
     ADMIN,

@@ -12,7 +12,7 @@ import pytest
 
 from drainpipe import AgentInboxes, DrainpipeError
 from drainpipe.agents import AgentInbox, Envelope
-from drainpipe.ops import agents as ops
+from drainpipe.agents import statements as ops
 
 from .conftest import SECRET, Setup
 

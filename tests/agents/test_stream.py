@@ -16,7 +16,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from drainpipe import AgentInboxes, Principal, bearer_tokens
-from drainpipe.ops import agents as ops
+from drainpipe.agents import statements as ops
 from tests.agents.conftest import SECRET, Setup
 
 TOKEN = "stream-token-0123456789abcdef"

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from drainpipe import AgentInboxes, Jobs, WebhookInbox, bearer_tokens
-from drainpipe.admin.api import Mounted
-from drainpipe.admin.config import management_tokens
+from drainpipe.console.config import management_tokens
+from drainpipe.console.management_app import Mounted
 from drainpipe.db import Database
 from drainpipe.serverless import ASGIApp
 

@@ -52,7 +52,7 @@ print(drainpipe.__file__)
 # filled and the CSS and JS are inline, under the response's nonce
 PAGE = """
 import drainpipe
-from drainpipe.admin.page import page_response
+from drainpipe.console.page import page_response
 body = page_response(base="/admin", target="prod").body.decode()
 assert "{{" not in body and "<style nonce=" in body and "<script nonce=" in body, body[:300]
 assert "color-scheme" in body and "sessionStorage" in body, "page.css or page.js missing"
@@ -134,7 +134,7 @@ def test_each_platform_installs_drainpipe_from_its_own_files(tmp_path: Path) -> 
         for path in package.rglob("*")
         if path.is_file() and path.suffix not in {".py", ".pyc"} and "__pycache__" not in path.parts
     }
-    assert {"drainpipe/admin/static/page.html", "drainpipe/admin/static/page.js"} <= data
+    assert {"drainpipe/console/static/page.html", "drainpipe/console/static/page.js"} <= data
     assert data - shipped == set()
     # pin every dependency to the version this suite runs (uv's cache holds those)
     frozen = uv("pip", "freeze", "--python", sys.executable, cwd=repo).stdout.splitlines()

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 import drainpipe
 from drainpipe.db import Database
 from drainpipe.dev.server import start_server
-from drainpipe.drain import DrainRoute, MonitorRequest
+from drainpipe.jobs.drain_route import DrainRoute, MonitorRequest
 from tests.conftest import connect
 
 SECRET = "s3cret-token-0123456789abcdef0123456789abcdef"

@@ -26,7 +26,7 @@ from standardwebhooks import Webhook
 
 from drainpipe import DrainpipeError, Retry, WebhookInbox, WebhookMessage
 from drainpipe.http import Headers, Request
-from drainpipe.inbox.verify import load_secrets, verify_signature
+from drainpipe.webhooks.verify import load_secrets, verify_signature
 from tests.conftest import connect
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -398,7 +398,7 @@ def test_verify_signature_tolerance_is_300_seconds_each_way_and_any_secret_may_m
 
 def test_importing_the_inbox_loads_neither_standardwebhooks_nor_psycopg() -> None:
     code = (
-        "import sys, drainpipe.inbox, drainpipe.inbox.verify\n"
+        "import sys, drainpipe.webhooks, drainpipe.webhooks.verify\n"
         "print(sorted({'standardwebhooks', 'psycopg'} & set(sys.modules)))\n"
     )
     result = subprocess.run(  # noqa: S603 - our own interpreter, fixed arguments

@@ -148,7 +148,7 @@ def run_python(code: str) -> str:
 
 def test_importing_drainpipe_imports_no_opentelemetry() -> None:
     out = run_python(
-        "import sys, drainpipe, drainpipe.telemetry, drainpipe.drain\n"
+        "import sys, drainpipe, drainpipe.telemetry, drainpipe.jobs.drain_route\n"
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
     )
     assert out == "[]"

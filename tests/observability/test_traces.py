@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 import drainpipe
 from drainpipe import telemetry
-from drainpipe.drain import DrainRoute
+from drainpipe.jobs.drain_route import DrainRoute
 from tests.observability.conftest import Sdk
 
 SECRET = "drain-secret-0123456789abcdef0123456789abcdef"

@@ -34,7 +34,7 @@ CHOSEN_PATHS = {
     "jobs/guard.py": 1,  # an attempt window is enforced only where records say when it began
     "jobs/replays.py": 1,  # a storage that only counts its replays answers with the count
     "jobs/executor.py": 1,  # a coded completion on a driver without codes is CODE_NOT_SUPPORTED
-    "drain/route.py": 1,  # no schedule run (and no answer counted) without schedules
+    "jobs/drain_route.py": 1,  # no schedule run (and no answer counted) without schedules
     "testing.py": 1,  # the conformance kit skips the record checks without records
 }
 

@@ -15,7 +15,7 @@ import pytest
 import drainpipe
 from drainpipe import Job, Jobs, QueuePolicy
 from drainpipe.dev.server import start_server
-from drainpipe.drain.tokens import EVERYTHING, DrainCredentials
+from drainpipe.jobs.drain_tokens import EVERYTHING, DrainCredentials
 
 EMAILS_TOKEN = "tok-emails-0123456789abcdef"
 PUSH_TOKEN = "tok-push-0123456789abcdef"

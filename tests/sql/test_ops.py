@@ -12,14 +12,14 @@ import psycopg
 import pytest
 
 import drainpipe
-from drainpipe import ops
+from drainpipe import statements as ops
+from drainpipe.backends import job_statements as job_ops
+from drainpipe.backends import schedule_statements as schedule_ops
 from drainpipe.context import wrap_payload
 from drainpipe.errors import DrainpipeError
+from drainpipe.idempotency import statements as idem_ops
+from drainpipe.leases import statements as lease_ops
 from drainpipe.models import Actor, JobContext, claimed_job
-from drainpipe.ops import idempotency as idem_ops
-from drainpipe.ops import jobs as job_ops
-from drainpipe.ops import leases as lease_ops
-from drainpipe.ops import schedules as schedule_ops
 
 _FUNCTION = re.compile(r"drainpipe\.(\w+)\(")
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from ..errors import DrainpipeError
-from ..ops import agents as ops
+from . import statements as ops
 from .checks import EVENT_NOT_FOUND
 from .envelope import event_id_text
 

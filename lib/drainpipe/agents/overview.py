@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..ops._types import Row
+from ..db.statement_shapes import Row
 
 #: every state an agent inbox event can be in, in the order the console shows them
 EVENT_STATES: Final = ("pending", "leased", "acked", "delivered", "failed", "expired")

@@ -17,7 +17,7 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from ..engine.core import long_poll_wait, poll_backoff
-from ..ops import agents as ops
+from . import statements as ops
 from .answers import ClaimResult as ClaimResult
 from .answers import EventPage as EventPage
 from .batch import Taken

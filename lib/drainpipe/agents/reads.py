@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..db.json import load_json
 from ..errors import DrainpipeError
-from ..ops import agents as ops
+from . import statements as ops
 from .answers import ClaimResult, EventPage, InboxSettings
 from .checks import (
     ACK_MODE_NOT_ALLOWED,

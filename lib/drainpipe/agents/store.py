@@ -13,8 +13,8 @@ from typing import Any, Final, Literal
 
 from ..db import as_database, dump_json
 from ..errors import DrainpipeError
-from ..ops import agents as ops
 from ..validation import MAX_NAME_LENGTH, aware, text_fault
+from . import statements as ops
 from .answers import InboxSettings, Settlement
 from .checks import (
     ACK_MODES,

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ..errors import DrainpipeError
 from ..http_guards import cross_site_refusal
 from ..http_websocket import WebSocket, WebSocketDisconnect
-from ..ops import agents as ops
+from . import statements as ops
 from .app import check_inbox, principal_of, scope_of
 from .checks import ACK_MODES, MAX_EVENTS, ORDERS, choice, optional_name, whole_number
 

@@ -26,7 +26,7 @@ from ..models import (
     claimed_job,
     held_counts,
 )
-from ..ops.records import parse_record
+from .record_statements import parse_record
 
 NO_CONTEXT = JobContext()
 

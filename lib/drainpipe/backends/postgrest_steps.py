@@ -142,7 +142,7 @@ class PostgrestSteps:
         return int(await self.rpc("cancel_children_v1", {"queue": queue, "id": job_id}) or 0)
 
     async def job_workflow(self, queue: str, job_id: int) -> Any:
-        from ..ops.steps import parse_workflow
+        from .step_statements import parse_workflow
 
         data = await self.rpc("job_workflow_v1", {"queue": queue, "id": job_id})
         return parse_workflow([(data,)])

@@ -2,7 +2,7 @@
 
 The same functions exist for the pgmq and the table storage, so this class does not care
 which one the database has. The statements, their parameters and the reading of their rows
-are :mod:`drainpipe.ops.jobs` and :mod:`drainpipe.ops.schedules`; this class only executes
+are :mod:`drainpipe.backends.job_statements` and :mod:`drainpipe.backends.schedule_statements`; this class only executes
 them on the async :class:`~drainpipe.db.Database`.
 """
 
@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from ..db import Database, as_database, jsonb
+from ..db.statement_shapes import int_array
 from ..models import (
     DeadJob,
     DedupeMode,
@@ -24,12 +25,11 @@ from ..models import (
     QueueStats,
     ScheduleInfo,
 )
-from ..ops import jobs as ops
-from ..ops import pause as pause_ops
-from ..ops import records as record_ops
-from ..ops import schedules as schedule_ops
-from ..ops._types import int_array
-from ..ops.jobs import parse_claimed, parse_dead
+from . import job_statements as ops
+from . import pause_statements as pause_ops
+from . import record_statements as record_ops
+from . import schedule_statements as schedule_ops
+from .job_statements import parse_claimed, parse_dead
 
 __all__ = ["SqlQueueBackend", "int_array", "parse_claimed", "parse_dead"]
 
@@ -131,7 +131,7 @@ class SqlQueueBackend:
 
     async def load_steps(self, queue: str, job_id: int) -> dict[int, tuple[str, str, Any]]:
         """The job's recorded steps: number → (name, state, stored result)."""
-        from ..ops import steps as step_ops
+        from . import step_statements as step_ops
 
         rows = await self.db.fetch(step_ops.LOAD_STEPS, (queue, job_id))
         return step_ops.parse_loaded(rows)
@@ -147,7 +147,7 @@ class SqlQueueBackend:
         started_at: datetime | None = None,
     ) -> str:
         """``recorded``, ``exists``, ``mismatch`` or ``lost`` (the attempt's fence moved)."""
-        from ..ops import steps as step_ops
+        from . import step_statements as step_ops
 
         params = step_ops.record_params(
             job.queue, job.id, job.attempts, number, name, state, result, code, started_at
@@ -164,7 +164,7 @@ class SqlQueueBackend:
         started_at: datetime | None = None,
     ) -> str:
         """``suspended``, ``mismatch`` or ``lost``; the lease is released with it."""
-        from ..ops import steps as step_ops
+        from . import step_statements as step_ops
 
         params = step_ops.suspend_params(job, delay, waiting_for, number, name, started_at)
         return step_ops.parse_text(await self.db.fetch(step_ops.SUSPEND, params))
@@ -180,13 +180,13 @@ class SqlQueueBackend:
         started_at: datetime | None = None,
     ) -> tuple[str, Any]:
         """(``taken`` | ``timeout`` | ``suspended`` | ``mismatch`` | ``lost``, data)."""
-        from ..ops import steps as step_ops
+        from . import step_statements as step_ops
 
         params = step_ops.wait_params(job, event, key, timeout, number, name, started_at)
         return step_ops.parse_wait(await self.db.fetch(step_ops.WAIT_EVENT, params))
 
     async def emit(self, event: str, key: str, data: Any = None) -> int:
-        from ..ops import steps as step_ops
+        from . import step_statements as step_ops
 
         rows = await self.db.fetch(step_ops.EMIT, (event, key, jsonb(data)))
         return int(rows[0][0])
@@ -204,7 +204,7 @@ class SqlQueueBackend:
     ) -> tuple[str, list[int]]:
         """Enqueue ``payloads`` as children of ``job`` and record the step, at most once:
         (``recorded`` | ``exists`` | ``mismatch`` | ``lost``, the children's ids)."""
-        from ..ops import steps as step_ops
+        from . import step_statements as step_ops
 
         params = step_ops.spawn_params(
             job, number, name, queue, payloads, delay, max_attempts, started_at
@@ -221,7 +221,7 @@ class SqlQueueBackend:
         started_at: datetime | None = None,
     ) -> str:
         """``done`` (every child finished), ``suspended``, ``mismatch`` or ``lost``."""
-        from ..ops import steps as step_ops
+        from . import step_statements as step_ops
 
         params = step_ops.join_params(job, queue, ids, number, name, started_at)
         return step_ops.parse_text(await self.db.fetch(step_ops.JOIN, params))
@@ -229,24 +229,24 @@ class SqlQueueBackend:
     async def child_outcomes(
         self, queue: str, ids: Sequence[int]
     ) -> list[tuple[int, str, str | None, bool, Any]]:
-        from ..ops import steps as step_ops
+        from . import step_statements as step_ops
 
         rows = await self.db.fetch(step_ops.CHILD_OUTCOMES, step_ops.outcomes_params(queue, ids))
         return step_ops.parse_outcomes(rows)
 
     async def cancel_children(self, queue: str, job_id: int) -> int:
-        from ..ops import steps as step_ops
+        from . import step_statements as step_ops
 
         rows = await self.db.fetch(step_ops.CANCEL_CHILDREN, (queue, job_id))
         return int(rows[0][0] or 0) if rows else 0
 
     async def job_workflow(self, queue: str, job_id: int) -> Any:
-        from ..ops import steps as step_ops
+        from . import step_statements as step_ops
 
         return step_ops.parse_workflow(await self.db.fetch(step_ops.WORKFLOW, (queue, job_id)))
 
     async def job_result(self, queue: str, job_id: int) -> tuple[bool, Any]:
-        from ..ops import steps as step_ops
+        from . import step_statements as step_ops
 
         return step_ops.parse_result(await self.db.fetch(step_ops.RESULT, (queue, job_id)))
 
@@ -327,7 +327,7 @@ class SqlQueueBackend:
     # -- queue policies and payload rewrites (docs/policies.md) -----------------------------
 
     async def bury(self, job: Job[Any], error: str, code: str) -> bool:
-        from ..ops import policies as policy_ops  # only where policies are used
+        from . import policy_statements as policy_ops  # only where policies are used
 
         rows = await self.db.fetch(
             policy_ops.BURY, policy_ops.bury_params(job.queue, job.id, job.attempts, error, code)
@@ -335,7 +335,7 @@ class SqlQueueBackend:
         return policy_ops.parse_flag(rows)
 
     async def live_payloads(self, queue: str, *, after: int, limit: int) -> list[tuple[int, Any]]:
-        from ..ops import policies as policy_ops  # only where policies are used
+        from . import policy_statements as policy_ops  # only where policies are used
 
         rows = await self.db.fetch(
             policy_ops.LIVE_PAYLOADS, policy_ops.live_payloads_params(queue, after, limit)
@@ -343,7 +343,7 @@ class SqlQueueBackend:
         return policy_ops.parse_live_payloads(rows)
 
     async def rewrite_payload(self, queue: str, job_id: int, old: Any, new: Any) -> bool:
-        from ..ops import policies as policy_ops  # only where policies are used
+        from . import policy_statements as policy_ops  # only where policies are used
 
         rows = await self.db.fetch(
             policy_ops.REWRITE_PAYLOAD, policy_ops.rewrite_payload_params(queue, job_id, old, new)
@@ -351,12 +351,12 @@ class SqlQueueBackend:
         return policy_ops.parse_flag(rows)
 
     async def ensure_policy(self, queue: str, row: Sequence[Any]) -> None:
-        from ..ops import policies as policy_ops  # only where policies are used
+        from . import policy_statements as policy_ops  # only where policies are used
 
         await self.db.fetch(policy_ops.ENSURE_POLICY, policy_ops.ensure_policy_params(row))
 
     async def apply_retention(self, *, min_interval: float | None) -> int | None:
-        from ..ops import policies as policy_ops  # only where policies are used
+        from . import policy_statements as policy_ops  # only where policies are used
 
         rows = await self.db.fetch(policy_ops.APPLY_RETENTION, (min_interval,))
         return policy_ops.parse_retention(rows)

@@ -348,7 +348,7 @@ async def _jobs_retry(conn: Any, args: argparse.Namespace) -> str:
 
 
 async def _inbox_list(conn: Any, args: argparse.Namespace) -> str:
-    from ..inbox import WebhookInbox
+    from ..webhooks import WebhookInbox
 
     inbox = WebhookInbox(conn, source=args.source)
     entries = await inbox.list(tenant=args.tenant, status=args.status, limit=args.limit)

@@ -1,4 +1,4 @@
-"""The synchronous executor of the sans-I/O operations (:mod:`drainpipe.ops`).
+"""The synchronous executor of the sans-I/O operations (:mod:`drainpipe.statements`).
 
 :class:`SyncDatabase` is :class:`drainpipe.db.Database` without an event loop: one
 statement per call on a DSN (a ``psycopg_pool.ConnectionPool`` drainpipe opens on first

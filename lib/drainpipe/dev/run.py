@@ -110,7 +110,7 @@ async def run_dev(
     until ``stop`` is set (SIGINT/SIGTERM set it; a second one forces the exit)."""
     from ..backends.sql import SqlQueueBackend
     from ..cli import connect
-    from ..drain import dev_drain, dev_drain_secret
+    from ..jobs.dev_drain import dev_drain, dev_drain_secret
     from ..sqlmodules import MODULES, install
 
     console = console or Console()

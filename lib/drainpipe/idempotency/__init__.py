@@ -1,7 +1,7 @@
 """Idempotency keys: a retried request runs its handler once; later ones get its response.
 
 :mod:`.service` is :class:`Idempotency` (``handle``, ``wrap``, ``begin``/``complete``/
-``release``), :mod:`.keys` reads and checks keys, scopes and fingerprints, :mod:`.rules`
+``release``), :mod:`.keys` reads and checks keys, scopes and fingerprints, :mod:`.idempotency_rules`
 the checks and decisions it shares with the sync twin (:mod:`drainpipe.sync`), and
 :mod:`.responses` turns a handler's response into what is stored and replayed.
 :class:`Idempotency` loads on first use (the sync twin imports no asyncio)."""

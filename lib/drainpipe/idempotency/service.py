@@ -29,9 +29,9 @@ from ..http import (
 from ..http_guards import read_capped, read_request_body
 from ..models import Begin as Begin  # re-exported: drainpipe.Begin lives here for users
 from ..telemetry import active_telemetry
+from .idempotency_rules import _Claim
 from .keys import fingerprint
 from .responses import _read_response, _stored_status, _to_starlette
-from .rules import _Claim
 from .store import IdempotencyStore
 
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]

@@ -15,9 +15,9 @@ from ..db import as_database
 from ..errors import DrainpipeError
 from ..http import ProblemFormatter, Response
 from ..models import Begin
-from ..ops import idempotency as ops
+from . import statements as ops
+from .idempotency_rules import IdempotencyRules, ScopeOption, _Claim, _warn_taken_over
 from .keys import DEFAULT_MAX_BODY_BYTES
-from .rules import IdempotencyRules, ScopeOption, _Claim, _warn_taken_over
 
 logger = logging.getLogger("drainpipe.idempotency")
 

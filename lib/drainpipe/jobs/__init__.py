@@ -2,7 +2,7 @@
 
 :mod:`.client` is :class:`Jobs`, :mod:`.queue` the typed per-queue handle, and
 :mod:`.worker` the jobs source of the lease engine behind ``work`` and ``drain``;
-:mod:`.rules` holds the checks and payload handling :class:`Jobs` shares with the sync
+:mod:`.job_rules` holds the checks and payload handling :class:`Jobs` shares with the sync
 twin (:mod:`drainpipe.sync`). The names load on first use, so the sync twin can import
 the rules without the async client (and asyncio)."""
 

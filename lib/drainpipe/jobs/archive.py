@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .rules import SEVEN_DAYS, THIRTY_DAYS
+from .job_rules import SEVEN_DAYS, THIRTY_DAYS
 
 if TYPE_CHECKING:
     from ..backends.driver import Driver

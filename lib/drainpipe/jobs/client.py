@@ -1,6 +1,6 @@
 """Jobs: typed queues on Postgres with leases, fenced completion, retries and dead letters.
 
-The checks and payload handling are :class:`~drainpipe.jobs.rules.JobRules`, shared with
+The checks and payload handling are :class:`~drainpipe.jobs.job_rules.JobRules`, shared with
 the sync twin; this class runs the checked calls on its (async) backend."""
 
 from __future__ import annotations
@@ -20,16 +20,16 @@ from ..validation import seconds
 from .archive import ArchiveMixin
 from .events import EventsMixin
 from .guard import PolicyMixin, fail_within_window
+from .job_rules import MAX_DEDUPE_KEY, SEVEN_DAYS, THIRTY_DAYS, JobRules
 from .pause import PauseMixin
 from .records import RecordsMixin
 from .replays import ReplayCheck, ReplaysMixin, check_replay_check
-from .rules import MAX_DEDUPE_KEY, SEVEN_DAYS, THIRTY_DAYS, JobRules
 
 if TYPE_CHECKING:
-    from ..admin.api import ManagementApp
     from ..backends.driver import Driver
-    from ..drain import DrainRoute
+    from ..console.management_app import ManagementApp
     from ..keyring import Keyring
+    from .drain_route import DrainRoute
     from .policy import QueuePolicy
     from .queue import Queue
 
@@ -432,14 +432,14 @@ class Jobs(
         await self.close()
 
     def drain_route(self, **options: Any) -> DrainRoute:
-        """An ASGI app a cron caller hits: see :class:`drainpipe.drain.DrainRoute`."""
-        from ..drain import DrainRoute
+        """An ASGI app a cron caller hits: see :class:`drainpipe.jobs.drain_route.DrainRoute`."""
+        from .drain_route import DrainRoute
 
         return DrainRoute(self, **options)
 
     def management_app(self, **options: Any) -> ManagementApp:
-        """The Job Inbox's ASGI app (API, admin page): see :class:`drainpipe.admin.api.ManagementApp`."""
-        from ..admin.api import ManagementApp
+        """The Job Inbox's ASGI app (API, admin page): see :class:`drainpipe.console.management_app.ManagementApp`."""
+        from ..console.management_app import ManagementApp
 
         return ManagementApp(self, **options)
 

@@ -216,7 +216,7 @@ class StepRuntime(StepRules):
         stored = self._result_to_keep(value)
         if stored is None:
             return
-        from ..ops.steps import RESULT_NAME, RESULT_NUMBER
+        from ..backends.step_statements import RESULT_NAME, RESULT_NUMBER
 
         answer = await self.backend.record_step(
             job, RESULT_NUMBER, RESULT_NAME, "done", stored, None, None

@@ -21,8 +21,8 @@ from ..models import FailOutcome, Job, JobContext, WorkReport
 from ..telemetry import active_telemetry
 from ..validation import positive_int, seconds
 from .guard import bury, fail_within_window
+from .job_rules import hand_over
 from .policy import PAYLOAD_UNREADABLE
-from .rules import hand_over
 from .steps import LEASE_END, StepRuntime
 
 if TYPE_CHECKING:

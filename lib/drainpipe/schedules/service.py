@@ -1,6 +1,6 @@
 """Schedules: recurring jobs with a cron and a time zone, run by the drain or by pg_cron.
 This module is the async schedule calls of :class:`drainpipe.Jobs` (:class:`ScheduleMixin`);
-their checks are :mod:`.rules` and the plan of each run :mod:`.runs`, shared with the sync
+their checks are :mod:`.schedule_rules` and the plan of each run :mod:`.runs`, shared with the sync
 twin.
 
 Under ``scheduler="drain"`` each schedule is a row with its next run; ``run_schedules``
@@ -22,8 +22,8 @@ from ..backends.reduced import refused_as
 from ..errors import DrainpipeError
 from ..models import DueSchedule, JobContext, ScheduleInfo
 from ..validation import positive_int, seconds
-from .rules import EnsureResult, Prepared, ScheduleDef, ScheduleRules
 from .runs import SCHEDULED_MAX_ATTEMPTS, iso_instant, plan_run, run_key
+from .schedule_rules import EnsureResult, Prepared, ScheduleDef, ScheduleRules
 
 if TYPE_CHECKING:
     from ..backends import QueueBackend

@@ -15,7 +15,7 @@
     [event] = agents.inbox(inbox_id).next(wait=10); agents.ack(event.id, event.lease_id)
     with sync.ManagementClient(base_url, token) as client: client.replay("emails", 42)
 
-The same SQL (:mod:`drainpipe.ops`), the same checks (the ``rules`` modules the async
+The same SQL (:mod:`drainpipe.statements`), the same checks (the ``rules`` modules the async
 objects use), the same errors (:func:`drainpipe.db.translate_error`) and results as the
 async API. Leases, the database halves of idempotency, the webhook inbox and the agent
 inbox are generated from their async modules by ``./scripts/sync-twin`` (each says so in

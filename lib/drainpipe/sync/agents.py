@@ -18,11 +18,11 @@ import time
 from collections.abc import Collection
 from typing import Any
 
+from ..agents import statements as ops
 from ..agents.answers import ClaimResult, EventPage, InboxSettings, Settlement
 from ..agents.checks import RESERVE
 from ..agents.envelope import Envelope
 from ..engine.core import long_poll_wait, poll_backoff
-from ..ops import agents as ops
 from .agents_reads import AgentInboxReads
 from .agents_store import AgentInboxesStore, Op, _settlement
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from ..agents import statements as ops
 from ..agents.answers import ClaimResult, EventPage, InboxSettings
 from ..agents.checks import (
     ACK_MODE_NOT_ALLOWED,
@@ -47,7 +48,6 @@ from ..agents.envelope import (
 )
 from ..db.json import load_json
 from ..errors import DrainpipeError
-from ..ops import agents as ops
 
 if TYPE_CHECKING:
     from .agents_store import AgentInboxesStore

@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime
 from typing import Any, Final, Literal
 
+from ..agents import statements as ops
 from ..agents.answers import InboxSettings, Settlement
 from ..agents.checks import (
     ACK_MODES,
@@ -37,7 +38,6 @@ from ..agents.overview import InboxOverview, parse_overview
 from ..db import dump_json
 from ..db.sync import as_sync_database
 from ..errors import DrainpipeError
-from ..ops import agents as ops
 from ..validation import MAX_NAME_LENGTH, aware, text_fault
 
 #: How long a process trusts the inbox settings it read (create() refreshes its own).

@@ -1,4 +1,4 @@
-"""Jobs storage for the sync twin: the :mod:`drainpipe.ops` job and schedule operations run
+"""Jobs storage for the sync twin: the :mod:`drainpipe.statements` job and schedule operations run
 on a :class:`~drainpipe.db.sync.SyncDatabase`.
 
 The same ``drainpipe.*`` functions exist for the pgmq and the table storage (as for the
@@ -12,6 +12,10 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..backends import job_statements as ops
+from ..backends import pause_statements as pause_ops
+from ..backends import record_statements as record_ops
+from ..backends import schedule_statements as schedule_ops
 from ..db.sync import SyncDatabase, as_sync_database
 from ..models import (
     DeadJob,
@@ -24,10 +28,6 @@ from ..models import (
     QueueStats,
     ScheduleInfo,
 )
-from ..ops import jobs as ops
-from ..ops import pause as pause_ops
-from ..ops import records as record_ops
-from ..ops import schedules as schedule_ops
 
 
 class SyncSqlBackend:
@@ -178,7 +178,7 @@ class SyncSqlBackend:
 
     def load_steps(self, queue: str, job_id: int) -> dict[int, tuple[str, str, Any]]:
         """The job's recorded steps: number → (name, state, stored result)."""
-        from ..ops import steps as step_ops
+        from ..backends import step_statements as step_ops
 
         return step_ops.parse_loaded(self.db.fetch(step_ops.LOAD_STEPS, (queue, job_id)))
 
@@ -193,7 +193,7 @@ class SyncSqlBackend:
         started_at: datetime | None = None,
     ) -> str:
         """``recorded``, ``exists``, ``mismatch`` or ``lost`` (the attempt's fence moved)."""
-        from ..ops import steps as step_ops
+        from ..backends import step_statements as step_ops
 
         params = step_ops.record_params(
             job.queue, job.id, job.attempts, number, name, state, result, code, started_at
@@ -210,7 +210,7 @@ class SyncSqlBackend:
         started_at: datetime | None = None,
     ) -> str:
         """``suspended``, ``mismatch`` or ``lost``; the lease is released with it."""
-        from ..ops import steps as step_ops
+        from ..backends import step_statements as step_ops
 
         params = step_ops.suspend_params(job, delay, waiting_for, number, name, started_at)
         return step_ops.parse_text(self.db.fetch(step_ops.SUSPEND, params))
@@ -226,7 +226,7 @@ class SyncSqlBackend:
         started_at: datetime | None = None,
     ) -> tuple[str, Any]:
         """(``taken`` | ``timeout`` | ``suspended`` | ``mismatch`` | ``lost``, data)."""
-        from ..ops import steps as step_ops
+        from ..backends import step_statements as step_ops
 
         params = step_ops.wait_params(job, event, key, timeout, number, name, started_at)
         return step_ops.parse_wait(self.db.fetch(step_ops.WAIT_EVENT, params))
@@ -243,7 +243,7 @@ class SyncSqlBackend:
         started_at: datetime | None = None,
     ) -> tuple[str, list[int]]:
         """Enqueue ``payloads`` as children of ``job`` and record the step, at most once."""
-        from ..ops import steps as step_ops
+        from ..backends import step_statements as step_ops
 
         params = step_ops.spawn_params(
             job, number, name, queue, payloads, delay, max_attempts, started_at
@@ -260,7 +260,7 @@ class SyncSqlBackend:
         started_at: datetime | None = None,
     ) -> str:
         """``done`` (every child finished), ``suspended``, ``mismatch`` or ``lost``."""
-        from ..ops import steps as step_ops
+        from ..backends import step_statements as step_ops
 
         params = step_ops.join_params(job, queue, ids, number, name, started_at)
         return step_ops.parse_text(self.db.fetch(step_ops.JOIN, params))
@@ -268,30 +268,30 @@ class SyncSqlBackend:
     def child_outcomes(
         self, queue: str, ids: Sequence[int]
     ) -> list[tuple[int, str, str | None, bool, Any]]:
-        from ..ops import steps as step_ops
+        from ..backends import step_statements as step_ops
 
         params = step_ops.outcomes_params(queue, ids)
         return step_ops.parse_outcomes(self.db.fetch(step_ops.CHILD_OUTCOMES, params))
 
     def emit(self, event: str, key: str, data: Any = None) -> int:
+        from ..backends import step_statements as step_ops
         from ..db import jsonb
-        from ..ops import steps as step_ops
 
         rows = self.db.fetch(step_ops.EMIT, (event, key, jsonb(data)))
         return int(rows[0][0])
 
     def job_workflow(self, queue: str, job_id: int) -> Any:
-        from ..ops import steps as step_ops
+        from ..backends import step_statements as step_ops
 
         return step_ops.parse_workflow(self.db.fetch(step_ops.WORKFLOW, (queue, job_id)))
 
     def job_result(self, queue: str, job_id: int) -> tuple[bool, Any]:
-        from ..ops import steps as step_ops
+        from ..backends import step_statements as step_ops
 
         return step_ops.parse_result(self.db.fetch(step_ops.RESULT, (queue, job_id)))
 
     def cancel_children(self, queue: str, job_id: int) -> int:
-        from ..ops import steps as step_ops
+        from ..backends import step_statements as step_ops
 
         rows = self.db.fetch(step_ops.CANCEL_CHILDREN, (queue, job_id))
         return int(rows[0][0] or 0) if rows else 0

@@ -3,7 +3,7 @@ wrapper (Flask, Django, any WSGI app) and the three steps a framework hook needs
 (:meth:`Idempotency.before`, :meth:`~Idempotency.after`, :meth:`~Idempotency.abandon`;
 ``drainpipe.contrib.django`` is built on them).
 
-The options, checks and decisions are :class:`~drainpipe.idempotency.rules.IdempotencyRules`,
+The options, checks and decisions are :class:`~drainpipe.idempotency.idempotency_rules.IdempotencyRules`,
 shared with the async :class:`drainpipe.Idempotency`; ``begin``, ``complete``, ``release``,
 ``purge`` and the settling of a request come from :mod:`drainpipe.sync.idempotency_store`,
 generated from the async :mod:`drainpipe.idempotency.store`. The same request answers the
@@ -20,8 +20,8 @@ from typing import Any
 from ..errors import DrainpipeError
 from ..http import Headers, Response, body_incomplete
 from ..http_guards import body_too_large, declared_too_large
+from ..idempotency.idempotency_rules import _Claim
 from ..idempotency.keys import fingerprint
-from ..idempotency.rules import _Claim
 from ..models import Begin
 from .idempotency_store import IdempotencyStore
 

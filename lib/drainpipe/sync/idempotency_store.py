@@ -16,10 +16,10 @@ from typing import Any
 from ..db.sync import as_sync_database
 from ..errors import DrainpipeError
 from ..http import ProblemFormatter, Response
+from ..idempotency import statements as ops
+from ..idempotency.idempotency_rules import IdempotencyRules, ScopeOption, _Claim, _warn_taken_over
 from ..idempotency.keys import DEFAULT_MAX_BODY_BYTES
-from ..idempotency.rules import IdempotencyRules, ScopeOption, _Claim, _warn_taken_over
 from ..models import Begin
-from ..ops import idempotency as ops
 
 logger = logging.getLogger("drainpipe.idempotency")
 

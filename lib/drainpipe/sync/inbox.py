@@ -6,7 +6,7 @@ and body a Flask or Django view has and answers ``(status, headers, body)``;
 twins of the async modules (:mod:`drainpipe.sync.inbox_store`,
 :mod:`drainpipe.sync.inbox_claimed`, :mod:`drainpipe.sync.inbox_source`); verification
 (Standard Webhooks, or your ``verify``) and the checks are the async inbox's
-(:mod:`drainpipe.inbox.verify`, :class:`~drainpipe.inbox.rules.InboxRules`), so a delivery
+(:mod:`drainpipe.webhooks.verify`, :class:`~drainpipe.webhooks.inbox_rules.InboxRules`), so a delivery
 gets the same answer under both. This module is the part a thread does differently.
 """
 
@@ -21,16 +21,16 @@ from typing import Any
 from ..engine.core import run_deadline
 from ..errors import DrainpipeError
 from ..http import Headers, json_response, problem_response
-from ..inbox.messages import MISSING, InboxEntry, Stored
-from ..inbox.verify import (
+from ..models import WorkReport
+from ..validation import seconds
+from ..webhooks.messages import MISSING, InboxEntry, Stored
+from ..webhooks.verify import (
     _unauthorized,
     body_too_large,
     parse_body,
     payload_text,
     verify_signature,
 )
-from ..models import WorkReport
-from ..validation import seconds
 from .inbox_claimed import WebhookMessage
 from .inbox_source import Handler, _InboxSource
 from .inbox_store import InboxStore

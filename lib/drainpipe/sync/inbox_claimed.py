@@ -1,4 +1,4 @@
-# generated from lib/drainpipe/inbox/claimed.py by ./scripts/sync-twin: do not edit.
+# generated from lib/drainpipe/webhooks/claimed.py by ./scripts/sync-twin: do not edit.
 # Change the async source (or tools/sync_twin.py) and run ./scripts/sync-twin again.
 """The claimed webhook message a handler gets: its fields and ``checkpoint``, which keeps
 progress for a later attempt (``drainpipe.sync.inbox_claimed`` is its generated sync twin,
@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from ..errors import validation_error
-from ..inbox.messages import _json_text
+from ..webhooks.messages import _json_text
 
 
 class WebhookMessage:

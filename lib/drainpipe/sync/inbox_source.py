@@ -1,4 +1,4 @@
-# generated from lib/drainpipe/inbox/source.py by ./scripts/sync-twin: do not edit.
+# generated from lib/drainpipe/webhooks/source.py by ./scripts/sync-twin: do not edit.
 # Change the async source (or tools/sync_twin.py) and run ./scripts/sync-twin again.
 """The webhook inbox as a claimable source of the lease engine (:mod:`drainpipe.engine`);
 ``drainpipe.sync.inbox_source`` is its generated sync twin, which the sync ``process`` runs."""
@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..ops import inbox as ops
+from ..webhooks import statements as ops
 from .inbox_claimed import WebhookMessage
 
 if TYPE_CHECKING:

@@ -1,8 +1,8 @@
-# generated from lib/drainpipe/inbox/store.py by ./scripts/sync-twin: do not edit.
+# generated from lib/drainpipe/webhooks/store.py by ./scripts/sync-twin: do not edit.
 # Change the async source (or tools/sync_twin.py) and run ./scripts/sync-twin again.
 """The database half of the webhook inbox: its options, storing a verified delivery, the
 delivery log (``list``, ``purge``) and the claimed messages a handler gets.
-:class:`~drainpipe.inbox.service.WebhookInbox` adds the ASGI endpoint and ``process`` on
+:class:`~drainpipe.webhooks.service.WebhookInbox` adds the ASGI endpoint and ``process`` on
 top; ``drainpipe.sync.inbox_store`` is this module's generated sync twin.
 """
 
@@ -12,20 +12,20 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..db.statement_shapes import Params
 from ..db.sync import as_sync_database
 from ..errors import DrainpipeError
-from ..inbox.messages import MISSING, InboxEntry, Stored, _json_text, _Missing
-from ..inbox.rules import InboxRules, InboxStatus
-from ..inbox.verify import Verify
-from ..ops import inbox as ops
-from ..ops._types import Params
+from ..webhooks import statements as ops
+from ..webhooks.inbox_rules import InboxRules, InboxStatus
+from ..webhooks.messages import MISSING, InboxEntry, Stored, _json_text, _Missing
+from ..webhooks.verify import Verify
 from .inbox_claimed import WebhookMessage
 
 _THIRTY_DAYS = timedelta(days=30)
 
 
 class InboxStore(InboxRules):
-    """The options of :class:`~drainpipe.inbox.service.WebhookInbox` and the calls that
+    """The options of :class:`~drainpipe.webhooks.service.WebhookInbox` and the calls that
     read and write its messages."""
 
     def __init__(

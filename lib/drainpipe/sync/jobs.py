@@ -1,8 +1,8 @@
 """``drainpipe.sync.Jobs``: :class:`drainpipe.Jobs` for synchronous code (Django, Flask,
 plain Lambda handlers, scripts).
 
-The checks are :class:`~drainpipe.jobs.rules.JobRules` and the statements
-:mod:`drainpipe.ops`, both shared with the async twin, so the same call with the same
+The checks are :class:`~drainpipe.jobs.job_rules.JobRules` and the statements
+:mod:`drainpipe.statements`, both shared with the async twin, so the same call with the same
 input answers the same result or the same error. Given a ``psycopg.Connection`` (Django's
 ``connection.connection``), the statements join its open transaction: an enqueue inside
 ``transaction.atomic()`` commits or rolls back with the view's own writes.
@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 from ..codes import code_of
 from ..jobs.guard import DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS
+from ..jobs.job_rules import SEVEN_DAYS, THIRTY_DAYS, JobRules
 from ..jobs.replays import ReplayCheck, check_replay_check
-from ..jobs.rules import SEVEN_DAYS, THIRTY_DAYS, JobRules
 from ..models import (
     DeadJob,
     DedupeMode,

@@ -1,4 +1,4 @@
-# generated from lib/drainpipe/leases.py by ./scripts/sync-twin: do not edit.
+# generated from lib/drainpipe/leases/__init__.py by ./scripts/sync-twin: do not edit.
 # Change the async source (or tools/sync_twin.py) and run ./scripts/sync-twin again.
 """Leases: one holder at a time per key, for work that must not run twice at once.
 
@@ -9,7 +9,7 @@
 A lease expires after ``seconds`` unless extended; the next caller then takes it over and
 the former holder's ``extend``/``release`` answer False. The SQL lives in
 ``sql/idempotency.sql`` (``acquire_lease``, ``extend_lease``, ``release_lease``); the
-statements and row parsing in :mod:`drainpipe.ops.leases`.
+statements and row parsing in :mod:`drainpipe.leases.statements`.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from ..db.sync import SyncDatabase, as_sync_database
-from ..lease_rules import MAX_LEASE_KEY as MAX_LEASE_KEY
-from ..lease_rules import LeaseOutcome as LeaseOutcome
-from ..lease_rules import _check_key, _check_scope, _instant, _positive_seconds
-from ..ops import leases as ops
+from ..leases.lease_rules import MAX_LEASE_KEY as MAX_LEASE_KEY
+from ..leases.lease_rules import LeaseOutcome as LeaseOutcome
+from ..leases.lease_rules import _check_key, _check_scope, _instant, _positive_seconds
+from .leases import statements as ops
 
 T = TypeVar("T")
 

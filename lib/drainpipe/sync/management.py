@@ -2,7 +2,7 @@
 admin action, a script, a notebook), the twin of :class:`drainpipe.ManagementClient`.
 
 The options, paths, parameters and the reading of Problems are
-:mod:`drainpipe.admin.wire`, shared with the async client; ``replay`` retries the same way
+:mod:`drainpipe.console.wire`, shared with the async client; ``replay`` retries the same way
 (a lost answer, a 5xx, a 409 ``IDEMPOTENCY_KEY_IN_USE``) with the one Idempotency-Key it
 made for that call, so a retry never replays a job twice.
 """
@@ -17,7 +17,7 @@ from typing import Any, cast
 
 import httpx
 
-from ..admin.wire import (
+from ..console.wire import (
     answer_of,
     bulk_body,
     check_client,

@@ -56,7 +56,7 @@ from ..engine.core import (
 )
 from ..engine.reports import as_error, lease_lost, log_error
 from ..errors import TRANSIENT_KINDS, DrainpipeError, Retry
-from ..jobs.rules import hand_over
+from ..jobs.job_rules import hand_over
 from ..models import Job, WorkReport
 from ..validation import error_text, positive_int, seconds
 from .lanes import Batch, Beats

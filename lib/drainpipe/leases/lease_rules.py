@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from .errors import invalid_request, validation_error
-from .validation import MAX_NAME_LENGTH, aware, text_fault
-from .validation import seconds as as_seconds
+from ..errors import invalid_request, validation_error
+from ..validation import MAX_NAME_LENGTH, aware, text_fault
+from ..validation import seconds as as_seconds
 
 T = TypeVar("T")
 MAX_LEASE_KEY = MAX_NAME_LENGTH

@@ -1,5 +1,5 @@
 """Idempotency-key operations: begin, complete, release, purge; and how a response body is
-stored. See :mod:`drainpipe.ops` for the shape."""
+stored. See :mod:`drainpipe.statements` for the shape."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from ..db.statement_shapes import Params, Row
 from ..errors import invalid_request, validation_error
 from ..models import Begin
-from ._types import Params, Row
 
 #: The stored content type of a body given as a JSON value (dict, list, number, bool):
 #: ``begin`` reads it back as that value (and reports ``application/json``), while bytes

@@ -13,10 +13,10 @@
 | ``GET /`` | anyone | the admin page (it holds no data; its calls authenticate) |
 
 This module is the app itself: its settings, who is asking, and which route answers. What
-the job and audit routes do is :mod:`drainpipe.admin.job_routes`; the console's routes
+the job and audit routes do is :mod:`drainpipe.console.job_routes`; the console's routes
 (``/queues``, pause and resume, the search filters, bulk actions, ``/metrics`` and, given
-``agents``, ``/inboxes``) are :mod:`drainpipe.admin.console`; the page is
-:mod:`drainpipe.admin.page`; :class:`Mounted` is :mod:`drainpipe.admin.mount`.
+``agents``, ``/inboxes``) are :mod:`drainpipe.console.console_routes`; the page is
+:mod:`drainpipe.console.page`; :class:`Mounted` is :mod:`drainpipe.console.mount`.
 
 Bodies are ``{"data": ..., "meta": {...}}``; errors are Problem Details with a ``code``.
 Nothing this app answers carries a payload, an error text or a lease token: the records it
@@ -56,7 +56,12 @@ from ..http_guards import (
 )
 from ..principals import Authorize, Principal
 from ..validation import INT8_MAX
-from .codes import (
+from .console_routes import Console
+from .cursors import CursorSigner
+from .job_routes import JobRoutes
+from .mount import Mounted
+from .page import page_response
+from .problem_codes import (
     ADMIN_REQUIRED,
     JOB_NOT_FOUND,
     METHOD_NOT_ALLOWED,
@@ -65,11 +70,6 @@ from .codes import (
     UNAUTHORIZED,
     not_found,
 )
-from .console import Console
-from .cursors import CursorSigner
-from .job_routes import JobRoutes
-from .mount import Mounted
-from .page import page_response
 
 if TYPE_CHECKING:
     from ..agents import AgentInboxes

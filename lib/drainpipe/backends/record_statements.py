@@ -1,7 +1,7 @@
 """Job records: get, list, cancel, replay, and the coded settlements (skip, fail with a code).
 
 The record statements select metadata only (the SQL functions never return the payload or
-the error text), so nothing here can leak either. See :mod:`drainpipe.ops` for the shape.
+the error text), so nothing here can leak either. See :mod:`drainpipe.statements` for the shape.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
 
+from ..db.statement_shapes import Params, Row
 from ..models import TERMINAL_STATES, Attempt, FailOutcome, Job, JobRecord, Position
-from ._types import Params, Row
 
 CancelResult = Literal["cancelled", "terminal"]
 

@@ -21,19 +21,19 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from ..backends import pause_statements as pause_ops
 from ..errors import DrainpipeError, invalid_request
 from ..http import Response, request_path
-from ..ops import console as ops
-from ..ops import pause as pause_ops
-from ..ops.console import JobFilter, QueueOverview
 from ..validation import INT8_MAX, text_fault
+from . import console_statements as ops
+from .console_statements import JobFilter, QueueOverview
 from .record_json import STATES, record_json
 
 if TYPE_CHECKING:
     from ..agents import AgentInboxes
     from ..models import JobRecord
     from ..principals import Principal
-    from .api import ManagementApp
+    from .management_app import ManagementApp
 
 FILTER_INVALID = "FILTER_INVALID"
 BULK_TOO_LARGE = "BULK_TOO_LARGE"
@@ -178,7 +178,7 @@ def prometheus_text(summaries: list[QueueOverview]) -> str:
 
 
 class Console:
-    """The console's half of :class:`~drainpipe.admin.api.ManagementApp`."""
+    """The console's half of :class:`~drainpipe.console.management_app.ManagementApp`."""
 
     def __init__(self, app: ManagementApp, metrics_token: str | None) -> None:
         if metrics_token is not None and (

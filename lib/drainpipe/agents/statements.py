@@ -1,5 +1,5 @@
 """Agent inbox operations: inboxes and subscriptions, hand-outs (next, claim), peek,
-settlements (ack, release, extend), raw bodies and stream slots. See :mod:`drainpipe.ops`
+settlements (ack, release, extend), raw bodies and stream slots. See :mod:`drainpipe.statements`
 for the shape; :mod:`drainpipe.agents` builds envelopes from the event rows."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ._types import Params, Row, int_array, token_array
+from ..db.statement_shapes import Params, Row, int_array, token_array
 
 #: What an envelope needs of a ``drainpipe.agent_event_v1`` row, in this order: outcome, id,
 #: source, app, event_type, received_at, verified, the body as JSON text, delivery, ack, the

@@ -1,5 +1,5 @@
 """Queue policy and payload operations: store a policy, bury a job with a code, page
-through and rewrite live payloads (reencrypt), apply retention. See :mod:`drainpipe.ops`."""
+through and rewrite live payloads (reencrypt), apply retention. See :mod:`drainpipe.statements`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..db import jsonb
-from ._types import Params, Row
+from ..db.statement_shapes import Params, Row
 
 ENSURE_POLICY = "SELECT drainpipe.ensure_queue_policy_v3(" + ", ".join(["%s"] * 19) + ")"
 

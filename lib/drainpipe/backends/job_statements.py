@@ -1,7 +1,7 @@
 """Job operations: enqueue, claim, settle, extend, stats, dead letters, replay, purge.
 
 Each is one call of a ``drainpipe.*`` function (the same for the pgmq and the table
-storage), one round trip. See :mod:`drainpipe.ops` for the shape.
+storage), one round trip. See :mod:`drainpipe.statements` for the shape.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 
 from ..context import ENVELOPE_KEY, unwrap_payload
 from ..db import jsonb
+from ..db.statement_shapes import Params, Row, int_array
 from ..models import (
     DeadJob,
     DedupeMode,
@@ -22,7 +23,6 @@ from ..models import (
     claimed_job,
     held_counts,
 )
-from ._types import Params, Row, int_array
 
 NO_CONTEXT = JobContext()
 

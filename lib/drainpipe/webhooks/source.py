@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..ops import inbox as ops
+from . import statements as ops
 from .claimed import WebhookMessage
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ from datetime import datetime
 from typing import Any
 
 from ..db import jsonb
+from ..db.statement_shapes import Row, int_array
 from ..models import Job, Step
-from ._types import Row, int_array
 
 #: (queue, id, attempt, number, name, state, result, code, started_at)
 RECORD_STEP = "SELECT drainpipe.record_job_step_v1(%s, %s, %s, %s, %s, %s, %s, %s, %s)"

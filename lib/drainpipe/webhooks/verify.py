@@ -5,7 +5,7 @@ timestamp within ±:data:`TOLERANCE` seconds, and ``v1,<base64>`` HMAC-SHA256 si
 ``"<id>.<timestamp>.<body>"``, checked against every secret so a rotation overlaps. Every
 failure is a 401 ``DrainpipeError`` with a ``WEBHOOK_*`` code, never a 500. Also here: the
 body read under a size cap (413 before it is buffered in full), strict JSON for a verified
-body, and the call of a custom ``verify``. :mod:`drainpipe.inbox` stores what passes.
+body, and the call of a custom ``verify``. :mod:`drainpipe.webhooks` stores what passes.
 
 ``verify_signature`` is pure (it takes ``now``); ``standardwebhooks`` is imported only when
 secrets are loaded, so importing this module stays cheap.

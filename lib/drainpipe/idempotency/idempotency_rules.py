@@ -2,7 +2,7 @@
 the options, the checked parameters of ``begin``/``complete``/``release``/``purge``, and the
 decisions around a request (which key, what a ``begin`` answer means, what is stored).
 
-No I/O: each twin runs the :mod:`drainpipe.ops.idempotency` statements on its executor,
+No I/O: each twin runs the :mod:`drainpipe.idempotency.statements` statements on its executor,
 so both answer the same statuses, codes and bodies for the same requests.
 """
 
@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from ..db.statement_shapes import Params
 from ..errors import DrainpipeError, invalid_request, validation_error
 from ..http import ProblemFormatter, Response, problem_response
 from ..models import Begin
-from ..ops import idempotency as ops
-from ..ops._types import Params
 from ..validation import aware, positive_int, text_fault
+from . import statements as ops
 from .keys import (
     DEFAULT_MAX_BODY_BYTES,
     KEY_IN_USE,

@@ -1,6 +1,6 @@
 """The console's operations (jobs 0012): the queue overview, the search behind ``GET /jobs``'s
 extra filters and the bulk actions, the causes of death, and the audited pause, resume and
-bulk call rows. Metadata only, as every Job Inbox statement. See :mod:`drainpipe.ops`."""
+bulk call rows. Metadata only, as every Job Inbox statement. See :mod:`drainpipe.statements`."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ..backends.record_statements import parse_record
 from ..db import jsonb
+from ..db.statement_shapes import Params, Row
 from ..models import JobRecord, Position
-from ._types import Params, Row
-from .records import parse_record
 
 OVERVIEW = (
     "SELECT queue, counts, ready, oldest_ready_age_s, paused, series"

@@ -7,7 +7,7 @@
 A lease expires after ``seconds`` unless extended; the next caller then takes it over and
 the former holder's ``extend``/``release`` answer False. The SQL lives in
 ``sql/idempotency.sql`` (``acquire_lease``, ``extend_lease``, ``release_lease``); the
-statements and row parsing in :mod:`drainpipe.ops.leases`.
+statements and row parsing in :mod:`drainpipe.leases.statements`.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from .db import Database, as_database
+from ..db import Database, as_database
+from . import statements as ops
 from .lease_rules import MAX_LEASE_KEY as MAX_LEASE_KEY
 from .lease_rules import LeaseOutcome as LeaseOutcome
 from .lease_rules import _check_key, _check_scope, _instant, _positive_seconds
-from .ops import leases as ops
 
 T = TypeVar("T")
 

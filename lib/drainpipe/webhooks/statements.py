@@ -1,12 +1,12 @@
 """Webhook inbox operations: receive (store once), claim, extend, complete, fail,
-checkpoint, list, purge. See :mod:`drainpipe.ops` for the shape; the inbox builds its
+checkpoint, list, purge. See :mod:`drainpipe.statements` for the shape; the inbox builds its
 messages from the claimed rows (they carry the checkpoint callback)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from ._types import Params, Row, int_array
+from ..db.statement_shapes import Params, Row, int_array
 
 MESSAGE_COLUMNS = (
     "id, source, message_id, event_type, payload, headers, attempts, max_attempts,"

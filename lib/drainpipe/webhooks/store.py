@@ -1,6 +1,6 @@
 """The database half of the webhook inbox: its options, storing a verified delivery, the
 delivery log (``list``, ``purge``) and the claimed messages a handler gets.
-:class:`~drainpipe.inbox.service.WebhookInbox` adds the ASGI endpoint and ``process`` on
+:class:`~drainpipe.webhooks.service.WebhookInbox` adds the ASGI endpoint and ``process`` on
 top; ``drainpipe.sync.inbox_store`` is this module's generated sync twin.
 """
 
@@ -11,19 +11,19 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..db import as_database
+from ..db.statement_shapes import Params
 from ..errors import DrainpipeError
-from ..ops import inbox as ops
-from ..ops._types import Params
+from . import statements as ops
 from .claimed import WebhookMessage
+from .inbox_rules import InboxRules, InboxStatus
 from .messages import MISSING, InboxEntry, Stored, _json_text, _Missing
-from .rules import InboxRules, InboxStatus
 from .verify import Verify
 
 _THIRTY_DAYS = timedelta(days=30)
 
 
 class InboxStore(InboxRules):
-    """The options of :class:`~drainpipe.inbox.service.WebhookInbox` and the calls that
+    """The options of :class:`~drainpipe.webhooks.service.WebhookInbox` and the calls that
     read and write its messages."""
 
     def __init__(

@@ -1,5 +1,5 @@
 """Schedule operations (the drain scheduler; pg_cron answers through the same functions).
-See :mod:`drainpipe.ops` for the shape."""
+See :mod:`drainpipe.statements` for the shape."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from datetime import datetime
 from typing import Any
 
 from ..db import jsonb
+from ..db.statement_shapes import Params, Row
 from ..models import DueSchedule, ScheduleInfo
-from ._types import Params, Row
 
 SCHEDULE = "SELECT drainpipe.schedule_job_v1(%s, %s, %s, %s, %s, %s, %s)"
 

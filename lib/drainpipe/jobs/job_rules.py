@@ -2,7 +2,7 @@
 checks, payload validation and serialisation, and the checked arguments of every call.
 
 Nothing here does I/O: each public call of either twin is "check with these rules, run
-the :mod:`drainpipe.ops` statement on its executor", so both answer the same errors for
+the :mod:`drainpipe.statements` statement on its executor", so both answer the same errors for
 the same input before any SQL is sent, and store the same values.
 """
 

@@ -55,16 +55,16 @@ from ..http import (
     problem_response,
     run_asgi,
 )
-from ..jobs.pause import idle_holds
-from ..jobs.worker import Worker
 from ..models import WorkReport
 from ..telemetry import SYSTEM, active_telemetry
 from ..validation import positive_int, seconds
-from .tokens import EVERYTHING, DrainCredentials, allowed
-from .unavailable import DrainUnavailable
+from .drain_tokens import EVERYTHING, DrainCredentials, allowed
+from .drain_unavailable import DrainUnavailable
+from .pause import idle_holds
+from .worker import Worker
 
 if TYPE_CHECKING:
-    from ..jobs import Handler, Jobs, OnError
+    from . import Handler, Jobs, OnError
 
 log = logging.getLogger("drainpipe.drain")
 
@@ -186,7 +186,7 @@ class DrainRoute:
     def authorized(self, header: str | None) -> bool:
         """True when ``header`` (an ``Authorization`` value) carries the secret or one of
         the executor tokens, with or without a case-insensitive ``Bearer `` prefix.
-        Constant time in the secrets (see :mod:`drainpipe.drain.tokens`)."""
+        Constant time in the secrets (see :mod:`drainpipe.jobs.drain_tokens`)."""
         return self._credentials.scope(header) is not None
 
     # -- one drain -------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The webhook inbox: verify a delivery, store it once, answer fast, process it later.
 
 ``receive`` (an ASGI app as ``inbox.app``) checks the size, the Standard Webhooks signature
-(or your ``verify``; both in :mod:`drainpipe.inbox.verify`) and stores the message under (source,
+(or your ``verify``; both in :mod:`drainpipe.webhooks.verify`) and stores the message under (source,
 tenant, message id), so a provider's retries are answered ``200 {"duplicate": true}``
 instead of being handled twice.
 ``process`` claims stored messages in batches and runs your handler on the lease engine

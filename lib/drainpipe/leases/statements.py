@@ -1,10 +1,10 @@
-"""Lease operations: acquire, extend, release. See :mod:`drainpipe.ops` for the shape."""
+"""Lease operations: acquire, extend, release. See :mod:`drainpipe.statements` for the shape."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from ._types import Params, Row
+from ..db.statement_shapes import Params, Row
 
 # ``now`` (p_now): the caller's clock, or None for the database's (clock_timestamp())
 ACQUIRE = "SELECT drainpipe.acquire_lease_v1(%s, %s, %s, %s)"

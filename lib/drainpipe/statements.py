@@ -3,7 +3,7 @@ its parameters and the function that reads its rows. Nothing here opens a connec
 
 An executor runs them: ``parse(rows)`` of ``fetch(STATEMENT, params(...))``. Today that is
 the async :class:`drainpipe.db.Database` (in ``backends/sql.py``, ``idempotency/``,
-``leases.py`` and ``inbox/``); a synchronous psycopg executor runs the very same operations, so the sync
+``leases.py`` and ``webhooks/``); a synchronous psycopg executor runs the very same operations, so the sync
 twin is another executor rather than a copy of the SQL and the parsing.
 
 Shape, per operation ``x`` of a module (``ops.jobs``, ``ops.records``, ``ops.schedules``,
@@ -23,19 +23,17 @@ plus two function calls, no allocation of its own.
 
 from __future__ import annotations
 
-from . import (
-    agents,
-    console,
-    idempotency,
-    inbox,
-    jobs,
-    leases,
-    management,
-    pause,
-    records,
-    schedules,
-)
-from ._types import Params, Row
+from .agents import statements as agents
+from .backends import job_statements as jobs
+from .backends import pause_statements as pause
+from .backends import record_statements as records
+from .backends import schedule_statements as schedules
+from .console import console_statements as console
+from .console import management_statements as management
+from .db.statement_shapes import Params, Row
+from .idempotency import statements as idempotency
+from .leases import statements as leases
+from .webhooks import statements as inbox
 
 __all__ = [
     "STATEMENTS",

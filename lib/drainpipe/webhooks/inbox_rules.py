@@ -1,7 +1,7 @@
-"""What :class:`~drainpipe.inbox.service.WebhookInbox` and the sync twin's share: the
+"""What :class:`~drainpipe.webhooks.service.WebhookInbox` and the sync twin's share: the
 options, and everything between a verified delivery and the statement that stores it
 (ids, types, tenants, kept headers), plus the checked parameters of ``list`` and
-``purge``. No I/O: each twin runs :mod:`drainpipe.ops.inbox` on its executor."""
+``purge``. No I/O: each twin runs :mod:`drainpipe.webhooks.statements` on its executor."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..db.json import dump_json
+from ..db.statement_shapes import Params
 from ..errors import DrainpipeError, invalid_request, validation_error
-from ..ops import inbox as ops
-from ..ops._types import Params
 from ..validation import MAX_NAME_LENGTH, aware, check_text, positive_int, seconds, text_fault
+from . import statements as ops
 from .messages import MISSING, STATUSES, InboxStatus, _Missing, _tenant, _text, default_type_of
 from .verify import Verify, delivery_text, load_secrets
 

@@ -24,10 +24,11 @@ from ..errors import DrainpipeError, invalid_request
 from ..http import Response, request_path
 from ..jobs.replays import refused as replay_refused
 from ..models import Position
-from ..ops import management as ops
-from ..ops.console import JobFilter
 from ..validation import INT8_MAX, MAX_NAME_LENGTH, text_fault
-from .codes import (
+from . import management_statements as ops
+from .console_routes import SEARCH_KEYS, records_json
+from .console_statements import JobFilter
+from .problem_codes import (
     CURSOR_INVALID,
     FILTER_INVALID,
     JOB_ALREADY_REPLAYED,
@@ -41,12 +42,11 @@ from .codes import (
     conflict,
     not_found,
 )
-from .console import SEARCH_KEYS, records_json
 from .record_json import STATES, audit_json, record_json
 
 if TYPE_CHECKING:
     from ..principals import Principal
-    from .api import ManagementApp
+    from .management_app import ManagementApp
 
 MAX_LIMIT = 500
 MAX_TENANT_LENGTH = 200  # as Jobs.list_records takes it
@@ -85,7 +85,7 @@ def _parse_position(text: str) -> Position:
 
 
 class JobRoutes:
-    """The job and audit routes of one :class:`~drainpipe.admin.api.ManagementApp` (its
+    """The job and audit routes of one :class:`~drainpipe.console.management_app.ManagementApp` (its
     jobs client, connection, cursors, console and idempotency store)."""
 
     def __init__(self, app: ManagementApp) -> None:

@@ -1,12 +1,12 @@
 """Pausing a queue: the statements of ``Jobs.pause``/``resume`` and the paused lookup (jobs
-0012). See :mod:`drainpipe.ops` for the shape."""
+0012). See :mod:`drainpipe.statements` for the shape."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..db.statement_shapes import Params, Row
 from ..models import held_counts
-from ._types import Params, Row
 
 PAUSE = "SELECT drainpipe.pause_queue_v1(%s)"
 RESUME = "SELECT drainpipe.resume_queue_v1(%s)"

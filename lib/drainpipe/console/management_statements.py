@@ -1,5 +1,5 @@
 """Job Inbox operations: the audited cancel and replay, and the audit log's pages. See
-:mod:`drainpipe.ops` for the shape. Each write is one statement: the change and its audit
+:mod:`drainpipe.statements` for the shape. Each write is one statement: the change and its audit
 row commit together (``sql/migrations/jobs/*_management``)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from ._types import Params, Row
+from ..db.statement_shapes import Params, Row
 
 Outcome = Literal["ok", "refused"]
 
