@@ -3,11 +3,13 @@ its parameters and the function that reads its rows. Nothing here opens a connec
 
 An executor runs them: ``parse(rows)`` of ``fetch(STATEMENT, params(...))``. Today that is
 the async :class:`drainpipe.db.Database` (in ``backends/sql.py``, ``idempotency/``,
-``leases.py`` and ``webhooks/``); a synchronous psycopg executor runs the very same operations, so the sync
-twin is another executor rather than a copy of the SQL and the parsing.
+``leases/`` and ``webhooks/``); a synchronous psycopg executor runs the very same
+operations, so the sync twin is another executor rather than a copy of the SQL and the
+parsing. Each package keeps its own statements (``webhooks.statements``,
+``console.management_statements``, ...); the job storages' are ``backends.*_statements``
+(docs/architecture.md says why). This module only lists them all.
 
-Shape, per operation ``x`` of a module (``ops.jobs``, ``ops.records``, ``ops.schedules``,
-``ops.idempotency``, ``ops.leases``, ``ops.inbox``, ``ops.management``, ``ops.agents``, ``ops.pause``, ``ops.console``):
+Shape, per operation ``x`` of a statements module:
 
 - ``X``: the statement, a precomputed string with ``%s`` placeholders; it calls exactly one
   ``drainpipe.<function>(`` (written out literally, so a rename of the SQL functions is a
