@@ -113,6 +113,12 @@ def _absolute(module: str | None, level: int, package: str) -> str:
     return ".".join([*base, module] if module else base)
 
 
+def _is_module(name: str) -> bool:
+    """Whether ``name`` is a module or package of ours (``from pkg import submodule``)."""
+    path = LIB.joinpath(*name.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
 def _relative(module: str, package: str) -> str:
     """``module`` as seen from ``package``: relative inside drainpipe, absolute outside."""
     if module.split(".")[0] != package.split(".")[0]:
@@ -132,7 +138,9 @@ def _rewrite_import(node: ast.ImportFrom, source_package: str, target_package: s
         destination: tuple[str, str] | None = (module, alias.name)
         if (module, alias.name) in IMPORTS:
             destination = IMPORTS[(module, alias.name)]
-        elif module in moved_modules:
+        elif module in moved_modules and not _is_module(f"{module}.{alias.name}"):
+            # a name of the twinned module moves with it; a submodule of a twinned package
+            # (``from . import statements`` in a package's __init__) stays where it is
             destination = (moved_modules[module], alias.name)
         if destination is None:
             continue

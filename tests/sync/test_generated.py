@@ -64,5 +64,5 @@ def test_the_generator_takes_the_async_words_out() -> None:
 def test_relative_imports_are_rerooted_at_the_twin() -> None:
     assert GENERATOR._relative("drainpipe.db.sync", "drainpipe.sync") == "..db.sync"
     assert GENERATOR._relative("drainpipe.sync.inbox_store", "drainpipe.sync") == ".inbox_store"
-    assert GENERATOR._relative("drainpipe.statements", "drainpipe.sync") == "..ops"
+    assert GENERATOR._relative("drainpipe.statements", "drainpipe.sync") == "..statements"
     assert GENERATOR._relative("collections.abc", "drainpipe.sync") == "collections.abc"

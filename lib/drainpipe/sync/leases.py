@@ -21,10 +21,10 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from ..db.sync import SyncDatabase, as_sync_database
+from ..leases import statements as ops
 from ..leases.lease_rules import MAX_LEASE_KEY as MAX_LEASE_KEY
 from ..leases.lease_rules import LeaseOutcome as LeaseOutcome
 from ..leases.lease_rules import _check_key, _check_scope, _instant, _positive_seconds
-from .leases import statements as ops
 
 T = TypeVar("T")
 
