@@ -187,7 +187,7 @@ async def test_pgmq_jobs_stored_before_the_migration_keep_their_order(
         await jobs.enqueue("quiet", {"n": 0})
     settle_some(url)
     with psycopg.connect(url, autocommit=True) as conn:
-        # a job sent straight to pgmq after the migration: stamped by the new default
+        # a job sent straight to pgmq after pgmq_list_by_ids: stamped by clock_timestamp()
         conn.execute("SELECT pgmq.send('busy', '{\"payload\": 1}')")
     everything = stored(url, "pgmq")
     for limit in (1, 7, 100):
