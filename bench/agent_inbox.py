@@ -167,7 +167,7 @@ async def agents_loop(agents: drainpipe.AgentInboxes, inbox_id: str) -> int:
 
 async def agents_riding_loop(agents: drainpipe.AgentInboxes, inbox_id: str) -> int:
     """The same work, the acks of each pull made before the next pull and awaited after
-    it: they ride with it, one call and one transaction (webhook-inbox 0011)."""
+    it: they ride with it, one call and one transaction (``agent_ack_next_v1``)."""
     done = 0
     inbox = agents.inbox(inbox_id)
     events = await inbox.next(max=10)

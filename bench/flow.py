@@ -258,7 +258,7 @@ async def processing(backend: str, jobs_count: int, rounds: int) -> list[Row]:
 
 
 def held_stats(backend: str, count: int, samples: int) -> list[Row]:
-    """``stats()`` with held counts (jobs 0018) against the same counts without them
+    """``stats()`` with held counts against the same counts without them
     (``job_queue_stats_v3``), on a backlog over 10,000 keys with half the keys held by
     ``key_concurrency=1``; and the drain report's ``job_queue_holds_v1`` on it."""
     name, url = asyncio.run(fresh(backend))

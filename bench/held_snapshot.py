@@ -22,7 +22,7 @@ Each run here gets a fresh database (dropped at the end) and:
   late (in the last window): the buffers the whole claim touched (shared hit + read), and
   its plans with ``--plans FILE``. (A session of its own, claiming only then, would measure
   a claim whose connection has no recent bound: drainpipe's claims keep one per
-  connection, jobs 0014.)
+  connection.)
 
 Systems: ``dp-pgmq`` and ``dp-table`` (``Jobs.claim`` + the backend's batch complete, the
 calls ``work`` makes), ``raw-pgmq`` (``pgmq.read`` + ``pgmq.archive(ids[])``),

@@ -11,8 +11,8 @@ advisory lock, whichever worker comes first). It is not for:
   embedded server of ``tests/db/test_db_errors.py`` (a fixed data folder), chromium;
 - the throwaway clusters, failover formation and PgBouncers of tests/chaos: one at a time,
   so two crash-and-restart runs do not starve each other's deadlines on a 2-core machine;
-- a module whose tests share an expensive module-scoped fixture (release 0's files, a
-  cluster): split across workers, each worker would build it again.
+- a module whose tests share an expensive module-scoped fixture (the baseline's files,
+  a cluster): split across workers, each worker would build it again.
 
 Each such test gets an ``xdist_group`` mark; ``--dist loadgroup`` runs a group's tests on
 one worker, in file order. Without xdist the marks change nothing.

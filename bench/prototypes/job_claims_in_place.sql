@@ -1,7 +1,7 @@
 -- Claims as HOT updates on the table backend, measured on the server only (issue 21). NOT
 -- installed by anything: a prototype written down so it can be run again.
 -- The numbers: `git show 9b265e0:docs/benchmarks.md` ("Claims that update their row in place"). Built in
--- full as jobs migration 0010 (every function of the contract moved to the new shape), it
+-- full as a jobs migration (every function of the contract moved to the new shape), it
 -- passed the jobs, policies and admin suites and failed issue 19's flat-claim test: a claim
 -- has to step over every job held at the front of its index. It was not shipped.
 --

@@ -266,7 +266,7 @@ def _to_run(
     force: bool,
 ) -> list[Migration]:
     """From the first pending or changed migration on, every migration to run: a re-run of
-    an earlier one (release 0 recreating its functions) is followed by the later applied
+    an earlier one (a changed baseline recreating its functions) is followed by the later applied
     ones again (a contract migration dropping them again)."""
     statuses = _statuses(module, applied, backend, scheduler, contract)
     first = next(

@@ -1,5 +1,5 @@
 """Acks queued when a pull starts ride with it: one call, one transaction
-(``agent_ack_next_v1``, webhook-inbox 0011), every ack still fenced by its own lease, and
+(``agent_ack_next_v1``), every ack still fenced by its own lease, and
 the acks answered even when the pull that carried them fails or is cancelled."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The priority order over webhook-inbox 0005's indexes: the events of priority above 0, then
+"""The priority order over the agent inbox's indexes: the events of priority above 0, then
 0 (from the due index), then below 0, each oldest due first, across pulls that end inside a
 step and pulls that span them, under releases that move due times, and racing pulls."""
 

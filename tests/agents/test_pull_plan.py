@@ -2,7 +2,8 @@
 
 The state that broke them: many settled events, a VACUUM taken while the inbox had no open
 event (autovacuum does that when agents keep up), then a backlog. agent_next_v1's generic
-plan then sorted every due event before its LIMIT (webhook-inbox migration 0007). The
+plan then sorted every due event before its LIMIT, until its functions turned
+bitmap scans off. The
 settled events are written straight into storage (fast); ``auto_explain`` reports the
 plans of the statements the functions really run.
 """
@@ -115,7 +116,8 @@ async def test_a_vacuum_of_a_large_inbox_removes_the_entries_pulls_would_step_ov
     """Hand-outs and acks leave dead entries at the front of the due index, where every
     pull starts. On a table this large a plain VACUUM would skip its indexes (fewer than 2%
     of the pages hold dead rows: "index scan bypassed") and each pull would still step over
-    every event handed out since; webhook-inbox 0008 makes every vacuum clean them."""
+    every event handed out since; the table's storage parameters make every vacuum clean
+    them."""
     with psycopg.connect(setup.url, autocommit=True) as conn:
         fill(conn, setup.inbox_id, 2 * SETTLED)
         conn.execute("VACUUM drainpipe.agent_events")
@@ -150,7 +152,7 @@ async def test_a_vacuum_of_a_large_inbox_removes_the_entries_pulls_would_step_ov
 
 
 async def test_two_inboxes_whose_ids_share_a_hash_keep_their_own_events(setup: Setup) -> None:
-    """The indexes lead with hashtext(inbox_id) (webhook-inbox 0009); two inboxes with the
+    """The indexes lead with hashtext(inbox_id); two inboxes with the
     same hash meet in one index range, and each pull and peek still sees its own only."""
     with psycopg.connect(setup.url, autocommit=True) as conn:
         row = conn.execute(

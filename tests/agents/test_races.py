@@ -177,7 +177,7 @@ async def test_ack_batches_with_crossed_stale_leases_never_deadlock(setup: Setup
     """Two holders, each with the current lease of one event and a stale lease of the
     other, ack both at once. Each batch's UPDATE locks its current event; the stale one is
     then answered without a lock (a stale lease never becomes current again), so neither
-    batch waits for the other's row: no deadlock (webhook-inbox 0010)."""
+    batch waits for the other's row: no deadlock."""
     other = AgentInboxes(setup.url, lease_secret=SECRET, now=setup.clock)
     try:
         await other.settings(setup.inbox_id)

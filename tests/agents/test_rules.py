@@ -64,7 +64,7 @@ async def test_fifo_lifo_and_priority_orders(setup: Setup) -> None:
 
 
 async def test_pulls_of_many_keep_their_order_and_leave_spent_events_out(setup: Setup) -> None:
-    # one statement picks, hands out and reads the bodies (webhook-inbox 0006): the answer
+    # one statement picks, hands out and reads the bodies: the answer
     # keeps the pick's order, and a spent event among those picked is ended, not handed
     inbox_id = await setup.agents.create("many", max_attempts=2, lease_seconds=30)
     await setup.agents.subscribe(inbox_id, "billing")

@@ -111,10 +111,10 @@ def test_sql_add_rest_api_writes_the_api_schema_that_applies_and_works(
 
 
 def test_sql_add_after_release_0s_single_file_writes_the_rest(tmp_path: Path) -> None:
-    """Release 0 wrote one file per module (migration 0001): only the later ones follow."""
-    (tmp_path / "0001_drainpipe_jobs.sql").write_text("-- release 0")
+    """A module's migration 0001 already written as one file: only the later ones follow."""
+    (tmp_path / "0001_drainpipe_jobs.sql").write_text("-- the jobs baseline")
     assert main(["sql", "add", "jobs", "--out", str(tmp_path)]) == 0
-    later = written_names(("jobs",))[1:]  # jobs' 0001 is the release-0 file
+    later = written_names(("jobs",))[1:]  # jobs' 0001 is that file
     assert sorted(p.name for p in tmp_path.iterdir()) == ["0001_drainpipe_jobs.sql", *later]
 
 

@@ -1,5 +1,5 @@
-"""A concurrency far from binding: claims take their room from the queue's budget (jobs
-0022, flow_budget_take) instead of counting what is leased. An exact count under the
+"""A concurrency far from binding: claims take their room from the queue's budget
+(flow_budget_take) instead of counting what is leased. An exact count under the
 exclusive flow lock opens an epoch (cap = concurrency - leased); sessions take chunks of it;
 no instant is over the limit, an epoch changed under a session's feet is never spent, and
 near the limit claims count again and stop exactly at it."""

@@ -118,7 +118,7 @@ def test_the_limited_claim_stays_on_indexes(
 def test_the_priority_claim_stays_on_its_index(
     fresh_database: Callable[[str], str], backend: str, with_limits: bool
 ) -> None:
-    """A prioritised queue (jobs 0017), with and without key limits: every statement reads
+    """A prioritised queue, with and without key limits: every statement reads
     the priority index of the storage table, never a Seq Scan, over a backlog whose top
     level is leased."""
     levels = "CASE WHEN mod(g, 100) = 0 THEN 5 WHEN mod(g, 2) = 0 THEN 0 ELSE -1 END"

@@ -1,4 +1,4 @@
-"""A claim past held keys (jobs 0021): the limited pick reads its candidates in passes that
+"""A claim past held keys: the limited pick reads its candidates in passes that
 probe each key as they go, so it finds the free keys behind a run of held jobs longer than
 its first pass, counts two jobs of one key in one pass against that key's limit, and stops
 at the documented bound (``batch x 50 + 500`` candidates), on both storages."""

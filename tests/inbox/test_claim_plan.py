@@ -1,8 +1,8 @@
 """The webhook claim reads its indexes in order with a large table and stale statistics.
 
-The state that broke it (webhook-inbox migration 0007): many processed messages, a VACUUM
-taken while none was waiting (autovacuum does that when workers keep up), then a backlog.
-The claim's generic plan then sorted every due message before its LIMIT, and its
+The state that broke it: many processed messages, a VACUUM taken while none was waiting
+(autovacuum does that when workers keep up), then a backlog. Before the claim turned
+bitmap scans off, its generic plan sorted every due message before its LIMIT, and its
 dead-letter sweep read every due message to find the few whose last lease ran out. The
 messages are written straight into storage (fast); ``auto_explain`` reports the plans of
 the statements ``claim_webhooks_v1`` runs.

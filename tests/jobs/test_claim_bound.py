@@ -1,5 +1,5 @@
-"""A claim starts at its connection's bound for the queue, not at the index's start (jobs
-0014, issue 37).
+"""A claim starts at its connection's bound for the queue, not at the index's start
+(issue 37).
 
 While a session holds an old snapshot, vacuum can remove no entry of a job claimed since,
 and a claim reading its index from the start visits all of them. The claim now starts at
@@ -9,7 +9,7 @@ that commits after later jobs were claimed) is still claimed, once, by the next 
 comes up short or by the connection's pass from the start; and behind a held snapshot a
 late claim touches about what an early one did.
 
-Each test runs twice: on a plain queue, and on a prioritised one (jobs 0017), whose claim
+Each test runs twice: on a plain queue, and on a prioritised one, whose claim
 keeps a bound per priority level (its jobs are all at level 0 here, so the level-0 bound
 plays the queue's part, over the priority index).
 """
@@ -204,7 +204,7 @@ def test_behind_a_held_snapshot_a_late_claim_skips_what_the_snapshot_keeps(
             " (extract(epoch FROM clock_timestamp()) * 1000000)::bigint::text, false)"
         )
         late = entries_read(conn, backend_name)
-        # the next claim passes from the index's start: what every claim did before 0014
+        # the next claim passes from the index's start: a claim without a bound
         conn.execute(f"SELECT set_config('drainpipe.claim_passed.{SHAPE['bound']}', '0', false)")
         from_start = entries_read(conn, backend_name)
         holder.execute("ROLLBACK")

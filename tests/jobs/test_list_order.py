@@ -75,7 +75,7 @@ async def test_ties_and_overlapping_transactions_follow_enqueued_at(jobs_db_url:
         await psycopg.AsyncConnection.connect(jobs_db_url) as late,
     ):
         # `early` begins first and commits last: its jobs are stamped when their ids are
-        # drawn (jobs 0013; pgmq stamped the transaction's start, now(), before that)
+        # drawn (not at the transaction's start, now())
         await early.execute("SELECT now()")
         await Jobs(late, QUEUES).enqueue("busy", {"n": "late"})
         await late.commit()

@@ -1,12 +1,12 @@
-"""Newest first without an index on ``enqueued_at`` (jobs 0013).
+"""Newest first without an index on ``enqueued_at``.
 
 An enqueue draws a job's id and stamps it with the clock read right after, drawing again
 when the reads around the draw are more than ``drainpipe.job_stamp_window()`` apart. So a
 job with a smaller id is at most one window newer, and ``list_jobs_v2`` walks the primary
 keys down and stops a window below its page. These tests hold the pages against the order
 read from the tables themselves, with overlapping transactions, claims, completions, a
-quiet queue and filters; and on pgmq, jobs stored before 0013 (stamped with their
-transaction's start) against the partial index kept for them."""
+quiet queue and filters; and on pgmq, a queue as an earlier listing left it (jobs stamped
+with their transaction's start, now()) against the partial index kept for them."""
 
 from __future__ import annotations
 
@@ -164,7 +164,7 @@ async def test_pgmq_jobs_stored_before_the_migration_keep_their_order(
             early.execute("SELECT pgmq.send('busy', %s::jsonb)", (f'{{"payload": {n}}}',))
         early.commit()
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("SELECT drainpipe.pgmq_list_by_ids('busy')")  # 0013's step per queue
+        conn.execute("SELECT drainpipe.pgmq_list_by_ids('busy')")  # the per-queue setup
         indexes = {
             row[0]: row[1]
             for row in conn.execute(
@@ -187,7 +187,7 @@ async def test_pgmq_jobs_stored_before_the_migration_keep_their_order(
         await jobs.enqueue("quiet", {"n": 0})
     settle_some(url)
     with psycopg.connect(url, autocommit=True) as conn:
-        # a job sent straight to pgmq after the migration: stamped by the new default
+        # a job sent straight to pgmq after pgmq_list_by_ids: stamped by clock_timestamp()
         conn.execute("SELECT pgmq.send('busy', '{\"payload\": 1}')")
     everything = stored(url, "pgmq")
     for limit in (1, 7, 100):

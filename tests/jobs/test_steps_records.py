@@ -1,4 +1,4 @@
-"""Durable steps in records and retention (jobs 0019), on both storages.
+"""Durable steps in records and retention, on both storages.
 
 * A resumed run keeps its attempt number in every record reader: ``get``, ``list_jobs``
   and the SQL functions behind the console's search and PostgREST agree.

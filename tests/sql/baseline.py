@@ -29,14 +29,14 @@ PRUNED_FUNCTIONS = frozenset(
     {
         "drainpipe.agent_raw_v1",  # agent_raw_v2
         "drainpipe.extend_webhook_v1",  # extend_webhooks_v1
-        "drainpipe.flow_gate",  # the claims take flow_budget_* and flow_room (jobs 0022)
+        "drainpipe.flow_gate",  # the claims take flow_budget_* and flow_room
         "drainpipe.flow_leased_hint",
         "drainpipe.keep_flow_leased",
         "drainpipe.job_queue_stats_v1",  # job_queue_stats_v4 (built on v3 and v2)
         "drainpipe.list_jobs_v1",  # list_jobs_v2
         "drainpipe.uncounted_list_jobs_1",  # list_jobs_v1's storage half
         "drainpipe.list_management_audit_v1",  # list_management_audit_v2
-        "drainpipe.pgmq_enqueued_indexes",  # pgmq: list_jobs_v2 walks stamps (jobs 0013)
+        "drainpipe.pgmq_enqueued_indexes",  # pgmq: list_jobs_v2 walks stamps
         "drainpipe.pgmq_records_newest_sql",
         "drainpipe.receive_webhook_v1",  # receive_webhook_v3 (v2 stays: the benchmarks)
         "drainpipe.replay_dead_job_v1",  # replay_dead_job_v2 and v3

@@ -23,7 +23,7 @@ INTERNAL_FUNCTIONS = {
     "uncounted_get_job",
     "uncounted_list_jobs_2",
     "uncounted_search_jobs",
-    # jobs 0016 (durable steps): helpers of the step functions, never called by the client
+    # durable steps: helpers of the step functions, never called by the client
     "assert_event_name",
     "hold_job_fence",
     "lock_job_event",
@@ -31,7 +31,7 @@ INTERNAL_FUNCTIONS = {
     "wake_job",
     "set_job_parent",
     "child_job_states",
-    # jobs 0004 (records): helpers the _v1/_v2 functions call, never the client
+    # records: helpers the _v1/_v2 functions call, never the client
     "assert_job_code",
     "is_job_code",
     "job_tenant",
@@ -43,9 +43,9 @@ INTERNAL_FUNCTIONS = {
     "pgmq_archive_job",
     "pgmq_records_sql",
     "pgmq_records",
-    # jobs 0010 (newest first): the listing's helpers and the per-queue index maker
+    # newest first: the listing's helpers and the per-queue index maker
     "job_records_newest",
-    # jobs 0013 (newest first on the primary keys): stamps, the walk, the queues' setup
+    # newest first on the primary keys: stamps, the walk, the queues' setup
     "job_stamp",
     "job_stamp_window",
     "pgmq_list_by_ids",

@@ -68,18 +68,18 @@ def test_every_operation_module_contributes_statements() -> None:
             *("pause_queue", "resume_queue", "paused_queues"),
             *("job_queue_overview", "ensure_queue_overview", "search_jobs", "job_causes"),
             *("audited_pause_queue", "audit_bulk_action"),
-            "agent_inbox_overview",  # the console's GET /inboxes (webhook-inbox 0013)
-            *("enqueue_flow_job", "job_flow_holds"),  # flow control (jobs 0015)
-            "job_queue_holds",  # the drain report's held counts (jobs 0018)
+            "agent_inbox_overview",  # the console's GET /inboxes
+            *("enqueue_flow_job", "job_flow_holds"),  # flow control
+            "job_queue_holds",  # the drain report's held counts
         )
     } | {"replay_dead_job_v2", "fail_job_v2", "receive_webhook_v3"} | {
         "agent_raw_v2",
-        "list_jobs_v2",  # newest first by enqueued_at (jobs 0010)
+        "list_jobs_v2",  # newest first by enqueued_at
         "replay_dead_job_v3",
         "retry_dead_jobs_v2",
         "audited_replay_job_v2",
         "list_management_audit_v2",
-        "job_queue_stats_v4",  # with the held counts (jobs 0018)
+        "job_queue_stats_v4",  # with the held counts
     }
 
 

@@ -36,7 +36,7 @@ TABLE_SWEEP = """
      WHERE x.queue = {queue} AND x.finished_at IS NULL AND x.attempts >= x.max_attempts
        AND x.visible_at <= {now}
        FOR UPDATE SKIP LOCKED"""
-# The picking CTE of the pgmq claim (jobs migration 0006_flat_pgmq_claim), queue "bench".
+# The picking CTE of the pgmq claim (the flat claim of the jobs baseline), queue "bench".
 PGMQ_PICK = """
     SELECT msg_id, read_ct >= coalesce((message ->> 'max_attempts')::integer, 5) AS exhausted
       FROM pgmq.q_bench
@@ -375,8 +375,8 @@ def test_every_vacuum_of_the_jobs_table_cleans_its_indexes(
 ) -> None:
     """Finished jobs stay in ``job_messages`` (records), so the table is large and a vacuum
     would skip its indexes (PostgreSQL's bypass under 2% of pages with dead rows), leaving
-    the entries every claim steps over at the front of its index (jobs 0009; the agent
-    inbox's test of the same shape: tests/agents/test_pull_plan.py)."""
+    the entries every claim steps over at the front of its index (the storage parameters of
+    ``job_messages`` make every vacuum clean them; the agent inbox's test of the same shape: tests/agents/test_pull_plan.py)."""
     with psycopg.connect(fresh_database("table")) as conn:
         row = conn.execute(
             "SELECT reloptions FROM pg_class WHERE oid = 'drainpipe.job_messages'::regclass"

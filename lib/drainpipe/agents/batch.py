@@ -4,8 +4,8 @@ requests) are sent as one statement, each still fenced by its own lease.
 
 One ``ack`` is one call and one answer, as the contract has it; only the round trips are
 shared. Inside the statement the events it acks are locked in id order, and a stale lease
-is answered without a lock, so two batches never deadlock on each other
-(webhook-inbox 0010). A database error fails every ack of its batch (nothing of a failed
+is answered without a lock, so two batches never deadlock on each other.
+A database error fails every ack of its batch (nothing of a failed
 statement commits).
 
 What an ack call returns is a :class:`Pending`: the batch's future for that ack, which is
@@ -15,7 +15,7 @@ it only waits. Being a coroutine too keeps every other use of an ``async def`` w
 ``await``, ``asyncio.create_task``, ``asyncio.wait_for``, task groups.
 
 A batch not sent yet may be taken by a pull that starts in the same loop turn
-(:meth:`AckBatcher.take`): the pull sends it with its own statement (webhook-inbox 0011),
+(:meth:`AckBatcher.take`): the pull sends it with its own statement (``agent_ack_next_v1``),
 and the batch's sender task then finds nothing to send.
 """
 

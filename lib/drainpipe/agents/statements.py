@@ -171,7 +171,7 @@ def parse_settlement(rows: list[Row]) -> tuple[bool, str, str, datetime | None] 
     return bool(ok), str(inbox_id), str(state), lease_until
 
 
-# v2: the bytes the webhook inbox received (webhook-inbox 0012), else the payload's text
+# v2: the bytes the webhook inbox received (``webhook_inbox.raw``), else the payload's text
 RAW = "SELECT inbox_id, body FROM drainpipe.agent_raw_v2(%s, %s::text[])"
 
 
@@ -237,8 +237,8 @@ def ack_many_params(
 
 
 # a batch of acks (ACK_MANY's parameters first) and then a pull (NEXT's) in one call and one
-# transaction: the ack rows (outcome 'ack') come first, in EVENT_COLUMNS' shape (webhook-inbox
-# 0011), then the pull's rows
+# transaction: the ack rows (outcome 'ack') come first, in EVENT_COLUMNS' shape, then the
+# pull's rows
 ACK_NEXT = (
     f"SELECT {EVENT_COLUMNS} FROM drainpipe.agent_ack_next_v1("
     "%s::bigint[], %s::integer[], %s::uuid[], %s::jsonb[], %s::text[], %s,"
@@ -272,7 +272,7 @@ def parse_ack_many(rows: list[Row]) -> dict[int, tuple[bool, str, str, datetime 
     }
 
 
-# the console's overview of every agent inbox (webhook-inbox 0013): counts and ages only
+# the console's overview of every agent inbox: counts and ages only
 OVERVIEW = (
     "SELECT inbox_id, name, counts, open_streams, oldest_open_age_s"
     " FROM drainpipe.agent_inbox_overview_v1(%s)"

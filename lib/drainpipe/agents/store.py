@@ -265,7 +265,7 @@ class AgentInboxesStore:
     async def raw(self, event_id: str, *, inboxes: Collection[str] | None = None) -> bytes:
         """The whole body of an event as the webhook inbox received it, byte for byte, so a
         signature can be checked again (a ``store()``d message: its payload as serialised at
-        store time; one stored before webhook-inbox 0012: its payload's JSON text). 404 when
+        store time; one stored without its bytes: its payload's JSON text). 404 when
         unknown, outside ``inboxes``, or its webhook message was purged."""
         number_id = parse_event_id(event_id)
         if number_id is None:

@@ -66,7 +66,7 @@ def enqueue_query(
     )
 
 
-#: a debounced or throttled enqueue (jobs 0015; docs/flow-control.md)
+#: a debounced or throttled enqueue (docs/flow-control.md)
 ENQUEUE_FLOW = "SELECT drainpipe.enqueue_flow_job_v1(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
 
 
@@ -215,7 +215,7 @@ def parse_complete_many(jobs: Sequence[Job[Any]], rows: list[Row]) -> list[bool]
 
 
 #: A lane's turn: the completions of the batch it ran and the claim of its next batch, one
-#: statement and one transaction (jobs 0008). Refused completions come first, marked by the
+#: statement and one transaction. Refused completions come first, marked by the
 #: last column; the claimed rows have :data:`CLAIM`'s columns before it.
 COMPLETE_AND_CLAIM = (
     "SELECT c.id, c.attempts, date_part('epoch', c.enqueued_at),"
@@ -292,7 +292,7 @@ def parse_extend_many(rows: list[Row]) -> set[int]:
 
 # -- stats, dead letters, replay, purge ---------------------------------------------------
 
-# the counts, whether each queue is paused (jobs 0012) and the held counts (jobs 0018)
+# the counts, whether each queue is paused and the held counts
 STATS = "SELECT * FROM drainpipe.job_queue_stats_v4(%s)"
 
 

@@ -1,5 +1,5 @@
-"""Pausing a queue: the statements of ``Jobs.pause``/``resume`` and the paused lookup (jobs
-0012). See :mod:`drainpipe.statements` for the shape."""
+"""Pausing a queue: the statements of ``Jobs.pause``/``resume`` and the paused lookup.
+See :mod:`drainpipe.statements` for the shape."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from ..models import held_counts
 PAUSE = "SELECT drainpipe.pause_queue_v1(%s)"
 RESUME = "SELECT drainpipe.resume_queue_v1(%s)"
 PAUSED = "SELECT drainpipe.paused_queues_v1(%s)"
-#: why each queued job of a limited queue is held (jobs 0015; docs/flow-control.md)
+#: why each queued job of a limited queue is held (docs/flow-control.md)
 FLOW_HOLDS = "SELECT queue, id, held_by FROM drainpipe.job_flow_holds_v1(%s, %s)"
-#: whether each queue is paused, and its held counts (jobs 0018): the drain route's report
+#: whether each queue is paused, and its held counts: the drain route's report
 QUEUE_HOLDS = "SELECT queue, paused, held FROM drainpipe.job_queue_holds_v1(%s)"
 
 

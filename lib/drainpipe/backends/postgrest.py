@@ -177,7 +177,7 @@ class PostgrestBackend(PostgrestSteps, PostgrestPolicies, PostgrestSchedules):
         debounce: float | None,
         throttle: float | None,
     ) -> int:
-        """A debounced or throttled enqueue (rest-api 0008_flow_control)."""
+        """A debounced or throttled enqueue (``enqueue_flow_job_v1``)."""
         params: dict[str, Any] = {
             "queue": queue,
             "payload": payload,
@@ -311,12 +311,12 @@ class PostgrestBackend(PostgrestSteps, PostgrestPolicies, PostgrestSchedules):
     async def queue_holds(
         self, queues: Sequence[str]
     ) -> tuple[set[str], dict[str, dict[str, int]]]:
-        """Paused queues and held counts for the drain route's report (rest-api 0010)."""
+        """Paused queues and held counts for the drain route's report."""
         data = await self.rpc("queue_holds_v1", {"queues": list(queues)})
         return rows.queue_holds(self.schema, data)
 
     async def flow_holds(self, jobs: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:
-        """Why each held one of ``jobs`` (queued, of limited queues) is held (rest-api 0008)."""
+        """Why each held one of ``jobs`` (queued, of limited queues) is held."""
         data = await self.rpc(
             "flow_holds_v1",
             {"queues": [queue for queue, _ in jobs], "ids": [job_id for _, job_id in jobs]},
@@ -437,7 +437,7 @@ class PostgrestBackend(PostgrestSteps, PostgrestPolicies, PostgrestSchedules):
         before: Position | None,
     ) -> tuple[list[JobRecord], Position | None]:
         data = await self.rpc(
-            "list_jobs_v2",  # newest first by enqueued_at (rest-api 0005)
+            "list_jobs_v2",  # newest first by enqueued_at
             {
                 "queue": queue,
                 "state": state,

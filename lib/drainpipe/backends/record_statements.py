@@ -94,7 +94,7 @@ def parse_get(rows: list[Row]) -> JobRecord | None:
     return parse_record(rows[0]) if rows else None
 
 
-#: newest first by enqueued_at, then id, then queue (jobs 0010; v1 sorted by id)
+#: newest first by enqueued_at, then id, then queue (v1 sorted by id)
 LIST = "SELECT * FROM drainpipe.list_jobs_v2(%s, %s, %s, %s, %s, %s, %s)"
 
 

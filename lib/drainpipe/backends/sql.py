@@ -126,7 +126,7 @@ class SqlQueueBackend:
         rows = await self.db.fetch(ops.EXTEND_MANY, ops.extend_many_params(jobs, lease))
         return ops.parse_extend_many(rows)
 
-    # -- durable steps (jobs 0016); their statements are imported on first use, so a
+    # -- durable steps; their statements are imported on first use, so a
     # function that never runs a step does not pay for them at cold start ----------------
 
     async def load_steps(self, queue: str, job_id: int) -> dict[int, tuple[str, str, Any]]:

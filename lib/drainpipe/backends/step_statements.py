@@ -1,6 +1,6 @@
 """Durable steps: record a step, suspend, wait for an event, emit, read steps and results.
 
-Each is one call of a ``drainpipe.*`` function of jobs 0016 (the same on the pgmq and the
+Each is one call of a ``drainpipe.*`` function of the jobs baseline (the same on the pgmq and the
 table storage), one round trip; every write is fenced by the attempt in the same call.
 """
 

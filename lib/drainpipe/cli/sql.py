@@ -46,8 +46,8 @@ def _next_stamp(stamp: int) -> int:
     return int(time.strftime("%Y%m%d%H%M%S", time.gmtime(seconds)))
 
 
-# A file `sql add` wrote: <number or stamp>_drainpipe_<module>[_<NNNN>_<name>].sql; release 0
-# wrote one file per module (no migration number), which holds migration 0001.
+# A file `sql add` wrote: <number or stamp>_drainpipe_<module>[_<NNNN>_<name>].sql; a file
+# without a migration number holds the module's whole migration 0001 (the baseline).
 _WRITTEN = re.compile(
     r"^\d+_drainpipe_(jobs|idempotency|webhook_inbox|agent_inbox|rest_api)(?:_(\d{4})_[a-z0-9_]+)?\.sql$"
 )

@@ -194,7 +194,7 @@ class Console:
     async def summaries(self, queues: list[str]) -> list[QueueOverview]:
         db = self.app.db
         if not self._indexed:
-            # keep the totals of queues created since the migration (counted once from
+            # keep the totals of queues not kept yet (counted once from
             # their records; a no-op for a queue kept already): once per app instance
             await db.fetch(ops.ENSURE_QUEUE_OVERVIEW, ops.ensure_queue_overview_params(queues))
             self._indexed = True

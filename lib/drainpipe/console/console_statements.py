@@ -1,4 +1,4 @@
-"""The console's operations (jobs 0012): the queue overview, the search behind ``GET /jobs``'s
+"""The console's operations: the queue overview, the search behind ``GET /jobs``'s
 extra filters and the bulk actions, the causes of death, and the audited pause, resume and
 bulk call rows. Metadata only, as every Job Inbox statement. See :mod:`drainpipe.statements`."""
 
@@ -33,7 +33,7 @@ class QueueOverview:
     oldest_ready_age_s: float | None
     paused: bool
     series: list[dict[str, Any]]
-    #: what its flow limits hold (``QueueStats.held`` of a running queue; jobs 0018)
+    #: what its flow limits hold (``QueueStats.held`` of a running queue)
     held: dict[str, int] = field(default_factory=dict)
 
 

@@ -1,7 +1,7 @@
 """Pausing a queue (docs/policies.md#pause): ``Jobs.pause``/``resume`` and what a record
 shows of it (``JobRecord.held_by``).
 
-The pause lives in the database (jobs 0012) and every claim reads it, so it holds for every
+The pause lives in the database (``drainpipe.queue_pauses``) and every claim reads it, so it holds for every
 claimer (workers, drains, the executor app, PostgREST, SQL); enqueues go on. Mixed into
 ``Jobs``; the sync twin runs the same rules on its backend.
 """

@@ -127,7 +127,7 @@ class RecordsRules:
 
 def with_workflow(record: JobRecord, workflow: Any) -> JobRecord:
     """``record`` with its steps and ``waiting_for``. Its attempts come counted already: the
-    record functions leave the resumptions out (jobs 0019), so ``get``, ``list_jobs``, the
+    record functions leave the resumptions out, so ``get``, ``list_jobs``, the
     console and PostgREST agree."""
     if workflow is None:
         return record

@@ -5,7 +5,7 @@ known by its order and name, and a recorded one hands back its stored value inst
 running again. One :class:`StepRuntime` serves every job of a run; a job's own replay state
 (the steps loaded from storage once per run, the next number) lives on the claimed job.
 
-Every write is one round trip fenced by the attempt (jobs 0016), so a holder whose attempt
+Every write is one round trip fenced by the attempt, so a holder whose attempt
 ended never records a step; a suspension releases the lease in the same call and the run
 ends with :class:`~drainpipe.codes.Suspend`.
 """

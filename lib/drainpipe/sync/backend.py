@@ -173,7 +173,7 @@ class SyncSqlBackend:
         rows = self.db.fetch(record_ops.CANCEL, record_ops.cancel_params(queue, job_id))
         return record_ops.parse_cancel(rows)
 
-    # -- durable steps (jobs 0016): the async backend's statements, one round trip each;
+    # -- durable steps: the async backend's statements, one round trip each;
     # imported on first use, as there ------------------------------------------------------
 
     def load_steps(self, queue: str, job_id: int) -> dict[int, tuple[str, str, Any]]:

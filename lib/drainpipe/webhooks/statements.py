@@ -18,7 +18,7 @@ ENTRY_COLUMNS = (
 )
 
 # v2: also the app the envelope of an agent inbox names and whether the signature checked out;
-# v3: also the body's bytes as received (webhook-inbox 0012), for an agent's raw read
+# v3: also the body's bytes as received (``webhook_inbox.raw``), for an agent's raw read
 RECEIVE = (
     "SELECT id, duplicate FROM drainpipe.receive_webhook_v3("
     "%s, %s, %s, %s::jsonb, %s::jsonb, %s, %s, %s, %s, %s::bytea)"
