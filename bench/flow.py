@@ -14,7 +14,10 @@ Per storage (pgmq, table), each on a fresh database dropped at the end:
   unlimited, the samples interleaved.
 * ``processing``: ``drain`` (4 lanes, batches of 10, a no-op handler) of ``--jobs`` jobs on
   a queue with ``QueuePolicy(concurrency=10000)`` (never binding) against ``QueuePolicy()``
-  and against no policy at all; rounds interleave, ratios are per round.
+  and against no policy at all; rounds interleave, ratios are per round. Beside the rate:
+  the CPU each job took, this process's and (when the server runs on this machine) that of
+  the database's own backends (``/proc/<pid>/schedstat``), which a loaded machine moves
+  far less than the wall clock.
 * ``stats`` (asked for by name): ``stats()`` with the held counts against without them, on
   the backlog's limited queue, and the drain report's held lookup on it.
 * ``priority``: a queue with priorities (``--backlog`` jobs: one in 1,000 at priority 5, all
@@ -208,6 +211,27 @@ async def noop(payload: Any, job: Any) -> None:
     return None
 
 
+async def backend_pids(url: str) -> list[int]:
+    """The client backends connected to ``url``'s database, other than this query's."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+            " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+        )
+        return [pid for (pid,) in await cur.fetchall()]
+
+
+def backend_cpu_ns(pids: list[int]) -> dict[int, int]:
+    """CPU nanoseconds each backend has run so far; empty when the server is elsewhere."""
+    spent: dict[int, int] = {}
+    for pid in pids:
+        try:
+            spent[pid] = int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return spent
+
+
 async def processing(backend: str, jobs_count: int, rounds: int) -> list[Row]:
     systems = {
         "none": None,
@@ -216,6 +240,8 @@ async def processing(backend: str, jobs_count: int, rounds: int) -> list[Row]:
     }
     created = {kind: await fresh(backend) for kind in systems}
     rates: dict[str, list[float]] = {kind: [] for kind in systems}
+    client_cpu: dict[str, list[float]] = {kind: [] for kind in systems}
+    server_cpu: dict[str, list[float]] = {kind: [] for kind in systems}
     try:
         for round_no in range(rounds):
             kinds = list(systems)
@@ -228,14 +254,46 @@ async def processing(backend: str, jobs_count: int, rounds: int) -> list[Row]:
                         await j.ensure_policies()
                     for start in range(0, jobs_count, 100):
                         await j.enqueue_many("q", [{"n": n} for n in range(start, start + 100)])
+                    server_before = backend_cpu_ns(await backend_pids(created[kind][1]))
+                    client_before = time.process_time()
                     started = time.perf_counter()
                     report = await j.drain("q", noop, concurrency=LANES, batch=10, lease=30)
                     rates[kind].append(report.succeeded / (time.perf_counter() - started))
+                    client_cpu[kind].append((time.process_time() - client_before) / jobs_count)
+                    # a backend the drain opened counts from zero; one it closed is missed
+                    server_after = backend_cpu_ns(await backend_pids(created[kind][1]))
+                    if server_after:
+                        spent = sum(
+                            n - server_before.get(pid, 0) for pid, n in server_after.items()
+                        )
+                        server_cpu[kind].append(spent / 1e9 / jobs_count)
                     assert report.succeeded == jobs_count
     finally:
         for name, _ in created.values():
             await drop(name)
     rows = []
+    cpu_note = ""
+    for kind in systems:
+        client_us = statistics.median(client_cpu[kind]) * 1e6
+        server_us = statistics.median(server_cpu[kind]) * 1e6 if server_cpu[kind] else None
+        server_text = "not visible" if server_us is None else f"{server_us:.1f} us"
+        print(f"{backend:6} {kind:12} CPU a job: client {client_us:.1f} us, server {server_text}")
+    if server_cpu["concurrency"] and server_cpu["none"]:
+        cpu_ratios = [
+            (cc + sc) / (cn + sn)
+            for cc, sc, cn, sn in zip(
+                client_cpu["concurrency"],
+                server_cpu["concurrency"],
+                client_cpu["none"],
+                server_cpu["none"],
+                strict=True,
+            )
+        ]
+        cpu_note = (
+            f"; CPU a job (client and the database's backends) {statistics.median(cpu_ratios):.2f}x"
+            f" no policy's ({min(cpu_ratios):.2f}-{max(cpu_ratios):.2f})"
+        )
+        print(f"{backend:6} CPU a job, concurrency=10000 / none: {cpu_note[2:]}")
     for baseline in ("none", "policy"):
         ratios = [c / b for c, b in zip(rates["concurrency"], rates[baseline], strict=True)]
         print(
@@ -251,7 +309,8 @@ async def processing(backend: str, jobs_count: int, rounds: int) -> list[Row]:
                 ratio_range=(round(min(ratios), 2), round(max(ratios), 2)),
                 value=round(statistics.median(rates["concurrency"])),
                 unit="jobs/s",
-                note=f"drain, 4 lanes, batch 10, {jobs_count:,} jobs, {rounds} rounds",
+                note=f"drain, 4 lanes, batch 10, {jobs_count:,} jobs, {rounds} rounds"
+                + (cpu_note if baseline == "none" else ""),
             )
         )
     return rows
