@@ -23,7 +23,7 @@ import pytest
 from drainpipe import AgentInboxes, Idempotency, Job, Jobs, WebhookInbox, lease
 from drainpipe.db import Database
 from drainpipe.sync import Jobs as SyncJobs
-from tests.chaos.pgbouncer import KINDS, PgBouncer, binary_for, version
+from tests.chaos.pgbouncer import KINDS, POOL_SIZE, PgBouncer, binary_for, version
 
 QUEUES: dict[str, Any] = {"work": dict[str, Any]}
 SECRET = "lease-secret-of-the-pooler-tests-0123"
@@ -84,6 +84,26 @@ async def statements_from_many_clients(dsn: str, prepare: bool | None) -> list[s
     return errors
 
 
+async def pooler_prepared_count(dsn: str) -> int:
+    """The statements the pooler prepared under its own names, over every server session of
+    the pool: one connection per session, each inside an open transaction so that no two
+    share one (a single check lands on whichever session is free, which may be one the
+    clients' statements never reached)."""
+    conns = [await psycopg.AsyncConnection.connect(dsn) for _ in range(POOL_SIZE)]
+    try:
+        total = 0
+        for conn in conns:
+            cur = await conn.execute(
+                "SELECT count(*) FROM pg_prepared_statements"
+                " WHERE name LIKE 'PGBOUNCER%%' AND statement LIKE '%%::int + 1'"
+            )
+            total += (await cur.fetchone() or (0,))[0]
+        return total
+    finally:
+        for conn in conns:
+            await conn.close()
+
+
 async def test_the_defaults_never_prepare_behind_pgbouncer(
     pgbouncer: PgBouncer, db_url: str
 ) -> None:
@@ -93,12 +113,7 @@ async def test_the_defaults_never_prepare_behind_pgbouncer(
         # 1.21+ with max_prepared_statements: the pooler prepares on each server session
         # (under its own names), and the clients' statements run as prepared ones
         assert prepared == [], (version(pgbouncer.binary), prepared[:3])
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            cur = await conn.execute(
-                "SELECT count(*) FROM pg_prepared_statements"
-                " WHERE name LIKE 'PGBOUNCER%%' AND statement LIKE '%%::int + 1'"
-            )
-            assert (await cur.fetchone() or (0,))[0] >= 1
+        assert await pooler_prepared_count(dsn) >= 1
     else:
         # what drainpipe did on any port but 6543: statements prepared on one server
         # session meet another client's, or none ("_pg3_0" already exists / does not exist)
