@@ -9,8 +9,7 @@ import os
 import random
 import re
 
-from drainpipe.agents.envelope import parse_event_id
-from drainpipe.agents.lease import REMEMBERED, LeaseCodec
+from drainpipe.agents.envelope import REMEMBERED, LeaseCodec, parse_event_id
 from drainpipe.engine.core import mint_lease_id, read_lease_id
 
 SECRET = b"lease-secret-of-the-tests-0123456789"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-from drainpipe.engine.core import long_poll_wait, mint_lease_id, poll_backoff, read_lease_id
+from drainpipe.agents.statements import long_poll_wait, poll_backoff
+from drainpipe.engine.core import mint_lease_id, read_lease_id
 
 SECRET = b"k" * 32
 

@@ -6,9 +6,12 @@ flows change, and update docs/architecture.md from what it prints:
 
     ./scripts/test tests/package/flow_modules.py -s     # or pytest with the usual PYTHONPATH
 
-With ``FLOW_FUNCTIONS=1`` each call is printed too. Each line: the flow, how many modules ran code, and those modules in the order they first
-did ("+" marks the bottom core: errors, validation, models, codes, context, JSON, the kept
-cursor, telemetry's off switch; the rest are the modules a reader follows).
+With ``FLOW_FUNCTIONS=1`` each call is printed too. Each line: the flow, how many modules ran
+code, and those modules in the order they first did ("+" marks the bottom core: errors,
+validation, models, codes, context, JSON, the kept cursor, telemetry's off switch, and
+drainpipe's own HTTP stack, which sits below every app as a framework would; the rest are
+the modules a reader follows). ``db/database.py`` is counted: it is where a flow's
+statements meet the pool.
 """
 
 from __future__ import annotations
@@ -44,6 +47,12 @@ CORE = {
     "db/poolers.py",
     "db/parking.py",
     "db/statement_shapes.py",
+    # drainpipe's HTTP stack replaced Starlette, which was never counted: below every app
+    "http.py",
+    "http_routes.py",
+    "http_guards.py",
+    "http_connection.py",
+    "http_websocket.py",
 }
 #: the tests' clock, not a module of the flow
 IGNORED = {"backends/memory/clock.py", "testing.py"}

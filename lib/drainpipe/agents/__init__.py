@@ -1,10 +1,11 @@
 """The agent inbox (docs/reference.md section 11): inboxes with leases over webhook messages, pulled
 by agents over Python, HTTP or a WebSocket stream, every settlement fenced by its lease id.
 
-``store`` (inboxes, subscriptions, release and extend), ``inboxes`` (batched acks,
-wake-ups, the app), ``reads`` (envelopes, peek, claim), ``pull`` (next, long polls),
-``answers`` (what the calls return), ``envelope`` (what an agent is handed), ``app`` (the
-HTTP routes), ``stream`` (the WebSocket), ``listen`` (NOTIFY wake-ups on a long-lived server). See docs/agent-inbox.md.
+``store`` (inboxes, subscriptions, release and extend), ``inboxes`` (the async API: batched
+acks, next and its long polls, wake-ups, the app), ``reads`` (envelopes, peek, claim),
+``envelope`` (what an agent is handed, its lease id, what the calls return), ``app`` (the
+HTTP routes), ``stream`` (the WebSocket), ``listen`` (NOTIFY wake-ups on a long-lived
+server). See docs/agent-inbox.md.
 ``AgentInboxes`` and ``AgentInbox`` load on first use (the sync twin imports no asyncio).
 """
 
@@ -13,12 +14,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .answers import ClaimResult, EventPage, InboxSettings, Settlement
-from .envelope import UNTRUSTED, Envelope, Source
+from .envelope import UNTRUSTED, ClaimResult, Envelope, EventPage, InboxSettings, Settlement, Source
 
 if TYPE_CHECKING:
-    from .inboxes import AgentInboxes
-    from .pull import AgentInbox
+    from .inboxes import AgentInbox, AgentInboxes
 
 __all__ = [
     "UNTRUSTED",
@@ -33,7 +32,7 @@ __all__ = [
 ]
 
 #: the async classes, loaded on first use: their modules import asyncio
-_LAZY = {"AgentInboxes": ".inboxes", "AgentInbox": ".pull"}
+_LAZY = {"AgentInboxes": ".inboxes", "AgentInbox": ".inboxes"}
 
 
 def __getattr__(name: str) -> Any:

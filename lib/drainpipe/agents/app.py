@@ -25,8 +25,7 @@ from ..http_guards import (
     read_request_body,
 )
 from ..principals import Principal
-from .checks import INBOX_FORBIDDEN, bad_parameter
-from .pull import RESERVE
+from .statements import INBOX_FORBIDDEN, RESERVE, bad_parameter
 
 if TYPE_CHECKING:
     from .inboxes import AgentInboxes

@@ -1,6 +1,6 @@
 """An agent inbox handle, but for its wait: the envelope of a handed-out row, ``next`` and
 the checked plan of a pull, the mailbox-style peek (``events``) and ``claim``.
-:class:`~drainpipe.agents.pull.AgentInbox` adds the long poll (``pull``) on top;
+:class:`~drainpipe.agents.inboxes.AgentInbox` adds the long poll (``pull``) on top;
 ``drainpipe.sync.agents_reads`` is this module's generated sync twin, under the sync
 twin's own ``pull``.
 """
@@ -18,8 +18,20 @@ from typing import TYPE_CHECKING, Any
 from ..db.json import load_json
 from ..errors import DrainpipeError
 from . import statements as ops
-from .answers import ClaimResult, EventPage, InboxSettings
-from .checks import (
+from .envelope import (
+    ClaimResult,
+    Envelope,
+    EventPage,
+    InboxSettings,
+    body_fits,
+    cap_view,
+    event_id_text,
+    new_envelope,
+    parse_event_id,
+    select_view,
+    source_of,
+)
+from .statements import (
     ACK_MODE_NOT_ALLOWED,
     ACK_MODES,
     CURSOR_INVALID,
@@ -35,16 +47,6 @@ from .checks import (
     number,
     optional_name,
     whole_number,
-)
-from .envelope import (
-    Envelope,
-    body_fits,
-    cap_view,
-    event_id_text,
-    new_envelope,
-    parse_event_id,
-    select_view,
-    source_of,
 )
 
 if TYPE_CHECKING:
@@ -139,7 +141,7 @@ class AgentInboxReads:
         budget: float | None,
     ) -> list[Envelope]:
         """``next`` with the caller's identity (the key's scope) and a budget. Each twin
-        waits its own way between hand-outs (:class:`~drainpipe.agents.pull.AgentInbox`)."""
+        waits its own way between hand-outs (:class:`~drainpipe.agents.inboxes.AgentInbox`)."""
         raise NotImplementedError
 
     async def _pull_plan(

@@ -15,8 +15,9 @@ from ..db import as_database, dump_json
 from ..errors import DrainpipeError
 from ..validation import MAX_NAME_LENGTH, aware, text_fault
 from . import statements as ops
-from .answers import InboxSettings, Settlement
-from .checks import (
+from .envelope import InboxSettings, LeaseCodec, Settlement, event_id_text, parse_event_id
+from .overview import InboxOverview, parse_overview
+from .statements import (
     ACK_MODES,
     EVENT_NOT_FOUND,
     INBOX_NOT_FOUND,
@@ -33,9 +34,6 @@ from .checks import (
     view_paths_of,
     whole_number,
 )
-from .envelope import event_id_text, parse_event_id
-from .lease import LeaseCodec
-from .overview import InboxOverview, parse_overview
 
 #: How long a process trusts the inbox settings it read (create() refreshes its own).
 SETTINGS_TTL: Final = 5.0

@@ -32,11 +32,10 @@ from ..http_guards import cross_site_refusal
 from ..http_websocket import WebSocket, WebSocketDisconnect
 from . import statements as ops
 from .app import check_inbox, principal_of, scope_of
-from .checks import ACK_MODES, MAX_EVENTS, ORDERS, choice, optional_name, whole_number
+from .statements import ACK_MODES, MAX_EVENTS, ORDERS, choice, optional_name, whole_number
 
 if TYPE_CHECKING:
-    from .inboxes import AgentInboxes
-    from .pull import AgentInbox
+    from .inboxes import AgentInbox, AgentInboxes
 
 log = logging.getLogger("drainpipe.agents")
 

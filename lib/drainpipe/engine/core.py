@@ -146,14 +146,3 @@ def read_lease_id(secret: bytes, prefix: str, lease_id: str) -> tuple[int, int, 
         return None
     item_id, attempt, token = struct.unpack(_LEASE_LAYOUT, body)
     return item_id, attempt, token
-
-
-def long_poll_wait(wait: float, budget: float, reserve: float, cap: float = 30.0) -> float:
-    """How long a long poll may wait: ``min(wait, cap, budget - reserve)``, never negative,
-    so the answer always leaves the function ``reserve`` seconds to send it."""
-    return max(0.0, min(wait, cap, budget - reserve))
-
-
-def poll_backoff(step: int, first: float = 0.1, cap: float = 1.0) -> float:
-    """The pause after empty poll step number ``step`` (1-based): 100 ms doubling to 1 s."""
-    return min(cap, first * 2.0 ** (step - 1))

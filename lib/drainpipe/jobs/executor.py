@@ -33,9 +33,16 @@ from collections.abc import Collection, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from ..agents.checks import bad_parameter, error_text, number, whole_number
+from ..agents.statements import (
+    bad_parameter,
+    error_text,
+    long_poll_wait,
+    number,
+    poll_backoff,
+    whole_number,
+)
 from ..codes import valid_code
-from ..engine.core import long_poll_wait, mint_lease_id, poll_backoff, read_lease_id
+from ..engine.core import mint_lease_id, read_lease_id
 from ..errors import DrainpipeError
 from ..http import Request, Response, problem_response, request_path, utf8_json_response
 from ..http_guards import (

@@ -19,10 +19,8 @@ from collections.abc import Collection
 from typing import Any
 
 from ..agents import statements as ops
-from ..agents.answers import ClaimResult, EventPage, InboxSettings, Settlement
-from ..agents.checks import RESERVE
-from ..agents.envelope import Envelope
-from ..engine.core import long_poll_wait, poll_backoff
+from ..agents.envelope import ClaimResult, Envelope, EventPage, InboxSettings, Settlement
+from ..agents.statements import RESERVE, long_poll_wait, poll_backoff
 from .agents_reads import AgentInboxReads
 from .agents_store import AgentInboxesStore, Op, _settlement
 

@@ -2,7 +2,7 @@
 # Change the async source (or tools/sync_twin.py) and run ./scripts/sync-twin again.
 """An agent inbox handle, but for its wait: the envelope of a handed-out row, ``next`` and
 the checked plan of a pull, the mailbox-style peek (``events``) and ``claim``.
-:class:`~drainpipe.agents.pull.AgentInbox` adds the long poll (``pull``) on top;
+:class:`~drainpipe.agents.inboxes.AgentInbox` adds the long poll (``pull``) on top;
 ``drainpipe.sync.agents_reads`` is this module's generated sync twin, under the sync
 twin's own ``pull``.
 """
@@ -18,8 +18,20 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..agents import statements as ops
-from ..agents.answers import ClaimResult, EventPage, InboxSettings
-from ..agents.checks import (
+from ..agents.envelope import (
+    ClaimResult,
+    Envelope,
+    EventPage,
+    InboxSettings,
+    body_fits,
+    cap_view,
+    event_id_text,
+    new_envelope,
+    parse_event_id,
+    select_view,
+    source_of,
+)
+from ..agents.statements import (
     ACK_MODE_NOT_ALLOWED,
     ACK_MODES,
     CURSOR_INVALID,
@@ -35,16 +47,6 @@ from ..agents.checks import (
     number,
     optional_name,
     whole_number,
-)
-from ..agents.envelope import (
-    Envelope,
-    body_fits,
-    cap_view,
-    event_id_text,
-    new_envelope,
-    parse_event_id,
-    select_view,
-    source_of,
 )
 from ..db.json import load_json
 from ..errors import DrainpipeError
@@ -141,7 +143,7 @@ class AgentInboxReads:
         budget: float | None,
     ) -> list[Envelope]:
         """``next`` with the caller's identity (the key's scope) and a budget. Each twin
-        waits its own way between hand-outs (:class:`~drainpipe.agents.pull.AgentInbox`)."""
+        waits its own way between hand-outs (:class:`~drainpipe.agents.inboxes.AgentInbox`)."""
         raise NotImplementedError
 
     def _pull_plan(

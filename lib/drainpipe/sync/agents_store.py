@@ -14,8 +14,9 @@ from datetime import datetime
 from typing import Any, Final, Literal
 
 from ..agents import statements as ops
-from ..agents.answers import InboxSettings, Settlement
-from ..agents.checks import (
+from ..agents.envelope import InboxSettings, LeaseCodec, Settlement, event_id_text, parse_event_id
+from ..agents.overview import InboxOverview, parse_overview
+from ..agents.statements import (
     ACK_MODES,
     EVENT_NOT_FOUND,
     INBOX_NOT_FOUND,
@@ -32,9 +33,6 @@ from ..agents.checks import (
     view_paths_of,
     whole_number,
 )
-from ..agents.envelope import event_id_text, parse_event_id
-from ..agents.lease import LeaseCodec
-from ..agents.overview import InboxOverview, parse_overview
 from ..db import dump_json
 from ..db.sync import as_sync_database
 from ..errors import DrainpipeError
