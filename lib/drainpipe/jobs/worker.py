@@ -11,7 +11,7 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..codes import CANCELLED
@@ -23,10 +23,11 @@ from ..validation import positive_int, seconds
 from .guard import bury, fail_within_window
 from .job_rules import hand_over
 from .policy import PAYLOAD_UNREADABLE
-from .steps import LEASE_END, StepRuntime
+from .steprules import LEASE_END
 
 if TYPE_CHECKING:
     from .client import Handler, Jobs, OnError
+    from .steps import StepRuntime
 
 __all__ = ["CLAIM_RETRIES", "JobSource", "Worker", "call_hook"]
 
@@ -36,6 +37,19 @@ log = logging.getLogger("drainpipe.jobs")
 def _is_sealed(value: Any) -> bool:
     # sealing.is_sealed, inlined: the sealing module is imported only for sealed jobs
     return isinstance(value, dict) and value.get("$dp") == 1 and "sealed" in value
+
+
+class _LazySteps:
+    """What a claimed job's step calls reach before the run's step runtime exists: the first
+    attribute asked for makes it (:attr:`JobSource.steps`), and later jobs get it directly."""
+
+    __slots__ = ("_source",)
+
+    def __init__(self, source: JobSource) -> None:
+        self._source = source
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._source.steps, name)
 
 
 class JobSource:
@@ -73,21 +87,49 @@ class JobSource:
         self._policy = jobs.policy(queue)
         self._window = None if self._policy is None else self._policy.attempt_window
         #: durable steps (docs/steps.md), on drivers that record them: without, a handler's
-        #: ``job.step`` says STEPS_UNAVAILABLE and returned values are not kept
-        self.steps: StepRuntime | None = None
-        if "record_step" not in driver.lacks:
-            self.steps = StepRuntime(jobs, queue, step_margin=step_margin)
-            self.keep_result = self.steps.keep_result
+        #: ``job.step`` says STEPS_UNAVAILABLE and returned values are not kept. The
+        #: runtime is made on a handler's first step call (or a result to keep): a run whose
+        #: handlers take no step never sets it up
+        self.records_steps = "record_step" not in driver.lacks
+        self._jobs = jobs
+        self._step_margin = step_margin
+        self._steps: StepRuntime | None = None
+        self._workflow: Any = _LazySteps(self) if self.records_steps else None
+        self._now = jobs._now
+        #: the run's budget end (the runner's clock), for the steps' budget rule
+        self.deadline: float | None = None
+        if self.records_steps:
+            # the runner keeps a handler's returned value only where this is set
+            self.keep_result = self._keep_result
+
+    @property
+    def steps(self) -> StepRuntime:
+        """The run's step runtime, made on first use."""
+        if self._steps is None:
+            from .steps import StepRuntime
+
+            self._steps = StepRuntime(self._jobs, self.queue, step_margin=self._step_margin)
+            self._steps.deadline = self.deadline
+            self._workflow = self._steps
+        return self._steps
+
+    async def _keep_result(self, job: Job[Any], value: Any) -> None:
+        """A handler's return value, kept as the job's result (``jobs.result``)."""
+        await self.steps.keep_result(job, value)
+
+    def _lease_end(self, lease: float) -> datetime:
+        # the lease end as the steps' budget rule counts it: on the client's clock (the
+        # Jobs' ``now``, so a test can move it), taken before the claim went out (so never
+        # later than the stored one)
+        return self._now() + timedelta(seconds=lease)
 
     def claim(self, batch: int, lease: float) -> Awaitable[list[Job[Any]]]:
-        if self.steps is None:
+        if not self.records_steps:
             return self._driver.read(self.queue, lease=lease, batch=batch)
         return self._leased(lease, batch)
 
     async def _leased(self, lease: float, batch: int) -> list[Job[Any]]:
-        # the lease end as the steps' budget rule counts it: on the client's clock, taken
-        # before the claim went out (so never later than the stored one)
-        end = self.steps.lease_end(lease) if self.steps is not None else None
+        end = self._lease_end(lease)
         claimed: list[Job[Any]] = await self._driver.read(self.queue, lease=lease, batch=batch)
         for job in claimed:
             job.__dict__[LEASE_END] = end
@@ -96,21 +138,21 @@ class JobSource:
     def complete_and_claim(
         self, items: Sequence[Job[Any]], batch: int, lease: float
     ) -> Awaitable[tuple[list[Job[Any]], list[Job[Any]]]]:
-        if self.steps is None:
+        if not self.records_steps:
             return self._fused(self.queue, items, lease=lease, batch=batch)
         return self._fused_leased(items, batch, lease)
 
     async def _fused_leased(
         self, items: Sequence[Job[Any]], batch: int, lease: float
     ) -> tuple[list[Job[Any]], list[Job[Any]]]:
-        end = self.steps.lease_end(lease) if self.steps is not None else None
+        end = self._lease_end(lease)
         refused, claimed = await self._fused(self.queue, items, lease=lease, batch=batch)
         for job in claimed:
             job.__dict__[LEASE_END] = end
         return refused, claimed
 
     async def extend(self, items: Sequence[Job[Any]], lease: float) -> set[int]:
-        end = self.steps.lease_end(lease) if self.steps is not None else None
+        end = self._lease_end(lease) if self.records_steps else None
         held = set(await self._driver.extend_many(items, lease))
         if end is not None:
             # a heartbeat moved these leases on: the budget rule counts from the new end
@@ -195,8 +237,8 @@ class JobSource:
     def start(self, item: Job[Any]) -> Any:
         if self._keyring is not None and _is_sealed(item.payload):
             self._open(item)
-        if self.steps is not None:
-            item.__dict__["_workflow"] = self.steps
+        if self._workflow is not None:
+            item.__dict__["_workflow"] = self._workflow
         return self._handler(hand_over(item, self._validate, self._all_tenants), item)
 
     def fields(self, item: Job[Any] | None) -> dict[str, Any]:
@@ -278,9 +320,8 @@ class Worker:
             retry_unreached=retry_unreached,
             max_outage=None if max_outage is None else seconds(max_outage, "max_outage"),
         )
-        if jobs_source.steps is not None:
-            # the budget rule: a step started with less than the margin left suspends
-            jobs_source.steps.deadline = self.runner.deadline
+        # the budget rule: a step started with less than the margin left suspends
+        jobs_source.deadline = self.runner.deadline
 
     @property
     def report(self) -> WorkReport:
