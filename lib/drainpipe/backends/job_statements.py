@@ -262,6 +262,43 @@ def parse_fail(rows: list[Row]) -> FailOutcome | None:
     return outcome
 
 
+# -- coded settlements: a handler's Skip and a failure with a code ------------------------
+
+SKIP = "SELECT drainpipe.skip_job_v1(%s, %s, %s, %s)"
+
+
+def skip_params(job: Job[Any], code: str) -> Params:
+    return (job.queue, job.id, job.attempts, code)
+
+
+def parse_skip(rows: list[Row]) -> bool:
+    """True: the job succeeded (skipped); False: the lease was lost or cancelled."""
+    return bool(rows[0][0]) if rows else False
+
+
+FAIL_CODED = "SELECT drainpipe.fail_job_v2(%s, %s, %s, %s, %s, %s, %s)"
+
+
+def fail_coded_params(
+    job: Job[Any], error: str, retry_in: float | None, code: str, discard: bool
+) -> Params:
+    return (
+        job.queue,
+        job.id,
+        job.attempts,
+        error,
+        None if retry_in is None else float(retry_in),
+        code,
+        discard,
+    )
+
+
+def parse_fail_coded(rows: list[Row]) -> FailOutcome | None:
+    """``"queued"``, ``"dead"``, or None when the lease was lost (or the job cancelled)."""
+    outcome: FailOutcome | None = rows[0][0] if rows else None
+    return outcome
+
+
 EXTEND = "SELECT drainpipe.extend_job_lease_v1(%s, %s, %s, %s)"
 
 

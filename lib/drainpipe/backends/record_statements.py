@@ -1,4 +1,5 @@
-"""Job records: get, list, cancel, replay, and the coded settlements (skip, fail with a code).
+"""Job records: get, list, cancel, replay. The coded settlements (skip, fail with a code)
+sit beside the claim they settle, in :mod:`drainpipe.backends.job_statements`.
 
 The record statements select metadata only (the SQL functions never return the payload or
 the error text), so nothing here can leak either. See :mod:`drainpipe.statements` for the shape.
@@ -11,7 +12,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from ..db.statement_shapes import Params, Row
-from ..models import TERMINAL_STATES, Attempt, FailOutcome, Job, JobRecord, Position
+from ..models import TERMINAL_STATES, Attempt, JobRecord, Position
 
 CancelResult = Literal["cancelled", "terminal"]
 
@@ -184,40 +185,3 @@ def parse_retry_dead_ruled(rows: list[Row]) -> list[tuple[int, int | None, str |
         (int(job_id), None if new_id is None else int(new_id), None if code is None else str(code))
         for job_id, new_id, code in rows
     ]
-
-
-# -- coded settlements --------------------------------------------------------------------
-
-SKIP = "SELECT drainpipe.skip_job_v1(%s, %s, %s, %s)"
-
-
-def skip_params(job: Job[Any], code: str) -> Params:
-    return (job.queue, job.id, job.attempts, code)
-
-
-def parse_skip(rows: list[Row]) -> bool:
-    """True: the job succeeded (skipped); False: the lease was lost or cancelled."""
-    return bool(rows[0][0]) if rows else False
-
-
-FAIL_CODED = "SELECT drainpipe.fail_job_v2(%s, %s, %s, %s, %s, %s, %s)"
-
-
-def fail_coded_params(
-    job: Job[Any], error: str, retry_in: float | None, code: str, discard: bool
-) -> Params:
-    return (
-        job.queue,
-        job.id,
-        job.attempts,
-        error,
-        None if retry_in is None else float(retry_in),
-        code,
-        discard,
-    )
-
-
-def parse_fail_coded(rows: list[Row]) -> FailOutcome | None:
-    """``"queued"``, ``"dead"``, or None when the lease was lost (or the job cancelled)."""
-    outcome: FailOutcome | None = rows[0][0] if rows else None
-    return outcome

@@ -275,14 +275,14 @@ class SqlQueueBackend:
     # -- records and coded settlements -----------------------------------------------------
 
     async def skip(self, job: Job[Any], code: str) -> bool:
-        rows = await self.db.fetch(record_ops.SKIP, record_ops.skip_params(job, code))
-        return record_ops.parse_skip(rows)
+        rows = await self.db.fetch(ops.SKIP, ops.skip_params(job, code))
+        return ops.parse_skip(rows)
 
     async def fail_coded(
         self, job: Job[Any], error: str, retry_in: float | None, *, code: str, discard: bool
     ) -> FailOutcome | None:
-        params = record_ops.fail_coded_params(job, error, retry_in, code, discard)
-        return record_ops.parse_fail_coded(await self.db.fetch(record_ops.FAIL_CODED, params))
+        params = ops.fail_coded_params(job, error, retry_in, code, discard)
+        return ops.parse_fail_coded(await self.db.fetch(ops.FAIL_CODED, params))
 
     async def get_record(self, queue: str, job_id: int) -> JobRecord | None:
         rows = await self.db.fetch(record_ops.GET, record_ops.get_params(queue, job_id))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .reports import LEASE_LOST, lease_lost
+from .core import LEASE_LOST, lease_lost
 
 if TYPE_CHECKING:
     from .runner import ClaimableSource, Runner, call_hook

@@ -1,7 +1,10 @@
-"""The lease engine's arithmetic: pure functions of their arguments, no I/O, no clock.
+"""The lease engine's rules, for the async runner and the sync twin's worker alike: its
+arithmetic, and how it reports what went wrong. No I/O, no clock, no event loop.
 
 Every function that needs the time takes ``now`` (an ``asyncio`` loop time, in seconds), so
 the runner, the drain route and a test all compute the same answers from the same inputs.
+A failure is reported the same way by both twins: the ``LEASE_LOST`` error, the log line
+when no ``on_error`` was given, and any exception as a :class:`DrainpipeError`.
 """
 
 from __future__ import annotations
@@ -10,8 +13,15 @@ import base64
 import binascii
 import hashlib
 import hmac
+import logging
 import struct
-from typing import Final
+from typing import Any, Final
+
+from ..codes import CANCELLED
+from ..errors import DrainpipeError
+from ..validation import error_text
+
+log = logging.getLogger("drainpipe")
 
 #: Transient claim errors (``errors.TRANSIENT_KINDS``) retried per lane before the run stops.
 CLAIM_RETRIES: Final = 3
@@ -146,3 +156,53 @@ def read_lease_id(secret: bytes, prefix: str, lease_id: str) -> tuple[int, int, 
         return None
     item_id, attempt, token = struct.unpack(_LEASE_LAYOUT, body)
     return item_id, attempt, token
+
+
+# -- reports -------------------------------------------------------------------------------
+
+LEASE_LOST = "LEASE_LOST"
+
+
+def lease_lost(description: str, reason: str | None = None) -> DrainpipeError:
+    """The error ``on_error`` gets for an item whose lease another worker holds now (or,
+    with ``reason="CANCELLED"``, whose job an operator cancelled)."""
+    if reason == CANCELLED:
+        return DrainpipeError(
+            "conflict",
+            f"{description} was cancelled while it ran; this worker's result is discarded",
+            code=CANCELLED,
+        )
+    return DrainpipeError(
+        "conflict",
+        f"The lease on {description} was lost (it ran out and the item was claimed again, "
+        "or its attempt changed); this worker's result is discarded",
+        code=LEASE_LOST,
+    )
+
+
+def log_error(
+    description: str,
+    error: BaseException,
+    *,
+    logger: logging.Logger = log,
+    fields: dict[str, Any] | None = None,
+) -> None:
+    """What happens to an error when the caller passed no ``on_error``: logged on ``logger``
+    with ``fields`` (queue, job id, attempt ...) and the error's ``code`` as record extras."""
+    code = error.code if isinstance(error, DrainpipeError) else None
+    extra = {**fields, "code": code} if fields else {"code": code}
+    if code in (LEASE_LOST, CANCELLED):
+        logger.warning("drainpipe: %s", error, extra=extra)
+        return
+    logger.error(
+        "drainpipe: %s failed: %s", description, error_text(error), exc_info=error, extra=extra
+    )
+
+
+def as_error(exc: BaseException) -> DrainpipeError:
+    """``exc`` as a :class:`DrainpipeError` (kind ``unexpected`` unless it is one)."""
+    if isinstance(exc, DrainpipeError):
+        return exc
+    error = DrainpipeError("unexpected", error_text(exc))
+    error.__cause__ = exc
+    return error

@@ -58,16 +58,19 @@ from ..models import WorkReport
 from ..validation import error_text
 from .core import (
     CLAIM_RETRIES,
+    LEASE_LOST,
+    as_error,
     budget_spent,
     claim_retry_wait,
     heartbeat_interval,
+    lease_lost,
+    log_error,
     next_idle_wait,
     outage_left,
     outage_wait,
     should_retry_claim,
 )
 from .heartbeat import lost_reasons, start_heartbeat
-from .reports import LEASE_LOST, as_error, lease_lost, log_error
 from .source import ClaimableSource, OnError, call_hook
 
 __all__ = [

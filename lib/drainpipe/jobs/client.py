@@ -339,16 +339,17 @@ class Jobs(
         ridden out for ``max_outage`` seconds (default 300; None: the 3 retries ``drain``
         makes), waiting with capped, jittered backoff and reporting each to ``on_error``;
         past it, or on any other claim error, the call raises."""
-        from .worker import Worker
+        from .worker import Worker, worker_lease
 
         self._check_queue(queue)
+        policy = self._policies.get(queue)
         return await Worker(
             self,
             queue,
             handler,
             concurrency=concurrency,
             batch=batch,
-            lease=self._worker_lease(queue, None if lease is None else seconds(lease, "lease")),
+            lease=worker_lease(policy, None if lease is None else seconds(lease, "lease")),
             poll_interval=poll_interval,
             max_poll_interval=max_poll_interval,
             stop=stop,
@@ -379,11 +380,12 @@ class Jobs(
         ``asyncio`` loop time that wins over ``budget`` when given. A job with less than
         ``step_margin`` seconds of the budget left suspends at its next step (eligible at
         once) instead of running past it (docs/steps.md)."""
-        from .worker import Worker
+        from .worker import Worker, worker_lease
 
         self._check_queue(queue)
         if not callable(lease):
-            lease = self._worker_lease(queue, None if lease is None else seconds(lease, "lease"))
+            policy = self._policies.get(queue)
+            lease = worker_lease(policy, None if lease is None else seconds(lease, "lease"))
         return await Worker(
             self,
             queue,

@@ -20,9 +20,9 @@ from ..engine.runner import ClaimableSource, Runner, call_hook
 from ..models import FailOutcome, Job, JobContext, WorkReport
 from ..telemetry import active_telemetry
 from ..validation import positive_int, seconds
-from .guard import bury, fail_within_window
+from .guard import DEFAULT_LEASE, bury, fail_within_window
 from .job_rules import hand_over
-from .policy import PAYLOAD_UNREADABLE
+from .policy import PAYLOAD_UNREADABLE, QueuePolicy
 from .steprules import LEASE_END
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ class JobSource:
         self._keyring = jobs.keyring
         # ids whose payload did not decrypt in start(): their failure buries them
         self._unreadable: set[int] = set()
-        self._policy = jobs.policy(queue)
+        self._policy = jobs._policies.get(queue)
         self._window = None if self._policy is None else self._policy.attempt_window
         #: durable steps (docs/steps.md), on drivers that record them: without, a handler's
         #: ``job.step`` says STEPS_UNAVAILABLE and returned values are not kept. The
@@ -255,6 +255,14 @@ class JobSource:
         if item is None:
             return f"queue {self.queue}"
         return f"queue {self.queue} job {item.id} (attempt {item.attempts}/{item.max_attempts})"
+
+
+def worker_lease(policy: QueuePolicy | None, lease: float | None) -> float:
+    """``work``/``drain``'s lease: the queue policy's default, capped at its ``max_lease``
+    (heartbeats keep a longer handler's job leased)."""
+    if policy is None:
+        return DEFAULT_LEASE if lease is None else lease
+    return policy.lease if lease is None else min(lease, policy.max_lease)
 
 
 def checked_lease(lease: Callable[[], float]) -> Callable[[], float]:

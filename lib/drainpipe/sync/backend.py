@@ -142,15 +142,13 @@ class SyncSqlBackend:
     # -- records and coded settlements -----------------------------------------------------
 
     def skip(self, job: Job[Any], code: str) -> bool:
-        return record_ops.parse_skip(
-            self.db.fetch(record_ops.SKIP, record_ops.skip_params(job, code))
-        )
+        return ops.parse_skip(self.db.fetch(ops.SKIP, ops.skip_params(job, code)))
 
     def fail_coded(
         self, job: Job[Any], error: str, retry_in: float | None, *, code: str, discard: bool
     ) -> FailOutcome | None:
-        params = record_ops.fail_coded_params(job, error, retry_in, code, discard)
-        return record_ops.parse_fail_coded(self.db.fetch(record_ops.FAIL_CODED, params))
+        params = ops.fail_coded_params(job, error, retry_in, code, discard)
+        return ops.parse_fail_coded(self.db.fetch(ops.FAIL_CODED, params))
 
     def get_record(self, queue: str, job_id: int) -> JobRecord | None:
         return record_ops.parse_get(

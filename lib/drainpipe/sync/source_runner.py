@@ -3,7 +3,7 @@ inbox: :mod:`drainpipe.sync.inbox_source`), behind ``drainpipe.sync.WebhookInbox
 
 Written by hand: the async runner (:mod:`drainpipe.engine.runner`) is built on tasks and
 cancellation, which have no sync twin. Its semantics are kept, computed with the same pure
-core (:mod:`drainpipe.engine.core`) and reported the same way (:mod:`drainpipe.engine.reports`):
+core and reported the same way (:mod:`drainpipe.engine.core`):
 
 * claim ``batch`` items, run their handlers in order on the caller's thread, complete each
   success fenced by its attempt; until a claim comes back empty or the deadline passes
@@ -29,12 +29,14 @@ from typing import Any
 
 from ..codes import Discard, Skip, code_of
 from ..engine.core import (
+    as_error,
     budget_spent,
     claim_retry_wait,
     heartbeat_interval,
+    lease_lost,
+    log_error,
     should_retry_claim,
 )
-from ..engine.reports import as_error, lease_lost, log_error
 from ..errors import TRANSIENT_KINDS, Retry
 from ..models import WorkReport
 from ..validation import error_text

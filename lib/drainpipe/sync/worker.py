@@ -2,8 +2,7 @@
 (``work``: :mod:`drainpipe.sync.working`).
 
 The semantics are the async runner's (:mod:`drainpipe.engine.runner`), computed with the
-same pure core (:mod:`drainpipe.engine.core`) and reported the same way
-(:mod:`drainpipe.engine.reports`):
+same pure core and reported the same way (:mod:`drainpipe.engine.core`):
 
 * each lane claims ``batch`` jobs, runs them in order and completes the successes fenced,
   in the same call that claims its next batch (``complete_and_claim_jobs_v1``: one round
@@ -45,16 +44,18 @@ from typing import TYPE_CHECKING, Any, cast
 from ..codes import CANCELLED, Discard, Skip, Suspend, code_of
 from ..engine.core import (
     JOB_HEARTBEAT_FLOOR,
+    as_error,
     budget_spent,
     claim_retry_wait,
     heartbeat_interval,
+    lease_lost,
+    log_error,
     next_idle_wait,
     outage_left,
     outage_wait,
     run_deadline,
     should_retry_claim,
 )
-from ..engine.reports import as_error, lease_lost, log_error
 from ..errors import TRANSIENT_KINDS, DrainpipeError, Retry
 from ..jobs.job_rules import hand_over
 from ..models import Job, WorkReport
