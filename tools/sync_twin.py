@@ -37,7 +37,6 @@ COMMAND = "./scripts/sync-twin"
 TWINS: dict[str, str] = {
     "drainpipe/leases/__init__.py": "drainpipe/sync/leases.py",
     "drainpipe/idempotency/store.py": "drainpipe/sync/idempotency_store.py",
-    "drainpipe/webhooks/claimed.py": "drainpipe/sync/inbox_claimed.py",
     "drainpipe/webhooks/store.py": "drainpipe/sync/inbox_store.py",
     "drainpipe/webhooks/source.py": "drainpipe/sync/inbox_source.py",
     "drainpipe/agents/store.py": "drainpipe/sync/agents_store.py",

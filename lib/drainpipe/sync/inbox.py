@@ -4,7 +4,7 @@ and body a Flask or Django view has and answers ``(status, headers, body)``;
 
 ``store``, ``list``, ``purge``, ``close`` and the claimed message come from the generated
 twins of the async modules (:mod:`drainpipe.sync.inbox_store`,
-:mod:`drainpipe.sync.inbox_claimed`, :mod:`drainpipe.sync.inbox_source`); verification
+:mod:`drainpipe.sync.inbox_source`); verification
 (Standard Webhooks, or your ``verify``) and the checks are the async inbox's
 (:mod:`drainpipe.webhooks.verify`, :class:`~drainpipe.webhooks.inbox_rules.InboxRules`), so a delivery
 gets the same answer under both. This module is the part a thread does differently.
@@ -23,7 +23,7 @@ from ..errors import DrainpipeError
 from ..http import Headers, json_response, problem_response
 from ..models import WorkReport
 from ..validation import seconds
-from ..webhooks.messages import MISSING, InboxEntry, Stored
+from ..webhooks.inbox_rules import MISSING, InboxEntry, Stored
 from ..webhooks.verify import (
     _unauthorized,
     body_too_large,
@@ -31,8 +31,7 @@ from ..webhooks.verify import (
     payload_text,
     verify_signature,
 )
-from .inbox_claimed import WebhookMessage
-from .inbox_source import Handler, _InboxSource
+from .inbox_source import Handler, WebhookMessage, _InboxSource, process_options
 from .inbox_store import InboxStore
 from .source_runner import SourceRunner, SyncSourceOnError
 
@@ -118,7 +117,7 @@ class WebhookInbox(InboxStore):
                 "drainpipe.sync processes with plain functions; an async handler belongs to "
                 "drainpipe.WebhookInbox.process"
             )
-        size, length, every = self._process_options(batch, lease, heartbeat_every)
+        size, length, every = process_options(batch, lease, heartbeat_every)
         assert not callable(length)  # only the async drain route passes a callable lease
         runner = SourceRunner(
             _InboxSource(self, handler),

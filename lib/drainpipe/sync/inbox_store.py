@@ -16,10 +16,17 @@ from ..db.statement_shapes import Params
 from ..db.sync import as_sync_database
 from ..errors import DrainpipeError
 from ..webhooks import statements as ops
-from ..webhooks.inbox_rules import InboxRules, InboxStatus
-from ..webhooks.messages import MISSING, InboxEntry, Stored, _json_text, _Missing
+from ..webhooks.inbox_rules import (
+    MISSING,
+    InboxEntry,
+    InboxRules,
+    InboxStatus,
+    Stored,
+    _json_text,
+    _Missing,
+)
 from ..webhooks.verify import Verify
-from .inbox_claimed import WebhookMessage
+from .inbox_source import WebhookMessage
 
 _THIRTY_DAYS = timedelta(days=30)
 
@@ -86,24 +93,6 @@ class InboxStore(InboxRules):
     def _receive(self, params: Params) -> Stored:
         stored_id, duplicate = ops.parse_receive(self._db.fetch(ops.RECEIVE, params))
         return Stored(id=stored_id, duplicate=duplicate)
-
-    def _message(self, row: tuple[Any, ...]) -> WebhookMessage:
-        (id_, source, message_id, event_type, payload, headers, attempts, max_attempts,
-         received_at, tenant, checkpoint) = row  # fmt: skip
-        return WebhookMessage(
-            id=id_,
-            source=source,
-            message_id=message_id,
-            type=event_type,
-            payload=payload,
-            headers=dict(headers or {}),
-            attempts=attempts,
-            max_attempts=max_attempts,
-            received_at=received_at,
-            tenant=tenant,
-            progress=dict(checkpoint or {}),
-            save=self._checkpoint,
-        )
 
     def _checkpoint(self, message: WebhookMessage, fields: dict[str, Any]) -> bool:
         params = ops.checkpoint_params(

@@ -1,14 +1,14 @@
 """The webhook inbox: verify a delivery (:mod:`.verify`), store it once and process it later
-(:mod:`.service`, on the lease engine through :mod:`.source`); :mod:`.messages` holds what
-it hands out. :class:`WebhookInbox` loads on first use (the sync twin imports no asyncio)."""
+(:mod:`.service`, on the lease engine through :mod:`.source`, which holds the claimed
+message); :mod:`.inbox_rules` holds what it stores and lists. :class:`WebhookInbox` loads on first use (the sync twin imports no asyncio)."""
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .claimed import WebhookMessage
-from .messages import InboxEntry, Stored
+from .inbox_rules import InboxEntry, Stored
+from .source import WebhookMessage
 
 if TYPE_CHECKING:
     from .service import WebhookInbox

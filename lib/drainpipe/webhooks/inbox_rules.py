@@ -1,23 +1,114 @@
 """What :class:`~drainpipe.webhooks.service.WebhookInbox` and the sync twin's share: the
 options, and everything between a verified delivery and the statement that stores it
 (ids, types, tenants, kept headers), plus the checked parameters of ``list`` and
-``purge``. No I/O: each twin runs :mod:`drainpipe.webhooks.statements` on its executor."""
+``purge``; and what the inbox stores and lists (``Stored``, ``InboxEntry``). No I/O: each
+twin runs :mod:`drainpipe.webhooks.statements` on its executor."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final, Literal
 
 from ..db.json import dump_json
 from ..db.statement_shapes import Params
 from ..errors import DrainpipeError, invalid_request, validation_error
 from ..validation import MAX_NAME_LENGTH, aware, check_text, positive_int, seconds, text_fault
 from . import statements as ops
-from .messages import MISSING, STATUSES, InboxStatus, _Missing, _tenant, _text, default_type_of
 from .verify import Verify, delivery_text, load_secrets
+
+# -- what the inbox stores and lists ----------------------------------------------------
+
+InboxStatus = Literal["pending", "processing", "processed", "dead"]
+STATUSES: Final = ("pending", "processing", "processed", "dead")
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Final = _Missing()
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """The result of storing a delivery: the inbox row ``id`` and whether it was already there."""
+
+    id: int
+    duplicate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class InboxEntry:
+    """One line of a tenant's delivery log (see :meth:`WebhookInbox.list`)."""
+
+    id: int
+    message_id: str
+    type: str | None
+    status: InboxStatus
+    attempts: int
+    max_attempts: int
+    last_error: str | None
+    tenant: str | None
+    received_at: datetime
+    processed_at: datetime | None
+
+
+# -- pure pieces ---------------------------------------------------------------------------
+
+
+def default_type_of(payload: Any) -> str | None:
+    """``payload["type"]`` when the payload is an object whose ``type`` is a string."""
+    if isinstance(payload, Mapping):
+        value = payload.get("type")
+        if isinstance(value, str):
+            return value
+    return None
+
+
+def _json_text(value: Any, name: str) -> str:
+    try:
+        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise validation_error(
+            f"{name} must be JSON-serialisable: {exc}",
+            [{"message": "Not JSON-serialisable", "path": [name]}],
+        ) from None
+
+
+def _text(value: Any, name: str, *, required: bool) -> str | None:
+    """A string Postgres can store as text: no NUL, encodable as UTF-8."""
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or (required and not value):
+        raise validation_error(
+            f"{name} must be a {'non-empty ' if required else ''}string, not {value!r}",
+            [{"message": "Expected a string", "path": [name]}],
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise validation_error(
+            f"{name} is not valid Unicode text", [{"message": "Invalid text", "path": [name]}]
+        ) from None
+    if "\x00" in value:
+        raise validation_error(
+            f"{name} must not contain NUL characters", [{"message": "NUL", "path": [name]}]
+        )
+    return value
+
+
+def _tenant(value: Any) -> str | None:
+    # '' is no tenant: the uniqueness index treats a null tenant as ''
+    return _text(value or None, "tenant", required=False)
+
+
+# -- the rules --------------------------------------------------------------------------
 
 
 class InboxRules:
@@ -96,7 +187,7 @@ class InboxRules:
 
     def _instant(self) -> datetime | None:
         """``p_now`` of the transition functions: the caller's clock, or the database's."""
-        return None if self.now is None else aware(self.now(), "now()")
+        return ops.instant(self.now)
 
     def _check_receives(self) -> None:
         if not self._webhooks and self._verify is None:
@@ -199,29 +290,6 @@ class InboxRules:
             verified,
             raw,
         )
-
-    def _process_options(
-        self,
-        batch: Any,
-        lease: float | timedelta | Callable[[], float],
-        heartbeat_every: float | None,
-    ) -> tuple[int, float | Callable[[], float], float | None]:
-        """``process``'s checked batch size, lease (seconds, or a callable the drain route
-        re-reads at each claim and beat) and heartbeat interval (None: half the lease)."""
-        size = positive_int(batch, "batch")
-        if callable(lease):
-            return size, lease, self._heartbeat_every(heartbeat_every)
-        length = seconds(lease, "lease")
-        if length <= 0:
-            raise validation_error(
-                "lease must be more than 0 seconds",
-                [{"message": "Must be > 0", "path": ["lease"]}],
-            )
-        return size, length, self._heartbeat_every(heartbeat_every)
-
-    @staticmethod
-    def _heartbeat_every(value: float | None) -> float | None:
-        return None if value is None else seconds(value, "heartbeat_every", minimum=0.001)
 
     def _list_params(self, tenant: Any, status: Any, limit: Any) -> Params:
         tenant_text = None if tenant is None else _text(tenant, "tenant", required=True)

@@ -37,9 +37,8 @@ from ..models import WorkReport
 from ..telemetry import SYSTEM as TELEMETRY_SYSTEM
 from ..telemetry import active_telemetry
 from ..validation import seconds
-from .claimed import WebhookMessage
-from .messages import MISSING, Stored
-from .source import _InboxSource
+from .inbox_rules import MISSING, Stored
+from .source import WebhookMessage, _InboxSource, process_options
 from .store import InboxStore
 from .verify import (
     call_verify,
@@ -187,7 +186,7 @@ class WebhookInbox(InboxStore):
         a lease re-read at each claim and beat and ``retry_unreached=False``)."""
         if not callable(handler):
             raise TypeError("handler must be callable: async def handler(message)")
-        batch, lease_seconds, every = self._process_options(batch, lease, heartbeat_every)
+        batch, lease_seconds, every = process_options(batch, lease, heartbeat_every)
         loop = asyncio.get_running_loop()
         source: ClaimableSource[Any] = _InboxSource(self, handler)
         if (otel := active_telemetry()) is not None:  # chosen once per run

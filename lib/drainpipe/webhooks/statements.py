@@ -4,9 +4,11 @@ messages from the claimed rows (they carry the checkpoint callback)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 
 from ..db.statement_shapes import Params, Row, int_array
+from ..validation import aware
 
 MESSAGE_COLUMNS = (
     "id, source, message_id, event_type, payload, headers, attempts, max_attempts,"
@@ -49,6 +51,13 @@ def parse_receive(rows: list[Row]) -> tuple[int, bool]:
 
 
 # ``now`` (p_now): the caller's clock, or None for the database's
+
+
+def instant(now: Callable[[], datetime] | None) -> datetime | None:
+    """``p_now`` of the transition functions from the inbox's clock (None: the database's)."""
+    return None if now is None else aware(now(), "now()")
+
+
 CLAIM = f"SELECT {MESSAGE_COLUMNS} FROM drainpipe.claim_webhooks_v1(%s, %s, %s, %s, %s)"
 
 

@@ -14,9 +14,8 @@ from ..db import as_database
 from ..db.statement_shapes import Params
 from ..errors import DrainpipeError
 from . import statements as ops
-from .claimed import WebhookMessage
-from .inbox_rules import InboxRules, InboxStatus
-from .messages import MISSING, InboxEntry, Stored, _json_text, _Missing
+from .inbox_rules import MISSING, InboxEntry, InboxRules, InboxStatus, Stored, _json_text, _Missing
+from .source import WebhookMessage
 from .verify import Verify
 
 _THIRTY_DAYS = timedelta(days=30)
@@ -84,24 +83,6 @@ class InboxStore(InboxRules):
     async def _receive(self, params: Params) -> Stored:
         stored_id, duplicate = ops.parse_receive(await self._db.fetch(ops.RECEIVE, params))
         return Stored(id=stored_id, duplicate=duplicate)
-
-    def _message(self, row: tuple[Any, ...]) -> WebhookMessage:
-        (id_, source, message_id, event_type, payload, headers, attempts, max_attempts,
-         received_at, tenant, checkpoint) = row  # fmt: skip
-        return WebhookMessage(
-            id=id_,
-            source=source,
-            message_id=message_id,
-            type=event_type,
-            payload=payload,
-            headers=dict(headers or {}),
-            attempts=attempts,
-            max_attempts=max_attempts,
-            received_at=received_at,
-            tenant=tenant,
-            progress=dict(checkpoint or {}),
-            save=self._checkpoint,
-        )
 
     async def _checkpoint(self, message: WebhookMessage, fields: dict[str, Any]) -> bool:
         params = ops.checkpoint_params(
