@@ -59,7 +59,7 @@ from .reads import AgentInboxReads
 from .statements import EVENT_NOT_FOUND, long_poll_wait, poll_backoff
 from .statements import RESERVE as RESERVE
 from .store import SETTINGS_TTL as SETTINGS_TTL
-from .store import AgentInboxesStore, Op, _settlement
+from .store import AgentInboxesStore, Op
 
 Fetch = Callable[[str, tuple[Any, ...]], Awaitable[list[tuple[Any, ...]]]]
 Key = tuple[tuple[str, ...] | None, datetime | None]
@@ -294,8 +294,8 @@ class AgentInboxes(AgentInboxesStore):
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # made outside a loop, for asyncio.run: queued once it runs
-            checked = self._checked_ack(event_id, lease_id, outcome)
-            return self._ack_in_loop(checked, self._instant())
+            checked = ops.checked_ack(self.leases, event_id, lease_id, outcome)
+            return self._ack_in_loop(checked, ops.instant(self.now))
         return self._queue_ack_ok(loop, event_id, lease_id, outcome, None)
 
     async def _ack_in_loop(
@@ -313,9 +313,9 @@ class AgentInboxes(AgentInboxesStore):
     ) -> Pending[bool]:
         """:meth:`ack` within ``inboxes`` (None: all) in a running loop: checked (a malformed
         argument raises here) and queued for this turn's batch."""
-        checked = self._checked_ack(event_id, lease_id, outcome)
+        checked = ops.checked_ack(self.leases, event_id, lease_id, outcome)
         scope = None if inboxes is None else sorted(inboxes)
-        return self._acks.ack_ok(loop, *checked, scope, self._instant())
+        return self._acks.ack_ok(loop, *checked, scope, ops.instant(self.now))
 
     def _queue_ack(
         self, event_id: Any, lease_id: Any, outcome: Any, inboxes: Collection[str] | None
@@ -323,9 +323,13 @@ class AgentInboxes(AgentInboxesStore):
         """``settle("ack")`` up to its await: checked (a malformed argument raises here) and
         queued for this turn's batch. The event's id, and the future of what the batch finds
         (None: no such event within ``inboxes``)."""
-        number_id, delivery, token, outcome_json = self._checked_ack(event_id, lease_id, outcome)
+        number_id, delivery, token, outcome_json = ops.checked_ack(
+            self.leases, event_id, lease_id, outcome
+        )
         scope = None if inboxes is None else sorted(inboxes)
-        queued = self._acks.ack(number_id, delivery, token, outcome_json, scope, self._instant())
+        queued = self._acks.ack(
+            number_id, delivery, token, outcome_json, scope, ops.instant(self.now)
+        )
         return number_id, queued
 
     async def settle(
@@ -348,7 +352,7 @@ class AgentInboxes(AgentInboxesStore):
                 delay_seconds=delay_seconds, error=error, seconds=seconds,
             )  # fmt: skip
         number_id, queued = self._queue_ack(event_id, lease_id, outcome, inboxes)
-        return _settlement(event_id, number_id, await queued)
+        return ops.settlement(event_id, number_id, await queued)
 
     def app(
         self,

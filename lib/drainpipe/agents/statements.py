@@ -10,13 +10,21 @@ executor's pull of jobs, speak the same protocol)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
+from ..db.json import dump_json
 from ..db.statement_shapes import Params, Row, int_array, token_array
 from ..errors import DrainpipeError
-from ..validation import MAX_NAME_LENGTH, text_fault
+from ..validation import MAX_NAME_LENGTH, aware, text_fault
+from .envelope import Settlement, event_id_text, parse_event_id
+
+if TYPE_CHECKING:
+    from .envelope import LeaseCodec
+
+#: ``(ok, inbox id, state, lease_until)`` of a settlement the statement found
+Found = tuple[bool, str, str, datetime | None]
 
 ORDERS: Final = ("fifo", "lifo", "priority")
 ACK_MODES: Final = ("manual", "pickup")
@@ -164,6 +172,40 @@ def long_poll_wait(wait: float, budget: float, reserve: float, cap: float = 30.0
 def poll_backoff(step: int, first: float = 0.1, cap: float = 1.0) -> float:
     """The pause after empty poll step number ``step`` (1-based): 100 ms doubling to 1 s."""
     return min(cap, first * 2.0 ** (step - 1))
+
+
+def instant(now: Callable[[], datetime] | None) -> datetime | None:
+    """``p_now`` of the statements: the inboxes' clock, or None for the database's."""
+    return None if now is None else aware(now(), "now()")
+
+
+def fence(leases: LeaseCodec, event_id: Any, lease_id: Any) -> tuple[int, int, str | None]:
+    """``(event id, delivery, token)`` to fence a settlement with. A lease id that is not
+    one of this event's (altered, forged, another event's) can only be refused, but an
+    event outside the caller's inboxes must still be a 404: it fences with a delivery
+    and token no hand-out has (the SQL answers not found or not ok)."""
+    lease = lease_text(lease_id)
+    number_id = parse_event_id(event_id)
+    if number_id is None:
+        raise DrainpipeError("not_found", "No such event", code=EVENT_NOT_FOUND)
+    decoded = leases.read(lease)
+    if decoded is None or decoded[0] != number_id:
+        return number_id, -1, None
+    # the token as hex text (Postgres reads it as a uuid): no UUID object per ack
+    return number_id, decoded[1], decoded[2].hex()
+
+
+def checked_ack(
+    leases: LeaseCodec, event_id: Any, lease_id: Any, outcome: Any
+) -> tuple[int, int, str | None, str | None]:
+    """An ack's :func:`fence` and its outcome as JSON text."""
+    number_id, delivery, token = fence(leases, event_id, lease_id)
+    outcome_json = None
+    if outcome is not None:
+        outcome_json = dump_json(outcome, "outcome").decode()
+        if len(outcome_json.encode()) > MAX_OUTCOME_BYTES:
+            raise bad_parameter("outcome", "outcome must be at most 64 KiB of JSON")
+    return number_id, delivery, token, outcome_json
 
 
 # -- the statements ---------------------------------------------------------------------
@@ -322,12 +364,20 @@ def extend_params(
     return (event_id, delivery, token, seconds, inboxes, now)
 
 
-def parse_settlement(rows: list[Row]) -> tuple[bool, str, str, datetime | None] | None:
+def parse_settlement(rows: list[Row]) -> Found | None:
     """``(ok, inbox id, state, lease_until)``; None: no such event (within the inboxes)."""
     if not rows:
         return None
     ok, inbox_id, state, lease_until = rows[0]
     return bool(ok), str(inbox_id), str(state), lease_until
+
+
+def settlement(event_id: Any, number_id: int, found: Found | None) -> Settlement:
+    """What a settlement answers; 404 ``EVENT_NOT_FOUND`` when the statement found none."""
+    if found is None:
+        raise DrainpipeError("not_found", f"No event {event_id}", code=EVENT_NOT_FOUND)
+    ok, inbox_id, state, until = found
+    return Settlement(ok, event_id_text(number_id), inbox_id, state, until)
 
 
 # v2: the bytes the webhook inbox received (``webhook_inbox.raw``), else the payload's text

@@ -22,7 +22,7 @@ from ..agents import statements as ops
 from ..agents.envelope import ClaimResult, Envelope, EventPage, InboxSettings, Settlement
 from ..agents.statements import RESERVE, long_poll_wait, poll_backoff
 from .agents_reads import AgentInboxReads
-from .agents_store import AgentInboxesStore, Op, _settlement
+from .agents_store import AgentInboxesStore, Op
 
 __all__ = [
     "AgentInbox",
@@ -68,13 +68,15 @@ class AgentInboxes(AgentInboxesStore):
                 op, event_id, lease_id, inboxes,
                 delay_seconds=delay_seconds, error=error, seconds=seconds,
             )  # fmt: skip
-        number_id, delivery, token, outcome_json = self._checked_ack(event_id, lease_id, outcome)
+        number_id, delivery, token, outcome_json = ops.checked_ack(
+            self.leases, event_id, lease_id, outcome
+        )
         scope = None if inboxes is None else sorted(inboxes)
         params = ops.ack_many_params(
             [number_id], [delivery], [token], [outcome_json], scope, self._instant()
         )
         found = ops.parse_ack_many(self._db.fetch(ops.ACK_MANY, params)).get(1)
-        return _settlement(event_id, number_id, found)
+        return ops.settlement(event_id, number_id, found)
 
     def __enter__(self) -> AgentInboxes:
         return self

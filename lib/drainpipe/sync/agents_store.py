@@ -14,19 +14,17 @@ from datetime import datetime
 from typing import Any, Final, Literal
 
 from ..agents import statements as ops
-from ..agents.envelope import InboxSettings, LeaseCodec, Settlement, event_id_text, parse_event_id
+from ..agents.envelope import InboxSettings, LeaseCodec, Settlement, parse_event_id
 from ..agents.overview import InboxOverview, parse_overview
 from ..agents.statements import (
     ACK_MODES,
     EVENT_NOT_FOUND,
     INBOX_NOT_FOUND,
     MAX_LEASE,
-    MAX_OUTCOME_BYTES,
     ORDERS,
     bad_parameter,
     choice,
     error_text,
-    lease_text,
     number,
     optional_name,
     path_parts,
@@ -36,13 +34,12 @@ from ..agents.statements import (
 from ..db import dump_json
 from ..db.sync import as_sync_database
 from ..errors import DrainpipeError
-from ..validation import MAX_NAME_LENGTH, aware, text_fault
+from ..validation import MAX_NAME_LENGTH, text_fault
 
 #: How long a process trusts the inbox settings it read (create() refreshes its own).
 SETTINGS_TTL: Final = 5.0
 
 Op = Literal["ack", "release", "extend"]
-Found = tuple[bool, str, str, datetime | None]
 
 
 class AgentInboxesStore:
@@ -68,7 +65,7 @@ class AgentInboxesStore:
     # -- helpers shared with pull and the app ---------------------------------------------
 
     def _instant(self) -> datetime | None:
-        return None if self.now is None else aware(self.now(), "now()")
+        return ops.instant(self.now)
 
     @property
     def secret(self) -> bytes:
@@ -220,7 +217,7 @@ class AgentInboxesStore:
         seconds: Any = None,
     ) -> Settlement:
         """A release or an extend, fenced by its lease: see ``AgentInboxes.settle``."""
-        number_id, delivery, token = self._fence(event_id, lease_id)
+        number_id, delivery, token = ops.fence(self.leases, event_id, lease_id)
         scope = None if inboxes is None else sorted(inboxes)
         now = self._instant()
         if op == "release":
@@ -234,34 +231,7 @@ class AgentInboxesStore:
             statement = ops.EXTEND
             params = ops.extend_params(number_id, delivery, token, extra, scope, now)
         found = ops.parse_settlement(self._db.fetch(statement, params))
-        return _settlement(event_id, number_id, found)
-
-    def _fence(self, event_id: Any, lease_id: Any) -> tuple[int, int, str | None]:
-        """``(event id, delivery, token)`` to fence a settlement with. A lease id that is not
-        one of this event's (altered, forged, another event's) can only be refused, but an
-        event outside the caller's inboxes must still be a 404: it fences with a delivery
-        and token no hand-out has (the SQL answers not found or not ok)."""
-        lease = lease_text(lease_id)
-        number_id = parse_event_id(event_id)
-        if number_id is None:
-            raise DrainpipeError("not_found", "No such event", code=EVENT_NOT_FOUND)
-        decoded = self.leases.read(lease)
-        if decoded is None or decoded[0] != number_id:
-            return number_id, -1, None
-        # the token as hex text (Postgres reads it as a uuid): no UUID object per ack
-        return number_id, decoded[1], decoded[2].hex()
-
-    def _checked_ack(
-        self, event_id: Any, lease_id: Any, outcome: Any
-    ) -> tuple[int, int, str | None, str | None]:
-        """An ack's fence (:meth:`_fence`) and its outcome as JSON text."""
-        number_id, delivery, token = self._fence(event_id, lease_id)
-        outcome_json = None
-        if outcome is not None:
-            outcome_json = dump_json(outcome, "outcome").decode()
-            if len(outcome_json.encode()) > MAX_OUTCOME_BYTES:
-                raise bad_parameter("outcome", "outcome must be at most 64 KiB of JSON")
-        return number_id, delivery, token, outcome_json
+        return ops.settlement(event_id, number_id, found)
 
     def raw(self, event_id: str, *, inboxes: Collection[str] | None = None) -> bytes:
         """The whole body of an event as the webhook inbox received it, byte for byte, so a
@@ -283,11 +253,3 @@ class AgentInboxesStore:
     def close(self) -> None:
         """Close the pool opened for a DSN (a pool or connection you gave stays open)."""
         self._db.close()
-
-
-def _settlement(event_id: Any, number_id: int, found: Found | None) -> Settlement:
-    """What a settlement answers; 404 ``EVENT_NOT_FOUND`` when the statement found none."""
-    if found is None:
-        raise DrainpipeError("not_found", f"No event {event_id}", code=EVENT_NOT_FOUND)
-    ok, inbox_id, state, until = found
-    return Settlement(ok, event_id_text(number_id), inbox_id, state, until)
