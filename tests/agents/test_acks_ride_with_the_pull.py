@@ -18,9 +18,10 @@ from .conftest import SECRET, Setup
 
 
 def _count_statements(agents: AgentInboxes) -> list[str]:
-    """Every statement ``agents`` sends from now on, pulls and ack batches alike."""
+    """Every statement ``agents`` sends from now on, pulls and ack batches alike (a pull
+    fetches on the inboxes' database, an ack batch on the fetch it was built with)."""
     sent: list[str] = []
-    pull_fetch, ack_fetch = agents.fetch, agents._acks._fetch
+    pull_fetch, ack_fetch = agents._db.fetch, agents._acks._fetch
 
     async def pull_counted(statement: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         sent.append(statement)
@@ -30,7 +31,7 @@ def _count_statements(agents: AgentInboxes) -> list[str]:
         sent.append(statement)
         return await ack_fetch(statement, params)
 
-    agents.fetch = pull_counted  # type: ignore[method-assign]
+    agents._db.fetch = pull_counted  # type: ignore[method-assign]
     agents._acks._fetch = ack_counted
     return sent
 
@@ -96,19 +97,19 @@ async def test_a_failed_call_fails_the_pull_and_its_acks_and_changes_nothing(
     agents = setup.agents
     inbox = agents.inbox(setup.inbox_id)
     held = await inbox.next(max=2)
-    fetch = agents.fetch
+    fetch = agents._db.fetch
 
     async def broken(statement: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         raise DrainpipeError("network", "the database went away")
 
-    agents.fetch = broken  # type: ignore[method-assign]
+    agents._db.fetch = broken  # type: ignore[method-assign]
     acks = [agents.ack(e.id, e.lease_id or "") for e in held]
     with pytest.raises(DrainpipeError) as caught:
         await inbox.next(max=10)
     assert caught.value.kind == "network"
     results = await asyncio.gather(*acks, return_exceptions=True)
     assert all(isinstance(r, DrainpipeError) and r.kind == "network" for r in results)
-    agents.fetch = fetch  # type: ignore[method-assign]
+    agents._db.fetch = fetch  # type: ignore[method-assign]
     # nothing was sent: the events are still held, the other two still due
     assert [await agents.ack(e.id, e.lease_id or "") for e in held] == [True, True]
     assert len(await inbox.next(max=10)) == 2

@@ -411,7 +411,7 @@ class AgentInbox(AgentInboxReads):
                 params = self._next_params(plan, principal)
                 taken = self._agents._acks.take(loop)
                 if taken is None:
-                    rows = await self._agents.fetch(ops.NEXT, params)
+                    rows = await self._agents._db.fetch(ops.NEXT, params)
                 else:
                     rows = await self._with_acks(taken, params)
                 if rows:
@@ -434,7 +434,7 @@ class AgentInbox(AgentInboxReads):
         """The pull's rows, fetched in one call with the acks queued since the last round
         trip (:data:`ops.ACK_NEXT`). The acks get their answer even when this pull is
         cancelled meanwhile: the call goes on as a task of its own, as their batch's would."""
-        call = asyncio.ensure_future(self._agents.fetch(ops.ACK_NEXT, taken.params + params))
+        call = asyncio.ensure_future(self._agents._db.fetch(ops.ACK_NEXT, taken.params + params))
         call.add_done_callback(functools.partial(_answer_acks, taken))
         rows = await asyncio.shield(call)
         return rows[ops.ack_rows_end(rows) :]

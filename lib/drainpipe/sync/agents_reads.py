@@ -1,7 +1,8 @@
 # generated from lib/drainpipe/agents/reads.py by ./scripts/sync-twin: do not edit.
 # Change the async source (or tools/sync_twin.py) and run ./scripts/sync-twin again.
-"""An agent inbox handle, but for its wait: the envelope of a handed-out row, ``next`` and
-the checked plan of a pull, the mailbox-style peek (``events``) and ``claim``.
+"""Reading an agent inbox: its settings (cached), and a handle, but for its wait: the
+envelope of a handed-out row, ``next`` and the checked plan of a pull, the mailbox-style
+peek (``events``) and ``claim``.
 :class:`~drainpipe.agents.inboxes.AgentInbox` adds the long poll (``pull``) on top;
 ``drainpipe.sync.agents_reads`` is this module's generated sync twin, under the sync
 twin's own ``pull``.
@@ -13,9 +14,10 @@ import base64
 import hashlib
 import hmac
 import struct
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ..agents import statements as ops
 from ..agents.envelope import (
@@ -35,6 +37,7 @@ from ..agents.statements import (
     ACK_MODE_NOT_ALLOWED,
     ACK_MODES,
     CURSOR_INVALID,
+    INBOX_NOT_FOUND,
     MAX_EVENTS,
     MAX_PEEK,
     MAX_WAIT,
@@ -50,9 +53,37 @@ from ..agents.statements import (
 )
 from ..db.json import load_json
 from ..errors import DrainpipeError
+from ..validation import MAX_NAME_LENGTH, text_fault
 
 if TYPE_CHECKING:
     from .agents_store import AgentInboxesStore
+
+
+#: How long an inbox's settings are reused before they are read again (seconds).
+SETTINGS_TTL: Final = 5.0
+
+
+def read_settings(agents: AgentInboxesStore, inbox_id: str) -> InboxSettings:
+    """The inbox's settings, cached for :data:`SETTINGS_TTL` seconds (every read starts
+    with them); 404 ``INBOX_NOT_FOUND``."""
+    read_at = time.monotonic()
+    cached = agents._settings.get(inbox_id)
+    if cached is not None and read_at - cached[1] < SETTINGS_TTL:
+        return cached[0]
+    if not isinstance(inbox_id, str) or len(inbox_id) > MAX_NAME_LENGTH or text_fault(inbox_id):
+        raise DrainpipeError("not_found", "No such inbox", code=INBOX_NOT_FOUND)
+    rows = agents._db.fetch(ops.INBOX, ops.inbox_params(inbox_id))
+    if not rows:
+        agents._settings.pop(inbox_id, None)
+        raise DrainpipeError("not_found", f"No inbox {inbox_id}", code=INBOX_NOT_FOUND)
+    (id_, name, lease, hold, attempts, order, ack, allowed, priority, view, cap) = rows[0]
+    found = InboxSettings(
+        id_, name, lease, hold, attempts, order, ack, tuple(allowed),
+        None if priority is None else tuple(priority),
+        None if view is None else {name: path for name, path in view}, cap,
+    )  # fmt: skip
+    agents._settings[inbox_id] = (found, read_at)
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +192,7 @@ class AgentInboxReads:
         seconds = number(wait, "wait", 0, MAX_WAIT)
         checked = filters_of(*filters)
         key_text = optional_name(key, "Idempotency-Key")
-        settings = self._agents.settings(self.id)
+        settings = read_settings(self._agents, self.id)
         order_text = settings.default_order if order is None else choice(order, "order", ORDERS)
         mode = settings.default_ack if ack is None else choice(ack, "ack", ACK_MODES)
         if mode not in settings.allowed_ack:
@@ -175,7 +206,7 @@ class AgentInboxReads:
     def _next_params(self, plan: PullPlan, principal: str | None) -> tuple[Any, ...]:
         return ops.next_params(
             self.id, plan.order, plan.count, plan.ack, plan.filters, principal, plan.key,
-            self._agents._instant(),
+            ops.instant(self._agents.now),
         )  # fmt: skip
 
     def _pulled(self, rows: list[tuple[Any, ...]], settings: InboxSettings) -> list[Envelope]:
@@ -234,9 +265,9 @@ class AgentInboxReads:
         count = whole_number(limit, "limit", 1, MAX_PEEK)
         checked = filters_of(type, source, subscription, correlation)
         after = 0 if cursor is None else self._read_cursor(cursor, checked)
-        settings = self._agents.settings(self.id)
-        params = ops.events_params(self.id, after, count, checked, self._agents._instant())
-        rows = self._agents.fetch(ops.EVENTS, params)
+        settings = read_settings(self._agents, self.id)
+        params = ops.events_params(self.id, after, count, checked, ops.instant(self._agents.now))
+        rows = self._agents._db.fetch(ops.EVENTS, params)
         items = [self._envelope(row, settings) for row in rows]
         next_cursor = self._cursor(int(rows[-1][1]), checked) if len(rows) == count else None
         # a peeked event carries no lease and no ack mode of its own
@@ -250,7 +281,7 @@ class AgentInboxReads:
         wanted = list(dict.fromkeys(event_ids))
         if not 1 <= len(wanted) <= MAX_EVENTS:
             raise bad_parameter("event_ids", f"event_ids must list 1 to {MAX_EVENTS} events")
-        settings = self._agents.settings(self.id)
+        settings = read_settings(self._agents, self.id)
         if "manual" not in settings.allowed_ack:
             raise DrainpipeError(
                 "invalid_request", "claim takes a lease: ack=manual is not allowed here",
@@ -260,8 +291,8 @@ class AgentInboxReads:
         known = [n for n in numbers.values() if n is not None]
         rows = []
         if known:
-            params = ops.claim_params(self.id, known, self._agents._instant())
-            rows = self._agents.fetch(ops.CLAIM, params)
+            params = ops.claim_params(self.id, known, ops.instant(self._agents.now))
+            rows = self._agents._db.fetch(ops.CLAIM, params)
         claimed = [self._envelope(row, settings) for row in rows if row[0] == "handed"]
         unavailable_ids = {int(row[1]) for row in rows if row[0] == "unavailable"}
         claimed_ids = {item.id for item in claimed}

@@ -8,10 +8,9 @@ this module's generated sync twin.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 from ..agents import statements as ops
 from ..agents.envelope import InboxSettings, LeaseCodec, Settlement, parse_event_id
@@ -34,10 +33,10 @@ from ..agents.statements import (
 from ..db import dump_json
 from ..db.sync import as_sync_database
 from ..errors import DrainpipeError
-from ..validation import MAX_NAME_LENGTH, text_fault
+from .agents_reads import SETTINGS_TTL as SETTINGS_TTL
+from .agents_reads import read_settings
 
 #: How long a process trusts the inbox settings it read (create() refreshes its own).
-SETTINGS_TTL: Final = 5.0
 
 Op = Literal["ack", "release", "extend"]
 
@@ -73,24 +72,7 @@ class AgentInboxesStore:
 
     def settings(self, inbox_id: str) -> InboxSettings:
         """The inbox's settings (cached for a few seconds); 404 ``INBOX_NOT_FOUND``."""
-        read_at = time.monotonic()
-        cached = self._settings.get(inbox_id)
-        if cached is not None and read_at - cached[1] < SETTINGS_TTL:
-            return cached[0]
-        if not isinstance(inbox_id, str) or len(inbox_id) > MAX_NAME_LENGTH or text_fault(inbox_id):
-            raise DrainpipeError("not_found", "No such inbox", code=INBOX_NOT_FOUND)
-        rows = self._db.fetch(ops.INBOX, ops.inbox_params(inbox_id))
-        if not rows:
-            self._settings.pop(inbox_id, None)
-            raise DrainpipeError("not_found", f"No inbox {inbox_id}", code=INBOX_NOT_FOUND)
-        (id_, name, lease, hold, attempts, order, ack, allowed, priority, view, cap) = rows[0]
-        found = InboxSettings(
-            id_, name, lease, hold, attempts, order, ack, tuple(allowed),
-            None if priority is None else tuple(priority),
-            None if view is None else {name: path for name, path in view}, cap,
-        )  # fmt: skip
-        self._settings[inbox_id] = (found, read_at)
-        return found
+        return read_settings(self, inbox_id)
 
     # -- inboxes and subscriptions --------------------------------------------------------
 
