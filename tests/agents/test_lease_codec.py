@@ -1,4 +1,4 @@
-"""The agent inbox's lease ids (agents/lease.py): the same bytes as engine.core's, so lease
+"""The agent inbox's lease ids (agents/envelope.py): the same bytes as engine.core's, so lease
 ids handed out before an upgrade still settle; altered, forged or foreign ones refused,
 whether or not the codec remembers minting something like them; and the cheaper event-id
 parser answering exactly as the regex it replaced."""

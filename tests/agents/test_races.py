@@ -116,7 +116,7 @@ async def test_a_long_poll_answers_within_200_ms_of_an_arrival(db_url: str) -> N
 
 
 async def test_acks_awaited_together_are_each_fenced_by_their_own_lease(setup: Setup) -> None:
-    # one batch (agents/batch.py, one agent_ack_many_v1 call): a current lease, the same ack
+    # one batch (agents/inboxes.py, one agent_ack_many_v1 call): a current lease, the same ack
     # twice, a lease re-delivered since, a forged lease and an unknown event
     for _ in range(4):
         await setup.store()
