@@ -252,20 +252,22 @@ CREATE OR REPLACE FUNCTION drainpipe.add_job_totals(p_rows jsonb)
  RETURNS void LANGUAGE plpgsql SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
 DECLARE
     c_shards constant integer := 16;
+    c_lock constant integer := hashtext('drainpipe.job_totals');
     v_start integer := pg_backend_pid() % c_shards;
     v_shard integer := v_start;
     v_probe integer := 0;
 BEGIN
     -- the pid spreads the lanes over the shards (and a held snapshot's row versions with
     -- them); the probe steps aside from a shard another open transaction writes. Only the
-    -- holder of a shard's lock writes its rows (recounts lock out the settlers otherwise).
+    -- holder of a shard's lock writes its rows (and a recount, which locks the settlers out
+    -- of the records it counts first).
     WHILE v_probe < c_shards
-          AND NOT pg_try_advisory_xact_lock(hashtext('drainpipe.job_totals'), v_shard) LOOP
+          AND NOT pg_try_advisory_xact_lock(c_lock, v_shard) LOOP
         v_probe := v_probe + 1;
         v_shard := (v_start + v_probe) % c_shards;
     END LOOP;
     IF v_probe = c_shards THEN  -- every shard is being written: wait for the pid's one
-        PERFORM pg_advisory_xact_lock(hashtext('drainpipe.job_totals'), v_shard);
+        PERFORM pg_advisory_xact_lock(c_lock, v_shard);
     END IF;
     INSERT INTO drainpipe.job_totals AS t (queue, state, shard, n)
     SELECT r.queue, r.state, v_shard::smallint, r.n
