@@ -42,6 +42,8 @@ TWINS: dict[str, str] = {
     "drainpipe/webhooks/source.py": "drainpipe/sync/inbox_source.py",
     "drainpipe/agents/store.py": "drainpipe/sync/agents_store.py",
     "drainpipe/agents/reads.py": "drainpipe/sync/agents_reads.py",
+    "drainpipe/console/client.py": "drainpipe/sync/management.py",
+    "drainpipe/backends/sql.py": "drainpipe/sync/backend.py",
 }
 
 #: name tokens renamed in code (strings and comments are left alone)
@@ -56,6 +58,11 @@ NAMES: dict[str, str] = {
     "__anext__": "__next__",
     "StopAsyncIteration": "StopIteration",
     "aclose": "close",
+    # httpx's async client and transport -> its sync ones
+    "AsyncClient": "Client",
+    "AsyncBaseTransport": "BaseTransport",
+    # the jobs storage: the sync twin of the SQL backend
+    "SqlQueueBackend": "SyncSqlBackend",
 }
 
 #: (module, name) imported by an async source -> where its sync twin imports it from, and
@@ -86,6 +93,9 @@ UNWRAPPED = frozenset({"Awaitable"})
 
 #: in docstrings, the examples lose their async words too
 _DOC_WORDS = re.compile(r"\bawait (?=\S)|\basync (?=def |with |for )")
+
+#: a suppression comment of flake8-async rules only (``noqa: ASYNC109``): sync code needs none
+_ASYNC_NOQA = re.compile(r"#\s*noqa:\s*ASYNC\d+(\s*,\s*ASYNC\d+)*\b.*$")
 
 
 @dataclass(frozen=True)
@@ -212,8 +222,19 @@ def _unasync_tokens(text: str) -> tuple[str, set[str]]:
                 needed.add(module)
                 edits.append((at(token.start), at(tokens[index + 2].end), replacement))
                 index += 2
+        elif token.type == tokenize.STRING and token.string[1:-1] in NAMES:
+            # a renamed name as a string (an ``__all__`` entry) is renamed too
+            quote = token.string[0]
+            renamed = f"{quote}{NAMES[token.string[1:-1]]}{quote}"
+            edits.append((at(token.start), at(token.end), renamed))
         elif token.type == tokenize.STRING and _DOC_WORDS.search(token.string):
             edits.append((at(token.start), at(token.end), _DOC_WORDS.sub("", token.string)))
+        elif token.type == tokenize.COMMENT and _ASYNC_NOQA.match(token.string):
+            # the comment and the spaces before it go
+            start = at(token.start)
+            while start > 0 and text[start - 1] == " ":
+                start -= 1
+            edits.append((start, at(token.end), ""))
         index += 1
     for start, end, new in sorted(edits, reverse=True):
         text = text[:start] + new + text[end:]
@@ -256,10 +277,12 @@ def _header(source: str) -> str:
 
 def _ruff(text: str, target: str) -> str:
     """``text`` with its imports sorted and pruned and formatted, as the project's ruff
-    settings would leave the file at ``target`` (the path picks pyproject.toml's config)."""
+    settings would leave the file at ``target`` (the path picks pyproject.toml's config).
+    ``async for x in y: yield x`` (an async generator cannot ``yield from``) becomes
+    ``yield from y`` (UP028: unsafe only for a caller's ``send``/``throw``, which none uses)."""
     name = str(LIB / target)
     for command in (
-        ["check", "--fix", "--select", "I,F401", "--quiet", "--exit-zero"],
+        ["check", "--fix", "--unsafe-fixes", "--select", "I,F401,UP028", "--quiet", "--exit-zero"],
         ["format", "--quiet"],
     ):
         text = subprocess.run(  # noqa: S603 (a fixed command: this interpreter's ruff)
