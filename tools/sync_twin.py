@@ -44,6 +44,7 @@ TWINS: dict[str, str] = {
     "drainpipe/agents/reads.py": "drainpipe/sync/agents_reads.py",
     "drainpipe/console/client.py": "drainpipe/sync/management.py",
     "drainpipe/backends/sql.py": "drainpipe/sync/backend.py",
+    "drainpipe/schedules/service.py": "drainpipe/sync/schedules.py",
 }
 
 #: name tokens renamed in code (strings and comments are left alone)
@@ -63,6 +64,8 @@ NAMES: dict[str, str] = {
     "AsyncBaseTransport": "BaseTransport",
     # the jobs storage: the sync twin of the SQL backend
     "SqlQueueBackend": "SyncSqlBackend",
+    # the mixins of sync.Jobs are named apart from the async ones they are generated from
+    "ScheduleMixin": "SyncScheduleMixin",
 }
 
 #: (module, name) imported by an async source -> where its sync twin imports it from, and
@@ -74,6 +77,9 @@ IMPORTS: dict[tuple[str, str], tuple[str, str] | None] = {
     ("collections.abc", "AsyncIterator"): ("collections.abc", "Iterator"),
     ("collections.abc", "AsyncIterable"): ("collections.abc", "Iterable"),
     ("collections.abc", "AsyncGenerator"): ("collections.abc", "Generator"),
+    # the sync twin's one storage is the complete SQL driver (its backend and its driver)
+    ("drainpipe.backends", "QueueBackend"): ("drainpipe.sync.backend", "SyncSqlBackend"),
+    ("drainpipe.backends.driver", "Driver"): ("drainpipe.sync.backend", "SyncSqlBackend"),
     ("collections.abc", "Awaitable"): None,
     ("typing", "Awaitable"): None,
 }
@@ -279,10 +285,19 @@ def _ruff(text: str, target: str) -> str:
     """``text`` with its imports sorted and pruned and formatted, as the project's ruff
     settings would leave the file at ``target`` (the path picks pyproject.toml's config).
     ``async for x in y: yield x`` (an async generator cannot ``yield from``) becomes
-    ``yield from y`` (UP028: unsafe only for a caller's ``send``/``throw``, which none uses)."""
+    ``yield from y`` (UP028: unsafe only for a caller's ``send``/``throw``, which none uses),
+    and an ``__all__`` with a renamed name is sorted again (RUF022)."""
     name = str(LIB / target)
     for command in (
-        ["check", "--fix", "--unsafe-fixes", "--select", "I,F401,UP028", "--quiet", "--exit-zero"],
+        [
+            "check",
+            "--fix",
+            "--unsafe-fixes",
+            "--select",
+            "I,F401,UP028,RUF022",
+            "--quiet",
+            "--exit-zero",
+        ],
         ["format", "--quiet"],
     ):
         text = subprocess.run(  # noqa: S603 (a fixed command: this interpreter's ruff)

@@ -66,6 +66,8 @@ class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin, Sync
     ) -> None:
         super().__init__(queues, now=now, scheduler=scheduler, cursor_secret=cursor_secret)
         self.backend = SyncSqlBackend(db)
+        # the generated mixins call the driver, as the async ones do: here the one backend
+        self.driver = self.backend
         self._replay_check = check_replay_check(replay_check)
 
     # -- enqueue -------------------------------------------------------------------------
@@ -296,7 +298,7 @@ class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin, Sync
         connection's transaction (Django: ``drainpipe.contrib.django.connection()``).
         Closing the bound object closes nothing of yours."""
         bound = copy.copy(self)
-        bound.backend = SyncSqlBackend(db)
+        bound.backend = bound.driver = SyncSqlBackend(db)
         return bound
 
     def close(self) -> None:
