@@ -45,6 +45,11 @@ TWINS: dict[str, str] = {
     "drainpipe/console/client.py": "drainpipe/sync/management.py",
     "drainpipe/backends/sql.py": "drainpipe/sync/backend.py",
     "drainpipe/schedules/service.py": "drainpipe/sync/schedules.py",
+    "drainpipe/jobs/record_calls.py": "drainpipe/sync/records.py",
+    "drainpipe/jobs/pause_calls.py": "drainpipe/sync/pause.py",
+    "drainpipe/jobs/replay_calls.py": "drainpipe/sync/replays.py",
+    "drainpipe/jobs/archive.py": "drainpipe/sync/archive.py",
+    "drainpipe/jobs/events.py": "drainpipe/sync/events.py",
 }
 
 #: name tokens renamed in code (strings and comments are left alone)
@@ -66,6 +71,11 @@ NAMES: dict[str, str] = {
     "SqlQueueBackend": "SyncSqlBackend",
     # the mixins of sync.Jobs are named apart from the async ones they are generated from
     "ScheduleMixin": "SyncScheduleMixin",
+    "RecordsMixin": "SyncRecordsMixin",
+    "PauseMixin": "SyncPauseMixin",
+    "ReplaysMixin": "SyncReplaysMixin",
+    "ArchiveMixin": "SyncArchiveMixin",
+    "EventsMixin": "SyncEventsMixin",
 }
 
 #: (module, name) imported by an async source -> where its sync twin imports it from, and
@@ -80,6 +90,8 @@ IMPORTS: dict[tuple[str, str], tuple[str, str] | None] = {
     # the sync twin's one storage is the complete SQL driver (its backend and its driver)
     ("drainpipe.backends", "QueueBackend"): ("drainpipe.sync.backend", "SyncSqlBackend"),
     ("drainpipe.backends.driver", "Driver"): ("drainpipe.sync.backend", "SyncSqlBackend"),
+    # an application's function answering an awaitable: awaited there, refused here
+    ("drainpipe.awaiting", "settled"): ("drainpipe.sync.awaiting", "settled"),
     ("collections.abc", "Awaitable"): None,
     ("typing", "Awaitable"): None,
 }
