@@ -41,6 +41,14 @@ TWINS: dict[str, str] = {
     "drainpipe/webhooks/source.py": "drainpipe/sync/inbox_source.py",
     "drainpipe/agents/store.py": "drainpipe/sync/agents_store.py",
     "drainpipe/agents/reads.py": "drainpipe/sync/agents_reads.py",
+    "drainpipe/console/client.py": "drainpipe/sync/management.py",
+    "drainpipe/backends/sql.py": "drainpipe/sync/backend.py",
+    "drainpipe/schedules/service.py": "drainpipe/sync/schedules.py",
+    "drainpipe/jobs/record_calls.py": "drainpipe/sync/records.py",
+    "drainpipe/jobs/pause_calls.py": "drainpipe/sync/pause.py",
+    "drainpipe/jobs/replay_calls.py": "drainpipe/sync/replays.py",
+    "drainpipe/jobs/archive.py": "drainpipe/sync/archive.py",
+    "drainpipe/jobs/events.py": "drainpipe/sync/events.py",
 }
 
 #: name tokens renamed in code (strings and comments are left alone)
@@ -55,6 +63,18 @@ NAMES: dict[str, str] = {
     "__anext__": "__next__",
     "StopAsyncIteration": "StopIteration",
     "aclose": "close",
+    # httpx's async client and transport -> its sync ones
+    "AsyncClient": "Client",
+    "AsyncBaseTransport": "BaseTransport",
+    # the jobs storage: the sync twin of the SQL backend
+    "SqlQueueBackend": "SyncSqlBackend",
+    # the mixins of sync.Jobs are named apart from the async ones they are generated from
+    "ScheduleMixin": "SyncScheduleMixin",
+    "RecordsMixin": "SyncRecordsMixin",
+    "PauseMixin": "SyncPauseMixin",
+    "ReplaysMixin": "SyncReplaysMixin",
+    "ArchiveMixin": "SyncArchiveMixin",
+    "EventsMixin": "SyncEventsMixin",
 }
 
 #: (module, name) imported by an async source -> where its sync twin imports it from, and
@@ -66,6 +86,11 @@ IMPORTS: dict[tuple[str, str], tuple[str, str] | None] = {
     ("collections.abc", "AsyncIterator"): ("collections.abc", "Iterator"),
     ("collections.abc", "AsyncIterable"): ("collections.abc", "Iterable"),
     ("collections.abc", "AsyncGenerator"): ("collections.abc", "Generator"),
+    # the sync twin's one storage is the complete SQL driver (its backend and its driver)
+    ("drainpipe.backends", "QueueBackend"): ("drainpipe.sync.backend", "SyncSqlBackend"),
+    ("drainpipe.backends.driver", "Driver"): ("drainpipe.sync.backend", "SyncSqlBackend"),
+    # an application's function answering an awaitable: awaited there, refused here
+    ("drainpipe.awaiting", "settled"): ("drainpipe.sync.awaiting", "settled"),
     ("collections.abc", "Awaitable"): None,
     ("typing", "Awaitable"): None,
 }
@@ -85,6 +110,9 @@ UNWRAPPED = frozenset({"Awaitable"})
 
 #: in docstrings, the examples lose their async words too
 _DOC_WORDS = re.compile(r"\bawait (?=\S)|\basync (?=def |with |for )")
+
+#: a suppression comment of flake8-async rules only (``noqa: ASYNC109``): sync code needs none
+_ASYNC_NOQA = re.compile(r"#\s*noqa:\s*ASYNC\d+(\s*,\s*ASYNC\d+)*\b.*$")
 
 
 @dataclass(frozen=True)
@@ -211,8 +239,19 @@ def _unasync_tokens(text: str) -> tuple[str, set[str]]:
                 needed.add(module)
                 edits.append((at(token.start), at(tokens[index + 2].end), replacement))
                 index += 2
+        elif token.type == tokenize.STRING and token.string[1:-1] in NAMES:
+            # a renamed name as a string (an ``__all__`` entry) is renamed too
+            quote = token.string[0]
+            renamed = f"{quote}{NAMES[token.string[1:-1]]}{quote}"
+            edits.append((at(token.start), at(token.end), renamed))
         elif token.type == tokenize.STRING and _DOC_WORDS.search(token.string):
             edits.append((at(token.start), at(token.end), _DOC_WORDS.sub("", token.string)))
+        elif token.type == tokenize.COMMENT and _ASYNC_NOQA.match(token.string):
+            # the comment and the spaces before it go
+            start = at(token.start)
+            while start > 0 and text[start - 1] == " ":
+                start -= 1
+            edits.append((start, at(token.end), ""))
         index += 1
     for start, end, new in sorted(edits, reverse=True):
         text = text[:start] + new + text[end:]
@@ -255,10 +294,21 @@ def _header(source: str) -> str:
 
 def _ruff(text: str, target: str) -> str:
     """``text`` with its imports sorted and pruned and formatted, as the project's ruff
-    settings would leave the file at ``target`` (the path picks pyproject.toml's config)."""
+    settings would leave the file at ``target`` (the path picks pyproject.toml's config).
+    ``async for x in y: yield x`` (an async generator cannot ``yield from``) becomes
+    ``yield from y`` (UP028: unsafe only for a caller's ``send``/``throw``, which none uses),
+    and an ``__all__`` with a renamed name is sorted again (RUF022)."""
     name = str(LIB / target)
     for command in (
-        ["check", "--fix", "--select", "I,F401", "--quiet", "--exit-zero"],
+        [
+            "check",
+            "--fix",
+            "--unsafe-fixes",
+            "--select",
+            "I,F401,UP028,RUF022",
+            "--quiet",
+            "--exit-zero",
+        ],
         ["format", "--quiet"],
     ):
         text = subprocess.run(  # noqa: S603 (a fixed command: this interpreter's ruff)

@@ -32,7 +32,8 @@ CHOSEN_PATHS = {
     # STEPS_UNAVAILABLE and a handler's return value is not kept
     "jobs/worker.py": 2,  # ... and a lost lease is explained only from a record
     "jobs/guard.py": 1,  # an attempt window is enforced only where records say when it began
-    "jobs/replays.py": 1,  # a storage that only counts its replays answers with the count
+    "jobs/replay_calls.py": 1,  # a storage that only counts its replays answers with the count
+    "sync/replays.py": 1,  # ... generated from it (the sync twin's SQL driver lacks nothing)
     "jobs/executor.py": 1,  # a coded completion on a driver without codes is CODE_NOT_SUPPORTED
     "jobs/drain_route.py": 1,  # no schedule run (and no answer counted) without schedules
     "testing.py": 1,  # the conformance kit skips the record checks without records

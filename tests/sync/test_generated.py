@@ -5,6 +5,7 @@ edit of a generated module) fails here, and so in CI."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -66,3 +67,38 @@ def test_relative_imports_are_rerooted_at_the_twin() -> None:
     assert GENERATOR._relative("drainpipe.sync.inbox_store", "drainpipe.sync") == ".inbox_store"
     assert GENERATOR._relative("drainpipe.statements", "drainpipe.sync") == "..statements"
     assert GENERATOR._relative("collections.abc", "drainpipe.sync") == "collections.abc"
+
+
+def _table_modules(heading: str) -> set[str]:
+    """The ``sync/*.py`` modules named in the first column of a table of docs/sync.md's
+    section ``heading`` (the table that follows the line starting with ``| heading``)."""
+    text = (ROOT / "docs" / "sync.md").read_text()
+    section = text.split("## Generated from the async code", 1)[1].split("\n## ", 1)[0]
+    rows = section.split(f"| {heading} |", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    return {
+        f"sync/{name}"
+        for row in rows
+        for name in re.findall(r"`(?:sync/)?(\w+\.py)`", row.split("|")[1])
+    }
+
+
+def test_the_docs_name_every_generated_and_every_hand_written_module() -> None:
+    generated = {target.removeprefix("drainpipe/") for target in GENERATOR.TWINS.values()}
+    assert _table_modules("generated") == generated
+    every = {
+        path.relative_to(ROOT / "lib" / "drainpipe").as_posix()
+        for path in (ROOT / "lib" / "drainpipe" / "sync").glob("*.py")
+    }
+    assert _table_modules("hand-written") == every - generated
+
+
+def test_a_renamed_name_is_renamed_in_all_and_an_async_only_noqa_goes() -> None:
+    source = (
+        '__all__ = ["SqlQueueBackend"]\n'
+        "def f(timeout: float,  # noqa: ASYNC109 - a stored deadline\n"
+        "      x: int) -> None: ...\n"
+    )
+    text, _ = GENERATOR._unasync_tokens(source)
+    assert text == (
+        '__all__ = ["SyncSqlBackend"]\ndef f(timeout: float,\n      x: int) -> None: ...\n'
+    )

@@ -3,7 +3,10 @@
 The same functions exist for the pgmq and the table storage, so this class does not care
 which one the database has. The statements, their parameters and the reading of their rows
 are :mod:`drainpipe.backends.job_statements` and :mod:`drainpipe.backends.schedule_statements`; this class only executes
-them on the async :class:`~drainpipe.db.Database`.
+them on a :class:`~drainpipe.db.Database`.
+
+``drainpipe.sync.backend`` is generated from this module (``./scripts/sync-twin``): the same
+statements, run on a :class:`~drainpipe.db.sync.SyncDatabase`.
 """
 
 from __future__ import annotations

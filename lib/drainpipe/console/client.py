@@ -1,6 +1,6 @@
-"""``drainpipe.ManagementClient``: the Job Inbox API from trusted Python code (httpx, async).
+"""``ManagementClient``: the Job Inbox API from trusted Python code, over httpx.
 
-    async with drainpipe.ManagementClient("https://app.example.com/api/jobs", token) as client:
+    async with ManagementClient("https://app.example.com/api/jobs", token) as client:
         async for job in client.list(queue="emails", state="dead"):
             new = await client.replay(job["queue"], job["id"])
 
@@ -8,6 +8,9 @@ Every answer is the response's ``data``; a Problem raises :class:`~drainpipe.Dra
 with the server's kind, status and code. Only ``replay`` retries by itself (a lost answer,
 a 5xx, a 409 ``IDEMPOTENCY_KEY_IN_USE``), always with the one Idempotency-Key it made for
 that call, so a retry can never replay a job twice.
+
+``drainpipe.sync.ManagementClient`` is generated from this module (``./scripts/sync-twin``):
+the same calls over httpx's sync client, without ``await``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import httpx
 
 from ..errors import DrainpipeError
 from .wire import (
+    answer_of,
     bulk_body,
     check_client,
     job_path,
@@ -35,7 +39,8 @@ from .wire import (
 class ManagementClient:
     """A client of one Job Inbox (``base_url``: where the app is mounted) with a bearer
     ``token``. ``retries``/``backoff`` bound replay's own retries; ``timeout`` is seconds
-    per request; ``transport`` is an httpx transport (``httpx.ASGITransport(app)`` in tests)."""
+    per request; ``transport`` is an httpx transport (``httpx.ASGITransport(app)`` for the
+    async client in tests, ``httpx.WSGITransport`` for the sync one)."""
 
     def __init__(
         self,
@@ -59,7 +64,7 @@ class ManagementClient:
         )
 
     def __repr__(self) -> str:  # the token stays out of logs
-        return f"ManagementClient({self.base_url!r})"
+        return f"{type(self).__name__}({self.base_url!r})"
 
     async def _request(self, method: str, path: str, **options: Any) -> tuple[Any, Any]:
         try:
@@ -74,11 +79,7 @@ class ManagementClient:
             body = response.json()
         except ValueError as exc:
             raise DrainpipeError("unexpected", f"{method} {path}: not a JSON answer") from exc
-        return body.get("data"), body.get("meta") or {}
-
-    @staticmethod
-    def _job_path(queue: str, job_id: int) -> str:
-        return job_path(queue, job_id)
+        return answer_of(body)
 
     async def list(
         self,
@@ -110,13 +111,13 @@ class ManagementClient:
 
     async def get(self, queue: str, job_id: int) -> dict[str, Any]:
         """The record with its attempt history; ``not_found`` when unknown."""
-        data, _ = await self._request("GET", self._job_path(queue, job_id))
+        data, _ = await self._request("GET", job_path(queue, job_id))
         return cast(dict[str, Any], data)
 
     async def cancel(self, queue: str, job_id: int) -> dict[str, Any]:
         """Cancel a live job; its record. A terminal one raises ``conflict``
         (``JOB_NOT_CANCELLABLE``). Not retried: a repeat of a cancel that did land answers 409."""
-        data, _ = await self._request("POST", self._job_path(queue, job_id) + "/cancel")
+        data, _ = await self._request("POST", job_path(queue, job_id) + "/cancel")
         return cast(dict[str, Any], data)
 
     async def replay(
@@ -125,7 +126,7 @@ class ManagementClient:
         """Replay a dead job: ``{"id": new, "parent_id": job_id}``. One key per call (or
         yours, to carry it across processes), reused on each of this call's retries."""
         key = idempotency_key or str(uuid.uuid4())
-        path = self._job_path(queue, job_id) + "/replay"
+        path = job_path(queue, job_id) + "/replay"
         attempt = 0
         while True:
             try:

@@ -1,5 +1,6 @@
 """Counts, dead letters and the archive of finished jobs (docs/reference.md section 2): ``stats``,
-``list_dead`` and ``purge_archive`` of :class:`~drainpipe.Jobs`."""
+``list_dead`` and ``purge_archive`` of :class:`~drainpipe.Jobs`. ``drainpipe.sync.archive`` is
+generated from this module (``./scripts/sync-twin``)."""
 
 from __future__ import annotations
 

@@ -21,9 +21,10 @@ from .archive import ArchiveMixin
 from .events import EventsMixin
 from .guard import PolicyMixin, fail_within_window
 from .job_rules import MAX_DEDUPE_KEY, SEVEN_DAYS, THIRTY_DAYS, JobRules
-from .pause import PauseMixin
-from .records import RecordsMixin
-from .replays import ReplayCheck, ReplaysMixin, check_replay_check
+from .pause_calls import PauseMixin
+from .record_calls import RecordsMixin
+from .replay_calls import ReplaysMixin
+from .replays import ReplayCheck, check_replay_check
 
 if TYPE_CHECKING:
     from ..backends.driver import Driver

@@ -1,14 +1,14 @@
 """Durable steps seen from outside a handler: emit an event its waiters wake on, read a job's
-kept result (docs/steps.md)."""
+kept result (docs/steps.md). ``drainpipe.sync.events`` is generated from this module
+(``./scripts/sync-twin``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..backends.driver import Driver
     from ..keyring import Keyring
-    from .client import Jobs
 
 __all__ = ["EventsMixin"]
 
@@ -27,7 +27,7 @@ class EventsMixin:
         on both (``job.wait_for``); the event's id. Events are kept ``event_retention``
         (7 days); one emitted before a job waits counts for it, if emitted after its enqueue."""
         from .sealing import seal_event
-        from .steps import check_event
+        from .steprules import check_event
 
         check_event(event, key)
         # with a keyring the data is sealed (docs/steps.md#events): the waiter opens it
@@ -40,6 +40,6 @@ class EventsMixin:
         kept, stored = await self.driver.job_result(queue, job_id)
         if not kept:
             return None
-        from .steps import StepRuntime
+        from .steprules import StepRules  # the step runtime is not needed to open it
 
-        return StepRuntime(cast("Jobs", self), queue).open_result(stored)
+        return StepRules(self, queue).open_result(stored)

@@ -16,7 +16,7 @@ from ..errors import NOT_INSTALLED, DrainpipeError, invalid_request
 from ..models import DeadJob, FailOutcome, Job, JobContext, JobRecord
 from ..validation import MAX_PAYLOAD_BYTES
 from .policy import DEADLINE_PASSED, PAYLOAD_UNREADABLE, QueuePolicy, check_policies
-from .records import RecordsMixin
+from .record_calls import RecordsMixin
 
 if TYPE_CHECKING:
     from ..backends import QueueBackend

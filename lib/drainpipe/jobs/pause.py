@@ -2,22 +2,21 @@
 shows of it (``JobRecord.held_by``).
 
 The pause lives in the database (``drainpipe.queue_pauses``) and every claim reads it, so it holds for every
-claimer (workers, drains, the executor app, PostgREST, SQL); enqueues go on. Mixed into
-``Jobs``; the sync twin runs the same rules on its backend.
+claimer (workers, drains, the executor app, PostgREST, SQL); enqueues go on. The calls
+mixed into ``Jobs`` are :mod:`drainpipe.jobs.pause_calls`; the rules here serve both twins.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from ..models import JobRecord
 
 if TYPE_CHECKING:
-    from ..backends import QueueBackend
     from ..backends.driver import Driver
 
 log = logging.getLogger("drainpipe.drain")
@@ -96,41 +95,3 @@ async def idle_holds(
     except Exception:
         log.warning("drainpipe: could not tell which queues are paused", exc_info=True)
     return [], {}
-
-
-class PauseMixin:
-    """``pause``, ``resume`` and the hold marks of :class:`~drainpipe.Jobs`."""
-
-    backend: QueueBackend
-    driver: Driver
-    if TYPE_CHECKING:
-
-        def _check_queue(self, queue: str) -> str: ...  # JobRules'
-
-        _now: Callable[[], datetime]  # JobRules'
-
-    async def pause(self, queue: str) -> bool:
-        """Stop every claimer from taking ``queue``'s jobs (enqueues go on; leased jobs run
-        to their end). True when the queue was running, False when it was paused already.
-        A claim already running when the pause commits may still take its batch."""
-        self._check_queue(queue)
-        return await self.driver.pause(queue)
-
-    async def resume(self, queue: str) -> bool:
-        """Let claimers take ``queue``'s jobs again; True when it was paused."""
-        self._check_queue(queue)
-        return await self.driver.resume(queue)
-
-    async def _held(self, records: list[JobRecord]) -> list[JobRecord]:
-        """Mark the due records of paused queues, then those a flow limit holds (a round
-        trip each, only when the records include a queued or retry_wait job)."""
-        queues = holdable(records)
-        if not queues:
-            return records
-        driver = self.driver
-        records = with_holds(records, await driver.paused(queues), self._now())
-        # flow limits (docs/flow-control.md): one more round trip for the queued ones left
-        waiting = flow_holdable(records)
-        if waiting:
-            records = with_flow_holds(records, await driver.flow_holds(waiting))
-        return records

@@ -1,24 +1,19 @@
-"""Job records on :class:`~drainpipe.jobs.Jobs`: get, list (signed cursors), cancel, and
-the dead-job calls (list_dead, retry_dead, replay with lineage, purge_archive).
-
-Mixed into ``Jobs`` (as the schedules are) to keep ``client.py`` about enqueueing and
-working. Every call validates its input and answers with the contract's errors.
+"""The rules of the job record calls (get, list with signed cursors, cancel): their checks
+and answers, without I/O. The calls are :mod:`drainpipe.jobs.record_calls` (and its
+generated sync twin); every call validates its input here and answers with the contract's
+errors.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import DrainpipeError, invalid_request
 from ..models import JOB_STATES, JobPage, JobRecord, Position
 from ..validation import INT8_MAX, check_queue_name, positive_int
 from .cursor import read_cursor, sign_cursor
-
-if TYPE_CHECKING:
-    from ..backends import QueueBackend
-    from ..backends.driver import Driver
 
 SEVEN_DAYS = timedelta(days=7)
 THIRTY_DAYS = timedelta(days=30)
@@ -57,8 +52,8 @@ def check_tenant(tenant: Any) -> str | None:
 
 
 class RecordsRules:
-    """The checks and answers of the record calls, without I/O: shared by the async
-    :class:`RecordsMixin` and the sync twin's."""
+    """The checks and answers of the record calls, without I/O: shared by
+    :class:`~drainpipe.jobs.record_calls.RecordsMixin` and its sync twin."""
 
     _cursor_key: bytes
 
@@ -137,74 +132,3 @@ def with_workflow(record: JobRecord, workflow: Any) -> JobRecord:
         steps=steps,
         waiting_for=waiting_for if record.state == "waiting" else None,
     )
-
-
-class RecordsMixin(RecordsRules):
-    """``get``, ``list_jobs``, ``list_records`` and ``cancel`` of :class:`Jobs`."""
-
-    backend: QueueBackend
-    driver: Driver
-
-    async def _held(self, records: list[JobRecord]) -> list[JobRecord]:  # PauseMixin
-        return records
-
-    async def get(self, queue: str, job_id: int) -> JobRecord | None:
-        """The job's record with its attempt history; None when unknown or purged."""
-        job_id = self._get_args(queue, job_id)
-        driver = self.driver
-        record = await driver.get_record(queue, job_id)
-        if record is None:
-            return None
-        record = with_workflow(record, await driver.job_workflow(queue, job_id))
-        return (await self._held([record]))[0]
-
-    async def list_records(
-        self,
-        queue: str | None = None,
-        *,
-        state: str | None = None,
-        tenant: str | None = None,
-        limit: int = 100,
-        before: Position | None = None,
-    ) -> tuple[list[JobRecord], Position | None]:
-        """A raw keyset page, newest first (history empty): the records after ``before``
-        and the position to pass for the next page (None on the last). ``list_jobs`` wraps
-        it in signed cursors; an app with its own cursors (the management API) uses this."""
-        name, wanted, who, size = self._list_records_args(queue, state, tenant, limit, before)
-        records, after = await self.driver.list_records(
-            name, state=wanted, tenant=who, limit=size, before=before
-        )
-        return await self._held(list(records)), after
-
-    async def list_jobs(
-        self,
-        queue: str | None = None,
-        *,
-        state: str | None = None,
-        tenant: str | None = None,
-        limit: int = 100,
-        cursor: str | None = None,
-    ) -> JobPage:
-        """Records newest first (``history`` empty; ``get`` fills it), ``limit`` 1..500.
-        ``next_cursor`` is opaque and signed (see ``Jobs(cursor_secret=)``); it is valid
-        for the same filters only (``invalid_request``, ``CURSOR_INVALID`` otherwise)."""
-        name, wanted, who, before = self._list_jobs_args(queue, state, tenant, limit, cursor)
-        records, after = await self.list_records(
-            name, state=wanted, tenant=who, limit=limit, before=before
-        )
-        return self._page(records, after, name, wanted, who)
-
-    async def cancel(self, queue: str, job_id: int, *, children: bool = False) -> bool:
-        """Cancel a live job: True when it is now cancelled (a queued, retry_wait or waiting
-        job never runs again; a leased one is fenced at once, its worker stops it at the
-        next heartbeat), False when it had finished already; an unknown job is
-        ``not_found``. ``children=True`` also cancels the live children its steps spawned.
-        A cancel cannot undo what a running handler already did."""
-        job_id = self._get_args(queue, job_id)
-        if not isinstance(children, bool):
-            raise invalid_request("children must be True or False")
-        driver = self.driver
-        answer = self._cancel_answer(await driver.cancel(queue, job_id), queue, job_id)
-        if children:
-            await driver.cancel_children(queue, job_id)
-        return answer

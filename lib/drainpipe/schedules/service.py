@@ -1,7 +1,8 @@
 """Schedules: recurring jobs with a cron and a time zone, run by the drain or by pg_cron.
-This module is the async schedule calls of :class:`drainpipe.Jobs` (:class:`ScheduleMixin`);
-their checks are :mod:`.schedule_rules` and the plan of each run :mod:`.runs`, shared with the sync
-twin.
+This module is the schedule calls of :class:`drainpipe.Jobs` (:class:`ScheduleMixin`); their
+checks are :mod:`~drainpipe.schedules.schedule_rules` and the plan of each run
+:mod:`~drainpipe.schedules.runs`. ``drainpipe.sync.schedules`` is generated from this module
+(``./scripts/sync-twin``): the same calls over the sync twin's SQL backend.
 
 Under ``scheduler="drain"`` each schedule is a row with its next run; ``run_schedules``
 (also called by the drain route) leases the due rows, enqueues one run per schedule with
@@ -28,9 +29,6 @@ from .schedule_rules import EnsureResult, Prepared, ScheduleDef, ScheduleRules
 if TYPE_CHECKING:
     from ..backends import QueueBackend
     from ..backends.driver import Driver
-
-# the rules and run plans live in their own modules; the sync twin imports them from here
-_Prepared = Prepared
 
 __all__ = [
     "SCHEDULED_MAX_ATTEMPTS",

@@ -17,9 +17,11 @@
 
 The same SQL (:mod:`drainpipe.statements`), the same checks (the ``rules`` modules the async
 objects use), the same errors (:func:`drainpipe.db.translate_error`) and results as the
-async API. Leases, the database halves of idempotency, the webhook inbox and the agent
-inbox are generated from their async modules by ``./scripts/sync-twin`` (each says so in
-its first line); the rest is what a thread does differently (docs/sync.md). No asyncio: ``import drainpipe.sync`` loads neither asyncio nor psycopg nor
+async API. The jobs storage, the record, pause, replay, archive, event and schedule calls
+of ``Jobs``, the management client, leases, the database halves of idempotency, the webhook
+inbox and the agent inbox are generated from their async modules by ``./scripts/sync-twin``
+(each says so in its first line); the rest is what a thread does differently
+(docs/sync.md). No asyncio: ``import drainpipe.sync`` loads neither asyncio nor psycopg nor
 pydantic; they load on first use (psycopg itself imports asyncio, but no event loop runs).
 """
 

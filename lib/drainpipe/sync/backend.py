@@ -1,21 +1,29 @@
-"""Jobs storage for the sync twin: the :mod:`drainpipe.statements` job and schedule operations run
-on a :class:`~drainpipe.db.sync.SyncDatabase`.
+# generated from lib/drainpipe/backends/sql.py by ./scripts/sync-twin: do not edit.
+# Change the async source (or tools/sync_twin.py) and run ./scripts/sync-twin again.
+"""The SQL backend: every operation is one call of a ``drainpipe.*`` function, one round trip.
 
-The same ``drainpipe.*`` functions exist for the pgmq and the table storage (as for the
-async :class:`~drainpipe.backends.sql.SqlQueueBackend`), so this class does not care which
-one the database has: it is the async backend's twin, statement for statement.
+The same functions exist for the pgmq and the table storage, so this class does not care
+which one the database has. The statements, their parameters and the reading of their rows
+are :mod:`drainpipe.backends.job_statements` and :mod:`drainpipe.backends.schedule_statements`; this class only executes
+them on a :class:`~drainpipe.db.Database`.
+
+``drainpipe.sync.backend`` is generated from this module (``./scripts/sync-twin``): the same
+statements, run on a :class:`~drainpipe.db.sync.SyncDatabase`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from ..backends import job_statements as ops
 from ..backends import pause_statements as pause_ops
 from ..backends import record_statements as record_ops
 from ..backends import schedule_statements as schedule_ops
+from ..backends.job_statements import parse_claimed, parse_dead
+from ..db import jsonb
+from ..db.statement_shapes import int_array
 from ..db.sync import SyncDatabase, as_sync_database
 from ..models import (
     DeadJob,
@@ -29,12 +37,17 @@ from ..models import (
     ScheduleInfo,
 )
 
+__all__ = ["SyncSqlBackend", "int_array", "parse_claimed", "parse_dead"]
+
 
 class SyncSqlBackend:
-    """Jobs over a synchronous psycopg DSN, pool or connection; one round trip per call."""
+    """Jobs over a direct Postgres connection (psycopg): a DSN, a pool or a connection."""
 
+    api_version: ClassVar[int] = 1
     name = "sql"
     leases = True
+    #: a complete driver (docs/reference.md#backends): nothing answered from a table
+    lacks: frozenset[str] = frozenset()
 
     def __init__(self, db: Any) -> None:
         self.db: SyncDatabase = as_sync_database(db)
@@ -81,14 +94,14 @@ class SyncSqlBackend:
         return ops.parse_enqueue_many(rows)
 
     def read(self, queue: str, *, lease: float, batch: int) -> list[Job[Any]]:
-        return ops.parse_claim(
-            queue, self.db.fetch(ops.CLAIM, ops.claim_params(queue, lease, batch))
-        )
+        rows = self.db.fetch(ops.CLAIM, ops.claim_params(queue, lease, batch))
+        return ops.parse_claim(queue, rows)
 
     def complete(self, job: Job[Any]) -> bool:
         return ops.parse_complete(self.db.fetch(ops.COMPLETE, ops.complete_params(job)))
 
     def complete_many(self, jobs: Sequence[Job[Any]]) -> list[bool]:
+        """Complete several jobs of one queue in one round trip; each still fenced."""
         if not jobs:
             return []
         rows = self.db.fetch(ops.COMPLETE_MANY, ops.complete_many_params(jobs))
@@ -97,8 +110,8 @@ class SyncSqlBackend:
     def complete_and_claim(
         self, queue: str, jobs: Sequence[Job[Any]], *, lease: float, batch: int
     ) -> tuple[list[Job[Any]], list[Job[Any]]]:
-        """Complete ``jobs`` (each fenced) and claim up to ``batch`` more: one call, one
-        transaction; (the jobs whose completion was refused, the claimed jobs)."""
+        """Complete ``jobs`` (each fenced) and claim up to ``batch`` more, in one call and one
+        transaction; returns (the jobs whose completion was refused, the claimed jobs)."""
         rows = self.db.fetch(
             ops.COMPLETE_AND_CLAIM, ops.complete_and_claim_params(queue, jobs, lease, batch)
         )
@@ -111,74 +124,21 @@ class SyncSqlBackend:
         return ops.parse_extend(self.db.fetch(ops.EXTEND, ops.extend_params(job, lease)))
 
     def extend_many(self, jobs: Sequence[Job[Any]], lease: float) -> set[int]:
+        """Extend the leases of several jobs of one queue; returns the ids still held."""
         if not jobs:
             return set()
-        return ops.parse_extend_many(
-            self.db.fetch(ops.EXTEND_MANY, ops.extend_many_params(jobs, lease))
-        )
+        rows = self.db.fetch(ops.EXTEND_MANY, ops.extend_many_params(jobs, lease))
+        return ops.parse_extend_many(rows)
 
-    def replay(self, queue: str, job_id: int) -> int | None:
-        return ops.parse_replay(self.db.fetch(ops.REPLAY, ops.replay_params(queue, job_id)))
-
-    def replay_ruled(
-        self, queue: str, job_id: int, *, window: float | None, replayable: bool
-    ) -> tuple[int | None, str | None]:
-        params = record_ops.replay_ruled_params(queue, job_id, window, replayable)
-        return record_ops.parse_replay_ruled(self.db.fetch(record_ops.REPLAY_RULED, params))
-
-    def retry_dead_ruled(
-        self,
-        queue: str,
-        *,
-        ids: Sequence[int] | None,
-        limit: int,
-        window: float | None,
-        replayable: bool,
-    ) -> list[tuple[int, int | None, str | None]]:
-        params = record_ops.retry_dead_ruled_params(queue, ids, limit, window, replayable)
-        rows = self.db.fetch(record_ops.RETRY_DEAD_RULED, params)
-        return record_ops.parse_retry_dead_ruled(rows)
-
-    # -- records and coded settlements -----------------------------------------------------
-
-    def skip(self, job: Job[Any], code: str) -> bool:
-        return ops.parse_skip(self.db.fetch(ops.SKIP, ops.skip_params(job, code)))
-
-    def fail_coded(
-        self, job: Job[Any], error: str, retry_in: float | None, *, code: str, discard: bool
-    ) -> FailOutcome | None:
-        params = ops.fail_coded_params(job, error, retry_in, code, discard)
-        return ops.parse_fail_coded(self.db.fetch(ops.FAIL_CODED, params))
-
-    def get_record(self, queue: str, job_id: int) -> JobRecord | None:
-        return record_ops.parse_get(
-            self.db.fetch(record_ops.GET, record_ops.get_params(queue, job_id))
-        )
-
-    def list_records(
-        self,
-        queue: str | None,
-        *,
-        state: str | None,
-        tenant: str | None,
-        limit: int,
-        before: Position | None,
-    ) -> tuple[list[JobRecord], Position | None]:
-        params = record_ops.list_params(queue, state, tenant, limit, before)
-        return record_ops.parse_list(self.db.fetch(record_ops.LIST, params), limit)
-
-    def cancel(self, queue: str, job_id: int) -> str | None:
-        rows = self.db.fetch(record_ops.CANCEL, record_ops.cancel_params(queue, job_id))
-        return record_ops.parse_cancel(rows)
-
-    # -- durable steps: the async backend's statements, one round trip each;
-    # imported on first use, as there ------------------------------------------------------
+    # -- durable steps; their statements are imported on first use, so a
+    # function that never runs a step does not pay for them at cold start ----------------
 
     def load_steps(self, queue: str, job_id: int) -> dict[int, tuple[str, str, Any]]:
         """The job's recorded steps: number → (name, state, stored result)."""
         from ..backends import step_statements as step_ops
 
-        return step_ops.parse_loaded(self.db.fetch(step_ops.LOAD_STEPS, (queue, job_id)))
+        rows = self.db.fetch(step_ops.LOAD_STEPS, (queue, job_id))
+        return step_ops.parse_loaded(rows)
 
     def record_step(
         self,
@@ -229,6 +189,12 @@ class SyncSqlBackend:
         params = step_ops.wait_params(job, event, key, timeout, number, name, started_at)
         return step_ops.parse_wait(self.db.fetch(step_ops.WAIT_EVENT, params))
 
+    def emit(self, event: str, key: str, data: Any = None) -> int:
+        from ..backends import step_statements as step_ops
+
+        rows = self.db.fetch(step_ops.EMIT, (event, key, jsonb(data)))
+        return int(rows[0][0])
+
     def spawn(
         self,
         job: Job[Any],
@@ -240,7 +206,8 @@ class SyncSqlBackend:
         max_attempts: int,
         started_at: datetime | None = None,
     ) -> tuple[str, list[int]]:
-        """Enqueue ``payloads`` as children of ``job`` and record the step, at most once."""
+        """Enqueue ``payloads`` as children of ``job`` and record the step, at most once:
+        (``recorded`` | ``exists`` | ``mismatch`` | ``lost``, the children's ids)."""
         from ..backends import step_statements as step_ops
 
         params = step_ops.spawn_params(
@@ -268,15 +235,14 @@ class SyncSqlBackend:
     ) -> list[tuple[int, str, str | None, bool, Any]]:
         from ..backends import step_statements as step_ops
 
-        params = step_ops.outcomes_params(queue, ids)
-        return step_ops.parse_outcomes(self.db.fetch(step_ops.CHILD_OUTCOMES, params))
+        rows = self.db.fetch(step_ops.CHILD_OUTCOMES, step_ops.outcomes_params(queue, ids))
+        return step_ops.parse_outcomes(rows)
 
-    def emit(self, event: str, key: str, data: Any = None) -> int:
+    def cancel_children(self, queue: str, job_id: int) -> int:
         from ..backends import step_statements as step_ops
-        from ..db import jsonb
 
-        rows = self.db.fetch(step_ops.EMIT, (event, key, jsonb(data)))
-        return int(rows[0][0])
+        rows = self.db.fetch(step_ops.CANCEL_CHILDREN, (queue, job_id))
+        return int(rows[0][0] or 0) if rows else 0
 
     def job_workflow(self, queue: str, job_id: int) -> Any:
         from ..backends import step_statements as step_ops
@@ -288,11 +254,59 @@ class SyncSqlBackend:
 
         return step_ops.parse_result(self.db.fetch(step_ops.RESULT, (queue, job_id)))
 
-    def cancel_children(self, queue: str, job_id: int) -> int:
-        from ..backends import step_statements as step_ops
+    def replay(self, queue: str, job_id: int) -> int | None:
+        return ops.parse_replay(self.db.fetch(ops.REPLAY, ops.replay_params(queue, job_id)))
 
-        rows = self.db.fetch(step_ops.CANCEL_CHILDREN, (queue, job_id))
-        return int(rows[0][0] or 0) if rows else 0
+    def replay_ruled(
+        self, queue: str, job_id: int, *, window: float | None, replayable: bool
+    ) -> tuple[int | None, str | None]:
+        params = record_ops.replay_ruled_params(queue, job_id, window, replayable)
+        return record_ops.parse_replay_ruled(self.db.fetch(record_ops.REPLAY_RULED, params))
+
+    def retry_dead_ruled(
+        self,
+        queue: str,
+        *,
+        ids: Sequence[int] | None,
+        limit: int,
+        window: float | None,
+        replayable: bool,
+    ) -> list[tuple[int, int | None, str | None]]:
+        params = record_ops.retry_dead_ruled_params(queue, ids, limit, window, replayable)
+        rows = self.db.fetch(record_ops.RETRY_DEAD_RULED, params)
+        return record_ops.parse_retry_dead_ruled(rows)
+
+    # -- records and coded settlements -----------------------------------------------------
+
+    def skip(self, job: Job[Any], code: str) -> bool:
+        rows = self.db.fetch(ops.SKIP, ops.skip_params(job, code))
+        return ops.parse_skip(rows)
+
+    def fail_coded(
+        self, job: Job[Any], error: str, retry_in: float | None, *, code: str, discard: bool
+    ) -> FailOutcome | None:
+        params = ops.fail_coded_params(job, error, retry_in, code, discard)
+        return ops.parse_fail_coded(self.db.fetch(ops.FAIL_CODED, params))
+
+    def get_record(self, queue: str, job_id: int) -> JobRecord | None:
+        rows = self.db.fetch(record_ops.GET, record_ops.get_params(queue, job_id))
+        return record_ops.parse_get(rows)
+
+    def list_records(
+        self,
+        queue: str | None,
+        *,
+        state: str | None,
+        tenant: str | None,
+        limit: int,
+        before: Position | None,
+    ) -> tuple[list[JobRecord], Position | None]:
+        params = record_ops.list_params(queue, state, tenant, limit, before)
+        return record_ops.parse_list(self.db.fetch(record_ops.LIST, params), limit)
+
+    def cancel(self, queue: str, job_id: int) -> str | None:
+        rows = self.db.fetch(record_ops.CANCEL, record_ops.cancel_params(queue, job_id))
+        return record_ops.parse_cancel(rows)
 
     def stats(self, queues: Sequence[str]) -> dict[str, QueueStats]:
         return ops.parse_stats(self.db.fetch(ops.STATS, ops.stats_params(queues)))
@@ -302,39 +316,78 @@ class SyncSqlBackend:
         return ops.parse_list_dead(queue, rows)
 
     def retry_dead(self, queue: str, *, ids: Sequence[int] | None, limit: int) -> int:
-        return ops.parse_retry_dead(
-            self.db.fetch(ops.RETRY_DEAD, ops.retry_dead_params(queue, ids, limit))
-        )
+        rows = self.db.fetch(ops.RETRY_DEAD, ops.retry_dead_params(queue, ids, limit))
+        return ops.parse_retry_dead(rows)
 
     def purge_archive(
         self, queue: str, *, older_than: timedelta, dead_older_than: timedelta, batch: int
     ) -> int:
         rows = self.db.fetch(
-            ops.PURGE_ARCHIVE, ops.purge_archive_params(queue, older_than, dead_older_than, batch)
+            ops.PURGE_ARCHIVE,
+            ops.purge_archive_params(queue, older_than, dead_older_than, batch),
         )
         return ops.parse_purge_archive(rows)
 
-    # -- schedules ------------------------------------------------------------------------
+    # -- queue policies and payload rewrites (docs/policies.md) -----------------------------
+
+    def bury(self, job: Job[Any], error: str, code: str) -> bool:
+        from ..backends import policy_statements as policy_ops
+
+        rows = self.db.fetch(
+            policy_ops.BURY, policy_ops.bury_params(job.queue, job.id, job.attempts, error, code)
+        )
+        return policy_ops.parse_flag(rows)
+
+    def live_payloads(self, queue: str, *, after: int, limit: int) -> list[tuple[int, Any]]:
+        from ..backends import policy_statements as policy_ops
+
+        rows = self.db.fetch(
+            policy_ops.LIVE_PAYLOADS, policy_ops.live_payloads_params(queue, after, limit)
+        )
+        return policy_ops.parse_live_payloads(rows)
+
+    def rewrite_payload(self, queue: str, job_id: int, old: Any, new: Any) -> bool:
+        from ..backends import policy_statements as policy_ops
+
+        rows = self.db.fetch(
+            policy_ops.REWRITE_PAYLOAD, policy_ops.rewrite_payload_params(queue, job_id, old, new)
+        )
+        return policy_ops.parse_flag(rows)
+
+    def ensure_policy(self, queue: str, row: Sequence[Any]) -> None:
+        from ..backends import policy_statements as policy_ops
+
+        self.db.fetch(policy_ops.ENSURE_POLICY, policy_ops.ensure_policy_params(row))
+
+    def apply_retention(self, *, min_interval: float | None) -> int | None:
+        from ..backends import policy_statements as policy_ops
+
+        rows = self.db.fetch(policy_ops.APPLY_RETENTION, (min_interval,))
+        return policy_ops.parse_retention(rows)
+
+    # -- pause (docs/policies.md#pause) ----------------------------------------------------
 
     def pause(self, queue: str) -> bool:
-        return pause_ops.parse_changed(
-            self.db.fetch(pause_ops.PAUSE, pause_ops.queue_params(queue))
-        )
+        rows = self.db.fetch(pause_ops.PAUSE, pause_ops.queue_params(queue))
+        return pause_ops.parse_changed(rows)
 
     def resume(self, queue: str) -> bool:
-        return pause_ops.parse_changed(
-            self.db.fetch(pause_ops.RESUME, pause_ops.queue_params(queue))
-        )
+        rows = self.db.fetch(pause_ops.RESUME, pause_ops.queue_params(queue))
+        return pause_ops.parse_changed(rows)
 
     def paused(self, queues: Sequence[str]) -> set[str]:
-        return pause_ops.parse_paused(
-            self.db.fetch(pause_ops.PAUSED, pause_ops.paused_params(queues))
-        )
+        rows = self.db.fetch(pause_ops.PAUSED, pause_ops.paused_params(queues))
+        return pause_ops.parse_paused(rows)
 
     def flow_holds(self, jobs: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:
-        return pause_ops.parse_flow_holds(
-            self.db.fetch(pause_ops.FLOW_HOLDS, pause_ops.flow_holds_params(jobs))
-        )
+        rows = self.db.fetch(pause_ops.FLOW_HOLDS, pause_ops.flow_holds_params(jobs))
+        return pause_ops.parse_flow_holds(rows)
+
+    def queue_holds(self, queues: Sequence[str]) -> tuple[set[str], dict[str, dict[str, int]]]:
+        rows = self.db.fetch(pause_ops.QUEUE_HOLDS, pause_ops.paused_params(queues))
+        return pause_ops.parse_queue_holds(rows)
+
+    # -- schedules (drain scheduler; pg_cron answers through the same functions) ----------
 
     def schedule(
         self,
@@ -353,9 +406,8 @@ class SyncSqlBackend:
         )
 
     def unschedule(self, name: str) -> bool:
-        return schedule_ops.parse_unschedule(
-            self.db.fetch(schedule_ops.UNSCHEDULE, schedule_ops.unschedule_params(name))
-        )
+        rows = self.db.fetch(schedule_ops.UNSCHEDULE, schedule_ops.unschedule_params(name))
+        return schedule_ops.parse_unschedule(rows)
 
     def list_schedules(self, *, prefix: str | None, tenant: str | None) -> list[ScheduleInfo]:
         rows = self.db.fetch(
@@ -370,6 +422,7 @@ class SyncSqlBackend:
         return schedule_ops.parse_unschedule_tenant(rows)
 
     def due_schedules(self, *, lease: float, batch: int) -> list[DueSchedule]:
+        """Due schedules now leased to us; ``advance_schedule`` needs their token."""
         rows = self.db.fetch(
             schedule_ops.DUE_SCHEDULES, schedule_ops.due_schedules_params(lease, batch)
         )
@@ -378,6 +431,7 @@ class SyncSqlBackend:
     def advance_schedule(
         self, name: str, ran: datetime | None, next_run: datetime | None, claim_token: Any
     ) -> bool:
+        """Move a schedule we claimed to its next run; False when our claim is gone."""
         rows = self.db.fetch(
             schedule_ops.ADVANCE_SCHEDULE,
             schedule_ops.advance_schedule_params(name, ran, next_run, claim_token),

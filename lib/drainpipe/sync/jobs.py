@@ -32,7 +32,10 @@ from ..models import (
     WorkReport,
 )
 from ..validation import seconds
+from .archive import SyncArchiveMixin
 from .backend import SyncSqlBackend
+from .events import SyncEventsMixin
+from .pause import SyncPauseMixin
 from .records import SyncRecordsMixin
 from .replays import SyncReplaysMixin
 from .schedules import SyncScheduleMixin
@@ -40,12 +43,22 @@ from .worker import SyncHandler, SyncOnError, SyncWorker
 from .working import QueueWorkMixin, SyncWorkMixin
 
 if TYPE_CHECKING:
+    from ..keyring import Keyring
     from .steps import SyncJob
 
 T = TypeVar("T")
 
 
-class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin, SyncWorkMixin):
+class Jobs(
+    SyncReplaysMixin,
+    SyncPauseMixin,
+    JobRules,
+    SyncRecordsMixin,
+    SyncScheduleMixin,
+    SyncArchiveMixin,
+    SyncEventsMixin,
+    SyncWorkMixin,
+):
     """Typed job queues on a DSN, a ``psycopg_pool.ConnectionPool`` or a
     ``psycopg.Connection`` (whose open transaction the statements join).
 
@@ -53,6 +66,9 @@ class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin, Sync
     function here) mean what they mean for :class:`drainpipe.Jobs`.
     ``close()`` (or ``with Jobs(...) as jobs:``) closes the pool opened for a DSN.
     """
+
+    #: no keyring (``sync.Jobs`` takes no policies): events are stored as emitted
+    keyring: Keyring | None = None
 
     def __init__(
         self,
@@ -66,6 +82,8 @@ class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin, Sync
     ) -> None:
         super().__init__(queues, now=now, scheduler=scheduler, cursor_secret=cursor_secret)
         self.backend = SyncSqlBackend(db)
+        # the generated mixins call the driver, as the async ones do: here the one backend
+        self.driver = self.backend
         self._replay_check = check_replay_check(replay_check)
 
     # -- enqueue -------------------------------------------------------------------------
@@ -242,39 +260,14 @@ class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin, Sync
 
     # -- dead letters, stats, archive ----------------------------------------------------
 
-    def stats(self, queues: Sequence[str] | None = None) -> dict[str, QueueStats]:
-        """Counts per queue (default: every declared queue) in one round trip."""
-        return self.backend.stats(self._stats_names(queues))
+    # -- what a Jobs without policies answers (the generated calls ask) -------------------
 
-    def pause(self, queue: str) -> bool:
-        """Stop every claimer from taking ``queue``'s jobs (enqueues go on); True when it
-        was running. See :meth:`drainpipe.Jobs.pause`."""
-        return self.backend.pause(self._check_queue(queue))
+    def replay_rules(self, queue: str) -> tuple[float | None, bool]:
+        """No declared rules (``sync.Jobs`` takes no policies): the stored ones apply."""
+        return None, True
 
-    def resume(self, queue: str) -> bool:
-        """Let claimers take ``queue``'s jobs again; True when it was paused."""
-        return self.backend.resume(self._check_queue(queue))
-
-    def list_dead(
-        self, queue: str, *, limit: int = 100, cursor: int | None = None
-    ) -> list[DeadJob]:
-        """Dead letters newest first; pass the last id seen as ``cursor`` for older ones."""
-        limit, cursor = self._list_dead_args(queue, limit, cursor)
-        return self.backend.list_dead(queue, limit=limit, before=cursor)
-
-    def purge_archive(
-        self,
-        queue: str,
-        *,
-        older_than: float | timedelta = SEVEN_DAYS,
-        dead_older_than: float | timedelta = THIRTY_DAYS,
-        batch: int = 10000,
-    ) -> int:
-        """Delete up to ``batch`` finished jobs older than the limits; live jobs stay."""
-        older, dead_older = self._purge_args(queue, older_than, dead_older_than, batch)
-        return self.backend.purge_archive(
-            queue, older_than=older, dead_older_than=dead_older, batch=batch
-        )
+    def _opened(self, dead: DeadJob) -> DeadJob:
+        return dead  # no keyring: a sealed payload stays sealed
 
     # -- handles and lifetime ------------------------------------------------------------
 
@@ -296,7 +289,7 @@ class Jobs(SyncReplaysMixin, JobRules, SyncRecordsMixin, SyncScheduleMixin, Sync
         connection's transaction (Django: ``drainpipe.contrib.django.connection()``).
         Closing the bound object closes nothing of yours."""
         bound = copy.copy(self)
-        bound.backend = SyncSqlBackend(db)
+        bound.backend = bound.driver = SyncSqlBackend(db)
         return bound
 
     def close(self) -> None:

@@ -1,10 +1,18 @@
-"""``drainpipe.sync.ManagementClient``: the Job Inbox API from synchronous code (a Django
-admin action, a script, a notebook), the twin of :class:`drainpipe.ManagementClient`.
+# generated from lib/drainpipe/console/client.py by ./scripts/sync-twin: do not edit.
+# Change the async source (or tools/sync_twin.py) and run ./scripts/sync-twin again.
+"""``ManagementClient``: the Job Inbox API from trusted Python code, over httpx.
 
-The options, paths, parameters and the reading of Problems are
-:mod:`drainpipe.console.wire`, shared with the async client; ``replay`` retries the same way
-(a lost answer, a 5xx, a 409 ``IDEMPOTENCY_KEY_IN_USE``) with the one Idempotency-Key it
-made for that call, so a retry never replays a job twice.
+    with ManagementClient("https://app.example.com/api/jobs", token) as client:
+        for job in client.list(queue="emails", state="dead"):
+            new = client.replay(job["queue"], job["id"])
+
+Every answer is the response's ``data``; a Problem raises :class:`~drainpipe.DrainpipeError`
+with the server's kind, status and code. Only ``replay`` retries by itself (a lost answer,
+a 5xx, a 409 ``IDEMPOTENCY_KEY_IN_USE``), always with the one Idempotency-Key it made for
+that call, so a retry can never replay a job twice.
+
+``drainpipe.sync.ManagementClient`` is generated from this module (``./scripts/sync-twin``):
+the same calls over httpx's sync client, without ``await``.
 """
 
 from __future__ import annotations
@@ -29,12 +37,12 @@ from ..console.wire import (
 )
 from ..errors import DrainpipeError
 
-__all__ = ["ManagementClient"]
-
 
 class ManagementClient:
     """A client of one Job Inbox (``base_url``: where the app is mounted) with a bearer
-    ``token``; ``transport`` is an ``httpx.BaseTransport`` (e.g. ``httpx.WSGITransport``)."""
+    ``token``. ``retries``/``backoff`` bound replay's own retries; ``timeout`` is seconds
+    per request; ``transport`` is an httpx transport (``httpx.ASGITransport(app)`` for the
+    async client in tests, ``httpx.WSGITransport`` for the sync one)."""
 
     def __init__(
         self,
@@ -58,7 +66,7 @@ class ManagementClient:
         )
 
     def __repr__(self) -> str:  # the token stays out of logs
-        return f"sync.ManagementClient({self.base_url!r})"
+        return f"{type(self).__name__}({self.base_url!r})"
 
     def _request(self, method: str, path: str, **options: Any) -> tuple[Any, Any]:
         try:
@@ -84,11 +92,11 @@ class ManagementClient:
         limit: int = 100,
     ) -> Iterator[dict[str, Any]]:
         """Every matching record, newest first, fetched ``limit`` per page."""
-        return self._pages("/jobs", list_params(queue, state, tenant, limit))
+        yield from self._pages("/jobs", list_params(queue, state, tenant, limit))
 
     def audit(self, *, limit: int = 100) -> Iterator[dict[str, Any]]:
         """Every audit entry of the target, newest first (admins only)."""
-        return self._pages("/audit", {"limit": limit})
+        yield from self._pages("/audit", {"limit": limit})
 
     def _pages(self, path: str, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
         cursor: str | None = None
@@ -106,14 +114,16 @@ class ManagementClient:
         return cast(dict[str, Any], data)
 
     def cancel(self, queue: str, job_id: int) -> dict[str, Any]:
-        """Cancel a live job; its record. A terminal one raises ``conflict``."""
+        """Cancel a live job; its record. A terminal one raises ``conflict``
+        (``JOB_NOT_CANCELLABLE``). Not retried: a repeat of a cancel that did land answers 409."""
         data, _ = self._request("POST", job_path(queue, job_id) + "/cancel")
         return cast(dict[str, Any], data)
 
     def replay(
         self, queue: str, job_id: int, *, idempotency_key: str | None = None
     ) -> dict[str, Any]:
-        """Replay a dead job: ``{"id": new, "parent_id": job_id}``; one key per call."""
+        """Replay a dead job: ``{"id": new, "parent_id": job_id}``. One key per call (or
+        yours, to carry it across processes), reused on each of this call's retries."""
         key = idempotency_key or str(uuid.uuid4())
         path = job_path(queue, job_id) + "/replay"
         attempt = 0
@@ -130,12 +140,15 @@ class ManagementClient:
     # -- the console (docs/job-inbox.md#the-console) ----------------------------------------
 
     def queues(self) -> builtins.list[dict[str, Any]]:
-        """One summary per declared queue (see :meth:`drainpipe.ManagementClient.queues`)."""
+        """One summary per declared queue: counts per state, paused, oldest_ready_age_s,
+        held, and the last hour's per-minute series."""
         data, _ = self._request("GET", "/queues")
         return cast(builtins.list[dict[str, Any]], data)
 
     def inboxes(self) -> builtins.list[dict[str, Any]]:
-        """One summary per agent inbox (see :meth:`drainpipe.ManagementClient.inboxes`)."""
+        """One summary per agent inbox (when the app was given ``agents``; else
+        ``not_found``): ``{"inbox", "name", "counts": {state: n}, "open_streams",
+        "oldest_open_age_s"}``."""
         data, _ = self._request("GET", "/inboxes")
         return cast(builtins.list[dict[str, Any]], data)
 
@@ -152,13 +165,16 @@ class ManagementClient:
     def bulk_cancel(
         self, filter: dict[str, Any], expected: int, *, idempotency_key: str | None = None
     ) -> dict[str, Any]:
-        """See :meth:`drainpipe.ManagementClient.bulk_cancel`."""
+        """Cancel every job ``filter`` matches, when that is exactly ``expected`` jobs
+        (else ``conflict`` ``BULK_COUNT_CHANGED``, the count in the error's ``meta``):
+        ``{"matched", "done", "refused"}``. Retried like ``replay``, with one key."""
         return self._bulk("cancel", filter, expected, idempotency_key)
 
     def bulk_replay(
         self, filter: dict[str, Any], expected: int, *, idempotency_key: str | None = None
     ) -> dict[str, Any]:
-        """See :meth:`drainpipe.ManagementClient.bulk_replay`."""
+        """Replay every job ``filter`` matches, as ``bulk_cancel`` cancels; each job goes
+        through the single replay's rules (a refusal counts in ``refused``)."""
         return self._bulk("replay", filter, expected, idempotency_key)
 
     def _bulk(

@@ -1,47 +1,44 @@
-"""The record calls of :class:`drainpipe.sync.Jobs` (``get``, ``list_jobs``,
-``list_records``, ``cancel``): the checks and answers of
-:class:`~drainpipe.jobs.records.RecordsRules`, run on the sync backend."""
+# generated from lib/drainpipe/jobs/record_calls.py by ./scripts/sync-twin: do not edit.
+# Change the async source (or tools/sync_twin.py) and run ./scripts/sync-twin again.
+"""Job records on :class:`~drainpipe.jobs.Jobs`: ``get``, ``list_records``, ``list_jobs``
+(signed cursors) and ``cancel``, over the checks of :mod:`drainpipe.jobs.records`.
+
+Mixed into ``Jobs`` (as the schedules are) to keep ``client.py`` about enqueueing and
+working. ``drainpipe.sync.records`` is generated from this module (``./scripts/sync-twin``).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import invalid_request
-from ..jobs.pause import flow_holdable, holdable, with_flow_holds, with_holds
 from ..jobs.records import RecordsRules, with_workflow
 from ..models import JobPage, JobRecord, Position
 
 if TYPE_CHECKING:
     from .backend import SyncSqlBackend
 
+__all__ = ["SyncRecordsMixin"]
+
 
 class SyncRecordsMixin(RecordsRules):
-    """Job records as :class:`drainpipe.Jobs` has them (docs/reference.md section 8)."""
+    """``get``, ``list_jobs``, ``list_records`` and ``cancel`` of :class:`Jobs`."""
 
-    if TYPE_CHECKING:
-        backend: SyncSqlBackend
-        _now: Callable[[], datetime]  # JobRules'
+    backend: SyncSqlBackend
+    driver: SyncSqlBackend
+
+    def _held(self, records: list[JobRecord]) -> list[JobRecord]:  # PauseMixin
+        return records
 
     def get(self, queue: str, job_id: int) -> JobRecord | None:
         """The job's record with its attempt history; None when unknown or purged."""
         job_id = self._get_args(queue, job_id)
-        record = self.backend.get_record(queue, job_id)
+        driver = self.driver
+        record = driver.get_record(queue, job_id)
         if record is None:
             return None
-        record = with_workflow(record, self.backend.job_workflow(queue, job_id))
-        return self._held([record])[0]
-
-    def _held(self, records: list[JobRecord]) -> list[JobRecord]:
-        """Mark the due records of paused queues, then those a flow limit holds (a round
-        trip each, only when one is queued or in retry_wait)."""
-        queues = holdable(records)
-        if not queues:
-            return records
-        records = with_holds(records, self.backend.paused(queues), self._now())
-        waiting = flow_holdable(records)
-        return with_flow_holds(records, self.backend.flow_holds(waiting)) if waiting else records
+        record = with_workflow(record, driver.job_workflow(queue, job_id))
+        return (self._held([record]))[0]
 
     def list_records(
         self,
@@ -52,12 +49,14 @@ class SyncRecordsMixin(RecordsRules):
         limit: int = 100,
         before: Position | None = None,
     ) -> tuple[list[JobRecord], Position | None]:
-        """A raw keyset page, newest first, and the position of the next page (or None)."""
+        """A raw keyset page, newest first (history empty): the records after ``before``
+        and the position to pass for the next page (None on the last). ``list_jobs`` wraps
+        it in signed cursors; an app with its own cursors (the management API) uses this."""
         name, wanted, who, size = self._list_records_args(queue, state, tenant, limit, before)
-        records, after = self.backend.list_records(
+        records, after = self.driver.list_records(
             name, state=wanted, tenant=who, limit=size, before=before
         )
-        return self._held(records), after
+        return self._held(list(records)), after
 
     def list_jobs(
         self,
@@ -68,7 +67,9 @@ class SyncRecordsMixin(RecordsRules):
         limit: int = 100,
         cursor: str | None = None,
     ) -> JobPage:
-        """Records newest first, ``limit`` 1..500, with a signed ``next_cursor``."""
+        """Records newest first (``history`` empty; ``get`` fills it), ``limit`` 1..500.
+        ``next_cursor`` is opaque and signed (see ``Jobs(cursor_secret=)``); it is valid
+        for the same filters only (``invalid_request``, ``CURSOR_INVALID`` otherwise)."""
         name, wanted, who, before = self._list_jobs_args(queue, state, tenant, limit, cursor)
         records, after = self.list_records(
             name, state=wanted, tenant=who, limit=limit, before=before
@@ -76,29 +77,16 @@ class SyncRecordsMixin(RecordsRules):
         return self._page(records, after, name, wanted, who)
 
     def cancel(self, queue: str, job_id: int, *, children: bool = False) -> bool:
-        """True: a live job is now cancelled; False: it was terminal; unknown: not_found.
-        ``children=True`` also cancels the live children its steps spawned."""
+        """Cancel a live job: True when it is now cancelled (a queued, retry_wait or waiting
+        job never runs again; a leased one is fenced at once, its worker stops it at the
+        next heartbeat), False when it had finished already; an unknown job is
+        ``not_found``. ``children=True`` also cancels the live children its steps spawned.
+        A cancel cannot undo what a running handler already did."""
         job_id = self._get_args(queue, job_id)
         if not isinstance(children, bool):
             raise invalid_request("children must be True or False")
-        answer = self._cancel_answer(self.backend.cancel(queue, job_id), queue, job_id)
+        driver = self.driver
+        answer = self._cancel_answer(driver.cancel(queue, job_id), queue, job_id)
         if children:
-            self.backend.cancel_children(queue, job_id)
+            driver.cancel_children(queue, job_id)
         return answer
-
-    def emit(self, event: str, key: str, data: Any = None) -> int:
-        """Store an event and wake the jobs waiting on its name and key (``Jobs.emit``)."""
-        from ..jobs.steprules import check_event  # here: not needed before an emit
-
-        check_event(event, key)
-        return self.backend.emit(event, key, data)
-
-    def result(self, queue: str, job_id: int) -> Any:
-        """A job handler's kept return value (None when none); for trusted code."""
-        job_id = self._get_args(queue, job_id)
-        kept, stored = self.backend.job_result(queue, job_id)
-        if not kept:
-            return None
-        from ..jobs.steprules import StepRules  # opened as the async twin opens it
-
-        return StepRules(self, queue).open_result(stored)
