@@ -690,7 +690,7 @@ CREATE OR REPLACE FUNCTION drainpipe.flow_budget_held(p_queue text)
     -- flow_budget_spend does not, so a connection with a chunk asks the lock table: a claim
     -- holding it must not wait for the exclusive lock beside another that does the same)
     SELECT coalesce(current_setting('drainpipe.flow_budget_locked.' || p_queue, true) = 'on', false)
-        OR (current_setting('drainpipe.flow_budget.' || p_queue, true) <> '' AND EXISTS (
+        OR (coalesce(current_setting('drainpipe.flow_budget.' || p_queue, true) <> '', false) AND EXISTS (
             SELECT 1 FROM pg_catalog.pg_locks l
              WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid() AND l.mode = 'ShareLock'
                AND l.classid = (hashtext('drainpipe.flow')::bigint & 4294967295)::oid
