@@ -704,6 +704,18 @@ CREATE OR REPLACE FUNCTION drainpipe.flow_budget_chunk(p_concurrency integer)
  RETURNS bigint LANGUAGE sql IMMUTABLE AS $function$
     SELECT least(1000, greatest(200, p_concurrency / 64))::bigint $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.flow_budget_held(p_queue text)
+ RETURNS boolean LANGUAGE sql STABLE AS $function$
+    -- does this transaction hold the queue's flow lock shared? (flow_budget_take marks it;
+    -- flow_budget_spend does not, so a connection with a chunk asks the lock table: a claim
+    -- holding it must not wait for the exclusive lock beside another that does the same)
+    SELECT coalesce(current_setting('drainpipe.flow_budget_locked.' || p_queue, true) = 'on', false)
+        OR (coalesce(current_setting('drainpipe.flow_budget.' || p_queue, true) <> '', false) AND EXISTS (
+            SELECT 1 FROM pg_catalog.pg_locks l
+             WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid() AND l.mode = 'ShareLock'
+               AND l.classid = (hashtext('drainpipe.flow')::bigint & 4294967295)::oid
+               AND l.objid = (hashtext(p_queue)::bigint & 4294967295)::oid AND l.objsubid = 2)) $function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.flow_budget_pending(p_queue text)
  RETURNS bigint LANGUAGE sql AS $function$
     SELECT current_setting('drainpipe.flow_budget_pending.' || p_queue)::bigint $function$;
@@ -742,44 +754,30 @@ CREATE OR REPLACE FUNCTION drainpipe.flow_budget_sequence(p_queue text)
     SELECT to_regclass('drainpipe.' || quote_ident('flow_budget__' || p_queue)) $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.flow_budget_spend(p_queue text, p_batch integer)
- RETURNS integer LANGUAGE plpgsql AS $function$
-DECLARE
-    v_name text := 'drainpipe.flow_budget.' || p_queue;
-    v_kept text := current_setting(v_name, true);
-    v_left bigint;
-    v_seen bigint;
-    v_sequence oid;
-    v_set text;
-    v_flow drainpipe.queue_flow;
-BEGIN
-    IF v_kept IS NULL OR split_part(v_kept, ':', 3) = '' OR p_batch > 100 THEN
-        RETURN NULL;
-    END IF;
-    v_left := split_part(v_kept, ':', 2)::bigint;
-    IF v_left < p_batch THEN
-        RETURN NULL;
-    END IF;
-    v_seen := split_part(v_kept, ':', 3)::bigint;
-    v_sequence := split_part(v_kept, ':', 4)::oid;
-    -- before the lock: a change since the session checked sends it to the row, free to
-    -- count under the exclusive lock
-    IF pg_sequence_last_value(v_sequence) IS DISTINCT FROM v_seen THEN
-        RETURN NULL;
-    END IF;
-    IF NOT pg_try_advisory_xact_lock_shared(hashtext('drainpipe.flow'), hashtext(p_queue)) THEN
-        PERFORM pg_advisory_xact_lock_shared(hashtext('drainpipe.flow'), hashtext(p_queue));
-    END IF;
-    v_set := set_config('drainpipe.flow_budget_locked.' || p_queue, 'on', true);
-    -- under the lock: no exact count runs, and none ran since the session checked
-    IF pg_sequence_last_value(v_sequence) IS NOT DISTINCT FROM v_seen THEN
-        v_set := set_config(v_name, split_part(v_kept, ':', 1) || ':' || (v_left - p_batch) || ':'
-                                    || v_seen || ':' || v_sequence, false);
-        RETURN p_batch;
-    END IF;
-    -- a count ran while this claim waited for the lock: the row decides, under it
-    SELECT * INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = p_queue;
-    RETURN drainpipe.flow_budget_take(v_flow, p_batch);
-END $function$;
+ RETURNS integer LANGUAGE sql AS $function$
+    -- The connection's chunk ('epoch:left:seen:sequence', see flow_budget_take) spent by one
+    -- expression, which the planner inlines into the claim's: p_batch, or NULL (the claim
+    -- asks flow_budget_take) unless a batch of at most 100 fits in it and the queue's
+    -- sequence still reads what the connection saw, before the shared lock (a change sends
+    -- the claim to the row, free to count under the exclusive lock) and under it (no count
+    -- runs until the claim commits). Keep it one SELECT of one expression: a FROM, a
+    -- subquery, SECURITY DEFINER or a SET clause would make it a call again.
+    SELECT CASE WHEN p_batch <= 100
+                 AND split_part(current_setting('drainpipe.flow_budget.' || p_queue, true), ':', 3) <> ''
+           THEN CASE WHEN split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 2)::bigint >= p_batch
+                      AND pg_sequence_last_value(split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 4)::oid)
+                          = split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 3)::bigint
+                      AND pg_try_advisory_xact_lock_shared(hashtext('drainpipe.flow'), hashtext(p_queue))
+                      AND pg_sequence_last_value(split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 4)::oid)
+                          = split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 3)::bigint
+                      AND set_config('drainpipe.flow_budget.' || p_queue,
+                              split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 1) || ':'
+                              || (split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 2)::bigint - p_batch)
+                              || ':' || split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 3)
+                              || ':' || split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 4),
+                              false) <> ''
+                THEN p_batch END
+           END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.flow_budget_take(p_flow drainpipe.queue_flow, p_batch integer)
  RETURNS integer LANGUAGE plpgsql AS $function$
@@ -797,7 +795,7 @@ DECLARE
     v_seen text;
 BEGIN
     IF NOT drainpipe.flow_budget_applies(p_flow) OR p_batch > 100 THEN
-        IF v_locked THEN
+        IF v_locked OR drainpipe.flow_budget_held(p_flow.queue) THEN
             -- other limits since the shared lock was taken: take nothing this time
             v_kept := set_config('drainpipe.flow_budget_pending.' || p_flow.queue, '-1', true);
             RETURN -1;
@@ -821,7 +819,10 @@ BEGIN
           INTO v_locked
           FROM drainpipe.flow_budget b WHERE b.queue = p_flow.queue;
         IF v_locked IS NULL THEN
-            RETURN NULL;  -- no budget: the caller counts under the exclusive lock
+            IF NOT drainpipe.flow_budget_held(p_flow.queue) THEN
+                RETURN NULL;  -- no budget: the caller counts under the exclusive lock
+            END IF;
+            -- a claim of this transaction spent a chunk under the shared lock: on from here
         ELSIF NOT v_locked THEN
             -- a count holds the exclusive lock (or waits for it): after it
             PERFORM pg_advisory_xact_lock_shared(hashtext('drainpipe.flow'), hashtext(p_flow.queue));

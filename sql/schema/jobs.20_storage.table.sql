@@ -213,8 +213,10 @@ BEGIN
         END IF;
     ELSE
     IF v_flow.queue IS NOT NULL THEN
-        -- queue-wide limits only: the pick below, no larger than the room they leave
-        v_batch := drainpipe.job_messages_flow_room(v_flow, v_batch, v_now);
+        -- queue-wide limits only: the pick below, no larger than the room they leave: the
+        -- connection's chunk, spent by an expression inlined here (jobs 0002), else counted
+        v_batch := coalesce(drainpipe.flow_budget_spend(p_queue, v_batch),
+                            drainpipe.job_messages_flow_room(v_flow, v_batch, v_now));
         IF v_batch = 0 THEN
             RETURN;
         END IF;
@@ -676,12 +678,8 @@ DECLARE
     v_leased bigint := 0;
     v_room integer;
 BEGIN
-    IF p_flow.concurrency IS NOT NULL THEN
-        v_room := drainpipe.flow_budget_spend(p_flow.queue, p_batch);
-    END IF;
-    IF v_room IS NULL THEN
-        v_room := drainpipe.flow_budget_take(p_flow, p_batch);
-    END IF;
+    -- the claim tried the connection's chunk first (flow_budget_spend, jobs 0002)
+    v_room := drainpipe.flow_budget_take(p_flow, p_batch);
     IF v_room >= 0 THEN
         RETURN v_room;
     END IF;

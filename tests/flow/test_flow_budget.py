@@ -191,6 +191,51 @@ async def test_a_budget_spent_under_the_shared_lock_counts_its_chunks_as_leased(
         assert budget(a)[1:] == (LIMIT - 11, 10)
 
 
+async def test_the_chunk_is_spent_by_an_expression_inlined_into_the_claim(
+    jobs_db_url: str, backend_name: str
+) -> None:
+    """flow_budget_spend must stay one SQL expression the planner inlines (no FROM, no
+    subquery, no SECURITY DEFINER, no SET): a call per claim is what it replaced."""
+    await fill(jobs_db_url, 10)
+    with psycopg.connect(jobs_db_url, autocommit=True) as conn:
+        plan = "\n".join(
+            str(row[0])
+            for row in conn.execute("EXPLAIN VERBOSE SELECT drainpipe.flow_budget_spend('llm', 10)")
+        )
+        assert "pg_try_advisory_xact_lock_shared" in plan
+        assert "flow_budget_spend" not in plan
+
+
+async def test_a_transaction_holding_the_shared_lock_never_waits_for_the_exclusive_one(
+    jobs_db_url: str, backend_name: str
+) -> None:
+    """Spending a chunk takes the flow lock shared and marks nothing. A later claim of the
+    same transaction that cannot spend (a batch over 100, or its chunk short while the
+    budget has nothing left to hand out) finds the lock in the lock table and stays under
+    it (taking nothing, as such a claim does under the shared lock), rather than wait for
+    the exclusive one behind another transaction that holds it shared too."""
+    await fill(jobs_db_url, 1000)
+    with (
+        psycopg.connect(jobs_db_url) as a,
+        psycopg.connect(jobs_db_url) as c,
+    ):
+        for conn in (a, c):
+            conn.execute("SET statement_timeout = '5s'")
+            assert conn.execute(CLAIM.format(10)).fetchone() == (10,)
+            assert conn.execute(CLAIM.format(10)).fetchone() == (10,)  # a chunk
+            conn.commit()
+        assert a.execute(CLAIM.format(10)).fetchone() == (10,)  # spent: the lock, shared
+        assert c.execute(CLAIM.format(10)).fetchone() == (10,)  # beside it
+        assert a.execute(CLAIM.format(101)).fetchone() == (0,)
+        with psycopg.connect(jobs_db_url, autocommit=True) as other:
+            other.execute("UPDATE drainpipe.flow_budget SET granted = cap WHERE queue = 'llm'")
+        assert a.execute(CLAIM.format(100)).fetchone() == (100,)  # its chunk still
+        assert a.execute(CLAIM.format(100)).fetchone() == (0,)  # short, nothing left
+        a.commit()
+        c.commit()
+        assert leased(a, backend_name) == 160
+
+
 async def test_racing_claimers_with_a_budget_never_pass_the_limit(
     jobs_db_url: str, backend_name: str
 ) -> None:

@@ -129,11 +129,12 @@ INTERNAL_FUNCTIONS = {
     "flow_budget_take",
     "flow_budget_pending",
     "flow_budget_reset",
-    # the budget's sequences, the chunk spent without a statement, the lease
-    # trigger's bound
+    # the budget's sequences, the chunk spent without a statement (and the shared
+    # lock it marks nothing of), the lease trigger's bound
     "flow_budget_sequence",
     "flow_budget_advance",
     "flow_budget_spend",
+    "flow_budget_held",
     "ensure_lease_trigger",
 }
 
