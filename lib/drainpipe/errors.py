@@ -199,13 +199,6 @@ POLICY_SQLSTATES: Final[dict[str, tuple[ErrorKind, str]]] = {
     "DPQ04": ("validation", "SCHEDULE_TOO_FAR"),
 }
 
-#: The SQLSTATEs of a replay refused by its queue's replay rules (raised by
-#: ``drainpipe.replay_dead_job_v2``, sql/migrations/jobs/*_replay_rules): 409 with the code.
-REPLAY_SQLSTATES: Final[dict[str, tuple[ErrorKind, str]]] = {
-    "DPR01": ("conflict", "EVENT_EXPIRED"),
-    "DPR02": ("conflict", "REPLAY_BLOCKED"),
-}
-
 
 def kind_for_sqlstate(sqlstate: str) -> ErrorKind:
     """The contract's kind for a SQLSTATE (docs/reference.md section 1): 23505 conflict, 42501
@@ -244,7 +237,7 @@ def sql_error(
     ``constraint`` becomes the ``code`` of a conflict (the contract keeps it); ``code`` is
     the client's own code for every other kind (PostgREST's answer carries one, psycopg's
     does not). Missing drainpipe objects → :func:`not_installed`."""
-    policy = POLICY_SQLSTATES.get(sqlstate) or REPLAY_SQLSTATES.get(sqlstate)
+    policy = POLICY_SQLSTATES.get(sqlstate)
     if policy is not None:
         kind, policy_code = policy
         if kind == "validation":
