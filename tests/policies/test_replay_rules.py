@@ -287,7 +287,7 @@ async def waiting_on_a_lock(url: str, application_name: str) -> None:
 
 
 POLICY_ROW = (
-    "SELECT drainpipe.ensure_queue_policy_v2('hooks', 65536, 10000, 30, 60, 604800, 5, NULL,"
+    "SELECT drainpipe.ensure_queue_policy_v3('hooks', 65536, 10000, 30, 60, 604800, 5, NULL,"
     " 2592000, false, NULL, %s)"
 )
 

@@ -29,6 +29,8 @@ PRUNED_FUNCTIONS = frozenset(
     {
         "drainpipe.agent_raw_v1",  # agent_raw_v2
         "drainpipe.audited_replay_job_v1",  # audited_replay_job_v2
+        "drainpipe.ensure_queue_policy_v1",  # ensure_queue_policy_v3 (their bodies inline)
+        "drainpipe.ensure_queue_policy_v2",
         "drainpipe.extend_webhook_v1",  # extend_webhooks_v1
         "drainpipe.fail_job_v1",  # fail_job_v2 (code HANDLER_ERROR, not discarded)
         "drainpipe.flow_gate",  # the claims take flow_budget_* and flow_room
