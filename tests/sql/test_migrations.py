@@ -41,8 +41,6 @@ INTERNAL_FUNCTIONS = {
     "pgmq_has_last_read",
     "pgmq_live_state",
     "pgmq_archive_job",
-    "pgmq_records_sql",
-    "pgmq_records",
     # newest first: the listing's helpers and the per-queue index maker
     "job_records_newest",
     # newest first on the primary keys: stamps, the walk, the queues' setup
