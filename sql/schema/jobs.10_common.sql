@@ -14,9 +14,6 @@ BEGIN
     IF to_regtype('drainpipe.job_queue_stats_v2') IS NULL THEN
         CREATE TYPE drainpipe.job_queue_stats_v2 AS (queue text, ready bigint, in_flight bigint, delayed bigint, dead bigint, succeeded bigint, cancelled bigint, oldest_age_seconds double precision);
     END IF;
-    IF to_regtype('drainpipe.job_queue_stats_v3') IS NULL THEN
-        CREATE TYPE drainpipe.job_queue_stats_v3 AS (queue text, ready bigint, in_flight bigint, delayed bigint, dead bigint, succeeded bigint, cancelled bigint, oldest_age_seconds double precision, paused boolean);
-    END IF;
     IF to_regtype('drainpipe.job_queue_stats_v4') IS NULL THEN
         CREATE TYPE drainpipe.job_queue_stats_v4 AS (queue text, ready bigint, in_flight bigint, delayed bigint, dead bigint, succeeded bigint, cancelled bigint, oldest_age_seconds double precision, paused boolean, held jsonb);
     END IF;
@@ -986,13 +983,6 @@ BEGIN
     END LOOP;
 END $function$;
 
-CREATE OR REPLACE FUNCTION drainpipe.job_queue_stats_v3(p_queues text[])
- RETURNS SETOF drainpipe.job_queue_stats_v3 LANGUAGE sql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-    SELECT s.queue, s.ready, s.in_flight, s.delayed, s.dead, s.succeeded, s.cancelled,
-           s.oldest_age_seconds,
-           EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = s.queue)
-      FROM drainpipe.job_queue_stats_v2(p_queues) s $function$;
-
 CREATE OR REPLACE FUNCTION drainpipe.job_queue_stats_v4(p_queues text[])
  RETURNS SETOF drainpipe.job_queue_stats_v4 LANGUAGE sql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
     SELECT s.queue, s.ready, s.in_flight, s.delayed, s.dead, s.succeeded, s.cancelled,
@@ -1009,7 +999,8 @@ CREATE OR REPLACE FUNCTION drainpipe.job_queue_stats_v4(p_queues text[])
                              WHERE f.queue = s.queue
                              GROUP BY x.held_by) h), '{}'::jsonb)
            END
-      FROM drainpipe.job_queue_stats_v3(p_queues) s $function$;
+      FROM (SELECT c.*, EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = c.queue) AS paused
+              FROM drainpipe.job_queue_stats_v2(p_queues) c) s $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.job_result_v1(p_queue text, p_id bigint)
  RETURNS TABLE(kept boolean, result jsonb) LANGUAGE sql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$

@@ -36,7 +36,8 @@ PRUNED_FUNCTIONS = frozenset(
         "drainpipe.flow_gate",  # the claims take flow_budget_* and flow_room
         "drainpipe.flow_leased_hint",
         "drainpipe.keep_flow_leased",
-        "drainpipe.job_queue_stats_v1",  # job_queue_stats_v4 (built on v3 and v2)
+        "drainpipe.job_queue_stats_v1",  # job_queue_stats_v4 (built on v2)
+        "drainpipe.job_queue_stats_v3",
         "drainpipe.list_jobs_v1",  # list_jobs_v2
         "drainpipe.uncounted_list_jobs_1",  # list_jobs_v1's storage half
         "drainpipe.list_management_audit_v1",  # list_management_audit_v2
@@ -58,7 +59,7 @@ PRUNED_FUNCTIONS = frozenset(
         "drainpipe_api.stats_v3",
     }
 )
-PRUNED_TYPES = frozenset({"drainpipe.job_queue_stats_v1"})
+PRUNED_TYPES = frozenset({"drainpipe.job_queue_stats_v1", "drainpipe.job_queue_stats_v3"})
 
 AGENT_INBOX = re.compile(r"^(?:type |table |function |trigger )?drainpipe\.(?:\w+\.)?agent_")
 

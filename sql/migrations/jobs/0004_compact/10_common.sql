@@ -1,13 +1,29 @@
--- drainpipe's jobs: one version per function. The client calls the newest; the older
--- versions only wrapped it and nothing calls them any more:
---   fail_job_v1             -> fail_job_v2 (code HANDLER_ERROR, not discarded)
---   retry_dead_jobs_v1      -> retry_dead_jobs_v2 (the client counts the rows that made a child)
---   replay_dead_job_v2      -> replay_dead_job_v3 (the client raises a refusal by the rules)
---   audited_replay_job_v1   -> audited_replay_job_v2
---   ensure_queue_policy_v1, _v2 -> ensure_queue_policy_v3, which took their bodies first
--- Until this contract migration runs, v3 keeps calling v2 (which calls v1): the same rows.
+-- drainpipe's jobs: one body where a function only called its older version.
+-- ensure_queue_policy_v3 writes the whole policy row (v2 and v1 did it in two steps);
+-- job_queue_stats_v4 reads the storage's counts (job_queue_stats_v2) and the pause itself
+-- instead of through job_queue_stats_v3, which only added the pause. The older versions
+-- go in the contract migration (0005).
 
 SET check_function_bodies = off;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_stats_v4(p_queues text[])
+ RETURNS SETOF drainpipe.job_queue_stats_v4 LANGUAGE sql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    SELECT s.queue, s.ready, s.in_flight, s.delayed, s.dead, s.succeeded, s.cancelled,
+           s.oldest_age_seconds, s.paused,
+           CASE WHEN s.paused THEN
+                    CASE WHEN s.ready > 0 THEN jsonb_build_object('paused', s.ready)
+                         ELSE '{}'::jsonb END
+                WHEN s.ready = 0 THEN '{}'::jsonb
+                ELSE coalesce((
+                    SELECT jsonb_object_agg(h.held_by, h.n)
+                      FROM (SELECT x.held_by, count(*) AS n
+                              FROM drainpipe.queue_flow f
+                             CROSS JOIN LATERAL drainpipe.job_flow_held(f, NULL, clock_timestamp()) x
+                             WHERE f.queue = s.queue
+                             GROUP BY x.held_by) h), '{}'::jsonb)
+           END
+      FROM (SELECT c.*, EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = c.queue) AS paused
+              FROM drainpipe.job_queue_stats_v2(p_queues) c) s $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.ensure_queue_policy_v3(p_queue text, p_max_payload_bytes integer, p_max_pending integer, p_lease double precision, p_max_lease double precision, p_max_delay double precision, p_max_attempts integer, p_attempt_window double precision, p_retention double precision, p_encrypt boolean, p_replay_window double precision, p_replayable boolean, p_concurrency integer DEFAULT NULL::integer, p_key_concurrency integer DEFAULT NULL::integer, p_rate_count integer DEFAULT NULL::integer, p_rate_per double precision DEFAULT NULL::double precision, p_key_rate_count integer DEFAULT NULL::integer, p_key_rate_per double precision DEFAULT NULL::double precision, p_ordered boolean DEFAULT false)
  RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
@@ -36,10 +52,3 @@ BEGIN
 END $function$;
 
 RESET check_function_bodies;
-
-DROP FUNCTION IF EXISTS drainpipe.fail_job_v1(text, bigint, integer, text, double precision, timestamptz);
-DROP FUNCTION IF EXISTS drainpipe.retry_dead_jobs_v1(text, bigint[], integer);
-DROP FUNCTION IF EXISTS drainpipe.replay_dead_job_v2(text, bigint, timestamptz);
-DROP FUNCTION IF EXISTS drainpipe.audited_replay_job_v1(text, text, text, bigint, text, timestamptz);
-DROP FUNCTION IF EXISTS drainpipe.ensure_queue_policy_v2(text, integer, integer, double precision, double precision, double precision, integer, double precision, double precision, boolean, double precision, boolean);
-DROP FUNCTION IF EXISTS drainpipe.ensure_queue_policy_v1(text, integer, integer, double precision, double precision, double precision, integer, double precision, double precision, boolean);
