@@ -28,6 +28,8 @@ from __future__ import annotations
 import re
 from typing import Any, Final, Literal
 
+from .codes import EVENT_EXPIRED, REPLAY_BLOCKED
+
 ErrorKind = Literal[
     "validation",
     "invalid_request",
@@ -198,6 +200,21 @@ POLICY_SQLSTATES: Final[dict[str, tuple[ErrorKind, str]]] = {
     "DPQ03": ("invalid_request", "LEASE_TOO_LONG"),
     "DPQ04": ("validation", "SCHEDULE_TOO_FAR"),
 }
+
+
+def check_replay_rules(queue: str, job_id: int, code: str | None) -> None:
+    """Raise the 409 (``conflict``, with the code) of a replay its queue's rules refused."""
+    if code == EVENT_EXPIRED:
+        raise DrainpipeError(
+            "conflict",
+            f'job {job_id} of queue "{queue}" is past its replay_window:'
+            " its event is too old to replay",
+            code=code,
+        )
+    if code == REPLAY_BLOCKED:
+        raise DrainpipeError(
+            "conflict", f'queue "{queue}" does not allow replays (replayable = false)', code=code
+        )
 
 
 def kind_for_sqlstate(sqlstate: str) -> ErrorKind:

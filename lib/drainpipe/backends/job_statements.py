@@ -10,11 +10,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..codes import EVENT_EXPIRED, REPLAY_BLOCKED
 from ..context import ENVELOPE_KEY, unwrap_payload
 from ..db import jsonb
 from ..db.statement_shapes import Params, Row, int_array
-from ..errors import DrainpipeError
+from ..errors import check_replay_rules
 from ..models import (
     DeadJob,
     DedupeMode,
@@ -380,21 +379,6 @@ def parse_replay(queue: str, job_id: int, rows: list[Row]) -> int | None:
     new_id, code = rows[0] if rows else (None, None)
     check_replay_rules(queue, job_id, code)
     return None if new_id is None else int(new_id)
-
-
-def check_replay_rules(queue: str, job_id: int, code: str | None) -> None:
-    """Raise the 409 (``conflict``, with the code) of a replay its queue's rules refused."""
-    if code == EVENT_EXPIRED:
-        raise DrainpipeError(
-            "conflict",
-            f'job {job_id} of queue "{queue}" is past its replay_window:'
-            " its event is too old to replay",
-            code=code,
-        )
-    if code == REPLAY_BLOCKED:
-        raise DrainpipeError(
-            "conflict", f'queue "{queue}" does not allow replays (replayable = false)', code=code
-        )
 
 
 PURGE_ARCHIVE = "SELECT drainpipe.purge_job_archive_v1(%s, %s, %s, %s)"

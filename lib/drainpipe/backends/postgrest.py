@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..errors import SCHEMA_NOT_EXPOSED, DrainpipeError, not_installed
+from ..errors import SCHEMA_NOT_EXPOSED, DrainpipeError, check_replay_rules, not_installed
 from ..models import (
     DeadJob,
     DedupeMode,
@@ -36,7 +36,6 @@ from ..models import (
     QueueStats,
 )
 from . import postgrest_rows as rows
-from .job_statements import check_replay_rules
 from .postgrest_http import RestTransport, expose_hint
 from .postgrest_policies import PostgrestPolicies
 from .postgrest_schedules import PostgrestSchedules
