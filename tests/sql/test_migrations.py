@@ -36,7 +36,6 @@ INTERNAL_FUNCTIONS = {
     "is_job_code",
     "job_tenant",
     "job_state_at",
-    "job_records_at",
     "enqueue_keyed_job",
     "pgmq_has_last_read",
     "pgmq_live_state",
