@@ -123,7 +123,7 @@ async def fill_inbox(url: str, count: int, clean: bool = True) -> None:
         if clean:
             await vacuum(conn, AGENT_TABLES)
         await conn.execute(
-            "SELECT drainpipe.receive_webhook_v2('bench', %s || g, 'bench.event',"
+            "SELECT drainpipe.receive_webhook_v3('bench', %s || g, 'bench.event',"
             " jsonb_build_object('n', g), '{}', NULL, NULL, 'bench', true)"
             " FROM generate_series(1, %s) g",
             (tag, count),

@@ -91,7 +91,7 @@ async def prepare(url: str, candidate: str | None) -> str:
 async def refill(url: str, count: int) -> None:
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         await conn.execute(
-            "SELECT count(*) FROM (SELECT drainpipe.receive_webhook_v2('bench',"
+            "SELECT count(*) FROM (SELECT drainpipe.receive_webhook_v3('bench',"
             " md5(random()::text) || g, 'bench.event', jsonb_build_object('n', g), '{}',"
             " NULL, NULL, 'bench', true) FROM generate_series(1, %s) g) s",
             (count,),

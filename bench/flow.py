@@ -318,7 +318,7 @@ async def processing(backend: str, jobs_count: int, rounds: int) -> list[Row]:
 
 def held_stats(backend: str, count: int, samples: int) -> list[Row]:
     """``stats()`` with held counts against the same counts without them
-    (``job_queue_stats_v3``), on a backlog over 10,000 keys with half the keys held by
+    (``job_queue_stats_v2`` and the pause), on a backlog over 10,000 keys with half the keys held by
     ``key_concurrency=1``; and the drain report's ``job_queue_holds_v1`` on it."""
     name, url = asyncio.run(fresh(backend))
     try:
@@ -333,7 +333,8 @@ def held_stats(backend: str, count: int, samples: int) -> list[Row]:
                 "SELECT count(*) FROM drainpipe.claim_jobs_v1('limited', 3600, %s)", (KEYS // 2,)
             )
             calls = {
-                "v3": "SELECT * FROM drainpipe.job_queue_stats_v3(ARRAY['limited'])",
+                "v3": "SELECT *, EXISTS (SELECT 1 FROM drainpipe.queue_pauses p"
+                " WHERE p.queue = s.queue) FROM drainpipe.job_queue_stats_v2(ARRAY['limited']) s",
                 "v4": "SELECT * FROM drainpipe.job_queue_stats_v4(ARRAY['limited'])",
                 "holds": "SELECT * FROM drainpipe.job_queue_holds_v1(ARRAY['limited'])",
             }

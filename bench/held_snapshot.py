@@ -428,7 +428,7 @@ class Agents(System):
     async def fill(self, conn: psycopg.AsyncConnection[Any], count: int) -> None:
         # stored webhooks of the subscribed source: the trigger fans each out to the inbox
         await conn.execute(
-            "SELECT drainpipe.receive_webhook_v2('bench', %s || g, 'bench.event',"
+            "SELECT drainpipe.receive_webhook_v3('bench', %s || g, 'bench.event',"
             " jsonb_build_object('n', g), '{}', NULL, NULL, 'bench', true)"
             " FROM generate_series(1, %s) g",
             (uuid.uuid4().hex[:8], count),

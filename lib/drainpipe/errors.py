@@ -28,6 +28,8 @@ from __future__ import annotations
 import re
 from typing import Any, Final, Literal
 
+from .codes import EVENT_EXPIRED, REPLAY_BLOCKED
+
 ErrorKind = Literal[
     "validation",
     "invalid_request",
@@ -199,12 +201,20 @@ POLICY_SQLSTATES: Final[dict[str, tuple[ErrorKind, str]]] = {
     "DPQ04": ("validation", "SCHEDULE_TOO_FAR"),
 }
 
-#: The SQLSTATEs of a replay refused by its queue's replay rules (raised by
-#: ``drainpipe.replay_dead_job_v2``, sql/migrations/jobs/*_replay_rules): 409 with the code.
-REPLAY_SQLSTATES: Final[dict[str, tuple[ErrorKind, str]]] = {
-    "DPR01": ("conflict", "EVENT_EXPIRED"),
-    "DPR02": ("conflict", "REPLAY_BLOCKED"),
-}
+
+def check_replay_rules(queue: str, job_id: int, code: str | None) -> None:
+    """Raise the 409 (``conflict``, with the code) of a replay its queue's rules refused."""
+    if code == EVENT_EXPIRED:
+        raise DrainpipeError(
+            "conflict",
+            f'job {job_id} of queue "{queue}" is past its replay_window:'
+            " its event is too old to replay",
+            code=code,
+        )
+    if code == REPLAY_BLOCKED:
+        raise DrainpipeError(
+            "conflict", f'queue "{queue}" does not allow replays (replayable = false)', code=code
+        )
 
 
 def kind_for_sqlstate(sqlstate: str) -> ErrorKind:
@@ -244,7 +254,7 @@ def sql_error(
     ``constraint`` becomes the ``code`` of a conflict (the contract keeps it); ``code`` is
     the client's own code for every other kind (PostgREST's answer carries one, psycopg's
     does not). Missing drainpipe objects → :func:`not_installed`."""
-    policy = POLICY_SQLSTATES.get(sqlstate) or REPLAY_SQLSTATES.get(sqlstate)
+    policy = POLICY_SQLSTATES.get(sqlstate)
     if policy is not None:
         kind, policy_code = policy
         if kind == "validation":

@@ -14,9 +14,6 @@ BEGIN
     IF to_regtype('drainpipe.job_queue_stats_v2') IS NULL THEN
         CREATE TYPE drainpipe.job_queue_stats_v2 AS (queue text, ready bigint, in_flight bigint, delayed bigint, dead bigint, succeeded bigint, cancelled bigint, oldest_age_seconds double precision);
     END IF;
-    IF to_regtype('drainpipe.job_queue_stats_v3') IS NULL THEN
-        CREATE TYPE drainpipe.job_queue_stats_v3 AS (queue text, ready bigint, in_flight bigint, delayed bigint, dead bigint, succeeded bigint, cancelled bigint, oldest_age_seconds double precision, paused boolean);
-    END IF;
     IF to_regtype('drainpipe.job_queue_stats_v4') IS NULL THEN
         CREATE TYPE drainpipe.job_queue_stats_v4 AS (queue text, ready bigint, in_flight bigint, delayed bigint, dead bigint, succeeded bigint, cancelled bigint, oldest_age_seconds double precision, paused boolean, held jsonb);
     END IF;
@@ -389,12 +386,6 @@ BEGIN
     RETURN CASE WHEN v_changed THEN 'ok' ELSE 'refused' END;
 END $function$;
 
-CREATE OR REPLACE FUNCTION drainpipe.audited_replay_job_v1(p_target text, p_actor text, p_queue text, p_id bigint, p_idempotency_key text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
- RETURNS TABLE(outcome text, code text, new_job_id bigint) LANGUAGE sql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-    SELECT r.outcome, r.code, r.new_job_id
-      FROM drainpipe.audited_replay_job_v2(p_target, p_actor, p_queue, p_id, p_idempotency_key,
-                                           NULL, NULL, true, p_now) AS r $function$;
-
 CREATE OR REPLACE FUNCTION drainpipe.audited_replay_job_v2(p_target text, p_actor text, p_queue text, p_id bigint, p_idempotency_key text, p_refusal text DEFAULT NULL::text, p_window double precision DEFAULT NULL::double precision, p_replayable boolean DEFAULT true, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS TABLE(outcome text, code text, new_job_id bigint) LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
 DECLARE
@@ -633,44 +624,28 @@ BEGIN
     PERFORM drainpipe.ensure_flow_indexes(p_queue);
 END $function$;
 
-CREATE OR REPLACE FUNCTION drainpipe.ensure_queue_policy_v1(p_queue text, p_max_payload_bytes integer, p_max_pending integer, p_lease double precision, p_max_lease double precision, p_max_delay double precision, p_max_attempts integer, p_attempt_window double precision, p_retention double precision, p_encrypt boolean)
- RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-BEGIN
-    PERFORM drainpipe.assert_queue_name(p_queue);
-    INSERT INTO drainpipe.queue_policies AS p (queue, max_payload_bytes, max_pending, lease,
-        max_lease, max_delay, max_attempts, attempt_window, retention, encrypt)
-    VALUES (p_queue, p_max_payload_bytes, p_max_pending, p_lease, p_max_lease, p_max_delay,
-            p_max_attempts, p_attempt_window, p_retention, p_encrypt)
-    ON CONFLICT (queue) DO UPDATE SET
-        max_payload_bytes = excluded.max_payload_bytes, max_pending = excluded.max_pending,
-        lease = excluded.lease, max_lease = excluded.max_lease, max_delay = excluded.max_delay,
-        max_attempts = excluded.max_attempts, attempt_window = excluded.attempt_window,
-        retention = excluded.retention, encrypt = excluded.encrypt,
-        updated_at = clock_timestamp();
-    PERFORM drainpipe.attach_queue_policy_v1(p_queue);
-END $function$;
-
-CREATE OR REPLACE FUNCTION drainpipe.ensure_queue_policy_v2(p_queue text, p_max_payload_bytes integer, p_max_pending integer, p_lease double precision, p_max_lease double precision, p_max_delay double precision, p_max_attempts integer, p_attempt_window double precision, p_retention double precision, p_encrypt boolean, p_replay_window double precision DEFAULT NULL::double precision, p_replayable boolean DEFAULT true)
+CREATE OR REPLACE FUNCTION drainpipe.ensure_queue_policy_v3(p_queue text, p_max_payload_bytes integer, p_max_pending integer, p_lease double precision, p_max_lease double precision, p_max_delay double precision, p_max_attempts integer, p_attempt_window double precision, p_retention double precision, p_encrypt boolean, p_replay_window double precision, p_replayable boolean, p_concurrency integer DEFAULT NULL::integer, p_key_concurrency integer DEFAULT NULL::integer, p_rate_count integer DEFAULT NULL::integer, p_rate_per double precision DEFAULT NULL::double precision, p_key_rate_count integer DEFAULT NULL::integer, p_key_rate_per double precision DEFAULT NULL::double precision, p_ordered boolean DEFAULT false)
  RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
 BEGIN
     -- before the policy row: a replay in flight holds this lock shared (see
     -- replay_rules_in_force), so a queue's first policy, which has no row a replay could
     -- have locked yet, is ordered with replays too
     PERFORM pg_advisory_xact_lock(hashtext('drainpipe.queue_policies'), hashtext(p_queue));
-    PERFORM drainpipe.ensure_queue_policy_v1(p_queue, p_max_payload_bytes, p_max_pending,
-        p_lease, p_max_lease, p_max_delay, p_max_attempts, p_attempt_window, p_retention,
-        p_encrypt);
-    UPDATE drainpipe.queue_policies
-       SET replay_window = p_replay_window, replayable = coalesce(p_replayable, true)
-     WHERE queue = p_queue;
-END $function$;
-
-CREATE OR REPLACE FUNCTION drainpipe.ensure_queue_policy_v3(p_queue text, p_max_payload_bytes integer, p_max_pending integer, p_lease double precision, p_max_lease double precision, p_max_delay double precision, p_max_attempts integer, p_attempt_window double precision, p_retention double precision, p_encrypt boolean, p_replay_window double precision, p_replayable boolean, p_concurrency integer DEFAULT NULL::integer, p_key_concurrency integer DEFAULT NULL::integer, p_rate_count integer DEFAULT NULL::integer, p_rate_per double precision DEFAULT NULL::double precision, p_key_rate_count integer DEFAULT NULL::integer, p_key_rate_per double precision DEFAULT NULL::double precision, p_ordered boolean DEFAULT false)
- RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-BEGIN
-    PERFORM drainpipe.ensure_queue_policy_v2(p_queue, p_max_payload_bytes, p_max_pending,
-        p_lease, p_max_lease, p_max_delay, p_max_attempts, p_attempt_window, p_retention,
-        p_encrypt, p_replay_window, p_replayable);
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    INSERT INTO drainpipe.queue_policies AS p (queue, max_payload_bytes, max_pending, lease,
+        max_lease, max_delay, max_attempts, attempt_window, retention, encrypt, replay_window,
+        replayable)
+    VALUES (p_queue, p_max_payload_bytes, p_max_pending, p_lease, p_max_lease, p_max_delay,
+            p_max_attempts, p_attempt_window, p_retention, p_encrypt, p_replay_window,
+            coalesce(p_replayable, true))
+    ON CONFLICT (queue) DO UPDATE SET
+        max_payload_bytes = excluded.max_payload_bytes, max_pending = excluded.max_pending,
+        lease = excluded.lease, max_lease = excluded.max_lease, max_delay = excluded.max_delay,
+        max_attempts = excluded.max_attempts, attempt_window = excluded.attempt_window,
+        retention = excluded.retention, encrypt = excluded.encrypt,
+        replay_window = excluded.replay_window, replayable = excluded.replayable,
+        updated_at = clock_timestamp();
+    PERFORM drainpipe.attach_queue_policy_v1(p_queue);
     PERFORM drainpipe.ensure_queue_flow_v1(p_queue, p_concurrency, p_key_concurrency,
         p_rate_count, p_rate_per, p_key_rate_count, p_key_rate_per, p_ordered);
 END $function$;
@@ -678,10 +653,6 @@ END $function$;
 CREATE OR REPLACE FUNCTION drainpipe.extend_job_lease_v1(p_queue text, p_id bigint, p_attempt integer, p_lease double precision, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS boolean LANGUAGE sql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
     SELECT EXISTS (SELECT 1 FROM drainpipe.extend_job_leases_v1(p_queue, ARRAY[p_id], ARRAY[p_attempt], p_lease, p_now)) $function$;
-
-CREATE OR REPLACE FUNCTION drainpipe.fail_job_v1(p_queue text, p_id bigint, p_attempt integer, p_error text, p_retry_in double precision DEFAULT NULL::double precision, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
- RETURNS text LANGUAGE sql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
- SELECT drainpipe.fail_job_v2(p_queue, p_id, p_attempt, p_error, p_retry_in, 'HANDLER_ERROR', false, p_now) $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.flow_budget_advance(p_queue text)
  RETURNS bigint LANGUAGE plpgsql AS $function$
@@ -1033,13 +1004,6 @@ BEGIN
     END LOOP;
 END $function$;
 
-CREATE OR REPLACE FUNCTION drainpipe.job_queue_stats_v3(p_queues text[])
- RETURNS SETOF drainpipe.job_queue_stats_v3 LANGUAGE sql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-    SELECT s.queue, s.ready, s.in_flight, s.delayed, s.dead, s.succeeded, s.cancelled,
-           s.oldest_age_seconds,
-           EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = s.queue)
-      FROM drainpipe.job_queue_stats_v2(p_queues) s $function$;
-
 CREATE OR REPLACE FUNCTION drainpipe.job_queue_stats_v4(p_queues text[])
  RETURNS SETOF drainpipe.job_queue_stats_v4 LANGUAGE sql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
     SELECT s.queue, s.ready, s.in_flight, s.delayed, s.dead, s.succeeded, s.cancelled,
@@ -1056,7 +1020,8 @@ CREATE OR REPLACE FUNCTION drainpipe.job_queue_stats_v4(p_queues text[])
                              WHERE f.queue = s.queue
                              GROUP BY x.held_by) h), '{}'::jsonb)
            END
-      FROM drainpipe.job_queue_stats_v3(p_queues) s $function$;
+      FROM (SELECT c.*, EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = c.queue) AS paused
+              FROM drainpipe.job_queue_stats_v2(p_queues) c) s $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.job_result_v1(p_queue text, p_id bigint)
  RETURNS TABLE(kept boolean, result jsonb) LANGUAGE sql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
@@ -1345,24 +1310,6 @@ CREATE OR REPLACE FUNCTION drainpipe.refused_turn_rows(p_ids bigint[], p_attempt
       FROM unnest(p_ids, p_attempts) AS f(id, attempt)
      WHERE f.id <> ALL (coalesce(p_done, '{}'::bigint[])) $function$;
 
-CREATE OR REPLACE FUNCTION drainpipe.replay_dead_job_v2(p_queue text, p_id bigint, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
- RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-DECLARE
-    v_new bigint;
-    v_code text;
-BEGIN
-    SELECT r.new_job_id, r.code INTO v_new, v_code
-      FROM drainpipe.replay_dead_job_v3(p_queue, p_id, NULL, true, p_now) AS r;
-    IF v_code = 'EVENT_EXPIRED' THEN
-        RAISE EXCEPTION 'job % of queue "%" is past its replay_window: its event is too old to replay',
-            p_id, p_queue USING ERRCODE = 'DPR01';
-    ELSIF v_code = 'REPLAY_BLOCKED' THEN
-        RAISE EXCEPTION 'queue "%" does not allow replays (replayable = false)', p_queue
-            USING ERRCODE = 'DPR02';
-    END IF;
-    RETURN v_new;
-END $function$;
-
 CREATE OR REPLACE FUNCTION drainpipe.replay_refusal(p_replay_window double precision, p_replayable boolean, p_origin timestamp with time zone, p_now timestamp with time zone)
  RETURNS text LANGUAGE sql IMMUTABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
     SELECT CASE
@@ -1396,11 +1343,6 @@ BEGIN
     GET DIAGNOSTICS v_removed = ROW_COUNT;
     RETURN v_removed > 0;
 END $function$;
-
-CREATE OR REPLACE FUNCTION drainpipe.retry_dead_jobs_v1(p_queue text, p_ids bigint[] DEFAULT NULL::bigint[], p_batch integer DEFAULT 1000)
- RETURNS integer LANGUAGE sql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-    SELECT count(*)::integer FROM drainpipe.retry_dead_jobs_v2(p_queue, p_ids, p_batch) AS r
-     WHERE r.new_job_id IS NOT NULL AND r.code IS NULL $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.retry_dead_jobs_v2(p_queue text, p_ids bigint[] DEFAULT NULL::bigint[], p_batch integer DEFAULT 1000, p_window double precision DEFAULT NULL::double precision, p_replayable boolean DEFAULT true, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS TABLE(job_id bigint, new_job_id bigint, code text) LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$

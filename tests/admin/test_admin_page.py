@@ -320,7 +320,7 @@ def test_a_refused_replay_shows_its_code(page: Page) -> None:
     with psycopg.connect(page.db_url, autocommit=True) as conn:
         # stored by any writer (ensure_policies of another service): replays are refused
         conn.execute(
-            "SELECT drainpipe.ensure_queue_policy_v2('emails', 65536, 10000, 30, 60, 604800,"
+            "SELECT drainpipe.ensure_queue_policy_v3('emails', 65536, 10000, 30, 60, 604800,"
             " 5, NULL, 2592000, false, NULL, false)"
         )
     page.open(ADMIN)

@@ -143,7 +143,7 @@ async def test_a_replay_route_racing_a_policy_change_obeys_the_change(
         await operator.set_autocommit(False)
         # another deploy stores replayable=False for emails; not committed yet
         await operator.execute(
-            "SELECT drainpipe.ensure_queue_policy_v2('emails', 65536, 10000, 30, 60, 604800,"
+            "SELECT drainpipe.ensure_queue_policy_v3('emails', 65536, 10000, 30, 60, 604800,"
             " 5, NULL, 2592000, false, NULL, false)"
         )
         replay = asyncio.create_task(

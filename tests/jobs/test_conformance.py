@@ -74,7 +74,7 @@ async def test_postgrest_backend_conforms_with_every_check(jobs_db_url: str) -> 
     assert {"enqueue_v1", "claim_v1", "complete_v1", "fail_v1", "extend_v1"} <= called
     assert called <= {
         "enqueue_v1", "claim_v1", "complete_v1", "fail_v1", "extend_v1",
-        "get_job_v1", "list_jobs_v2", "cancel_v1", "replay_v2",
+        "get_job_v1", "list_jobs_v2", "cancel_v1", "replay_v3",
     }  # fmt: skip
 
 

@@ -1,7 +1,7 @@
 """Replay rules over PostgREST (emulated by respx on real Postgres, both storages): the rules
 stored over HTTPS refuse a replay with the codes of a direct connection, through
-``replay_v3``/``retry_dead_v2`` and through the previous release's ``replay_v2`` (an error
-answer, DPR01/DPR02); declared rules travel with each call; ``replay_check`` runs too."""
+``replay_v3``/``retry_dead_v2``, also under the backend's rule-less ``replay``; declared
+rules travel with each call; ``replay_check`` runs too."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ async def test_stored_rules_refuse_replays_over_https(
         codes.append((caught.value.kind, caught.value.code, caught.value.status))
     assert codes == [("conflict", "REPLAY_BLOCKED", 409), ("conflict", "EVENT_EXPIRED", 409)]
     assert server.calls()[-1][0] == "replay_v3"
-    # the previous release's replay_v2: an error answer, read as the same refusal
+    # the backend's own replay (no declared rules): the stored ones refuse it alike
     for queue, job_id, code in (
         ("pushes", push, "REPLAY_BLOCKED"),
         ("hooks", old, "EVENT_EXPIRED"),

@@ -102,15 +102,21 @@ async def test_a_queue_that_is_not_replayable_refuses_every_replay(
     with pytest.raises(DrainpipeError) as stored:
         await other.replay("pushes", job_id)
     assert refusal(stored) == ("conflict", "REPLAY_BLOCKED", 409)
-    # plain SQL through the previous release's function: the same refusal, as a SQLSTATE
+    # plain SQL: the same refusal, as a code
     async with await connect(jobs_db_url) as conn:
-        with pytest.raises(psycopg.Error) as raw:
-            await conn.execute("SELECT drainpipe.replay_dead_job_v2('pushes', %s)", (job_id,))
-        assert raw.value.sqlstate == "DPR02"
         row = await (
-            await conn.execute("SELECT drainpipe.retry_dead_jobs_v1('pushes', NULL, 10)")
+            await conn.execute(
+                "SELECT new_job_id, code FROM drainpipe.replay_dead_job_v3('pushes', %s)",
+                (job_id,),
+            )
         ).fetchone()
-        assert row == (0,)  # skipped, not an error for the whole batch
+        assert row == (None, "REPLAY_BLOCKED")
+        rows = await (
+            await conn.execute(
+                "SELECT job_id, new_job_id, code FROM drainpipe.retry_dead_jobs_v2('pushes')"
+            )
+        ).fetchall()
+        assert rows == [(job_id, None, "REPLAY_BLOCKED")]  # one refusal, not an error
     record = await other.get("pushes", job_id)
     assert record is not None and (record.state, record.replayed_by) == ("dead", None)
     report = await other.retry_dead("pushes")
@@ -281,7 +287,7 @@ async def waiting_on_a_lock(url: str, application_name: str) -> None:
 
 
 POLICY_ROW = (
-    "SELECT drainpipe.ensure_queue_policy_v2('hooks', 65536, 10000, 30, 60, 604800, 5, NULL,"
+    "SELECT drainpipe.ensure_queue_policy_v3('hooks', 65536, 10000, 30, 60, 604800, 5, NULL,"
     " 2592000, false, NULL, %s)"
 )
 

@@ -28,28 +28,38 @@ OPTIONS = [(storage, scheduler) for storage in STORAGES for scheduler in SCHEDUL
 PRUNED_FUNCTIONS = frozenset(
     {
         "drainpipe.agent_raw_v1",  # agent_raw_v2
+        "drainpipe.audited_replay_job_v1",  # audited_replay_job_v2
+        "drainpipe.ensure_queue_policy_v1",  # ensure_queue_policy_v3 (their bodies inline)
+        "drainpipe.ensure_queue_policy_v2",
         "drainpipe.extend_webhook_v1",  # extend_webhooks_v1
+        "drainpipe.fail_job_v1",  # fail_job_v2 (code HANDLER_ERROR, not discarded)
         "drainpipe.flow_gate",  # the claims take flow_budget_* and flow_room
         "drainpipe.flow_leased_hint",
         "drainpipe.keep_flow_leased",
-        "drainpipe.job_queue_stats_v1",  # job_queue_stats_v4 (built on v3 and v2)
+        "drainpipe.job_queue_stats_v1",  # job_queue_stats_v4 (built on v2)
+        "drainpipe.job_queue_stats_v3",
         "drainpipe.list_jobs_v1",  # list_jobs_v2
         "drainpipe.uncounted_list_jobs_1",  # list_jobs_v1's storage half
         "drainpipe.list_management_audit_v1",  # list_management_audit_v2
         "drainpipe.pgmq_enqueued_indexes",  # pgmq: list_jobs_v2 walks stamps
         "drainpipe.pgmq_records_newest_sql",
-        "drainpipe.receive_webhook_v1",  # receive_webhook_v3 (v2 stays: the benchmarks)
-        "drainpipe.replay_dead_job_v1",  # replay_dead_job_v2 and v3
+        "drainpipe.receive_webhook_v1",  # receive_webhook_v3
+        "drainpipe.receive_webhook_v2",
+        "drainpipe.replay_dead_job_v1",  # replay_dead_job_v3 (the client raises its refusals)
+        "drainpipe.replay_dead_job_v2",
+        "drainpipe.retry_dead_jobs_v1",  # retry_dead_jobs_v2 (the client counts its rows)
         "drainpipe_api.ensure_policy_v1",  # ensure_policy_v3
         "drainpipe_api.ensure_policy_v2",
         "drainpipe_api.list_jobs_v1",  # list_jobs_v2
-        "drainpipe_api.replay_v1",  # replay_v2 and v3
+        "drainpipe_api.replay_v1",  # replay_v3
+        "drainpipe_api.replay_v2",
+        "drainpipe_api.retry_dead_v1",  # retry_dead_v2
         "drainpipe_api.stats_v1",  # stats_v4
         "drainpipe_api.stats_v2",
         "drainpipe_api.stats_v3",
     }
 )
-PRUNED_TYPES = frozenset({"drainpipe.job_queue_stats_v1"})
+PRUNED_TYPES = frozenset({"drainpipe.job_queue_stats_v1", "drainpipe.job_queue_stats_v3"})
 
 AGENT_INBOX = re.compile(r"^(?:type |table |function |trigger )?drainpipe\.(?:\w+\.)?agent_")
 

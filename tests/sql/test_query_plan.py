@@ -292,7 +292,7 @@ def test_plans_cached_while_the_queue_was_empty_hold_as_it_grows(
             ).fetchall()
             assert claimed == []
             conn.execute("SELECT drainpipe.complete_jobs_v1(%s, %s, %s)", (QUEUE, [1], [1]))
-            conn.execute("SELECT drainpipe.fail_job_v1(%s, 1, 1, 'x')", (QUEUE,))
+            conn.execute("SELECT drainpipe.fail_job_v2(%s, 1, 1, 'x')", (QUEUE,))
             conn.execute("SELECT drainpipe.enqueue_job_v1(%s, '{}', 3600, 5, %s)", (QUEUE, f"k{n}"))
             conn.execute("SELECT drainpipe.extend_job_leases_v1(%s, %s, %s, 30)", (QUEUE, [1], [1]))
         with psycopg.connect(url, autocommit=True) as other:
@@ -302,7 +302,7 @@ def test_plans_cached_while_the_queue_was_empty_hold_as_it_grows(
         assert_functions_on_index(conn, table, indexes, rounds=2)
         # the other by-id and by-key statements a worker or an enqueue runs
         for sql, params in (
-            ("SELECT drainpipe.fail_job_v1(%s, 7, 0, 'x')", (QUEUE,)),
+            ("SELECT drainpipe.fail_job_v2(%s, 7, 0, 'x')", (QUEUE,)),
             ("SELECT drainpipe.enqueue_job_v1(%s, '{}', 0, 5, 'key')", (QUEUE,)),
             ("SELECT drainpipe.extend_job_leases_v1(%s, %s, %s, 30)", (QUEUE, [7], [0])),
         ):

@@ -13,6 +13,7 @@ from typing import Any
 from ..context import ENVELOPE_KEY, unwrap_payload
 from ..db import jsonb
 from ..db.statement_shapes import Params, Row, int_array
+from ..errors import check_replay_rules
 from ..models import (
     DeadJob,
     DedupeMode,
@@ -249,7 +250,8 @@ def parse_complete_and_claim(
     return refused, parse_claim(queue, [row for row in rows if not row[7]])
 
 
-FAIL = "SELECT drainpipe.fail_job_v1(%s, %s, %s, %s, %s)"
+# an uncoded failure: the handler raised (code HANDLER_ERROR), retried unless out of attempts
+FAIL = "SELECT drainpipe.fail_job_v2(%s, %s, %s, %s, %s, 'HANDLER_ERROR', false)"
 
 
 def fail_params(job: Job[Any], error: str, retry_in: float | None) -> Params:
@@ -386,7 +388,11 @@ def parse_list_dead(queue: str, rows: list[Row]) -> list[DeadJob]:
     return [parse_dead(queue, row) for row in rows]
 
 
-RETRY_DEAD = "SELECT drainpipe.retry_dead_jobs_v1(%s, %s, %s)"
+# how many went back: the replays that made a child (no rules refused them)
+RETRY_DEAD = (
+    "SELECT count(*)::integer FROM drainpipe.retry_dead_jobs_v2(%s, %s, %s) AS r"
+    " WHERE r.new_job_id IS NOT NULL AND r.code IS NULL"
+)
 
 
 def retry_dead_params(queue: str, ids: Sequence[int] | None, limit: int) -> Params:
@@ -396,17 +402,20 @@ def retry_dead_params(queue: str, ids: Sequence[int] | None, limit: int) -> Para
 parse_retry_dead = _count
 """How many dead letters went back."""
 
-REPLAY = "SELECT drainpipe.replay_dead_job_v2(%s, %s)"
+# under the stored replay rules only (no declared ones: the caller has none)
+REPLAY = "SELECT new_job_id, code FROM drainpipe.replay_dead_job_v3(%s, %s, NULL, true)"
 
 
 def replay_params(queue: str, job_id: int) -> Params:
     return (queue, job_id)
 
 
-def parse_replay(rows: list[Row]) -> int | None:
-    """The child's id, or None unless the id is a dead job of the queue not replayed yet."""
-    value = rows[0][0] if rows else None
-    return None if value is None else int(value)
+def parse_replay(queue: str, job_id: int, rows: list[Row]) -> int | None:
+    """The child's id, or None unless the id is a dead job of the queue not replayed yet;
+    a refusal by the queue's replay rules raises (:func:`check_replay_rules`)."""
+    new_id, code = rows[0] if rows else (None, None)
+    check_replay_rules(queue, job_id, code)
+    return None if new_id is None else int(new_id)
 
 
 PURGE_ARCHIVE = "SELECT drainpipe.purge_job_archive_v1(%s, %s, %s, %s)"

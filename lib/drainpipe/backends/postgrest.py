@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..errors import SCHEMA_NOT_EXPOSED, DrainpipeError, not_installed
+from ..errors import SCHEMA_NOT_EXPOSED, DrainpipeError, check_replay_rules, not_installed
 from ..models import (
     DeadJob,
     DedupeMode,
@@ -339,15 +339,15 @@ class PostgrestBackend(PostgrestSteps, PostgrestPolicies, PostgrestSchedules):
         return rows.dead(self.schema, queue, data)
 
     async def retry_dead(self, queue: str, *, ids: Sequence[int] | None, limit: int) -> int:
-        data = await self.rpc(
-            "retry_dead_v1",
-            {"queue": queue, "ids": None if ids is None else list(ids), "batch": limit},
+        found = await self.retry_dead_ruled(
+            queue, ids=ids, limit=limit, window=None, replayable=True
         )
-        return rows.count(self.schema, "retry_dead_v1", data)
+        return sum(1 for _, new_id, code in found if new_id is not None and code is None)
 
     async def replay(self, queue: str, job_id: int) -> int | None:
-        data = await self.rpc("replay_v2", {"queue": queue, "id": job_id})
-        return None if data is None else rows.job_id(self.schema, "replay_v2", data)
+        new_id, code = await self.replay_ruled(queue, job_id, window=None, replayable=True)
+        check_replay_rules(queue, job_id, code)
+        return new_id
 
     async def replay_ruled(
         self, queue: str, job_id: int, *, window: float | None, replayable: bool

@@ -138,19 +138,6 @@ def parse_cancel(rows: list[Row]) -> CancelResult | None:
     return value
 
 
-REPLAY = "SELECT drainpipe.replay_dead_job_v2(%s, %s)"
-
-
-def replay_params(queue: str, job_id: int) -> Params:
-    return (queue, job_id)
-
-
-def parse_replay(rows: list[Row]) -> int | None:
-    """The child's id, or None unless the job was dead and not replayed yet."""
-    value = rows[0][0] if rows else None
-    return None if value is None else int(value)
-
-
 # replay under the replay rules: the caller's declared (window, replayable) on top of the
 # stored policy's; a row with the new id, or None and why not (docs/policies.md)
 REPLAY_RULED = "SELECT new_job_id, code FROM drainpipe.replay_dead_job_v3(%s, %s, %s, %s)"

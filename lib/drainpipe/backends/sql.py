@@ -254,7 +254,9 @@ class SqlQueueBackend:
         return step_ops.parse_result(await self.db.fetch(step_ops.RESULT, (queue, job_id)))
 
     async def replay(self, queue: str, job_id: int) -> int | None:
-        return ops.parse_replay(await self.db.fetch(ops.REPLAY, ops.replay_params(queue, job_id)))
+        return ops.parse_replay(
+            queue, job_id, await self.db.fetch(ops.REPLAY, ops.replay_params(queue, job_id))
+        )
 
     async def replay_ruled(
         self, queue: str, job_id: int, *, window: float | None, replayable: bool

@@ -28,27 +28,11 @@ def parse_audited_cancel(rows: list[Row]) -> Outcome | None:
     return None if value is None else "ok" if value == "ok" else "refused"
 
 
-AUDITED_REPLAY = (
-    "SELECT outcome, code, new_job_id FROM drainpipe.audited_replay_job_v1(%s, %s, %s, %s, %s, %s)"
-)
-
-
 @dataclass(frozen=True, slots=True)
 class ReplayOutcome:
     outcome: Outcome
     code: str | None
     new_job_id: int | None
-
-
-def audited_replay_params(
-    target: str,
-    actor: str,
-    queue: str,
-    job_id: int,
-    idempotency_key: str | None,
-    now: datetime | None = None,
-) -> Params:
-    return (target, actor, queue, job_id, idempotency_key, now)
 
 
 # v2: the replay rules (the app's declared window/replayable on top of the stored ones) and

@@ -255,7 +255,9 @@ class SyncSqlBackend:
         return step_ops.parse_result(self.db.fetch(step_ops.RESULT, (queue, job_id)))
 
     def replay(self, queue: str, job_id: int) -> int | None:
-        return ops.parse_replay(self.db.fetch(ops.REPLAY, ops.replay_params(queue, job_id)))
+        return ops.parse_replay(
+            queue, job_id, self.db.fetch(ops.REPLAY, ops.replay_params(queue, job_id))
+        )
 
     def replay_ruled(
         self, queue: str, job_id: int, *, window: float | None, replayable: bool
