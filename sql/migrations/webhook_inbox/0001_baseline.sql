@@ -186,39 +186,6 @@ CREATE OR REPLACE FUNCTION drainpipe.purge_webhooks_v1(p_older_than double preci
     )
     SELECT count(*)::integer FROM gone $function$;
 
-CREATE OR REPLACE FUNCTION drainpipe.receive_webhook_v2(p_source text, p_message_id text, p_event_type text, p_payload jsonb, p_headers jsonb DEFAULT '{}'::jsonb, p_tenant text DEFAULT NULL::text, p_max_attempts integer DEFAULT NULL::integer, p_app text DEFAULT NULL::text, p_verified boolean DEFAULT false)
- RETURNS SETOF drainpipe.webhook_receipt_v1 LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-#variable_conflict use_column
-DECLARE
-    v_tenant text := nullif(p_tenant, '');
-    v_id bigint;
-BEGIN
-    IF coalesce(p_source, '') = '' OR coalesce(p_message_id, '') = '' THEN
-        RAISE EXCEPTION 'A webhook needs a source and a message id' USING ERRCODE = '22023';
-    END IF;
-    FOR i IN 1..3 LOOP
-        INSERT INTO drainpipe.webhook_inbox AS w
-               (source, message_id, event_type, payload, headers, tenant, max_attempts, app, verified)
-        VALUES (p_source, p_message_id, p_event_type, coalesce(p_payload, 'null'::jsonb),
-                coalesce(p_headers, '{}'::jsonb), v_tenant, greatest(coalesce(p_max_attempts, 8), 1),
-                nullif(p_app, ''), coalesce(p_verified, false))
-        ON CONFLICT (source, (coalesce(tenant, '')), message_id) DO NOTHING
-        RETURNING w.id INTO v_id;
-        IF v_id IS NOT NULL THEN
-            RETURN QUERY SELECT v_id, false;
-            RETURN;
-        END IF;
-        SELECT w.id INTO v_id FROM drainpipe.webhook_inbox w
-         WHERE w.source = p_source AND coalesce(w.tenant, '') = coalesce(v_tenant, '')
-           AND w.message_id = p_message_id;
-        IF v_id IS NOT NULL THEN
-            RETURN QUERY SELECT v_id, true;
-            RETURN;
-        END IF;
-    END LOOP;
-    RAISE EXCEPTION 'Could not store webhook % of %', p_message_id, p_source USING ERRCODE = '40001';
-END $function$;
-
 CREATE OR REPLACE FUNCTION drainpipe.receive_webhook_v3(p_source text, p_message_id text, p_event_type text, p_payload jsonb, p_headers jsonb DEFAULT '{}'::jsonb, p_tenant text DEFAULT NULL::text, p_max_attempts integer DEFAULT NULL::integer, p_app text DEFAULT NULL::text, p_verified boolean DEFAULT false, p_raw bytea DEFAULT NULL::bytea)
  RETURNS SETOF drainpipe.webhook_receipt_v1 LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
 #variable_conflict use_column

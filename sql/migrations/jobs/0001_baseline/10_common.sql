@@ -14,9 +14,6 @@ BEGIN
     IF to_regtype('drainpipe.job_queue_stats_v2') IS NULL THEN
         CREATE TYPE drainpipe.job_queue_stats_v2 AS (queue text, ready bigint, in_flight bigint, delayed bigint, dead bigint, succeeded bigint, cancelled bigint, oldest_age_seconds double precision);
     END IF;
-    IF to_regtype('drainpipe.job_queue_stats_v3') IS NULL THEN
-        CREATE TYPE drainpipe.job_queue_stats_v3 AS (queue text, ready bigint, in_flight bigint, delayed bigint, dead bigint, succeeded bigint, cancelled bigint, oldest_age_seconds double precision, paused boolean);
-    END IF;
     IF to_regtype('drainpipe.job_queue_stats_v4') IS NULL THEN
         CREATE TYPE drainpipe.job_queue_stats_v4 AS (queue text, ready bigint, in_flight bigint, delayed bigint, dead bigint, succeeded bigint, cancelled bigint, oldest_age_seconds double precision, paused boolean, held jsonb);
     END IF;
@@ -249,13 +246,33 @@ ALTER TABLE drainpipe.queue_priorities ENABLE ROW LEVEL SECURITY;
 
 -- Functions
 CREATE OR REPLACE FUNCTION drainpipe.add_job_totals(p_rows jsonb)
- RETURNS void LANGUAGE sql SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+ RETURNS void LANGUAGE plpgsql SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    c_shards constant integer := 16;
+    c_lock constant integer := hashtext('drainpipe.job_totals');
+    v_start integer := pg_backend_pid() % c_shards;
+    v_shard integer := v_start;
+    v_probe integer := 0;
+BEGIN
+    -- the pid spreads the lanes over the shards (and a held snapshot's row versions with
+    -- them); the probe steps aside from a shard another open transaction writes. Only the
+    -- holder of a shard's lock writes its rows (and a recount, which locks the settlers out
+    -- of the records it counts first).
+    WHILE v_probe < c_shards
+          AND NOT pg_try_advisory_xact_lock(c_lock, v_shard) LOOP
+        v_probe := v_probe + 1;
+        v_shard := (v_start + v_probe) % c_shards;
+    END LOOP;
+    IF v_probe = c_shards THEN  -- every shard is being written: wait for the pid's one
+        PERFORM pg_advisory_xact_lock(c_lock, v_shard);
+    END IF;
     INSERT INTO drainpipe.job_totals AS t (queue, state, shard, n)
-    SELECT r.queue, r.state, (pg_backend_pid() % 8)::smallint, r.n
+    SELECT r.queue, r.state, v_shard::smallint, r.n
       FROM jsonb_to_recordset(p_rows) AS r(queue text, state text, n bigint)
      WHERE r.n <> 0
      ORDER BY r.queue, r.state  -- one lock order for every writer
-    ON CONFLICT (queue, state, shard) DO UPDATE SET n = t.n + excluded.n $function$;
+    ON CONFLICT (queue, state, shard) DO UPDATE SET n = t.n + excluded.n;
+END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.assert_event_name(p_event text, p_key text)
  RETURNS void LANGUAGE plpgsql IMMUTABLE AS $function$
@@ -368,12 +385,6 @@ BEGIN
                  WHEN p_pause THEN 'QUEUE_ALREADY_PAUSED' ELSE 'QUEUE_NOT_PAUSED' END);
     RETURN CASE WHEN v_changed THEN 'ok' ELSE 'refused' END;
 END $function$;
-
-CREATE OR REPLACE FUNCTION drainpipe.audited_replay_job_v1(p_target text, p_actor text, p_queue text, p_id bigint, p_idempotency_key text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
- RETURNS TABLE(outcome text, code text, new_job_id bigint) LANGUAGE sql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-    SELECT r.outcome, r.code, r.new_job_id
-      FROM drainpipe.audited_replay_job_v2(p_target, p_actor, p_queue, p_id, p_idempotency_key,
-                                           NULL, NULL, true, p_now) AS r $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.audited_replay_job_v2(p_target text, p_actor text, p_queue text, p_id bigint, p_idempotency_key text, p_refusal text DEFAULT NULL::text, p_window double precision DEFAULT NULL::double precision, p_replayable boolean DEFAULT true, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS TABLE(outcome text, code text, new_job_id bigint) LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
@@ -613,44 +624,28 @@ BEGIN
     PERFORM drainpipe.ensure_flow_indexes(p_queue);
 END $function$;
 
-CREATE OR REPLACE FUNCTION drainpipe.ensure_queue_policy_v1(p_queue text, p_max_payload_bytes integer, p_max_pending integer, p_lease double precision, p_max_lease double precision, p_max_delay double precision, p_max_attempts integer, p_attempt_window double precision, p_retention double precision, p_encrypt boolean)
- RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-BEGIN
-    PERFORM drainpipe.assert_queue_name(p_queue);
-    INSERT INTO drainpipe.queue_policies AS p (queue, max_payload_bytes, max_pending, lease,
-        max_lease, max_delay, max_attempts, attempt_window, retention, encrypt)
-    VALUES (p_queue, p_max_payload_bytes, p_max_pending, p_lease, p_max_lease, p_max_delay,
-            p_max_attempts, p_attempt_window, p_retention, p_encrypt)
-    ON CONFLICT (queue) DO UPDATE SET
-        max_payload_bytes = excluded.max_payload_bytes, max_pending = excluded.max_pending,
-        lease = excluded.lease, max_lease = excluded.max_lease, max_delay = excluded.max_delay,
-        max_attempts = excluded.max_attempts, attempt_window = excluded.attempt_window,
-        retention = excluded.retention, encrypt = excluded.encrypt,
-        updated_at = clock_timestamp();
-    PERFORM drainpipe.attach_queue_policy_v1(p_queue);
-END $function$;
-
-CREATE OR REPLACE FUNCTION drainpipe.ensure_queue_policy_v2(p_queue text, p_max_payload_bytes integer, p_max_pending integer, p_lease double precision, p_max_lease double precision, p_max_delay double precision, p_max_attempts integer, p_attempt_window double precision, p_retention double precision, p_encrypt boolean, p_replay_window double precision DEFAULT NULL::double precision, p_replayable boolean DEFAULT true)
+CREATE OR REPLACE FUNCTION drainpipe.ensure_queue_policy_v3(p_queue text, p_max_payload_bytes integer, p_max_pending integer, p_lease double precision, p_max_lease double precision, p_max_delay double precision, p_max_attempts integer, p_attempt_window double precision, p_retention double precision, p_encrypt boolean, p_replay_window double precision, p_replayable boolean, p_concurrency integer DEFAULT NULL::integer, p_key_concurrency integer DEFAULT NULL::integer, p_rate_count integer DEFAULT NULL::integer, p_rate_per double precision DEFAULT NULL::double precision, p_key_rate_count integer DEFAULT NULL::integer, p_key_rate_per double precision DEFAULT NULL::double precision, p_ordered boolean DEFAULT false)
  RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
 BEGIN
     -- before the policy row: a replay in flight holds this lock shared (see
     -- replay_rules_in_force), so a queue's first policy, which has no row a replay could
     -- have locked yet, is ordered with replays too
     PERFORM pg_advisory_xact_lock(hashtext('drainpipe.queue_policies'), hashtext(p_queue));
-    PERFORM drainpipe.ensure_queue_policy_v1(p_queue, p_max_payload_bytes, p_max_pending,
-        p_lease, p_max_lease, p_max_delay, p_max_attempts, p_attempt_window, p_retention,
-        p_encrypt);
-    UPDATE drainpipe.queue_policies
-       SET replay_window = p_replay_window, replayable = coalesce(p_replayable, true)
-     WHERE queue = p_queue;
-END $function$;
-
-CREATE OR REPLACE FUNCTION drainpipe.ensure_queue_policy_v3(p_queue text, p_max_payload_bytes integer, p_max_pending integer, p_lease double precision, p_max_lease double precision, p_max_delay double precision, p_max_attempts integer, p_attempt_window double precision, p_retention double precision, p_encrypt boolean, p_replay_window double precision, p_replayable boolean, p_concurrency integer DEFAULT NULL::integer, p_key_concurrency integer DEFAULT NULL::integer, p_rate_count integer DEFAULT NULL::integer, p_rate_per double precision DEFAULT NULL::double precision, p_key_rate_count integer DEFAULT NULL::integer, p_key_rate_per double precision DEFAULT NULL::double precision, p_ordered boolean DEFAULT false)
- RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-BEGIN
-    PERFORM drainpipe.ensure_queue_policy_v2(p_queue, p_max_payload_bytes, p_max_pending,
-        p_lease, p_max_lease, p_max_delay, p_max_attempts, p_attempt_window, p_retention,
-        p_encrypt, p_replay_window, p_replayable);
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    INSERT INTO drainpipe.queue_policies AS p (queue, max_payload_bytes, max_pending, lease,
+        max_lease, max_delay, max_attempts, attempt_window, retention, encrypt, replay_window,
+        replayable)
+    VALUES (p_queue, p_max_payload_bytes, p_max_pending, p_lease, p_max_lease, p_max_delay,
+            p_max_attempts, p_attempt_window, p_retention, p_encrypt, p_replay_window,
+            coalesce(p_replayable, true))
+    ON CONFLICT (queue) DO UPDATE SET
+        max_payload_bytes = excluded.max_payload_bytes, max_pending = excluded.max_pending,
+        lease = excluded.lease, max_lease = excluded.max_lease, max_delay = excluded.max_delay,
+        max_attempts = excluded.max_attempts, attempt_window = excluded.attempt_window,
+        retention = excluded.retention, encrypt = excluded.encrypt,
+        replay_window = excluded.replay_window, replayable = excluded.replayable,
+        updated_at = clock_timestamp();
+    PERFORM drainpipe.attach_queue_policy_v1(p_queue);
     PERFORM drainpipe.ensure_queue_flow_v1(p_queue, p_concurrency, p_key_concurrency,
         p_rate_count, p_rate_per, p_key_rate_count, p_key_rate_per, p_ordered);
 END $function$;
@@ -658,10 +653,6 @@ END $function$;
 CREATE OR REPLACE FUNCTION drainpipe.extend_job_lease_v1(p_queue text, p_id bigint, p_attempt integer, p_lease double precision, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS boolean LANGUAGE sql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
     SELECT EXISTS (SELECT 1 FROM drainpipe.extend_job_leases_v1(p_queue, ARRAY[p_id], ARRAY[p_attempt], p_lease, p_now)) $function$;
-
-CREATE OR REPLACE FUNCTION drainpipe.fail_job_v1(p_queue text, p_id bigint, p_attempt integer, p_error text, p_retry_in double precision DEFAULT NULL::double precision, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
- RETURNS text LANGUAGE sql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
- SELECT drainpipe.fail_job_v2(p_queue, p_id, p_attempt, p_error, p_retry_in, 'HANDLER_ERROR', false, p_now) $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.flow_budget_advance(p_queue text)
  RETURNS bigint LANGUAGE plpgsql AS $function$
@@ -683,6 +674,18 @@ CREATE OR REPLACE FUNCTION drainpipe.flow_budget_applies(p_flow drainpipe.queue_
 CREATE OR REPLACE FUNCTION drainpipe.flow_budget_chunk(p_concurrency integer)
  RETURNS bigint LANGUAGE sql IMMUTABLE AS $function$
     SELECT least(1000, greatest(200, p_concurrency / 64))::bigint $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.flow_budget_held(p_queue text)
+ RETURNS boolean LANGUAGE sql STABLE AS $function$
+    -- does this transaction hold the queue's flow lock shared? (flow_budget_take marks it;
+    -- flow_budget_spend does not, so a connection with a chunk asks the lock table: a claim
+    -- holding it must not wait for the exclusive lock beside another that does the same)
+    SELECT coalesce(current_setting('drainpipe.flow_budget_locked.' || p_queue, true) = 'on', false)
+        OR (coalesce(current_setting('drainpipe.flow_budget.' || p_queue, true) <> '', false) AND EXISTS (
+            SELECT 1 FROM pg_catalog.pg_locks l
+             WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid() AND l.mode = 'ShareLock'
+               AND l.classid = (hashtext('drainpipe.flow')::bigint & 4294967295)::oid
+               AND l.objid = (hashtext(p_queue)::bigint & 4294967295)::oid AND l.objsubid = 2)) $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.flow_budget_pending(p_queue text)
  RETURNS bigint LANGUAGE sql AS $function$
@@ -722,44 +725,30 @@ CREATE OR REPLACE FUNCTION drainpipe.flow_budget_sequence(p_queue text)
     SELECT to_regclass('drainpipe.' || quote_ident('flow_budget__' || p_queue)) $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.flow_budget_spend(p_queue text, p_batch integer)
- RETURNS integer LANGUAGE plpgsql AS $function$
-DECLARE
-    v_name text := 'drainpipe.flow_budget.' || p_queue;
-    v_kept text := current_setting(v_name, true);
-    v_left bigint;
-    v_seen bigint;
-    v_sequence oid;
-    v_set text;
-    v_flow drainpipe.queue_flow;
-BEGIN
-    IF v_kept IS NULL OR split_part(v_kept, ':', 3) = '' OR p_batch > 100 THEN
-        RETURN NULL;
-    END IF;
-    v_left := split_part(v_kept, ':', 2)::bigint;
-    IF v_left < p_batch THEN
-        RETURN NULL;
-    END IF;
-    v_seen := split_part(v_kept, ':', 3)::bigint;
-    v_sequence := split_part(v_kept, ':', 4)::oid;
-    -- before the lock: a change since the session checked sends it to the row, free to
-    -- count under the exclusive lock
-    IF pg_sequence_last_value(v_sequence) IS DISTINCT FROM v_seen THEN
-        RETURN NULL;
-    END IF;
-    IF NOT pg_try_advisory_xact_lock_shared(hashtext('drainpipe.flow'), hashtext(p_queue)) THEN
-        PERFORM pg_advisory_xact_lock_shared(hashtext('drainpipe.flow'), hashtext(p_queue));
-    END IF;
-    v_set := set_config('drainpipe.flow_budget_locked.' || p_queue, 'on', true);
-    -- under the lock: no exact count runs, and none ran since the session checked
-    IF pg_sequence_last_value(v_sequence) IS NOT DISTINCT FROM v_seen THEN
-        v_set := set_config(v_name, split_part(v_kept, ':', 1) || ':' || (v_left - p_batch) || ':'
-                                    || v_seen || ':' || v_sequence, false);
-        RETURN p_batch;
-    END IF;
-    -- a count ran while this claim waited for the lock: the row decides, under it
-    SELECT * INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = p_queue;
-    RETURN drainpipe.flow_budget_take(v_flow, p_batch);
-END $function$;
+ RETURNS integer LANGUAGE sql AS $function$
+    -- The connection's chunk ('epoch:left:seen:sequence', see flow_budget_take) spent by one
+    -- expression, which the planner inlines into the claim's: p_batch, or NULL (the claim
+    -- asks flow_budget_take) unless a batch of at most 100 fits in it and the queue's
+    -- sequence still reads what the connection saw, before the shared lock (a change sends
+    -- the claim to the row, free to count under the exclusive lock) and under it (no count
+    -- runs until the claim commits). Keep it one SELECT of one expression: a FROM, a
+    -- subquery, SECURITY DEFINER or a SET clause would make it a call again.
+    SELECT CASE WHEN p_batch <= 100
+                 AND split_part(current_setting('drainpipe.flow_budget.' || p_queue, true), ':', 3) <> ''
+           THEN CASE WHEN split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 2)::bigint >= p_batch
+                      AND pg_sequence_last_value(split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 4)::oid)
+                          = split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 3)::bigint
+                      AND pg_try_advisory_xact_lock_shared(hashtext('drainpipe.flow'), hashtext(p_queue))
+                      AND pg_sequence_last_value(split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 4)::oid)
+                          = split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 3)::bigint
+                      AND set_config('drainpipe.flow_budget.' || p_queue,
+                              split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 1) || ':'
+                              || (split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 2)::bigint - p_batch)
+                              || ':' || split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 3)
+                              || ':' || split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 4),
+                              false) <> ''
+                THEN p_batch END
+           END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.flow_budget_take(p_flow drainpipe.queue_flow, p_batch integer)
  RETURNS integer LANGUAGE plpgsql AS $function$
@@ -777,7 +766,7 @@ DECLARE
     v_seen text;
 BEGIN
     IF NOT drainpipe.flow_budget_applies(p_flow) OR p_batch > 100 THEN
-        IF v_locked THEN
+        IF v_locked OR drainpipe.flow_budget_held(p_flow.queue) THEN
             -- other limits since the shared lock was taken: take nothing this time
             v_kept := set_config('drainpipe.flow_budget_pending.' || p_flow.queue, '-1', true);
             RETURN -1;
@@ -801,7 +790,10 @@ BEGIN
           INTO v_locked
           FROM drainpipe.flow_budget b WHERE b.queue = p_flow.queue;
         IF v_locked IS NULL THEN
-            RETURN NULL;  -- no budget: the caller counts under the exclusive lock
+            IF NOT drainpipe.flow_budget_held(p_flow.queue) THEN
+                RETURN NULL;  -- no budget: the caller counts under the exclusive lock
+            END IF;
+            -- a claim of this transaction spent a chunk under the shared lock: on from here
         ELSIF NOT v_locked THEN
             -- a count holds the exclusive lock (or waits for it): after it
             PERFORM pg_advisory_xact_lock_shared(hashtext('drainpipe.flow'), hashtext(p_flow.queue));
@@ -1012,13 +1004,6 @@ BEGIN
     END LOOP;
 END $function$;
 
-CREATE OR REPLACE FUNCTION drainpipe.job_queue_stats_v3(p_queues text[])
- RETURNS SETOF drainpipe.job_queue_stats_v3 LANGUAGE sql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-    SELECT s.queue, s.ready, s.in_flight, s.delayed, s.dead, s.succeeded, s.cancelled,
-           s.oldest_age_seconds,
-           EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = s.queue)
-      FROM drainpipe.job_queue_stats_v2(p_queues) s $function$;
-
 CREATE OR REPLACE FUNCTION drainpipe.job_queue_stats_v4(p_queues text[])
  RETURNS SETOF drainpipe.job_queue_stats_v4 LANGUAGE sql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
     SELECT s.queue, s.ready, s.in_flight, s.delayed, s.dead, s.succeeded, s.cancelled,
@@ -1035,7 +1020,8 @@ CREATE OR REPLACE FUNCTION drainpipe.job_queue_stats_v4(p_queues text[])
                              WHERE f.queue = s.queue
                              GROUP BY x.held_by) h), '{}'::jsonb)
            END
-      FROM drainpipe.job_queue_stats_v3(p_queues) s $function$;
+      FROM (SELECT c.*, EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = c.queue) AS paused
+              FROM drainpipe.job_queue_stats_v2(p_queues) c) s $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.job_result_v1(p_queue text, p_id bigint)
  RETURNS TABLE(kept boolean, result jsonb) LANGUAGE sql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
@@ -1324,24 +1310,6 @@ CREATE OR REPLACE FUNCTION drainpipe.refused_turn_rows(p_ids bigint[], p_attempt
       FROM unnest(p_ids, p_attempts) AS f(id, attempt)
      WHERE f.id <> ALL (coalesce(p_done, '{}'::bigint[])) $function$;
 
-CREATE OR REPLACE FUNCTION drainpipe.replay_dead_job_v2(p_queue text, p_id bigint, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
- RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-DECLARE
-    v_new bigint;
-    v_code text;
-BEGIN
-    SELECT r.new_job_id, r.code INTO v_new, v_code
-      FROM drainpipe.replay_dead_job_v3(p_queue, p_id, NULL, true, p_now) AS r;
-    IF v_code = 'EVENT_EXPIRED' THEN
-        RAISE EXCEPTION 'job % of queue "%" is past its replay_window: its event is too old to replay',
-            p_id, p_queue USING ERRCODE = 'DPR01';
-    ELSIF v_code = 'REPLAY_BLOCKED' THEN
-        RAISE EXCEPTION 'queue "%" does not allow replays (replayable = false)', p_queue
-            USING ERRCODE = 'DPR02';
-    END IF;
-    RETURN v_new;
-END $function$;
-
 CREATE OR REPLACE FUNCTION drainpipe.replay_refusal(p_replay_window double precision, p_replayable boolean, p_origin timestamp with time zone, p_now timestamp with time zone)
  RETURNS text LANGUAGE sql IMMUTABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
     SELECT CASE
@@ -1375,11 +1343,6 @@ BEGIN
     GET DIAGNOSTICS v_removed = ROW_COUNT;
     RETURN v_removed > 0;
 END $function$;
-
-CREATE OR REPLACE FUNCTION drainpipe.retry_dead_jobs_v1(p_queue text, p_ids bigint[] DEFAULT NULL::bigint[], p_batch integer DEFAULT 1000)
- RETURNS integer LANGUAGE sql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-    SELECT count(*)::integer FROM drainpipe.retry_dead_jobs_v2(p_queue, p_ids, p_batch) AS r
-     WHERE r.new_job_id IS NOT NULL AND r.code IS NULL $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.retry_dead_jobs_v2(p_queue text, p_ids bigint[] DEFAULT NULL::bigint[], p_batch integer DEFAULT 1000, p_window double precision DEFAULT NULL::double precision, p_replayable boolean DEFAULT true, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS TABLE(job_id bigint, new_job_id bigint, code text) LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$

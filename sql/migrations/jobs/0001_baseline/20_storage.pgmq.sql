@@ -1919,41 +1919,6 @@ BEGIN
     RETURN NEW;
 END $function$;
 
-CREATE OR REPLACE FUNCTION drainpipe.pgmq_records(p_queue text, p_state text, p_tenant text, p_limit integer, p_before_id bigint, p_before_queue text, p_id bigint, p_now timestamp with time zone, p_history boolean)
- RETURNS SETOF drainpipe.job_record_v1 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-DECLARE
-    v_parts text;
-BEGIN
-    SELECT string_agg(drainpipe.pgmq_records_sql(m.queue_name), ' UNION ALL ')
-      INTO v_parts
-      FROM pgmq.meta m
-     WHERE m.queue_name ~ '^[a-z_][a-z0-9_]{0,46}$'
-       AND (p_queue IS NULL OR m.queue_name = p_queue)
-       AND to_regclass('pgmq.a_' || m.queue_name) IS NOT NULL;
-    IF v_parts IS NULL THEN
-        RETURN;
-    END IF;
-    RETURN QUERY EXECUTE format($sql$
-        SELECT r.id, r.queue, r.read_state, r.attempts, r.max_attempts, NULL::timestamptz, r.tenant,
-               r.dedupe_key, r.enqueued_at,
-               CASE WHEN r.read_state IN ('queued', 'retry_wait') THEN r.lease_end END,
-               r.started_at,
-               CASE WHEN r.read_state = 'dead' AND r.finished_at IS NULL THEN r.lease_end ELSE r.finished_at END,
-               CASE WHEN r.read_state = r.stored_state THEN r.last_code
-                    WHEN r.read_state = 'dead' THEN 'MAX_ATTEMPTS' ELSE 'LEASE_EXPIRED' END,
-               r.parent_id, r.replayed_by,
-               CASE WHEN $8 THEN drainpipe.job_history_v1(r.queue, r.id, r.attempts, r.stored_state,
-                   r.started_at, r.finished_at, r.lease_end, r.last_code, $5) END
-          FROM (SELECT u.*, drainpipe.job_state_at(u.stored_state, u.lease_end, u.attempts,
-                                                   u.max_attempts, $5) AS read_state
-                  FROM (%s) u) r
-         ORDER BY r.id DESC, r.queue DESC
-         LIMIT $6
-    $sql$, v_parts)
-      USING p_state, p_tenant, p_before_id, coalesce(p_before_queue, ''), p_now,
-            greatest(coalesce(p_limit, 100), 1), p_id, p_history;
-END $function$;
-
 CREATE OR REPLACE FUNCTION drainpipe.pgmq_records_ids_sql(p_queue text, p_from bigint, p_to bigint, p_ids bigint[] DEFAULT NULL::bigint[])
  RETURNS text LANGUAGE sql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
     SELECT format($sql$
@@ -2001,50 +1966,6 @@ CREATE OR REPLACE FUNCTION drainpipe.pgmq_records_ids_sql(p_queue text, p_from b
                  'm.msg_id = ANY (' || quote_literal(p_ids::text) || '::bigint[])'),
        concat_ws(' AND ', 'true', 'a.msg_id >= ' || p_from, 'a.msg_id <= ' || p_to,
                  'a.msg_id = ANY (' || quote_literal(p_ids::text) || '::bigint[])')) $function$;
-
-CREATE OR REPLACE FUNCTION drainpipe.pgmq_records_sql(p_queue text)
- RETURNS text LANGUAGE sql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-    SELECT format($sql$
-        (SELECT * FROM (
-            SELECT m.msg_id AS id, %1$L::text AS queue,
-                   drainpipe.pgmq_live_state(m.read_ct, m.message) AS stored_state,
-                   m.read_ct AS attempts, coalesce((m.message ->> 'max_attempts')::integer, 5) AS max_attempts,
-                   drainpipe.job_tenant(m.message -> 'payload') AS tenant,
-                   m.message ->> 'dedupe_key' AS dedupe_key, m.enqueued_at, m.vt AS lease_end,
-                   %4$s AS started_at, NULL::timestamptz AS finished_at,
-                   m.message ->> 'last_code' AS last_code, (m.message ->> 'parent_id')::bigint AS parent_id,
-                   NULL::bigint AS replayed_by
-              FROM pgmq.%2$I m
-             WHERE ($7::bigint IS NULL OR m.msg_id = $7)
-               AND ($3::bigint IS NULL OR m.msg_id < $3 + CASE WHEN %1$L < $4 THEN 1 ELSE 0 END)
-               AND ($2::text IS NULL OR drainpipe.job_tenant(m.message -> 'payload') = $2)
-             ORDER BY m.msg_id DESC) l
-          WHERE $1::text IS NULL
-             OR drainpipe.job_state_at(l.stored_state, l.lease_end, l.attempts, l.max_attempts, $5) = $1
-          LIMIT $6)
-        UNION ALL
-        (SELECT * FROM (
-            SELECT a.msg_id, %1$L::text,
-                   CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
-                        WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END,
-                   a.read_ct, coalesce((a.message ->> 'max_attempts')::integer, 5),
-                   drainpipe.job_tenant(a.message -> 'payload'),
-                   a.message ->> 'dedupe_key', a.enqueued_at, a.vt, %5$s, a.archived_at,
-                   CASE WHEN a.message ? 'cancelled' OR a.message ? 'dead' THEN a.message ->> 'last_code'
-                        ELSE a.message ->> 'skipped' END,
-                   (a.message ->> 'parent_id')::bigint,
-                   (a.message ->> 'replayed_by')::bigint
-              FROM pgmq.%3$I a
-             WHERE ($7::bigint IS NULL OR a.msg_id = $7)
-               AND ($3::bigint IS NULL OR a.msg_id < $3 + CASE WHEN %1$L < $4 THEN 1 ELSE 0 END)
-               AND ($2::text IS NULL OR drainpipe.job_tenant(a.message -> 'payload') = $2)
-               AND ($1::text IS NULL OR $1 = CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
-                                                  WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END)
-             ORDER BY a.msg_id DESC) t
-          LIMIT $6)
-    $sql$, p_queue, 'q_' || p_queue, 'a_' || p_queue,
-       CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'm.last_read_at' ELSE 'NULL::timestamptz' END,
-       CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'a.last_read_at' ELSE 'NULL::timestamptz' END) $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.pgmq_search_sql(p_queue text)
  RETURNS text LANGUAGE sql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
@@ -2277,8 +2198,28 @@ CREATE OR REPLACE FUNCTION drainpipe.uncounted_get_job(p_queue text, p_id bigint
  RETURNS SETOF drainpipe.job_record_v1 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
 BEGIN
     PERFORM drainpipe.assert_queue_name(p_queue);
-    RETURN QUERY SELECT * FROM drainpipe.pgmq_records(p_queue, NULL, NULL, 1, NULL, NULL, p_id,
-                                                      coalesce(p_now, clock_timestamp()), true);
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = p_queue)
+       OR to_regclass('pgmq.a_' || p_queue) IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format($sql$
+        SELECT r.id, r.queue, r.read_state, r.attempts, r.max_attempts, NULL::timestamptz, r.tenant,
+               r.dedupe_key, r.enqueued_at,
+               CASE WHEN r.read_state IN ('queued', 'retry_wait') THEN r.lease_end END,
+               r.started_at,
+               CASE WHEN r.read_state = 'dead' AND r.finished_at IS NULL THEN r.lease_end ELSE r.finished_at END,
+               CASE WHEN r.read_state = r.stored_state THEN r.last_code
+                    WHEN r.read_state = 'dead' THEN 'MAX_ATTEMPTS' ELSE 'LEASE_EXPIRED' END,
+               r.parent_id, r.replayed_by,
+               drainpipe.job_history_v1(r.queue, r.id, r.attempts, r.stored_state, r.started_at,
+                   r.finished_at, r.lease_end, r.last_code, $6)
+          FROM (SELECT u.*, drainpipe.job_state_at(u.stored_state, u.lease_end, u.attempts,
+                                                   u.max_attempts, $6) AS read_state
+                  FROM (%s) u) r
+         LIMIT 1
+    $sql$, drainpipe.pgmq_records_ids_sql(p_queue, p_id, p_id))
+      USING NULL::text, NULL::text, NULL::timestamptz, 0::bigint, ''::text,
+            coalesce(p_now, clock_timestamp()), 1;
 END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.uncounted_list_jobs_2(p_queue text DEFAULT NULL::text, p_state text DEFAULT NULL::text, p_tenant text DEFAULT NULL::text, p_limit integer DEFAULT 100, p_before_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_before_id bigint DEFAULT NULL::bigint, p_before_queue text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)

@@ -213,8 +213,10 @@ BEGIN
         END IF;
     ELSE
     IF v_flow.queue IS NOT NULL THEN
-        -- queue-wide limits only: the pick below, no larger than the room they leave
-        v_batch := drainpipe.job_messages_flow_room(v_flow, v_batch, v_now);
+        -- queue-wide limits only: the pick below, no larger than the room they leave: the
+        -- connection's chunk, spent by an expression inlined here (jobs 0002), else counted
+        v_batch := coalesce(drainpipe.flow_budget_spend(p_queue, v_batch),
+                            drainpipe.job_messages_flow_room(v_flow, v_batch, v_now));
         IF v_batch = 0 THEN
             RETURN;
         END IF;
@@ -676,12 +678,8 @@ DECLARE
     v_leased bigint := 0;
     v_room integer;
 BEGIN
-    IF p_flow.concurrency IS NOT NULL THEN
-        v_room := drainpipe.flow_budget_spend(p_flow.queue, p_batch);
-    END IF;
-    IF v_room IS NULL THEN
-        v_room := drainpipe.flow_budget_take(p_flow, p_batch);
-    END IF;
+    -- the claim tried the connection's chunk first (flow_budget_spend, jobs 0002)
+    v_room := drainpipe.flow_budget_take(p_flow, p_batch);
     IF v_room >= 0 THEN
         RETURN v_room;
     END IF;
@@ -1098,41 +1096,6 @@ CREATE OR REPLACE FUNCTION drainpipe.job_queue_stats_v2(p_queues text[])
            WHERE f.queue = q.name AND f.finished_at IS NOT NULL
       ) done ON true $function$;
 
-CREATE OR REPLACE FUNCTION drainpipe.job_records_at(p_queue text, p_state text, p_tenant text, p_limit integer, p_before_id bigint, p_id bigint, p_now timestamp with time zone)
- RETURNS TABLE(id bigint, queue text, state text, stored_state text, attempts integer, max_attempts integer, tenant text, dedupe_key text, enqueued_at timestamp with time zone, eligible_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, lease_end timestamp with time zone, last_code text, parent_id bigint, replayed_by bigint, now timestamp with time zone) LANGUAGE plpgsql STABLE SET plan_cache_mode TO 'force_custom_plan' SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-#variable_conflict use_column
-BEGIN
-RETURN QUERY SELECT s.id, s.queue, s.read_state, s.state, s.attempts, s.max_attempts, s.tenant,
-           s.dedupe_key, s.enqueued_at,
-           CASE WHEN s.read_state IN ('queued', 'retry_wait') THEN s.visible_at END,
-           s.started_at,
-           CASE WHEN s.read_state = 'dead' AND s.finished_at IS NULL THEN s.visible_at
-                ELSE s.finished_at END,
-           s.visible_at,
-           CASE WHEN s.read_state = s.state THEN s.last_code
-                WHEN s.read_state = 'dead' THEN 'MAX_ATTEMPTS'
-                ELSE 'LEASE_EXPIRED' END,
-           s.parent_id, s.replayed_by, p_now
-      FROM (
-          SELECT m.id, m.queue, m.state, m.attempts, m.max_attempts, m.dedupe_key,
-                 m.enqueued_at, m.visible_at, m.started_at, m.finished_at, m.last_code,
-                 m.parent_id, m.replayed_by, drainpipe.job_tenant(m.payload) AS tenant,
-                 drainpipe.job_state_at(m.state, m.visible_at, m.attempts, m.max_attempts, p_now) AS read_state
-            FROM drainpipe.job_messages m
-           WHERE (p_id IS NULL OR m.id = p_id)
-             AND (p_queue IS NULL OR m.queue = p_queue)
-             AND (p_before_id IS NULL OR m.id < p_before_id)
-             AND (p_tenant IS NULL OR drainpipe.job_tenant(m.payload) = p_tenant)
-             -- a stored state that can read as the one asked for
-             AND (p_state IS NULL OR m.state = p_state
-                  OR (m.state = 'leased' AND p_state IN ('retry_wait', 'dead')))
-           ORDER BY m.id DESC
-      ) s
-     WHERE p_state IS NULL OR s.read_state = p_state
-     LIMIT greatest(coalesce(p_limit, 100), 1)
-;
-END $function$;
-
 CREATE OR REPLACE FUNCTION drainpipe.job_records_newest(p_queue text, p_state text, p_tenant text, p_limit integer, p_before_at timestamp with time zone, p_before_id bigint, p_now timestamp with time zone)
  RETURNS TABLE(id bigint, queue text, state text, attempts integer, max_attempts integer, tenant text, dedupe_key text, enqueued_at timestamp with time zone, eligible_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, last_code text, parent_id bigint, replayed_by bigint) LANGUAGE plpgsql STABLE SET plan_cache_mode TO 'force_custom_plan' SET search_path TO 'pg_catalog', 'pg_temp' SET enable_seqscan TO 'off' SET jit TO 'off' SET enable_bitmapscan TO 'off' AS $function$
 #variable_conflict use_column
@@ -1410,12 +1373,22 @@ END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.uncounted_get_job(p_queue text, p_id bigint, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS SETOF drainpipe.job_record_v1 LANGUAGE sql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-    SELECT r.id, r.queue, r.state, r.attempts, r.max_attempts, NULL::timestamptz, r.tenant,
-           r.dedupe_key, r.enqueued_at, r.eligible_at, r.started_at, r.finished_at, r.last_code,
-           r.parent_id, r.replayed_by,
-           drainpipe.job_history_v1(r.queue, r.id, r.attempts, r.stored_state, r.started_at,
-                                    r.finished_at, r.lease_end, r.last_code, r.now)
-      FROM drainpipe.job_records_at(p_queue, NULL::text, NULL::text, 1, NULL::bigint, p_id, coalesce(p_now, clock_timestamp())) r $function$;
+    SELECT s.id, s.queue, s.read_state, s.attempts, s.max_attempts, NULL::timestamptz,
+           drainpipe.job_tenant(s.payload), s.dedupe_key, s.enqueued_at,
+           CASE WHEN s.read_state IN ('queued', 'retry_wait') THEN s.visible_at END, s.started_at,
+           CASE WHEN s.read_state = 'dead' AND s.finished_at IS NULL THEN s.visible_at
+                ELSE s.finished_at END,
+           s.read_code, s.parent_id, s.replayed_by,
+           drainpipe.job_history_v1(s.queue, s.id, s.attempts, s.state, s.started_at,
+                                    s.finished_at, s.visible_at, s.read_code, s.at)
+      FROM (SELECT m.*, r.read_state, c.at,
+                   CASE WHEN r.read_state = m.state THEN m.last_code
+                        WHEN r.read_state = 'dead' THEN 'MAX_ATTEMPTS' ELSE 'LEASE_EXPIRED' END AS read_code
+              FROM drainpipe.job_messages m
+             CROSS JOIN (SELECT coalesce(p_now, clock_timestamp()) AS at) c
+             CROSS JOIN LATERAL (SELECT drainpipe.job_state_at(m.state, m.visible_at, m.attempts,
+                                                               m.max_attempts, c.at) AS read_state) r
+             WHERE m.id = p_id AND m.queue = p_queue) s $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.uncounted_list_jobs_2(p_queue text DEFAULT NULL::text, p_state text DEFAULT NULL::text, p_tenant text DEFAULT NULL::text, p_limit integer DEFAULT 100, p_before_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_before_id bigint DEFAULT NULL::bigint, p_before_queue text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS SETOF drainpipe.job_record_v1 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
