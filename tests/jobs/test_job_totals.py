@@ -19,7 +19,7 @@ from drainpipe import Jobs
 from drainpipe.backends import job_statements as job_ops
 
 QUEUE = "totals"
-SHARDS = 16  # add_job_totals' shard count (sql/migrations/jobs/0003_job_totals_free_shard.sql)
+SHARDS = 16  # add_job_totals' shard count (add_job_totals in the jobs baseline, 10_common.sql)
 
 
 @pytest.fixture
