@@ -16,7 +16,8 @@ from tests.sql.test_query_plan import auto_explain, run_explained, scans_of, seq
 KEYED = "job_messages_flow_leased_idx"
 NARROW = "job_messages_flow_leased_queue_idx"
 MIGRATION = (
-    Path(__file__).parents[2] / "sql/migrations/jobs/0002_flow_leased_index/20_storage.table.sql"
+    Path(__file__).parents[2]
+    / "sql/migrations/jobs/0002_lease_check_leased_index/20_storage.table.sql"
 )
 
 
