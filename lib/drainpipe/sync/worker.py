@@ -115,6 +115,9 @@ class SyncWorker:
         self.backend = jobs.backend
         self.handler = handler
         self.validate = jobs.validator(queue)
+        #: a keyring's Jobs opens sealed payloads as its claim does (an unreadable one ends
+        #: dead with PAYLOAD_UNREADABLE and is left out of the batch)
+        self._open_claimed = None if jobs.keyring is None else jobs._open_claimed
         self.concurrency = positive_int(concurrency, "concurrency")
         self.batch = positive_int(batch, "batch")
         self.lease = seconds(lease, "lease")
@@ -264,6 +267,8 @@ class SyncWorker:
             wait = self.poll_interval
             if len(claimed) >= self.batch and not self._spread:
                 self._open_other_lanes()
+            if self._open_claimed is not None:
+                claimed = self._open_claimed(claimed)
             done = self._run_batch(claimed, beats)
         self._settle(done)
 
