@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 import drainpipe
-from drainpipe import DrainpipeError, Keyring, QueuePolicy, sync
+from drainpipe import DrainpipeError, Keyring, QueuePolicy, Retry, sync
 from tests.policies.test_encryption import text_columns_holding
 from tests.sync.conftest import InThread, Twin
 
@@ -136,3 +136,19 @@ async def test_sync_drain_opens_sealed_payloads_and_reencrypt_rotates_them(
             result = jobs.close()
             if asyncio.iscoroutine(result):
                 await result
+
+
+async def test_a_drain_ends_a_job_whose_retry_would_start_after_its_attempt_window(
+    twin: Twin, jobs_db_url: str
+) -> None:
+    windowed = {"capped": QueuePolicy(attempt_window=5)}
+    jobs = twin.jobs(jobs_db_url, QUEUES, policies=windowed)
+    job_id = await jobs.enqueue("capped", {"n": 1})
+
+    def slow_retry(payload: Any, job: Any) -> None:
+        raise Retry(after=30)  # asks for a retry after the 5 s window
+
+    report = await jobs.drain("capped", twin.handler(slow_retry), budget=20)
+    assert report.failed == 1
+    record = await jobs.get("capped", job_id)
+    assert record is not None and (record.state, record.last_code) == ("dead", "DEADLINE_PASSED")
