@@ -49,6 +49,8 @@ TWINS: dict[str, str] = {
     "drainpipe/jobs/replay_calls.py": "drainpipe/sync/replays.py",
     "drainpipe/jobs/archive.py": "drainpipe/sync/archive.py",
     "drainpipe/jobs/events.py": "drainpipe/sync/events.py",
+    "drainpipe/jobs/guard.py": "drainpipe/sync/policies.py",
+    "drainpipe/jobs/enqueue_calls.py": "drainpipe/sync/enqueue.py",
 }
 
 #: name tokens renamed in code (strings and comments are left alone)
@@ -75,6 +77,8 @@ NAMES: dict[str, str] = {
     "ReplaysMixin": "SyncReplaysMixin",
     "ArchiveMixin": "SyncArchiveMixin",
     "EventsMixin": "SyncEventsMixin",
+    "PolicyMixin": "SyncPolicyMixin",
+    "EnqueueMixin": "SyncEnqueueMixin",
 }
 
 #: (module, name) imported by an async source -> where its sync twin imports it from, and

@@ -32,6 +32,7 @@ CHOSEN_PATHS = {
     # STEPS_UNAVAILABLE and a handler's return value is not kept
     "jobs/worker.py": 2,  # ... and a lost lease is explained only from a record
     "jobs/guard.py": 1,  # an attempt window is enforced only where records say when it began
+    "sync/policies.py": 1,  # ... generated from it (the sync twin's SQL driver lacks nothing)
     "jobs/replay_calls.py": 1,  # a storage that only counts its replays answers with the count
     "sync/replays.py": 1,  # ... generated from it (the sync twin's SQL driver lacks nothing)
     "jobs/executor.py": 1,  # a coded completion on a driver without codes is CODE_NOT_SUPPORTED

@@ -5,21 +5,20 @@ the sync twin; this class runs the checked calls on its (async) backend."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from ..backends import QueueBackend, resolve_backend
 from ..backends.reduced import as_driver
-from ..codes import code_of
 from ..engine.core import MAX_OUTAGE
-from ..models import DedupeMode, FailOutcome, Job, JobContext, WorkReport
+from ..models import DedupeMode, Job, WorkReport
 from ..schedules import ScheduleMixin
 from ..telemetry import active_telemetry
 from ..validation import seconds
 from .archive import ArchiveMixin
+from .enqueue_calls import EnqueueMixin
 from .events import EventsMixin
-from .guard import PolicyMixin, fail_within_window
 from .job_rules import MAX_DEDUPE_KEY, SEVEN_DAYS, THIRTY_DAYS, JobRules
 from .pause_calls import PauseMixin
 from .record_calls import RecordsMixin
@@ -44,7 +43,7 @@ OnError = Callable[[BaseException, Job[Any] | None], Any]
 class Jobs(
     ReplaysMixin,
     PauseMixin,
-    PolicyMixin,
+    EnqueueMixin,
     JobRules,
     RecordsMixin,
     ScheduleMixin,
@@ -85,113 +84,23 @@ class Jobs(
         #: by :mod:`drainpipe.backends.reduced` (what it lacks answers from one table)
         self.driver: Driver = as_driver(self.backend)
 
-    # -- enqueue -------------------------------------------------------------------------
+    # -- tracing: the checked calls are EnqueueMixin's (shared with the sync twin) ------
 
-    async def enqueue(
+    async def _send(
         self,
         queue: str,
-        payload: Any,
-        *,
-        delay: float | timedelta | None = None,
-        run_at: datetime | None = None,
-        max_attempts: int | None = None,
-        dedupe_key: str | None = None,
-        dedupe: DedupeMode = "always",
-        context: JobContext | Mapping[str, Any] | None = None,
-        key: str | None = None,
-        priority: int = 0,
-        debounce: float | timedelta | None = None,
-        throttle: float | timedelta | None = None,
+        value: Any,
+        wait: float,
+        max_attempts: int,
+        dedupe_key: str | None,
+        dedupe: DedupeMode,
     ) -> int:
-        """Validate and store a job; returns its id (the existing id on a dedupe hit).
-
-        ``delay`` (seconds) wins over ``run_at`` (aware datetime). ``dedupe="always"``
-        coalesces onto any live job with the key; ``"waiting"`` only onto a never-claimed one.
-        ``max_attempts``: 5, or the queue policy's (a larger value is capped at it).
-        ``key`` (at most 200 bytes; default: the context's tenant) names the job's
-        flow-control group; ``priority`` (-100..100) orders claims, higher first
-        (docs/flow-control.md). ``debounce=seconds`` (needs a key): the key's debounced job,
-        while still queued, gets this payload and runs that long from now, and its id is
-        returned; ``throttle=seconds``: one job accepted per key per window, a later
-        enqueue in it returns the accepted job's id. Bad values raise ``ValueError``.
-        """
+        send = super()._send
         otel = active_telemetry()
-        if (
-            otel is None
-            and delay is None
-            and run_at is None
-            and max_attempts is None
-            and dedupe_key is None
-            and dedupe == "always"
-            and context is None
-            and key is None
-            and priority == 0
-            and debounce is None
-            and throttle is None
-            and queue in self._schemas
-            and queue not in self._policies
-        ):
-            # the common call (every option at its default, a declared queue without a
-            # policy, no tracing): of _enqueue_args' checks only the payload's are left
-            return await self.driver.send(
-                queue,
-                self._store(queue, self.serialise(queue, payload), None),
-                delay=0.0,
-                max_attempts=5,
-                dedupe_key=None,
-                dedupe="always",
-            )
-        max_attempts = self._max_attempts(queue, max_attempts)
-        value, wait = self._enqueue_args(
-            queue,
-            payload,
-            delay,
-            run_at,
-            max_attempts,
-            dedupe_key,
-            dedupe,
-            context,
-            self.driver.name,
-            key,
-            priority,
-        )
-        dedupe_key = self._stored_dedupe_key(queue, dedupe_key)
-        if debounce is not None or throttle is not None:
-            return await self._send_flow(
-                queue,
-                value,
-                wait,
-                max_attempts,
-                dedupe_key,
-                dedupe,
-                key,
-                context,
-                delay,
-                run_at,
-                debounce,
-                throttle,
-            )
-        if otel is not None:
-            driver = self.driver
-            return await otel.enqueue(
-                queue,
-                value,
-                lambda traced: driver.send(
-                    queue,
-                    traced,
-                    delay=wait,
-                    max_attempts=max_attempts,
-                    dedupe_key=dedupe_key,
-                    dedupe=dedupe,
-                ),
-            )
-        return await self.driver.send(
-            queue,
-            value,
-            delay=wait,
-            max_attempts=max_attempts,
-            dedupe_key=dedupe_key,
-            dedupe=dedupe,
+        if otel is None:
+            return await send(queue, value, wait, max_attempts, dedupe_key, dedupe)
+        return await otel.enqueue(
+            queue, value, lambda traced: send(queue, traced, wait, max_attempts, dedupe_key, dedupe)
         )
 
     async def _send_flow(
@@ -202,118 +111,36 @@ class Jobs(
         max_attempts: int,
         dedupe_key: str | None,
         dedupe: DedupeMode,
-        key: str | None,
-        context: Any,
-        delay: Any,
-        run_at: Any,
-        debounce: Any,
-        throttle: Any,
+        key: str,
+        debounce: float | None,
+        throttle: float | None,
     ) -> int:
-        """A debounced or throttled enqueue: one statement (docs/flow-control.md)."""
-        effective, debounce_s, throttle_s = self._flow_enqueue_args(
-            queue, key, context, delay, run_at, debounce, throttle
-        )
-        driver = self.driver
+        send = super()._send_flow
 
-        async def send(stored: Any) -> int:
-            return await driver.send_flow(
-                queue,
-                stored,
-                delay=wait,
-                max_attempts=max_attempts,
-                dedupe_key=dedupe_key,
-                dedupe=dedupe,
-                key=effective,
-                debounce=debounce_s,
-                throttle=throttle_s,
+        def sent(stored: Any) -> Awaitable[int]:
+            return send(
+                queue, stored, wait, max_attempts, dedupe_key, dedupe, key, debounce, throttle
             )
 
         otel = active_telemetry()
         if otel is None:
-            return await send(value)
+            return await sent(value)
         # the same drainpipe.enqueue span as a plain enqueue, its context stored with the
         # payload: a debounced job runs under the trace of the enqueue that set its payload
         # last; a throttled enqueue inside its window stores nothing and the span names the
         # job it returned
-        return await otel.enqueue(queue, value, send)
-
-    async def enqueue_many(
-        self,
-        queue: str,
-        payloads: Sequence[Any],
-        *,
-        delay: float | timedelta | None = None,
-        run_at: datetime | None = None,
-        max_attempts: int | None = None,
-        context: JobContext | Mapping[str, Any] | None = None,
-        key: str | None = None,
-        priority: int = 0,
-    ) -> list[int]:
-        """Validate every payload first, then store them all in one round trip; ids in order.
-
-        Nothing is stored when any payload fails validation (or a policy refuses the
-        batch: all or nothing). No dedupe keys here; ``key`` and ``priority`` apply to
-        every job (see :meth:`enqueue`).
-        """
-        max_attempts = self._max_attempts(queue, max_attempts)
-        values, wait = self._enqueue_many_args(
-            queue, payloads, delay, run_at, max_attempts, context, key, priority
-        )
-        if not values:
-            return []
-        if (otel := active_telemetry()) is not None:
-            return await otel.enqueue_many(
-                queue, values, lambda traced: self._send_many(queue, traced, wait, max_attempts)
-            )
-        return await self._send_many(queue, values, wait, max_attempts)
+        return await otel.enqueue(queue, value, sent)
 
     async def _send_many(
         self, queue: str, values: list[Any], wait: float, max_attempts: int
     ) -> list[int]:
-        sent = await self.driver.send_many(queue, values, delay=wait, max_attempts=max_attempts)
-        return list(sent)
-
-    # -- claim / complete / fail / extend ------------------------------------------------
-
-    async def claim(
-        self, queue: str, *, batch: int = 1, lease: float | None = None
-    ) -> list[Job[Any]]:
-        """Lease up to ``batch`` ready jobs for ``lease`` seconds (300, or the queue policy's
-        ``lease``; over its ``max_lease`` → ``LEASE_TOO_LONG``). Payloads are not validated;
-        sealed ones are decrypted, and one that does not decrypt ends dead
-        (``PAYLOAD_UNREADABLE``) instead of being returned."""
-        batch, length = self._claim_args(queue, batch, 300 if lease is None else lease)
-        length = self._claim_lease(queue, None if lease is None else length)
-        jobs = await self.driver.read(queue, lease=length, batch=batch)
-        return jobs if self.keyring is None else await self._open_claimed(jobs)
-
-    async def complete(self, job: Job[Any]) -> bool:
-        """Archive a finished job. False: the lease was lost (claimed again), nothing changed."""
-        self._check_job(job)
-        return await self.driver.complete(job)
-
-    async def fail(
-        self, job: Job[Any], error: Any, *, retry_in: float | timedelta | None = None
-    ) -> FailOutcome | None:
-        """Record a failure: ``"queued"`` (retried after ``retry_in`` or the jittered
-        backoff), ``"dead"`` (no attempts left) or ``None`` (the lease was lost or the job
-        was cancelled). The attempt records ``error.code`` when it is a valid code, else
-        ``HANDLER_ERROR``."""
-        text, wait = self._fail_args(job, error, retry_in)
-        driver = self.driver
-        if job.queue in self._windowed:
-            ended, wait, outcome = await fail_within_window(
-                driver, self._policies[job.queue], job, text, wait
-            )
-            if ended:
-                return outcome
-        return await driver.fail_coded(job, text, wait, code=code_of(error), discard=False)
-
-    async def extend(self, job: Job[Any], lease: float | timedelta) -> bool:
-        """Move the lease end to now + ``lease`` seconds. False once the lease was lost."""
-        self._check_job(job)
-        wanted = self._claim_lease(job.queue, seconds(lease, "lease"))
-        return await self.driver.extend(job, wanted)
+        send = super()._send_many
+        otel = active_telemetry()
+        if otel is None:
+            return await send(queue, values, wait, max_attempts)
+        return await otel.enqueue_many(
+            queue, values, lambda traced: send(queue, traced, wait, max_attempts)
+        )
 
     # -- workers -------------------------------------------------------------------------
 

@@ -152,6 +152,14 @@ class PolicyMixin(RecordsMixin):
             return DEFAULT_LEASE if lease is None else lease
         return policy.lease if lease is None else policy.check_lease(lease)
 
+    def _worker_lease(self, queue: str, lease: float | None) -> float:
+        """``work``/``drain``'s lease: the policy's default, capped at its ``max_lease``
+        (heartbeats keep a longer handler's job leased)."""
+        policy = self._policies.get(queue)
+        if policy is None:
+            return DEFAULT_LEASE if lease is None else lease
+        return policy.lease if lease is None else min(lease, policy.max_lease)
+
     def _max_attempts(self, queue: str, max_attempts: int | None) -> int:
         policy = self._policies.get(queue)
         if policy is None:

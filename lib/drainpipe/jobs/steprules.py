@@ -159,7 +159,7 @@ class StepRules:
         self.queue = queue
         self._jobs = jobs
         self._now: Callable[[], datetime] = jobs._now
-        # the sync twin declares no policies (yet): then neither a limit nor a keyring
+        # a jobs object without policy(): then neither a limit nor a keyring
         policy_of = getattr(jobs, "policy", None)
         policy = None if policy_of is None else policy_of(queue)
         self._max_bytes = None if policy is None else policy.max_payload_bytes

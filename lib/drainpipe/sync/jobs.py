@@ -15,8 +15,6 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
-from ..codes import code_of
-from ..jobs.guard import DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS
 from ..jobs.job_rules import SEVEN_DAYS, THIRTY_DAYS, JobRules
 from ..jobs.replays import ReplayCheck, check_replay_check
 from ..models import (
@@ -34,6 +32,7 @@ from ..models import (
 from ..validation import seconds
 from .archive import SyncArchiveMixin
 from .backend import SyncSqlBackend
+from .enqueue import SyncEnqueueMixin
 from .events import SyncEventsMixin
 from .pause import SyncPauseMixin
 from .records import SyncRecordsMixin
@@ -43,6 +42,7 @@ from .worker import SyncHandler, SyncOnError, SyncWorker
 from .working import QueueWorkMixin, SyncWorkMixin
 
 if TYPE_CHECKING:
+    from ..jobs.policy import QueuePolicy
     from ..keyring import Keyring
     from .steps import SyncJob
 
@@ -52,6 +52,7 @@ T = TypeVar("T")
 class Jobs(
     SyncReplaysMixin,
     SyncPauseMixin,
+    SyncEnqueueMixin,
     JobRules,
     SyncRecordsMixin,
     SyncScheduleMixin,
@@ -62,13 +63,10 @@ class Jobs(
     """Typed job queues on a DSN, a ``psycopg_pool.ConnectionPool`` or a
     ``psycopg.Connection`` (whose open transaction the statements join).
 
-    ``queues``, ``now``, ``scheduler``, ``cursor_secret`` and ``replay_check`` (a plain
-    function here) mean what they mean for :class:`drainpipe.Jobs`.
+    ``queues``, ``now``, ``scheduler``, ``policies``, ``keyring``, ``cursor_secret`` and
+    ``replay_check`` (a plain function here) mean what they mean for :class:`drainpipe.Jobs`.
     ``close()`` (or ``with Jobs(...) as jobs:``) closes the pool opened for a DSN.
     """
-
-    #: no keyring (``sync.Jobs`` takes no policies): events are stored as emitted
-    keyring: Keyring | None = None
 
     def __init__(
         self,
@@ -77,147 +75,26 @@ class Jobs(
         *,
         now: Callable[[], datetime] | None = None,
         scheduler: Literal["drain", "pg_cron"] = "drain",
+        policies: Mapping[str, QueuePolicy] | None = None,
+        keyring: Keyring | None = None,
         cursor_secret: str | bytes | None = None,
         replay_check: ReplayCheck | None = None,
     ) -> None:
         super().__init__(queues, now=now, scheduler=scheduler, cursor_secret=cursor_secret)
+        self._init_policies(policies, keyring, list(queues))
         self.backend = SyncSqlBackend(db)
         # the generated mixins call the driver, as the async ones do: here the one backend
         self.driver = self.backend
         self._replay_check = check_replay_check(replay_check)
 
-    # -- enqueue -------------------------------------------------------------------------
-
-    def enqueue(
-        self,
-        queue: str,
-        payload: Any,
-        *,
-        delay: float | timedelta | None = None,
-        run_at: datetime | None = None,
-        max_attempts: int | None = None,
-        dedupe_key: str | None = None,
-        dedupe: DedupeMode = "always",
-        context: JobContext | Mapping[str, Any] | None = None,
-        key: str | None = None,
-        priority: int = 0,
-        debounce: float | timedelta | None = None,
-        throttle: float | timedelta | None = None,
-    ) -> int:
-        """Validate and store a job; its id (the existing id on a dedupe hit).
-        ``max_attempts``: 5 when None, as for :meth:`drainpipe.Jobs.enqueue` on a queue
-        without a declared policy. ``key``, ``priority``, ``debounce`` and ``throttle``: as
-        the async ``Jobs.enqueue`` (docs/flow-control.md)."""
-        if (
-            key is None
-            and priority == 0
-            and debounce is None
-            and throttle is None
-            and delay is None
-            and run_at is None
-            and max_attempts is None
-            and dedupe_key is None
-            and dedupe == "always"
-            and context is None
-            and queue in self._schemas
-        ):
-            # the common call (every option at its default, a declared queue): of
-            # _enqueue_args' checks only the payload's are left
-            return self.backend.send(
-                queue,
-                self._store(queue, self.serialise(queue, payload), None),
-                delay=0.0,
-                max_attempts=5,
-                dedupe_key=None,
-                dedupe="always",
-            )
-        max_attempts = DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts
-        value, wait = self._enqueue_args(
-            queue,
-            payload,
-            delay,
-            run_at,
-            max_attempts,
-            dedupe_key,
-            dedupe,
-            context,
-            key=key,
-            priority=priority,
-        )
-        if debounce is not None or throttle is not None:
-            effective, debounce_s, throttle_s = self._flow_enqueue_args(
-                queue, key, context, delay, run_at, debounce, throttle
-            )
-            return self.backend.send_flow(
-                queue,
-                value,
-                delay=wait,
-                max_attempts=max_attempts,
-                dedupe_key=dedupe_key,
-                dedupe=dedupe,
-                key=effective,
-                debounce=debounce_s,
-                throttle=throttle_s,
-            )
-        return self.backend.send(
-            queue,
-            value,
-            delay=wait,
-            max_attempts=max_attempts,
-            dedupe_key=dedupe_key,
-            dedupe=dedupe,
-        )
-
-    def enqueue_many(
-        self,
-        queue: str,
-        payloads: Sequence[Any],
-        *,
-        delay: float | timedelta | None = None,
-        run_at: datetime | None = None,
-        max_attempts: int | None = None,
-        context: JobContext | Mapping[str, Any] | None = None,
-        key: str | None = None,
-        priority: int = 0,
-    ) -> list[int]:
-        """Validate every payload, then store them all in one round trip; ids in order."""
-        max_attempts = DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts
-        values, wait = self._enqueue_many_args(
-            queue, payloads, delay, run_at, max_attempts, context, key, priority
-        )
-        if not values:
-            return []
-        return self.backend.send_many(queue, values, delay=wait, max_attempts=max_attempts)
-
-    # -- claim / complete / fail / extend ------------------------------------------------
+    # -- claim ---------------------------------------------------------------------------
 
     def claim(self, queue: str, *, batch: int = 1, lease: float | None = None) -> list[Job[Any]]:
-        """Lease up to ``batch`` ready jobs for ``lease`` seconds (None: 300). Payloads are
-        not validated."""
-        batch, length = self._claim_args(queue, batch, DEFAULT_LEASE if lease is None else lease)
-        from .steps import as_sync_job  # a sync.Job: its step calls say STEPS_UNAVAILABLE
+        """:meth:`drainpipe.Jobs.claim`, each job a :class:`drainpipe.sync.Job` (its step
+        calls say ``STEPS_UNAVAILABLE`` outside ``drain``)."""
+        from .steps import as_sync_job
 
-        return [
-            as_sync_job(job, None) for job in self.backend.read(queue, lease=length, batch=batch)
-        ]
-
-    def complete(self, job: Job[Any]) -> bool:
-        """Archive a finished job. False: the lease was lost, nothing changed."""
-        self._check_job(job)
-        return self.backend.complete(job)
-
-    def fail(
-        self, job: Job[Any], error: Any, *, retry_in: float | timedelta | None = None
-    ) -> FailOutcome | None:
-        """``"queued"``, ``"dead"`` or ``None`` (the lease was lost or the job was
-        cancelled); the attempt records ``error.code`` when valid, else ``HANDLER_ERROR``."""
-        text, wait = self._fail_args(job, error, retry_in)
-        return self.backend.fail_coded(job, text, wait, code=code_of(error), discard=False)
-
-    def extend(self, job: Job[Any], lease: float | timedelta) -> bool:
-        """Move the lease end to now + ``lease`` seconds. False once the lease was lost."""
-        self._check_job(job)
-        return self.backend.extend(job, seconds(lease, "lease"))
+        return [as_sync_job(job, None) for job in super().claim(queue, batch=batch, lease=lease)]
 
     # -- drain ---------------------------------------------------------------------------
 
@@ -249,7 +126,7 @@ class Jobs(
             handler,
             concurrency=concurrency,
             batch=batch,
-            lease=DEFAULT_LEASE if lease is None else lease,
+            lease=self._worker_lease(queue, None if lease is None else seconds(lease, "lease")),
             budget=budget,
             deadline=deadline,
             on_error=on_error,
@@ -257,17 +134,6 @@ class Jobs(
             heartbeat_every=heartbeat_every,
             step_margin=step_margin,
         ).run()
-
-    # -- dead letters, stats, archive ----------------------------------------------------
-
-    # -- what a Jobs without policies answers (the generated calls ask) -------------------
-
-    def replay_rules(self, queue: str) -> tuple[float | None, bool]:
-        """No declared rules (``sync.Jobs`` takes no policies): the stored ones apply."""
-        return None, True
-
-    def _opened(self, dead: DeadJob) -> DeadJob:
-        return dead  # no keyring: a sealed payload stays sealed
 
     # -- handles and lifetime ------------------------------------------------------------
 

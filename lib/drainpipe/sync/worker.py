@@ -61,6 +61,7 @@ from ..jobs.job_rules import hand_over
 from ..models import Job, WorkReport
 from ..validation import error_text, positive_int, seconds
 from .lanes import Batch, Beats
+from .policies import fail_within_window
 
 if TYPE_CHECKING:
     from .jobs import Jobs
@@ -115,6 +116,11 @@ class SyncWorker:
         self.backend = jobs.backend
         self.handler = handler
         self.validate = jobs.validator(queue)
+        #: a queue with an attempt_window: a retry that could only start after it ends dead
+        self._policy = jobs.policy(queue)
+        #: a keyring's Jobs opens sealed payloads as its claim does (an unreadable one ends
+        #: dead with PAYLOAD_UNREADABLE and is left out of the batch)
+        self._open_claimed = None if jobs.keyring is None else jobs._open_claimed
         self.concurrency = positive_int(concurrency, "concurrency")
         self.batch = positive_int(batch, "batch")
         self.lease = seconds(lease, "lease")
@@ -264,6 +270,8 @@ class SyncWorker:
             wait = self.poll_interval
             if len(claimed) >= self.batch and not self._spread:
                 self._open_other_lanes()
+            if self._open_claimed is not None:
+                claimed = self._open_claimed(claimed)
             done = self._run_batch(claimed, beats)
         self._settle(done)
 
@@ -399,6 +407,12 @@ class SyncWorker:
         with self._count:
             self.report.failed += 1
         try:
+            if not discard and self._policy is not None and self._policy.attempt_window:
+                ended, retry_in, _ = fail_within_window(
+                    self.backend, self._policy, job, text, retry_in
+                )
+                if ended:  # dead with DEADLINE_PASSED
+                    return
             if code is None:
                 self.backend.fail(job, text, retry_in)
             else:

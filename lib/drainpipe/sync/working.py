@@ -16,8 +16,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..engine.core import MAX_OUTAGE
-from ..jobs.guard import DEFAULT_LEASE
 from ..models import WorkReport
+from ..validation import seconds
 from .worker import SyncHandler, SyncOnError, SyncWorker
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ class SyncWorkMixin:
             handler,
             concurrency=concurrency,
             batch=batch,
-            lease=DEFAULT_LEASE if lease is None else lease,
+            lease=jobs._worker_lease(queue, None if lease is None else seconds(lease, "lease")),
             poll_interval=poll_interval,
             max_poll_interval=max_poll_interval,
             stop=stop,
