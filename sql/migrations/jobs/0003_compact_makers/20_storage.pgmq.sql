@@ -1,0 +1,850 @@
+-- The pgmq per-queue function makers, shorter: the lease statement's columns and tail that
+-- the claim, the priority claim and the flow claim share are written once
+-- (pgmq_lease_cols, pgmq_lease_sql). The functions they make are the same statements.
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_lease_cols(p_queue text)
+ RETURNS text LANGUAGE sql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    -- what a claim reads of a row it leases (pgmq 1.5+ stamps last_read_at, the attempt's start)
+    SELECT format('q.read_ct, q.vt, %s AS started_at,
+                       q.read_ct >= coalesce((q.message ->> ''max_attempts'')::integer, 5) AS exhausted,
+                       q.read_ct > 0 AND q.message ->> ''failed'' IS DISTINCT FROM q.read_ct::text AS lapsed',
+                  CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'q.last_read_at' ELSE 'NULL::timestamptz' END) $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_lease_sql(p_queue text, p_leased text)
+ RETURNS text LANGUAGE sql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    -- after a claim's "picked" rows: a lapsed lease's attempt ends, an exhausted job is
+    -- archived dead, the rows p_leased names are leased and returned
+    SELECT format($sql$), expired AS (
+                INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+                SELECT %1$L, p.msg_id, p.read_ct, p.started_at, p.vt, 'expired', 'LEASE_EXPIRED'
+                  FROM picked p WHERE p.lapsed
+                ON CONFLICT DO NOTHING
+            ), dead AS (
+                DELETE FROM pgmq.%2$I d
+                 WHERE d.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE p.exhausted))
+                RETURNING d.*
+            ), archived AS (
+                INSERT INTO pgmq.%3$I (msg_id, read_ct, enqueued_at, vt, message, archived_at%4$s)
+                SELECT d.msg_id, d.read_ct, d.enqueued_at, d.vt,
+                       d.message || '{"last_error": "The lease ran out on the last attempt", "dead": true, "last_code": "MAX_ATTEMPTS"}'::jsonb,
+                       d.vt%5$s
+                  FROM dead d
+            )
+            UPDATE pgmq.%2$I m
+               SET vt = v_until,
+                   read_ct = m.read_ct + 1%6$s
+             WHERE %7$s
+            RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message -> 'payload',
+                      coalesce((m.message ->> 'max_attempts')::integer, 5), m.message ->> 'last_error';$sql$,
+        p_queue, 'q_' || p_queue, 'a_' || p_queue,
+        CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', last_read_at' ELSE '' END,
+        CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', d.last_read_at' ELSE '' END,
+        CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', last_read_at = v_now' ELSE '' END,
+        p_leased) $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.define_job_priority_claim_v1(p_queue text)
+ RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    PERFORM pg_advisory_xact_lock(hashtext('drainpipe.queue:' || p_queue));
+    EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
+                      (drainpipe.job_priority(message -> ''payload''), vt, msg_id)',
+                   'q_' || p_queue || '_dp_priority', 'q_' || p_queue);
+    EXECUTE format($fn$
+        CREATE OR REPLACE FUNCTION drainpipe.%1$I(
+            p_levels integer[], p_batch integer, p_now timestamptz, p_bound boolean
+        )
+        RETURNS bigint[]
+        -- runs under the settings of its only caller, the claim below
+        LANGUAGE plpgsql
+        AS $body$
+        DECLARE
+            v_level integer;
+            v_ids bigint[] := '{}';
+            v_take bigint[];
+            v_need integer;
+            v_first timestamptz;
+            v_from timestamptz;
+        BEGIN
+            FOREACH v_level IN ARRAY p_levels LOOP
+                v_need := p_batch - cardinality(v_ids);
+                v_from := CASE WHEN p_bound
+                               THEN drainpipe.claim_bound(drainpipe.priority_bound_name(%3$L, v_level), p_now)
+                               ELSE '-infinity' END;
+                LOOP
+                    SELECT array_agg(p.msg_id), min(p.vt) INTO v_take, v_first
+                      FROM (
+                          SELECT q.msg_id, q.vt
+                            FROM pgmq.%2$I q
+                           -- the level's range, [v_from, p_now], as row comparisons: only
+                           -- the priority index serves them (a generic plan would
+                           -- otherwise take the vt index and filter by level)
+                           WHERE (drainpipe.job_priority(q.message -> 'payload'), q.vt) >= (v_level, v_from)
+                             AND (drainpipe.job_priority(q.message -> 'payload'), q.vt) <= (v_level, p_now)
+                           ORDER BY drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id
+                           LIMIT v_need
+                             FOR UPDATE SKIP LOCKED
+                      ) p;
+                    EXIT WHEN v_from = '-infinity' OR coalesce(cardinality(v_take), 0) >= v_need;
+                    v_from := '-infinity';  -- short above the bound: this level from its start
+                END LOOP;
+                IF p_bound THEN
+                    PERFORM drainpipe.keep_claim_bound(drainpipe.priority_bound_name(%3$L, v_level),
+                                                       v_first, NULL);
+                END IF;
+                v_ids := v_ids || coalesce(v_take, '{}');
+                EXIT WHEN cardinality(v_ids) >= p_batch;
+            END LOOP;
+            RETURN v_ids;
+        END
+        $body$
+        $fn$, 'priority_pick_jobs__' || p_queue, 'q_' || p_queue, p_queue);
+    EXECUTE format($fn$
+        CREATE OR REPLACE FUNCTION drainpipe.%1$I(p_lease double precision, p_batch integer, p_now timestamptz)
+        RETURNS SETOF drainpipe.job_row_v1
+        LANGUAGE plpgsql SECURITY DEFINER
+        SET search_path = pg_catalog, pg_temp
+        -- generic plan, no seqscans: see 0002
+        SET plan_cache_mode = force_generic_plan
+        SET enable_seqscan = off
+        AS $body$
+        DECLARE
+            v_now timestamptz := coalesce(p_now, clock_timestamp());
+            v_until timestamptz := v_now + make_interval(secs => greatest(p_lease, 0));
+            v_levels integer[];
+            v_ids bigint[];
+        BEGIN
+            SELECT p.levels INTO v_levels FROM drainpipe.queue_priorities p WHERE p.queue = %5$L;
+            v_ids := drainpipe.%6$I(coalesce(v_levels, '{0}'), greatest(p_batch, 1), v_now, p_now IS NULL);
+            IF cardinality(v_ids) = 0 THEN
+                RETURN;
+            END IF;
+            RETURN QUERY
+            WITH picked AS (
+                SELECT q.msg_id, %3$s
+                  FROM pgmq.%2$I q
+                 WHERE q.msg_id = ANY (v_ids)
+                   FOR UPDATE
+            %4$s
+        END
+        $body$
+        $fn$, 'claim_jobs__' || p_queue, 'q_' || p_queue, drainpipe.pgmq_lease_cols(p_queue),
+              drainpipe.pgmq_lease_sql(p_queue, 'm.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE NOT p.exhausted))'),
+              p_queue, 'priority_pick_jobs__' || p_queue);
+    -- The limited pick along the levels (the flow pick of ensure_flow_indexes, same
+    -- signature, which the queue's flow claim calls): the same passes, each over one level's
+    -- range of this index in (vt, msg_id) order, highest level first.
+    EXECUTE format($fn$
+        CREATE OR REPLACE FUNCTION drainpipe.%1$I(
+            p_flow drainpipe.queue_flow, p_batch integer, p_now timestamptz
+        )
+        RETURNS bigint[]
+        LANGUAGE plpgsql
+        AS $body$
+        DECLARE
+            v_room integer;
+            v_limit integer;
+            v_ids bigint[] := '{}';
+            v_keys text[] := '{}';
+            v_chunk integer;
+            v_scanned integer := 0;
+            v_bound integer := p_batch * 50 + 500;
+            v_after_at timestamptz := '-infinity';
+            v_after_id bigint := 0;
+            v_rows integer;
+            v_levels integer[];
+            v_level integer;
+            v_last_at timestamptz;
+            v_last_id bigint;
+            v_r record;
+            v_taken bigint;
+        BEGIN
+            SELECT p.levels INTO v_levels FROM drainpipe.queue_priorities p WHERE p.queue = %3$L;
+            v_levels := coalesce(v_levels, '{0}');
+            v_level := v_levels[1];
+            PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%3$L));
+            IF p_flow.concurrency IS NULL AND p_flow.rate_count IS NULL THEN
+                v_room := p_batch;
+            ELSE
+                v_room := drainpipe.flow_room(p_flow, p_batch,
+                    CASE WHEN p_flow.concurrency IS NULL THEN 0 ELSE (
+                        SELECT count(*) FROM pgmq.%2$I l
+                         WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                           AND l.vt > p_now) END,
+                    p_now);
+            END IF;
+            v_chunk := least(2 * v_room + 8, v_bound);
+            WHILE v_room > 0 LOOP
+                v_limit := v_room;
+                v_rows := 0;
+                FOR v_r IN
+                    SELECT c.id, c.vt, c.k, c.leased, c.claimed, c.exhausted
+                      FROM (
+                          SELECT c0.*,
+                                 CASE WHEN p_flow.key_concurrency IS NULL OR c0.k IS NULL OR c0.exhausted THEN 0 ELSE (
+                                     SELECT count(*) FROM (
+                                         SELECT 1 FROM pgmq.%2$I l
+                                          WHERE drainpipe.job_key(l.message -> 'payload') = c0.k
+                                            AND l.read_ct > 0
+                                            AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                                            AND l.vt > p_now
+                                          LIMIT p_flow.key_concurrency) s) END AS leased,
+                                 CASE WHEN p_flow.key_rate_count IS NULL OR c0.k IS NULL OR c0.exhausted THEN 0 ELSE (
+                                     SELECT count(*) FROM (
+                                         SELECT 1 FROM drainpipe.flow_claims r
+                                          WHERE r.queue = %3$L AND r.key = c0.k
+                                            AND r.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)
+                                          LIMIT p_flow.key_rate_count) s) END AS claimed,
+                                 CASE WHEN cardinality(v_keys) = 0 THEN 0 ELSE (
+                                     SELECT count(*) FROM unnest(v_keys) p WHERE p = c0.k) END AS picked
+                            FROM (SELECT q.msg_id AS id, q.vt, drainpipe.job_key(q.message -> 'payload') AS k,
+                                         q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted
+                                    FROM pgmq.%2$I q
+                                   -- the level's range after the last place read, as row
+                                   -- comparisons: only the priority index serves them
+                                   WHERE (drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id)
+                                             > (v_level, v_after_at, v_after_id)
+                                     AND (drainpipe.job_priority(q.message -> 'payload'), q.vt) <= (v_level, p_now)
+                                   ORDER BY drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id
+                                   LIMIT v_chunk) c0
+                          OFFSET 0) c
+                     CROSS JOIN LATERAL (
+                          SELECT 1 FROM pgmq.%2$I z WHERE z.msg_id = c.id AND z.vt <= p_now
+                             FOR UPDATE SKIP LOCKED) y
+                     WHERE c.exhausted OR c.k IS NULL
+                        OR ((p_flow.key_concurrency IS NULL OR c.leased + c.picked < p_flow.key_concurrency)
+                            AND (p_flow.key_rate_count IS NULL OR c.claimed + c.picked < p_flow.key_rate_count)
+                            AND (NOT p_flow.ordered
+                                 OR (c.picked = 0 AND NOT EXISTS (
+                                        SELECT 1 FROM pgmq.%2$I e
+                                         WHERE drainpipe.job_key(e.message -> 'payload') = c.k
+                                           AND drainpipe.job_key(e.message -> 'payload') IS NOT NULL
+                                           AND e.msg_id < c.id))))
+                     LIMIT v_limit
+                LOOP
+                    v_rows := v_rows + 1;
+                    v_last_at := v_r.vt;
+                    v_last_id := v_r.id;
+                    IF v_r.exhausted THEN
+                        v_ids := v_ids || v_r.id;
+                        CONTINUE;
+                    END IF;
+                    IF v_r.k = ANY (v_keys) THEN
+                        v_taken := (SELECT count(*) FROM unnest(v_keys) p WHERE p = v_r.k);
+                        CONTINUE WHEN p_flow.ordered
+                            OR (p_flow.key_concurrency IS NOT NULL
+                                AND v_r.leased + v_taken >= p_flow.key_concurrency)
+                            OR (p_flow.key_rate_count IS NOT NULL
+                                AND v_r.claimed + v_taken >= p_flow.key_rate_count);
+                    END IF;
+                    v_ids := v_ids || v_r.id;
+                    v_keys := v_keys || v_r.k;
+                    v_room := v_room - 1;
+                END LOOP;
+                EXIT WHEN v_room = 0;
+                v_scanned := v_scanned + v_chunk;
+                IF v_rows < v_limit THEN
+                    -- a short pass read its whole chunk: where did the chunk end?
+                    v_last_at := NULL;
+                    SELECT q.vt, q.msg_id INTO v_last_at, v_last_id
+                      FROM pgmq.%2$I q
+                     WHERE (drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id)
+                               > (v_level, v_after_at, v_after_id)
+                       AND (drainpipe.job_priority(q.message -> 'payload'), q.vt) <= (v_level, p_now)
+                     ORDER BY drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id
+                    OFFSET v_chunk - 1 LIMIT 1;
+                    IF v_last_at IS NULL THEN
+                        -- the chunk held every candidate left: the next level from its start
+                        EXIT WHEN v_level = v_levels[cardinality(v_levels)];
+                        v_level := v_levels[array_position(v_levels, v_level) + 1];
+                        v_last_at := '-infinity';
+                        v_last_id := 0;
+                    ELSE
+                        v_chunk := v_chunk * 4;
+                    END IF;
+                END IF;
+                v_after_at := v_last_at;
+                v_after_id := v_last_id;
+                EXIT WHEN v_scanned >= v_bound;
+                v_chunk := least(v_chunk, v_bound - v_scanned);
+            END LOOP;
+            RETURN v_ids;
+        END
+        $body$
+        $fn$, 'flow_pick_jobs__' || p_queue, 'q_' || p_queue, p_queue);
+    EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(drainpipe.queue_flow, integer, timestamptz) FROM PUBLIC',
+                   'flow_pick_jobs__' || p_queue);
+    EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(integer[], integer, timestamptz, boolean) FROM PUBLIC',
+                   'priority_pick_jobs__' || p_queue);
+    EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) FROM PUBLIC', 'claim_jobs__' || p_queue);
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'service_role') THEN
+        EXECUTE format('GRANT EXECUTE ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) TO service_role', 'claim_jobs__' || p_queue);
+    END IF;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.define_job_queue_functions_v1(p_queue text)
+ RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    -- pgmq 1.5+: the archive keeps last_read_at, the attempt's start
+    v_archive_cols text := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', last_read_at' ELSE '' END;
+    v_archive_vals text := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', d.last_read_at' ELSE '' END;
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    PERFORM pg_advisory_xact_lock(hashtext('drainpipe.queue:' || p_queue));
+    EXECUTE format('DROP FUNCTION IF EXISTS drainpipe.%I(double precision, integer)', 'claim_jobs__' || p_queue);
+    EXECUTE format('DROP FUNCTION IF EXISTS drainpipe.%I(bigint[], integer[])', 'complete_jobs__' || p_queue);
+    EXECUTE format($fn$
+        CREATE OR REPLACE FUNCTION drainpipe.%1$I(p_lease double precision, p_batch integer, p_now timestamptz)
+        RETURNS SETOF drainpipe.job_row_v1
+        LANGUAGE plpgsql SECURITY DEFINER
+        SET search_path = pg_catalog, pg_temp
+        -- generic plan, no seqscans: see 0002
+        SET plan_cache_mode = force_generic_plan
+        SET enable_seqscan = off
+        AS $body$
+        DECLARE
+            v_claimed bigint;
+            v_now timestamptz;
+            v_until timestamptz;
+            v_batch integer := greatest(p_batch, 1);
+            v_from timestamptz := '-infinity';  -- the bound (jobs 0014)
+            v_below timestamptz := 'infinity';  -- the pass under the bound
+        BEGIN
+            IF p_now IS NULL THEN
+                v_from := drainpipe.claim_bound(%5$L, clock_timestamp());
+            END IF;
+            LOOP
+                v_now := coalesce(p_now, clock_timestamp());
+                v_until := v_now + make_interval(secs => greatest(p_lease, 0));
+                RETURN QUERY
+                WITH picked AS (
+                    SELECT q.msg_id, %3$s
+                      FROM pgmq.%2$I q
+                     -- the vt index read from its start: only visible rows are visited, so jobs
+                     -- leased or backing off ahead of the ready ones cost nothing (in msg_id
+                     -- order every one of them was read and filtered out). Visible first by
+                     -- visibility time, as on the table backend; for jobs enqueued and never
+                     -- claimed that is their enqueue order.
+                     WHERE q.vt <= v_now
+                       AND q.vt >= v_from AND q.vt < v_below  -- the bound: entries below are not visited
+                     ORDER BY q.vt
+                     LIMIT v_batch
+                       FOR UPDATE SKIP LOCKED
+                ), bound AS (
+                    -- the oldest vt picked: this connection's next bound (volatile, so
+                    -- evaluated once, where the update's id list reads it)
+                    SELECT drainpipe.keep_claim_bound(%5$L, min(p.vt), p_now) AS kept FROM picked p
+                %4$s
+                GET DIAGNOSTICS v_claimed = ROW_COUNT;
+                IF v_claimed < v_batch AND v_from > '-infinity' THEN
+                    -- short above the bound: the rest from below it (the index's start up
+                    -- to the bound; what this claim took has its lease's vt now, not below)
+                    v_below := v_from;
+                    v_from := '-infinity';
+                    v_batch := v_batch - v_claimed;
+                    CONTINUE;
+                END IF;
+                EXIT WHEN v_claimed > 0;
+                -- nothing taken: look again at everything visible. The pass below the bound
+                -- is over: a job that became visible above it meanwhile (an enqueue that
+                -- committed during this claim) would otherwise be found here and never
+                -- picked, and the loop would spin
+                v_below := 'infinity';
+                PERFORM 1 FROM pgmq.%2$I w WHERE w.vt <= v_now ORDER BY w.vt LIMIT 1
+                    FOR UPDATE SKIP LOCKED;
+                EXIT WHEN NOT FOUND;
+            END LOOP;
+        END
+        $body$
+        $fn$, 'claim_jobs__' || p_queue, 'q_' || p_queue, drainpipe.pgmq_lease_cols(p_queue),
+              drainpipe.pgmq_lease_sql(p_queue, 'm.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p, bound b WHERE NOT p.exhausted))'),
+              p_queue);
+    EXECUTE format($fn$
+        CREATE OR REPLACE FUNCTION drainpipe.%1$I(p_ids bigint[], p_attempts integer[], p_now timestamptz)
+        RETURNS SETOF bigint
+        LANGUAGE plpgsql SECURITY DEFINER
+        SET search_path = pg_catalog, pg_temp
+        SET plan_cache_mode = force_generic_plan
+        SET enable_seqscan = off
+        AS $body$
+        DECLARE
+            v_done integer;
+        BEGIN
+            RETURN QUERY
+            -- fenced by read_ct, and only while the attempt holds its lease (not failed)
+            WITH done AS (
+                DELETE FROM pgmq.%2$I m
+                 USING unnest(p_ids, p_attempts) AS f(id, attempt)
+                 WHERE m.msg_id = f.id AND m.read_ct = f.attempt
+                   AND m.message ->> 'failed' IS DISTINCT FROM m.read_ct::text
+                RETURNING m.*
+            )
+            INSERT INTO pgmq.%3$I (msg_id, read_ct, enqueued_at, vt, message, archived_at%5$s)
+            -- the document as it is (no copy per job): a reader takes a success's code
+            -- from "skipped" only, so an earlier attempt's last_code does not show
+            SELECT d.msg_id, d.read_ct, d.enqueued_at, d.vt, d.message,
+                   coalesce(p_now, clock_timestamp())%6$s
+              FROM done d
+            RETURNING msg_id;
+            GET DIAGNOSTICS v_done = ROW_COUNT;
+            IF v_done < cardinality(p_ids) THEN
+                -- a holder whose attempt was cancelled: what it reported is kept, nothing else
+                UPDATE drainpipe.job_attempts a
+                   SET late_outcome = 'succeeded'
+                  FROM unnest(p_ids, p_attempts) AS f(id, attempt)
+                 WHERE a.queue = %4$L AND a.job_id = f.id AND a.number = f.attempt
+                   AND a.outcome = 'cancelled' AND a.late_outcome IS NULL;
+            END IF;
+        END
+        $body$
+        $fn$, 'complete_jobs__' || p_queue, 'q_' || p_queue, 'a_' || p_queue, p_queue,
+              v_archive_cols, v_archive_vals);
+    EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) FROM PUBLIC', 'claim_jobs__' || p_queue);
+    EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(bigint[], integer[], timestamptz) FROM PUBLIC', 'complete_jobs__' || p_queue);
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'service_role') THEN
+        EXECUTE format('GRANT EXECUTE ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) TO service_role', 'claim_jobs__' || p_queue);
+        EXECUTE format('GRANT EXECUTE ON FUNCTION drainpipe.%I(bigint[], integer[], timestamptz) TO service_role', 'complete_jobs__' || p_queue);
+    END IF;
+    IF EXISTS (SELECT 1 FROM drainpipe.queue_priorities p WHERE p.queue = p_queue) THEN
+        -- a prioritised queue keeps its priority claim (jobs 0017)
+        PERFORM drainpipe.define_job_priority_claim_v1(p_queue);
+    END IF;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.define_job_turn_function_v1(p_queue text)
+ RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    PERFORM pg_advisory_xact_lock(hashtext('drainpipe.queue:' || p_queue));
+    EXECUTE format($fn$
+        CREATE OR REPLACE FUNCTION drainpipe.%1$I(
+            p_ids bigint[], p_attempts integer[], p_lease double precision, p_batch integer,
+            p_now timestamptz
+        )
+        RETURNS SETOF drainpipe.job_turn_row_v1
+        LANGUAGE plpgsql SECURITY DEFINER
+        SET search_path = pg_catalog, pg_temp
+        AS $body$
+        DECLARE
+            v_done bigint[];
+            v_flow drainpipe.queue_flow;
+            v_room integer;
+            v_now timestamptz;
+        BEGIN
+            IF cardinality(p_ids) > 0 THEN
+                PERFORM drainpipe.assert_turn_arrays(p_ids, p_attempts);
+                v_done := ARRAY(SELECT drainpipe.%2$I(p_ids, p_attempts, p_now));
+                IF cardinality(v_done) < cardinality(p_ids) THEN
+                    RETURN QUERY SELECT * FROM drainpipe.refused_turn_rows(p_ids, p_attempts, v_done);
+                END IF;
+            END IF;
+            IF EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = %4$L) THEN
+                RETURN;  -- paused: the completions above stand, nothing is claimed
+            END IF;
+            IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f WHERE f.queue = %4$L) THEN
+                -- limited (jobs 0015). A concurrency alone, far from binding: the room from
+                -- the session's chunk (jobs 0023), else from the queue's budget (jobs 0022),
+                -- and the unlimited claim
+                v_room := drainpipe.flow_budget_spend(%4$L, greatest(p_batch, 1));
+                IF v_room IS NULL THEN
+                    SELECT * INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = %4$L;
+                    v_room := drainpipe.flow_budget_take(v_flow, greatest(p_batch, 1));
+                END IF;
+                IF v_room < 0 THEN
+                    -- the budget ran out under the shared lock: counted, with every chunk
+                    -- the epoch handed out as leased (claims in flight may spend them)
+                    v_room := 0;
+                    IF drainpipe.flow_budget_pending(%4$L) >= 0 THEN
+                        IF v_flow.queue IS NULL THEN
+                            SELECT * INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = %4$L;
+                        END IF;
+                        v_now := coalesce(p_now, clock_timestamp());
+                        v_room := drainpipe.flow_room(v_flow, greatest(p_batch, 1),
+                            drainpipe.flow_budget_pending(%4$L) + (
+                                SELECT count(*) FROM pgmq.%6$I l
+                                 WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                                   AND l.vt > v_now),
+                            v_now);
+                    END IF;
+                    IF v_room = 0 THEN
+                        RETURN;
+                    END IF;
+                END IF;
+                IF v_room > 0 THEN
+                    RETURN QUERY
+                    SELECT c.id, c.attempts, c.enqueued_at, c.visible_until, c.payload, c.max_attempts,
+                           c.last_error, false
+                      FROM drainpipe.%3$I(p_lease, v_room, p_now) AS c;
+                    RETURN;
+                END IF;
+                -- other limits, or no budget to take: the flow claim, defined with the
+                -- limits (plpgsql resolves the name when this branch first runs)
+                RETURN QUERY
+                SELECT c.id, c.attempts, c.enqueued_at, c.visible_until, c.payload, c.max_attempts,
+                       c.last_error, false
+                  FROM drainpipe.%5$I(p_lease, p_batch, p_now) AS c;
+                RETURN;
+            END IF;
+            RETURN QUERY
+            SELECT c.id, c.attempts, c.enqueued_at, c.visible_until, c.payload, c.max_attempts,
+                   c.last_error, false
+              FROM drainpipe.%3$I(p_lease, p_batch, p_now) AS c;
+        END
+        $body$
+        $fn$, 'complete_and_claim_jobs__' || p_queue, 'complete_jobs__' || p_queue,
+              'claim_jobs__' || p_queue, p_queue, 'flow_claim_jobs__' || p_queue, 'q_' || p_queue);
+    EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(bigint[], integer[], double precision, integer, timestamptz) FROM PUBLIC',
+                   'complete_and_claim_jobs__' || p_queue);
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'service_role') THEN
+        EXECUTE format('GRANT EXECUTE ON FUNCTION drainpipe.%I(bigint[], integer[], double precision, integer, timestamptz) TO service_role',
+                       'complete_and_claim_jobs__' || p_queue);
+    END IF;
+END $function$;
+CREATE OR REPLACE FUNCTION drainpipe.ensure_flow_indexes(p_queue text)
+ RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    PERFORM drainpipe.ensure_job_queue_v1(p_queue);
+    PERFORM pg_advisory_xact_lock(hashtext('drainpipe.queue:' || p_queue));
+    IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f
+                WHERE f.queue = p_queue AND drainpipe.flow_budget_applies(f)) THEN
+        -- a queue-wide concurrency only (jobs 0022): what is leased by vt alone, for the
+        -- exact counts; a lease evaluates no key for an index
+        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (vt)
+                        WHERE read_ct > 0 AND (message ->> ''failed'') IS DISTINCT FROM (read_ct::text)',
+                       'q_' || p_queue || '_dp_flow_leased_vt', 'q_' || p_queue);
+    ELSE
+        -- what is leased (claimed, not failed; a lapsed lease reads vt <= now), per key:
+        -- concurrency and key_concurrency count here, bounded by the limits
+        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
+                          (drainpipe.job_key(message -> ''payload''), vt)
+                        WHERE read_ct > 0 AND (message ->> ''failed'') IS DISTINCT FROM (read_ct::text)',
+                       'q_' || p_queue || '_dp_flow_leased', 'q_' || p_queue);
+    END IF;
+    -- a key's jobs in enqueue order (every row of the queue table is live): ordered=True,
+    -- and only then (jobs 0021)
+    IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f WHERE f.queue = p_queue AND f.ordered) THEN
+        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
+                          (drainpipe.job_key(message -> ''payload''), msg_id)
+                        WHERE drainpipe.job_key(message -> ''payload'') IS NOT NULL',
+                       'q_' || p_queue || '_dp_flow_order', 'q_' || p_queue);
+    END IF;
+    -- The pick: the table's job_messages_flow_take (jobs 0021) over this queue's table (see
+    -- there): passes in vt order, as the unlimited claim reads, each probing its candidates'
+    -- keys and locking the ones that fit as it reaches them. A pass starts at the last vt
+    -- read, leaving out the rows of that vt already taken or passed (pgmq stamps a batch with
+    -- one vt). A job whose last lease ran out is let through without counting: the claim
+    -- archives it dead instead of leasing it. Returns the ids taken, those with them.
+    EXECUTE format($fn$
+        CREATE OR REPLACE FUNCTION drainpipe.%1$I(
+            p_flow drainpipe.queue_flow, p_batch integer, p_now timestamptz
+        )
+        RETURNS bigint[]
+        -- runs under the settings of its only caller, the flow claim below (a SET clause
+        -- costs every call a save and restore)
+        LANGUAGE plpgsql
+        AS $body$
+        DECLARE
+            v_room integer;
+            v_limit integer;
+            v_ids bigint[] := '{}';
+            v_keys text[] := '{}';
+            v_chunk integer;
+            v_scanned integer := 0;
+            v_bound integer := p_batch * 50 + 500;
+            v_after timestamptz := '-infinity';
+            v_tied bigint[] := '{}';
+            v_rows integer;
+            v_last timestamptz;
+            v_last_ids bigint[];
+            v_r record;
+            v_taken bigint;
+        BEGIN
+            IF p_flow.concurrency IS NULL AND p_flow.rate_count IS NULL THEN
+                -- no queue-wide limit: the whole batch under the queue's flow lock
+                PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%3$L));
+                v_room := p_batch;
+            ELSE
+                PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%3$L));
+                v_room := drainpipe.flow_room(p_flow, p_batch,
+                    CASE WHEN p_flow.concurrency IS NULL THEN 0 ELSE (
+                        SELECT count(*) FROM pgmq.%2$I l
+                         WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                           AND l.vt > p_now) END,
+                    p_now);
+            END IF;
+            v_chunk := least(2 * v_room + 8, v_bound);
+            WHILE v_room > 0 LOOP
+                v_limit := v_room;
+                v_rows := 0;
+                v_last := NULL;
+                FOR v_r IN
+                    SELECT c.id, c.vt, c.k, c.leased, c.claimed, c.exhausted
+                      FROM (
+                          -- each candidate's probes, once (OFFSET 0: not flattened into the
+                          -- filter and the output, which would probe twice); none for an
+                          -- exhausted job, which is archived whatever its key
+                          SELECT c0.*,
+                                 CASE WHEN p_flow.key_concurrency IS NULL OR c0.k IS NULL OR c0.exhausted THEN 0 ELSE (
+                                     SELECT count(*) FROM (
+                                         SELECT 1 FROM pgmq.%2$I l
+                                          WHERE drainpipe.job_key(l.message -> 'payload') = c0.k
+                                            AND l.read_ct > 0
+                                            AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                                            AND l.vt > p_now
+                                          LIMIT p_flow.key_concurrency) s) END AS leased,
+                                 CASE WHEN p_flow.key_rate_count IS NULL OR c0.k IS NULL OR c0.exhausted THEN 0 ELSE (
+                                     SELECT count(*) FROM (
+                                         SELECT 1 FROM drainpipe.flow_claims r
+                                          WHERE r.queue = %3$L AND r.key = c0.k
+                                            AND r.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)
+                                          LIMIT p_flow.key_rate_count) s) END AS claimed,
+                                 CASE WHEN cardinality(v_keys) = 0 THEN 0 ELSE (
+                                     SELECT count(*) FROM unnest(v_keys) p WHERE p = c0.k) END AS picked
+                            FROM (SELECT q.msg_id AS id, q.vt, drainpipe.job_key(q.message -> 'payload') AS k,
+                                         q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted
+                                    FROM pgmq.%2$I q
+                                   WHERE q.vt <= p_now AND q.vt >= v_after AND NOT (q.msg_id = ANY (v_tied))
+                                   ORDER BY q.vt
+                                   LIMIT v_chunk) c0
+                          OFFSET 0) c
+                     -- the lock, row by row as candidates fit: a row another transaction
+                     -- holds is skipped, and one changed since is read as it is now
+                     CROSS JOIN LATERAL (
+                          SELECT 1 FROM pgmq.%2$I z WHERE z.msg_id = c.id AND z.vt <= p_now
+                             FOR UPDATE SKIP LOCKED) y
+                     WHERE c.exhausted OR c.k IS NULL
+                        OR ((p_flow.key_concurrency IS NULL OR c.leased + c.picked < p_flow.key_concurrency)
+                            AND (p_flow.key_rate_count IS NULL OR c.claimed + c.picked < p_flow.key_rate_count)
+                            AND (NOT p_flow.ordered
+                                 OR (c.picked = 0 AND NOT EXISTS (
+                                        SELECT 1 FROM pgmq.%2$I e
+                                         WHERE drainpipe.job_key(e.message -> 'payload') = c.k
+                                           AND drainpipe.job_key(e.message -> 'payload') IS NOT NULL
+                                           AND e.msg_id < c.id))))
+                     LIMIT v_limit
+                LOOP
+                    v_rows := v_rows + 1;
+                    IF v_r.vt = v_last THEN
+                        v_last_ids := v_last_ids || v_r.id;
+                    ELSE
+                        v_last := v_r.vt;
+                        v_last_ids := ARRAY[v_r.id];
+                    END IF;
+                    IF v_r.exhausted THEN
+                        -- rides along: archived, not leased, by the claim
+                        v_ids := v_ids || v_r.id;
+                        CONTINUE;
+                    END IF;
+                    IF v_r.k = ANY (v_keys) THEN
+                        -- a key this claim took already, in this pass too: counted exactly
+                        v_taken := (SELECT count(*) FROM unnest(v_keys) p WHERE p = v_r.k);
+                        CONTINUE WHEN p_flow.ordered
+                            OR (p_flow.key_concurrency IS NOT NULL
+                                AND v_r.leased + v_taken >= p_flow.key_concurrency)
+                            OR (p_flow.key_rate_count IS NOT NULL
+                                AND v_r.claimed + v_taken >= p_flow.key_rate_count);
+                    END IF;
+                    v_ids := v_ids || v_r.id;
+                    v_keys := v_keys || v_r.k;
+                    v_room := v_room - 1;
+                END LOOP;
+                EXIT WHEN v_room = 0;
+                v_scanned := v_scanned + v_chunk;
+                IF v_rows < v_limit THEN
+                    -- a short pass read its whole chunk: where did the chunk end?
+                    WITH chunk AS MATERIALIZED (
+                        SELECT q.msg_id, q.vt FROM pgmq.%2$I q
+                         WHERE q.vt <= p_now AND q.vt >= v_after AND NOT (q.msg_id = ANY (v_tied))
+                         ORDER BY q.vt
+                         LIMIT v_chunk
+                    )
+                    SELECT count(*), max(c.vt),
+                           ARRAY(SELECT x.msg_id FROM chunk x WHERE x.vt = (SELECT max(y.vt) FROM chunk y))
+                      INTO v_rows, v_last, v_last_ids
+                      FROM chunk c;
+                    -- the chunk held every candidate left
+                    EXIT WHEN v_rows < v_chunk;
+                    v_chunk := v_chunk * 4;
+                END IF;
+                -- on after the last row read (a full pass: the last it returned)
+                v_tied := CASE WHEN v_last = v_after THEN v_tied ELSE '{}' END || v_last_ids;
+                v_after := v_last;
+                EXIT WHEN v_scanned >= v_bound;
+                v_chunk := least(v_chunk, v_bound - v_scanned);
+            END LOOP;
+            RETURN v_ids;
+        END
+        $body$
+        $fn$, 'flow_pick_jobs__' || p_queue, 'q_' || p_queue, p_queue);
+    -- The claim: jobs 0006's statement with the pick above, whose rows are locked already
+    -- (by the pick, as it read them: jobs 0021).
+    EXECUTE format($fn$
+        CREATE OR REPLACE FUNCTION drainpipe.%1$I(p_lease double precision, p_batch integer, p_now timestamptz)
+        RETURNS SETOF drainpipe.job_row_v1
+        LANGUAGE plpgsql SECURITY DEFINER
+        SET search_path = pg_catalog, pg_temp
+        SET plan_cache_mode = force_generic_plan
+        SET enable_seqscan = off
+        AS $body$
+        DECLARE
+            v_now timestamptz := coalesce(p_now, clock_timestamp());
+            v_until timestamptz := v_now + make_interval(secs => greatest(p_lease, 0));
+            v_flow drainpipe.queue_flow;
+            v_ids bigint[];
+            v_keys text[];
+            v_room integer;
+            v_rows drainpipe.job_row_v1[];
+            v_leased bigint := 0;
+            v_beside integer;
+            v_taken bigint;
+        BEGIN
+            SELECT * INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = %6$L;
+            IF v_flow.queue IS NULL THEN
+                -- the limits were dropped since the caller looked
+                RETURN QUERY SELECT * FROM drainpipe.%7$I(p_lease, p_batch, p_now);
+                RETURN;
+            END IF;
+            IF v_flow.key_concurrency IS NULL AND v_flow.key_rate_count IS NULL AND NOT v_flow.ordered THEN
+                -- queue-wide limits only: the unlimited claim, no larger than the room left
+                IF v_flow.concurrency IS NOT NULL THEN
+                    -- from the queue's budget while far from the limit, without a count
+                    -- (jobs 0022, flow_budget_take); else counted under the flow lock
+                    v_room := drainpipe.flow_budget_take(v_flow, greatest(p_batch, 1));
+                END IF;
+                IF v_room IS NULL THEN
+                    PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%6$L));
+                    IF v_flow.concurrency IS NOT NULL THEN
+                        SELECT count(*) INTO v_leased FROM pgmq.%2$I l
+                         WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                           AND l.vt > v_now;
+                    END IF;
+                    v_room := drainpipe.flow_room(v_flow, greatest(p_batch, 1), v_leased, v_now);
+                    IF v_flow.concurrency IS NOT NULL THEN
+                        PERFORM drainpipe.flow_budget_reset(v_flow, v_leased, v_room);
+                    END IF;
+                ELSIF v_room < 0 THEN
+                    -- the budget ran out under the shared lock: its chunks count as leased
+                    v_beside := drainpipe.flow_budget_pending(%6$L);
+                    v_room := 0;
+                    IF v_beside >= 0 THEN
+                        SELECT count(*) INTO v_leased FROM pgmq.%2$I l
+                         WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                           AND l.vt > v_now;
+                        v_room := drainpipe.flow_room(v_flow, greatest(p_batch, 1), v_leased + v_beside, v_now);
+                    END IF;
+                END IF;
+                IF v_room = 0 THEN
+                    RETURN;
+                END IF;
+                IF v_flow.rate_count IS NULL THEN
+                    RETURN QUERY SELECT * FROM drainpipe.%7$I(p_lease, v_room, v_now);
+                    RETURN;
+                END IF;
+                v_rows := ARRAY(SELECT c FROM drainpipe.%7$I(p_lease, v_room, v_now) c);
+                PERFORM drainpipe.flow_record_claims(v_flow,
+                    ARRAY(SELECT drainpipe.job_key((r).payload) FROM unnest(v_rows) r), v_now);
+                RETURN QUERY SELECT (r).* FROM unnest(v_rows) r;
+                RETURN;
+            END IF;
+            v_room := greatest(p_batch, 1);
+            IF v_flow.rate_count IS NULL AND v_flow.key_rate_count IS NULL AND NOT v_flow.ordered THEN
+                -- key_concurrency (and perhaps concurrency) alone: the queue's flow lock, on a
+                -- queue without priorities (a prioritised one's pick goes along its levels)
+                PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%6$L))
+                  WHERE NOT EXISTS (SELECT 1 FROM drainpipe.queue_priorities p WHERE p.queue = %6$L);
+                v_taken := CASE WHEN FOUND THEN 0 END;
+            END IF;
+            IF v_taken IS NOT NULL THEN
+                -- the pick's first pass and the lease in one statement
+                -- (key_claim_in_one_statement); under the lock, every limited claim before
+                -- this one has committed when its snapshot is taken
+                IF v_flow.concurrency IS NOT NULL THEN
+                    SELECT count(*) INTO v_leased FROM pgmq.%2$I l
+                     WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                       AND l.vt > v_now;
+                    v_room := drainpipe.flow_room(v_flow, v_room, v_leased, v_now);
+                    IF v_room = 0 THEN
+                        RETURN;
+                    END IF;
+                END IF;
+                RETURN QUERY
+                WITH picked AS (
+                    SELECT c.id AS msg_id, y.at, c.k, y.read_ct, y.vt, y.started_at, y.exhausted, y.lapsed
+                      FROM (SELECT r.ctid AS at, r.msg_id AS id, drainpipe.job_key(r.message -> 'payload') AS k,
+                                   r.read_ct >= coalesce((r.message ->> 'max_attempts')::integer, 5) AS exhausted
+                              FROM pgmq.%2$I r
+                             WHERE r.vt <= v_now
+                             ORDER BY r.vt
+                             LIMIT 2 * v_room + 8) c
+                     -- the lock, row by row as candidates fit (the filter below is applied to
+                     -- c, before the join): a row another transaction holds is skipped, and one
+                     -- changed since is read as it is now. By its place in the heap: the row
+                     -- was just read there
+                     CROSS JOIN LATERAL (
+                          SELECT q.ctid AS at, %3$s
+                            FROM pgmq.%2$I q
+                           WHERE q.ctid = c.at AND q.vt <= v_now
+                             FOR UPDATE SKIP LOCKED) y
+                     -- an exhausted job is archived whatever its key; a job fits while its key
+                     -- has fewer than key_concurrency leased (a probe of the leased index that
+                     -- stops at the key_concurrency-th entry)
+                     WHERE c.exhausted OR c.k IS NULL
+                        OR NOT EXISTS (
+                               SELECT 1 FROM pgmq.%2$I l
+                                WHERE drainpipe.job_key(l.message -> 'payload') = c.k
+                                  AND l.read_ct > 0
+                                  AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                                  AND l.vt > v_now
+                               OFFSET v_flow.key_concurrency - 1)
+                     LIMIT v_room
+                ), leasing AS (
+                    -- one job of a key per pass: the probe saw none of the pass's jobs leased,
+                    -- so a second one of the key might not fit (the pick's passes take it after)
+                    SELECT p.msg_id, p.at
+                      FROM (SELECT p0.msg_id, p0.at, p0.k,
+                                   row_number() OVER (PARTITION BY p0.k ORDER BY p0.vt, p0.msg_id) AS nth
+                              FROM picked p0 WHERE NOT p0.exhausted) p
+                     WHERE p.k IS NULL OR p.nth = 1
+                %4$s
+                GET DIAGNOSTICS v_taken = ROW_COUNT;
+                IF v_taken >= v_room THEN
+                    RETURN;
+                END IF;
+                -- short (held keys, a key twice, dead jobs or locked rows in the pass): the
+                -- pick's passes for the rest of the room, which count this statement's leases
+                v_room := v_room - v_taken;
+            END IF;
+            v_ids := drainpipe.%8$I(v_flow, v_room, v_now);
+            IF cardinality(v_ids) = 0 THEN
+                RETURN;
+            END IF;
+            RETURN QUERY
+            WITH picked AS (
+                SELECT q.msg_id, %3$s
+                  FROM pgmq.%2$I q
+                 -- locked by the pick (jobs 0021), so read as the pick left them
+                 WHERE q.msg_id = ANY (v_ids) AND q.vt <= v_now
+            %5$s
+            -- the rate windows count the attempts just started
+            IF v_flow.rate_count IS NOT NULL OR v_flow.key_rate_count IS NOT NULL THEN
+                v_keys := ARRAY(SELECT drainpipe.job_key(m.message -> 'payload') FROM pgmq.%2$I m
+                                 WHERE m.msg_id = ANY (v_ids) AND m.vt = v_until);
+                PERFORM drainpipe.flow_record_claims(v_flow, v_keys, v_now);
+            END IF;
+        END
+        $body$
+        $fn$, 'flow_claim_jobs__' || p_queue, 'q_' || p_queue, drainpipe.pgmq_lease_cols(p_queue),
+              drainpipe.pgmq_lease_sql(p_queue, 'm.ctid = ANY (ARRAY(SELECT l.at FROM leasing l))'),
+              drainpipe.pgmq_lease_sql(p_queue, 'm.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE NOT p.exhausted))'),
+              p_queue, 'claim_jobs__' || p_queue, 'flow_pick_jobs__' || p_queue);
+    EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(drainpipe.queue_flow, integer, timestamptz) FROM PUBLIC', 'flow_pick_jobs__' || p_queue);
+    EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) FROM PUBLIC', 'flow_claim_jobs__' || p_queue);
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'service_role') THEN
+        EXECUTE format('GRANT EXECUTE ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) TO service_role', 'flow_claim_jobs__' || p_queue);
+    END IF;
+    IF EXISTS (SELECT 1 FROM drainpipe.queue_priorities p WHERE p.queue = p_queue) THEN
+        -- a prioritised queue's limited pick goes along its levels (jobs 0017)
+        PERFORM drainpipe.define_job_priority_claim_v1(p_queue);
+    END IF;
+END $function$;
