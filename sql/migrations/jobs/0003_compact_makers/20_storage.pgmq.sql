@@ -42,6 +42,55 @@ CREATE OR REPLACE FUNCTION drainpipe.pgmq_lease_sql(p_queue text, p_leased text)
         CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', last_read_at = v_now' ELSE '' END,
         p_leased) $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_flow_pick_sql(p_queue text, p_range text)
+ RETURNS text LANGUAGE sql IMMUTABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    -- a flow pick's pass (ensure_flow_indexes; define_job_priority_claim_v1 along the levels):
+    -- the next candidates of p_range, those whose keys the limits let through, locked
+    SELECT format($sql$SELECT c.id, c.vt, c.k, c.leased, c.claimed, c.exhausted
+                      FROM (
+                          -- each candidate's probes, once (OFFSET 0: not flattened into the
+                          -- filter and the output, which would probe twice); none for an
+                          -- exhausted job, which is archived whatever its key
+                          SELECT c0.*,
+                                 CASE WHEN p_flow.key_concurrency IS NULL OR c0.k IS NULL OR c0.exhausted THEN 0 ELSE (
+                                     SELECT count(*) FROM (
+                                         SELECT 1 FROM pgmq.%2$I l
+                                          WHERE drainpipe.job_key(l.message -> 'payload') = c0.k
+                                            AND l.read_ct > 0
+                                            AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                                            AND l.vt > p_now
+                                          LIMIT p_flow.key_concurrency) s) END AS leased,
+                                 CASE WHEN p_flow.key_rate_count IS NULL OR c0.k IS NULL OR c0.exhausted THEN 0 ELSE (
+                                     SELECT count(*) FROM (
+                                         SELECT 1 FROM drainpipe.flow_claims r
+                                          WHERE r.queue = %1$L AND r.key = c0.k
+                                            AND r.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)
+                                          LIMIT p_flow.key_rate_count) s) END AS claimed,
+                                 CASE WHEN cardinality(v_keys) = 0 THEN 0 ELSE (
+                                     SELECT count(*) FROM unnest(v_keys) p WHERE p = c0.k) END AS picked
+                            FROM (SELECT q.msg_id AS id, q.vt, drainpipe.job_key(q.message -> 'payload') AS k,
+                                         q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted
+                                    FROM pgmq.%2$I q
+                                   %3$s
+                                   LIMIT v_chunk) c0
+                          OFFSET 0) c
+                     -- the lock, row by row as candidates fit: a row another transaction
+                     -- holds is skipped, and one changed since is read as it is now
+                     CROSS JOIN LATERAL (
+                          SELECT 1 FROM pgmq.%2$I z WHERE z.msg_id = c.id AND z.vt <= p_now
+                             FOR UPDATE SKIP LOCKED) y
+                     WHERE c.exhausted OR c.k IS NULL
+                        OR ((p_flow.key_concurrency IS NULL OR c.leased + c.picked < p_flow.key_concurrency)
+                            AND (p_flow.key_rate_count IS NULL OR c.claimed + c.picked < p_flow.key_rate_count)
+                            AND (NOT p_flow.ordered
+                                 OR (c.picked = 0 AND NOT EXISTS (
+                                        SELECT 1 FROM pgmq.%2$I e
+                                         WHERE drainpipe.job_key(e.message -> 'payload') = c.k
+                                           AND drainpipe.job_key(e.message -> 'payload') IS NOT NULL
+                                           AND e.msg_id < c.id))))
+                     LIMIT v_limit$sql$,
+        p_queue, 'q_' || p_queue, p_range) $function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.define_job_priority_claim_v1(p_queue text)
  RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
 BEGIN
@@ -178,49 +227,7 @@ BEGIN
                 v_limit := v_room;
                 v_rows := 0;
                 FOR v_r IN
-                    SELECT c.id, c.vt, c.k, c.leased, c.claimed, c.exhausted
-                      FROM (
-                          SELECT c0.*,
-                                 CASE WHEN p_flow.key_concurrency IS NULL OR c0.k IS NULL OR c0.exhausted THEN 0 ELSE (
-                                     SELECT count(*) FROM (
-                                         SELECT 1 FROM pgmq.%2$I l
-                                          WHERE drainpipe.job_key(l.message -> 'payload') = c0.k
-                                            AND l.read_ct > 0
-                                            AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-                                            AND l.vt > p_now
-                                          LIMIT p_flow.key_concurrency) s) END AS leased,
-                                 CASE WHEN p_flow.key_rate_count IS NULL OR c0.k IS NULL OR c0.exhausted THEN 0 ELSE (
-                                     SELECT count(*) FROM (
-                                         SELECT 1 FROM drainpipe.flow_claims r
-                                          WHERE r.queue = %3$L AND r.key = c0.k
-                                            AND r.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)
-                                          LIMIT p_flow.key_rate_count) s) END AS claimed,
-                                 CASE WHEN cardinality(v_keys) = 0 THEN 0 ELSE (
-                                     SELECT count(*) FROM unnest(v_keys) p WHERE p = c0.k) END AS picked
-                            FROM (SELECT q.msg_id AS id, q.vt, drainpipe.job_key(q.message -> 'payload') AS k,
-                                         q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted
-                                    FROM pgmq.%2$I q
-                                   -- the level's range after the last place read, as row
-                                   -- comparisons: only the priority index serves them
-                                   WHERE (drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id)
-                                             > (v_level, v_after_at, v_after_id)
-                                     AND (drainpipe.job_priority(q.message -> 'payload'), q.vt) <= (v_level, p_now)
-                                   ORDER BY drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id
-                                   LIMIT v_chunk) c0
-                          OFFSET 0) c
-                     CROSS JOIN LATERAL (
-                          SELECT 1 FROM pgmq.%2$I z WHERE z.msg_id = c.id AND z.vt <= p_now
-                             FOR UPDATE SKIP LOCKED) y
-                     WHERE c.exhausted OR c.k IS NULL
-                        OR ((p_flow.key_concurrency IS NULL OR c.leased + c.picked < p_flow.key_concurrency)
-                            AND (p_flow.key_rate_count IS NULL OR c.claimed + c.picked < p_flow.key_rate_count)
-                            AND (NOT p_flow.ordered
-                                 OR (c.picked = 0 AND NOT EXISTS (
-                                        SELECT 1 FROM pgmq.%2$I e
-                                         WHERE drainpipe.job_key(e.message -> 'payload') = c.k
-                                           AND drainpipe.job_key(e.message -> 'payload') IS NOT NULL
-                                           AND e.msg_id < c.id))))
-                     LIMIT v_limit
+                    %4$s
                 LOOP
                     v_rows := v_rows + 1;
                     v_last_at := v_r.vt;
@@ -271,7 +278,13 @@ BEGIN
             RETURN v_ids;
         END
         $body$
-        $fn$, 'flow_pick_jobs__' || p_queue, 'q_' || p_queue, p_queue);
+        $fn$, 'flow_pick_jobs__' || p_queue, 'q_' || p_queue, p_queue,
+              drainpipe.pgmq_flow_pick_sql(p_queue, $r$
+                -- the level's range after the last place read, as row comparisons: only
+                -- the priority index serves them
+                WHERE (drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id) > (v_level, v_after_at, v_after_id)
+                  AND (drainpipe.job_priority(q.message -> 'payload'), q.vt) <= (v_level, p_now)
+                ORDER BY drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id$r$));
     EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(drainpipe.queue_flow, integer, timestamptz) FROM PUBLIC',
                    'flow_pick_jobs__' || p_queue);
     EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(integer[], integer, timestamptz, boolean) FROM PUBLIC',
@@ -579,50 +592,7 @@ BEGIN
                 v_rows := 0;
                 v_last := NULL;
                 FOR v_r IN
-                    SELECT c.id, c.vt, c.k, c.leased, c.claimed, c.exhausted
-                      FROM (
-                          -- each candidate's probes, once (OFFSET 0: not flattened into the
-                          -- filter and the output, which would probe twice); none for an
-                          -- exhausted job, which is archived whatever its key
-                          SELECT c0.*,
-                                 CASE WHEN p_flow.key_concurrency IS NULL OR c0.k IS NULL OR c0.exhausted THEN 0 ELSE (
-                                     SELECT count(*) FROM (
-                                         SELECT 1 FROM pgmq.%2$I l
-                                          WHERE drainpipe.job_key(l.message -> 'payload') = c0.k
-                                            AND l.read_ct > 0
-                                            AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-                                            AND l.vt > p_now
-                                          LIMIT p_flow.key_concurrency) s) END AS leased,
-                                 CASE WHEN p_flow.key_rate_count IS NULL OR c0.k IS NULL OR c0.exhausted THEN 0 ELSE (
-                                     SELECT count(*) FROM (
-                                         SELECT 1 FROM drainpipe.flow_claims r
-                                          WHERE r.queue = %3$L AND r.key = c0.k
-                                            AND r.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)
-                                          LIMIT p_flow.key_rate_count) s) END AS claimed,
-                                 CASE WHEN cardinality(v_keys) = 0 THEN 0 ELSE (
-                                     SELECT count(*) FROM unnest(v_keys) p WHERE p = c0.k) END AS picked
-                            FROM (SELECT q.msg_id AS id, q.vt, drainpipe.job_key(q.message -> 'payload') AS k,
-                                         q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted
-                                    FROM pgmq.%2$I q
-                                   WHERE q.vt <= p_now AND q.vt >= v_after AND NOT (q.msg_id = ANY (v_tied))
-                                   ORDER BY q.vt
-                                   LIMIT v_chunk) c0
-                          OFFSET 0) c
-                     -- the lock, row by row as candidates fit: a row another transaction
-                     -- holds is skipped, and one changed since is read as it is now
-                     CROSS JOIN LATERAL (
-                          SELECT 1 FROM pgmq.%2$I z WHERE z.msg_id = c.id AND z.vt <= p_now
-                             FOR UPDATE SKIP LOCKED) y
-                     WHERE c.exhausted OR c.k IS NULL
-                        OR ((p_flow.key_concurrency IS NULL OR c.leased + c.picked < p_flow.key_concurrency)
-                            AND (p_flow.key_rate_count IS NULL OR c.claimed + c.picked < p_flow.key_rate_count)
-                            AND (NOT p_flow.ordered
-                                 OR (c.picked = 0 AND NOT EXISTS (
-                                        SELECT 1 FROM pgmq.%2$I e
-                                         WHERE drainpipe.job_key(e.message -> 'payload') = c.k
-                                           AND drainpipe.job_key(e.message -> 'payload') IS NOT NULL
-                                           AND e.msg_id < c.id))))
-                     LIMIT v_limit
+                    %4$s
                 LOOP
                     v_rows := v_rows + 1;
                     IF v_r.vt = v_last THEN
@@ -676,7 +646,9 @@ BEGIN
             RETURN v_ids;
         END
         $body$
-        $fn$, 'flow_pick_jobs__' || p_queue, 'q_' || p_queue, p_queue);
+        $fn$, 'flow_pick_jobs__' || p_queue, 'q_' || p_queue, p_queue,
+              drainpipe.pgmq_flow_pick_sql(p_queue,
+                  $r$WHERE q.vt <= p_now AND q.vt >= v_after AND NOT (q.msg_id = ANY (v_tied)) ORDER BY q.vt$r$));
     -- The claim: jobs 0006's statement with the pick above, whose rows are locked already
     -- (by the pick, as it read them: jobs 0021).
     EXECUTE format($fn$
