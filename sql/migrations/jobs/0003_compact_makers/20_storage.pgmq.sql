@@ -153,7 +153,6 @@ BEGIN
         RETURNS SETOF drainpipe.job_row_v1
         LANGUAGE plpgsql SECURITY DEFINER
         SET search_path = pg_catalog, pg_temp
-        -- generic plan, no seqscans: see 0002
         SET plan_cache_mode = force_generic_plan
         SET enable_seqscan = off
         AS $body$
@@ -311,7 +310,6 @@ BEGIN
         RETURNS SETOF drainpipe.job_row_v1
         LANGUAGE plpgsql SECURITY DEFINER
         SET search_path = pg_catalog, pg_temp
-        -- generic plan, no seqscans: see 0002
         SET plan_cache_mode = force_generic_plan
         SET enable_seqscan = off
         AS $body$
@@ -320,7 +318,7 @@ BEGIN
             v_now timestamptz;
             v_until timestamptz;
             v_batch integer := greatest(p_batch, 1);
-            v_from timestamptz := '-infinity';  -- the bound (jobs 0014)
+            v_from timestamptz := '-infinity';  -- this connection's claim bound
             v_below timestamptz := 'infinity';  -- the pass under the bound
         BEGIN
             IF p_now IS NULL THEN
@@ -419,7 +417,7 @@ BEGIN
         EXECUTE format('GRANT EXECUTE ON FUNCTION drainpipe.%I(bigint[], integer[], timestamptz) TO service_role', 'complete_jobs__' || p_queue);
     END IF;
     IF EXISTS (SELECT 1 FROM drainpipe.queue_priorities p WHERE p.queue = p_queue) THEN
-        -- a prioritised queue keeps its priority claim (jobs 0017)
+        -- a prioritised queue keeps its priority claim
         PERFORM drainpipe.define_job_priority_claim_v1(p_queue);
     END IF;
 END $function$;
@@ -455,9 +453,8 @@ BEGIN
                 RETURN;  -- paused: the completions above stand, nothing is claimed
             END IF;
             IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f WHERE f.queue = %4$L) THEN
-                -- limited (jobs 0015). A concurrency alone, far from binding: the room from
-                -- the session's chunk (jobs 0023), else from the queue's budget (jobs 0022),
-                -- and the unlimited claim
+                -- limited. A concurrency alone, far from binding: the room from the session's
+                -- chunk, else from the queue's budget, and the unlimited claim
                 v_room := drainpipe.flow_budget_spend(%4$L, greatest(p_batch, 1));
                 IF v_room IS NULL THEN
                     SELECT * INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = %4$L;
@@ -521,8 +518,8 @@ BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('drainpipe.queue:' || p_queue));
     IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f
                 WHERE f.queue = p_queue AND drainpipe.flow_budget_applies(f)) THEN
-        -- a queue-wide concurrency only (jobs 0022): what is leased by vt alone, for the
-        -- exact counts; a lease evaluates no key for an index
+        -- a queue-wide concurrency only: what is leased by vt alone, for the exact counts;
+        -- a lease then evaluates no key for an index
         EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (vt)
                         WHERE read_ct > 0 AND (message ->> ''failed'') IS DISTINCT FROM (read_ct::text)',
                        'q_' || p_queue || '_dp_flow_leased_vt', 'q_' || p_queue);
@@ -534,20 +531,18 @@ BEGIN
                         WHERE read_ct > 0 AND (message ->> ''failed'') IS DISTINCT FROM (read_ct::text)',
                        'q_' || p_queue || '_dp_flow_leased', 'q_' || p_queue);
     END IF;
-    -- a key's jobs in enqueue order (every row of the queue table is live): ordered=True,
-    -- and only then (jobs 0021)
+    -- a key's jobs in enqueue order (every row of the queue table is live): ordered=True only
     IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f WHERE f.queue = p_queue AND f.ordered) THEN
         EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
                           (drainpipe.job_key(message -> ''payload''), msg_id)
                         WHERE drainpipe.job_key(message -> ''payload'') IS NOT NULL',
                        'q_' || p_queue || '_dp_flow_order', 'q_' || p_queue);
     END IF;
-    -- The pick: the table's job_messages_flow_take (jobs 0021) over this queue's table (see
-    -- there): passes in vt order, as the unlimited claim reads, each probing its candidates'
-    -- keys and locking the ones that fit as it reaches them. A pass starts at the last vt
-    -- read, leaving out the rows of that vt already taken or passed (pgmq stamps a batch with
-    -- one vt). A job whose last lease ran out is let through without counting: the claim
-    -- archives it dead instead of leasing it. Returns the ids taken, those with them.
+    -- The pick, as the table storage's job_messages_flow_take: passes in vt order, as the
+    -- unlimited claim reads, each probing its candidates' keys and locking the ones that fit
+    -- as it reaches them. A pass starts at the last vt read, leaving out the rows of that vt
+    -- already taken or passed (pgmq stamps a batch with one vt). A job whose last lease ran
+    -- out is let through without counting: the claim archives it dead instead of leasing it.
     EXECUTE format($fn$
         CREATE OR REPLACE FUNCTION drainpipe.%1$I(
             p_flow drainpipe.queue_flow, p_batch integer, p_now timestamptz
@@ -649,8 +644,7 @@ BEGIN
         $fn$, 'flow_pick_jobs__' || p_queue, 'q_' || p_queue, p_queue,
               drainpipe.pgmq_flow_pick_sql(p_queue,
                   $r$WHERE q.vt <= p_now AND q.vt >= v_after AND NOT (q.msg_id = ANY (v_tied)) ORDER BY q.vt$r$));
-    -- The claim: jobs 0006's statement with the pick above, whose rows are locked already
-    -- (by the pick, as it read them: jobs 0021).
+    -- The claim: the unlimited claim's lease statement over the rows the pick locked.
     EXECUTE format($fn$
         CREATE OR REPLACE FUNCTION drainpipe.%1$I(p_lease double precision, p_batch integer, p_now timestamptz)
         RETURNS SETOF drainpipe.job_row_v1
@@ -680,8 +674,8 @@ BEGIN
             IF v_flow.key_concurrency IS NULL AND v_flow.key_rate_count IS NULL AND NOT v_flow.ordered THEN
                 -- queue-wide limits only: the unlimited claim, no larger than the room left
                 IF v_flow.concurrency IS NOT NULL THEN
-                    -- from the queue's budget while far from the limit, without a count
-                    -- (jobs 0022, flow_budget_take); else counted under the flow lock
+                    -- from the queue's budget while far from the limit, without a count;
+                    -- else counted under the flow lock
                     v_room := drainpipe.flow_budget_take(v_flow, greatest(p_batch, 1));
                 END IF;
                 IF v_room IS NULL THEN
@@ -795,7 +789,7 @@ BEGIN
             WITH picked AS (
                 SELECT q.msg_id, %3$s
                   FROM pgmq.%2$I q
-                 -- locked by the pick (jobs 0021), so read as the pick left them
+                 -- locked by the pick, so read as the pick left them
                  WHERE q.msg_id = ANY (v_ids) AND q.vt <= v_now
             %5$s
             -- the rate windows count the attempts just started
@@ -816,7 +810,7 @@ BEGIN
         EXECUTE format('GRANT EXECUTE ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) TO service_role', 'flow_claim_jobs__' || p_queue);
     END IF;
     IF EXISTS (SELECT 1 FROM drainpipe.queue_priorities p WHERE p.queue = p_queue) THEN
-        -- a prioritised queue's limited pick goes along its levels (jobs 0017)
+        -- a prioritised queue's limited pick goes along its levels
         PERFORM drainpipe.define_job_priority_claim_v1(p_queue);
     END IF;
 END $function$;
