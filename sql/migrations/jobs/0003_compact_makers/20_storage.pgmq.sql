@@ -42,11 +42,13 @@ CREATE OR REPLACE FUNCTION drainpipe.pgmq_lease_sql(p_queue text, p_leased text)
         CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', last_read_at = v_now' ELSE '' END,
         p_leased) $function$;
 
-CREATE OR REPLACE FUNCTION drainpipe.pgmq_flow_pick_sql(p_queue text, p_range text)
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_flow_pick_sql(p_queue text, p_range text, p_track text)
  RETURNS text LANGUAGE sql IMMUTABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
     -- a flow pick's pass (ensure_flow_indexes; define_job_priority_claim_v1 along the levels):
-    -- the next candidates of p_range, those whose keys the limits let through, locked
-    SELECT format($sql$SELECT c.id, c.vt, c.k, c.leased, c.claimed, c.exhausted
+    -- the next candidates of p_range, those whose keys the limits let through, locked and
+    -- taken; p_track notes where the pass got to
+    SELECT format($sql$FOR v_r IN
+                    SELECT c.id, c.vt, c.k, c.leased, c.claimed, c.exhausted
                       FROM (
                           -- each candidate's probes, once (OFFSET 0: not flattened into the
                           -- filter and the output, which would probe twice); none for an
@@ -88,8 +90,29 @@ CREATE OR REPLACE FUNCTION drainpipe.pgmq_flow_pick_sql(p_queue text, p_range te
                                          WHERE drainpipe.job_key(e.message -> 'payload') = c.k
                                            AND drainpipe.job_key(e.message -> 'payload') IS NOT NULL
                                            AND e.msg_id < c.id))))
-                     LIMIT v_limit$sql$,
-        p_queue, 'q_' || p_queue, p_range) $function$;
+                     LIMIT v_limit
+                LOOP
+                    v_rows := v_rows + 1;
+                    %4$s
+                    IF v_r.exhausted THEN
+                        -- rides along: archived, not leased, by the claim
+                        v_ids := v_ids || v_r.id;
+                        CONTINUE;
+                    END IF;
+                    IF v_r.k = ANY (v_keys) THEN
+                        -- a key this claim took already, in this pass too: counted exactly
+                        v_taken := (SELECT count(*) FROM unnest(v_keys) p WHERE p = v_r.k);
+                        CONTINUE WHEN p_flow.ordered
+                            OR (p_flow.key_concurrency IS NOT NULL
+                                AND v_r.leased + v_taken >= p_flow.key_concurrency)
+                            OR (p_flow.key_rate_count IS NOT NULL
+                                AND v_r.claimed + v_taken >= p_flow.key_rate_count);
+                    END IF;
+                    v_ids := v_ids || v_r.id;
+                    v_keys := v_keys || v_r.k;
+                    v_room := v_room - 1;
+                END LOOP;$sql$,
+        p_queue, 'q_' || p_queue, p_range, p_track) $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.define_job_priority_claim_v1(p_queue text)
  RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
@@ -225,28 +248,7 @@ BEGIN
             WHILE v_room > 0 LOOP
                 v_limit := v_room;
                 v_rows := 0;
-                FOR v_r IN
-                    %4$s
-                LOOP
-                    v_rows := v_rows + 1;
-                    v_last_at := v_r.vt;
-                    v_last_id := v_r.id;
-                    IF v_r.exhausted THEN
-                        v_ids := v_ids || v_r.id;
-                        CONTINUE;
-                    END IF;
-                    IF v_r.k = ANY (v_keys) THEN
-                        v_taken := (SELECT count(*) FROM unnest(v_keys) p WHERE p = v_r.k);
-                        CONTINUE WHEN p_flow.ordered
-                            OR (p_flow.key_concurrency IS NOT NULL
-                                AND v_r.leased + v_taken >= p_flow.key_concurrency)
-                            OR (p_flow.key_rate_count IS NOT NULL
-                                AND v_r.claimed + v_taken >= p_flow.key_rate_count);
-                    END IF;
-                    v_ids := v_ids || v_r.id;
-                    v_keys := v_keys || v_r.k;
-                    v_room := v_room - 1;
-                END LOOP;
+                %4$s
                 EXIT WHEN v_room = 0;
                 v_scanned := v_scanned + v_chunk;
                 IF v_rows < v_limit THEN
@@ -283,7 +285,8 @@ BEGIN
                 -- the priority index serves them
                 WHERE (drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id) > (v_level, v_after_at, v_after_id)
                   AND (drainpipe.job_priority(q.message -> 'payload'), q.vt) <= (v_level, p_now)
-                ORDER BY drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id$r$));
+                ORDER BY drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id$r$,
+              'v_last_at := v_r.vt; v_last_id := v_r.id;'));
     EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(drainpipe.queue_flow, integer, timestamptz) FROM PUBLIC',
                    'flow_pick_jobs__' || p_queue);
     EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(integer[], integer, timestamptz, boolean) FROM PUBLIC',
@@ -586,34 +589,7 @@ BEGIN
                 v_limit := v_room;
                 v_rows := 0;
                 v_last := NULL;
-                FOR v_r IN
-                    %4$s
-                LOOP
-                    v_rows := v_rows + 1;
-                    IF v_r.vt = v_last THEN
-                        v_last_ids := v_last_ids || v_r.id;
-                    ELSE
-                        v_last := v_r.vt;
-                        v_last_ids := ARRAY[v_r.id];
-                    END IF;
-                    IF v_r.exhausted THEN
-                        -- rides along: archived, not leased, by the claim
-                        v_ids := v_ids || v_r.id;
-                        CONTINUE;
-                    END IF;
-                    IF v_r.k = ANY (v_keys) THEN
-                        -- a key this claim took already, in this pass too: counted exactly
-                        v_taken := (SELECT count(*) FROM unnest(v_keys) p WHERE p = v_r.k);
-                        CONTINUE WHEN p_flow.ordered
-                            OR (p_flow.key_concurrency IS NOT NULL
-                                AND v_r.leased + v_taken >= p_flow.key_concurrency)
-                            OR (p_flow.key_rate_count IS NOT NULL
-                                AND v_r.claimed + v_taken >= p_flow.key_rate_count);
-                    END IF;
-                    v_ids := v_ids || v_r.id;
-                    v_keys := v_keys || v_r.k;
-                    v_room := v_room - 1;
-                END LOOP;
+                %4$s
                 EXIT WHEN v_room = 0;
                 v_scanned := v_scanned + v_chunk;
                 IF v_rows < v_limit THEN
@@ -643,7 +619,9 @@ BEGIN
         $body$
         $fn$, 'flow_pick_jobs__' || p_queue, 'q_' || p_queue, p_queue,
               drainpipe.pgmq_flow_pick_sql(p_queue,
-                  $r$WHERE q.vt <= p_now AND q.vt >= v_after AND NOT (q.msg_id = ANY (v_tied)) ORDER BY q.vt$r$));
+                  $r$WHERE q.vt <= p_now AND q.vt >= v_after AND NOT (q.msg_id = ANY (v_tied)) ORDER BY q.vt$r$,
+              'IF v_r.vt = v_last THEN v_last_ids := v_last_ids || v_r.id;
+               ELSE v_last := v_r.vt; v_last_ids := ARRAY[v_r.id]; END IF;'));
     -- The claim: the unlimited claim's lease statement over the rows the pick locked.
     EXECUTE format($fn$
         CREATE OR REPLACE FUNCTION drainpipe.%1$I(p_lease double precision, p_batch integer, p_now timestamptz)
