@@ -483,12 +483,10 @@ BEGIN
             v_r record;
             v_taken bigint;
         BEGIN
+            PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%3$L));
             IF p_flow.concurrency IS NULL AND p_flow.rate_count IS NULL THEN
-                -- no queue-wide limit: the whole batch under the queue's flow lock
-                PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%3$L));
-                v_room := p_batch;
+                v_room := p_batch;  -- no queue-wide limit: the whole batch
             ELSE
-                PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%3$L));
                 v_room := drainpipe.flow_room(p_flow, p_batch,
                     CASE WHEN p_flow.concurrency IS NULL THEN 0 ELSE (
                         SELECT count(*) FROM pgmq.%2$I l
@@ -571,9 +569,7 @@ BEGIN
                 IF v_room IS NULL THEN
                     PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%6$L));
                     IF v_flow.concurrency IS NOT NULL THEN
-                        SELECT count(*) INTO v_leased FROM pgmq.%2$I l
-                         WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-                           AND l.vt > v_now;
+                        SELECT count(*) INTO v_leased FROM pgmq.%2$I l WHERE %9$s;
                     END IF;
                     v_room := drainpipe.flow_room(v_flow, greatest(p_batch, 1), v_leased, v_now);
                     IF v_flow.concurrency IS NOT NULL THEN
@@ -584,9 +580,7 @@ BEGIN
                     v_beside := drainpipe.flow_budget_pending(%6$L);
                     v_room := 0;
                     IF v_beside >= 0 THEN
-                        SELECT count(*) INTO v_leased FROM pgmq.%2$I l
-                         WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-                           AND l.vt > v_now;
+                        SELECT count(*) INTO v_leased FROM pgmq.%2$I l WHERE %9$s;
                         v_room := drainpipe.flow_room(v_flow, greatest(p_batch, 1), v_leased + v_beside, v_now);
                     END IF;
                 END IF;
@@ -616,9 +610,7 @@ BEGIN
                 -- (key_claim_in_one_statement); under the lock, every limited claim before
                 -- this one has committed when its snapshot is taken
                 IF v_flow.concurrency IS NOT NULL THEN
-                    SELECT count(*) INTO v_leased FROM pgmq.%2$I l
-                     WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-                       AND l.vt > v_now;
+                    SELECT count(*) INTO v_leased FROM pgmq.%2$I l WHERE %9$s;
                     v_room := drainpipe.flow_room(v_flow, v_room, v_leased, v_now);
                     IF v_room = 0 THEN
                         RETURN;
@@ -693,7 +685,8 @@ BEGIN
         $fn$, 'flow_claim_jobs__' || p_queue, 'q_' || p_queue, drainpipe.pgmq_lease_cols(p_queue),
               drainpipe.pgmq_lease_sql(p_queue, 'm.ctid = ANY (ARRAY(SELECT l.at FROM leasing l))'),
               drainpipe.pgmq_lease_sql(p_queue, 'm.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE NOT p.exhausted))'),
-              p_queue, 'claim_jobs__' || p_queue, 'flow_pick_jobs__' || p_queue);
+              p_queue, 'claim_jobs__' || p_queue, 'flow_pick_jobs__' || p_queue,
+              $l$l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text) AND l.vt > v_now$l$);
     EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(drainpipe.queue_flow, integer, timestamptz) FROM PUBLIC', 'flow_pick_jobs__' || p_queue);
     EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) FROM PUBLIC', 'flow_claim_jobs__' || p_queue);
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'service_role') THEN
