@@ -1371,19 +1371,17 @@ BEGIN
             'succeeded', coalesce((v_done ->> 'succeeded')::bigint, 0),
             'dead', coalesce((v_done ->> 'dead')::bigint, 0) + coalesce((v_live ->> 'dead')::bigint, 0),
             'cancelled', coalesce((v_done ->> 'cancelled')::bigint, 0));
+        -- the last hour's finished jobs by minute: enqueued, and succeeded
         EXECUTE format(
-            'SELECT coalesce(jsonb_object_agg(extract(epoch FROM e.minute)::bigint::text, e.n), ''{}''::jsonb)
-               FROM (SELECT date_trunc(''minute'', a.enqueued_at) AS minute, count(*) AS n
-                       FROM pgmq.%I a WHERE a.archived_at >= $1 AND a.enqueued_at >= $1
-                      GROUP BY 1) e', 'a_' || v_queue)
-          INTO v_enqueued_done USING v_from;
-        EXECUTE format(
-            'SELECT coalesce(jsonb_object_agg(extract(epoch FROM s.minute)::bigint::text, s.n), ''{}''::jsonb)
-               FROM (SELECT date_trunc(''minute'', a.archived_at) AS minute, count(*) AS n
-                       FROM pgmq.%I a
-                      WHERE a.archived_at >= $1 AND NOT a.message ? ''dead'' AND NOT a.message ? ''cancelled''
-                      GROUP BY 1) s', 'a_' || v_queue)
-          INTO v_succeeded USING v_from;
+            'SELECT (SELECT coalesce(jsonb_object_agg(extract(epoch FROM e.minute)::bigint::text, e.n), ''{}''::jsonb)
+                       FROM (SELECT date_trunc(''minute'', a.enqueued_at) AS minute, count(*) AS n
+                               FROM pgmq.%1$I a WHERE a.archived_at >= $1 AND a.enqueued_at >= $1 GROUP BY 1) e),
+                    (SELECT coalesce(jsonb_object_agg(extract(epoch FROM s.minute)::bigint::text, s.n), ''{}''::jsonb)
+                       FROM (SELECT date_trunc(''minute'', a.archived_at) AS minute, count(*) AS n
+                               FROM pgmq.%1$I a
+                              WHERE a.archived_at >= $1 AND NOT a.message ? ''dead'' AND NOT a.message ? ''cancelled''
+                              GROUP BY 1) s)', 'a_' || v_queue)
+          INTO v_enqueued_done, v_succeeded USING v_from;
         series := drainpipe.overview_series(v_queue, v_now, v_enqueued, v_enqueued_done, v_succeeded);
         RETURN NEXT;
     END LOOP;
@@ -1673,14 +1671,13 @@ DECLARE
     v_last bigint;
     v_bound timestamptz;
     v_newest drainpipe.job_stamp_v1[] := '{}';  -- the page's rows so far, newest first
+    -- every id of the queue with its stamp, live or archived
+    v_both text := format('(SELECT msg_id AS id, enqueued_at AS at FROM pgmq.%I
+                            UNION ALL SELECT msg_id, enqueued_at FROM pgmq.%I)', 'q_' || p_queue, 'a_' || p_queue);
 BEGIN
     IF p_before_at IS NOT NULL THEN
         -- the newest id (above p_after) and its stamp
-        EXECUTE format('SELECT u.id, u.at FROM (SELECT msg_id AS id, enqueued_at AS at FROM pgmq.%1$I
-                                                UNION ALL
-                                                SELECT msg_id, enqueued_at FROM pgmq.%2$I) u
-                         WHERE u.id > $1 ORDER BY u.id DESC LIMIT 1',
-                       'q_' || p_queue, 'a_' || p_queue)
+        EXECUTE format('SELECT u.id, u.at FROM %s u WHERE u.id > $1 ORDER BY u.id DESC LIMIT 1', v_both)
           INTO v_id, v_at USING p_after;
         IF v_at >= p_before_at + v_window THEN
             -- a binary search down the ids for a lower one as new, in one statement
@@ -1694,13 +1691,9 @@ BEGIN
                        FROM s
                        CROSS JOIN LATERAL (SELECT s.lo + (s.hi - s.lo) / 2 AS mid) m
                        CROSS JOIN LATERAL (
-                           SELECT u.id, u.at
-                             FROM (SELECT msg_id AS id, enqueued_at AS at FROM pgmq.%1$I
-                                   UNION ALL
-                                   SELECT msg_id, enqueued_at FROM pgmq.%2$I) u
-                            WHERE u.id >= m.mid ORDER BY u.id LIMIT 1) f
+                           SELECT u.id, u.at FROM %s u WHERE u.id >= m.mid ORDER BY u.id LIMIT 1) f
                       WHERE s.lo < s.hi)
-                 SELECT min(best) FROM s', 'q_' || p_queue, 'a_' || p_queue)
+                 SELECT min(best) FROM s', v_both)
               INTO top USING p_before_at + v_window, p_after + 1, v_id;
         END IF;
     END IF;
@@ -1738,12 +1731,8 @@ BEGIN
         low := v_last;
         IF cardinality(v_newest) >= v_limit THEN
             -- the newest stamp of the lowest 16 ids read (see job_records_newest)
-            EXECUTE format('SELECT max(l.at) FROM (
-                                SELECT u.at FROM (SELECT msg_id AS id, enqueued_at AS at FROM pgmq.%1$I
-                                                  UNION ALL
-                                                  SELECT msg_id, enqueued_at FROM pgmq.%2$I) u
-                                 WHERE u.id >= $1 ORDER BY u.id LIMIT 16) l',
-                           'q_' || p_queue, 'a_' || p_queue)
+            EXECUTE format('SELECT max(l.at) FROM (SELECT u.at FROM %s u WHERE u.id >= $1 ORDER BY u.id LIMIT 16) l',
+                           v_both)
               INTO v_bound USING v_last;
             EXIT WHEN (v_newest[v_limit]).at >= v_bound + v_window;
             v_chunk := 64 + v_limit / 4;  -- the page is found: only its last window is left

@@ -1,6 +1,8 @@
 -- The pgmq per-queue function makers, shorter: the lease statement's columns and tail that
--- the claim, the priority claim and the flow claim share are written once
--- (pgmq_lease_cols, pgmq_lease_sql). The functions they make are the same statements.
+-- the claim, the priority claim and the flow claim share, and the flow picks' pass, are
+-- written once (pgmq_lease_cols, pgmq_lease_sql, pgmq_flow_pick_sql). The functions they
+-- make are the same statements. The newest-first listing writes its union of a queue's two
+-- tables once, and the overview reads the archive's two series in one statement.
 
 CREATE OR REPLACE FUNCTION drainpipe.pgmq_lease_cols(p_queue text)
  RETURNS text LANGUAGE sql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
@@ -697,3 +699,177 @@ BEGIN
         PERFORM drainpipe.define_job_priority_claim_v1(p_queue);
     END IF;
 END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_newest_window(p_queue text, p_state text, p_tenant text, p_limit integer, p_before_at timestamp with time zone, p_before_id bigint, p_now timestamp with time zone, p_after bigint, OUT low bigint, OUT top bigint, OUT ids bigint[])
+ RETURNS record LANGUAGE plpgsql STABLE SET search_path TO 'pg_catalog', 'pg_temp' SET enable_sort TO 'off' SET enable_seqscan TO 'off' SET jit TO 'off' SET enable_bitmapscan TO 'off' AS $function$
+DECLARE
+    v_window interval := drainpipe.job_stamp_window();
+    v_limit integer := greatest(coalesce(p_limit, 100), 1);
+    v_id bigint;
+    v_at timestamptz;
+    v_chunk integer := 2 * v_limit + 64;
+    v_read integer;
+    v_last bigint;
+    v_bound timestamptz;
+    v_newest drainpipe.job_stamp_v1[] := '{}';  -- the page's rows so far, newest first
+    -- every id of the queue with its stamp, live or archived
+    v_both text := format('(SELECT msg_id AS id, enqueued_at AS at FROM pgmq.%I
+                            UNION ALL SELECT msg_id, enqueued_at FROM pgmq.%I)', 'q_' || p_queue, 'a_' || p_queue);
+BEGIN
+    IF p_before_at IS NOT NULL THEN
+        -- the newest id (above p_after) and its stamp
+        EXECUTE format('SELECT u.id, u.at FROM %s u WHERE u.id > $1 ORDER BY u.id DESC LIMIT 1', v_both)
+          INTO v_id, v_at USING p_after;
+        IF v_at >= p_before_at + v_window THEN
+            -- a binary search down the ids for a lower one as new, in one statement
+            EXECUTE format(
+                'WITH RECURSIVE s (lo, hi, best) AS (
+                     SELECT $2::bigint, $3::bigint, $3::bigint
+                     UNION ALL
+                     SELECT CASE WHEN f.id < s.hi AND f.at < $1 THEN f.id + 1 ELSE s.lo END,
+                            CASE WHEN f.id < s.hi AND f.at < $1 THEN s.hi ELSE m.mid END,
+                            CASE WHEN f.id < s.hi AND f.at >= $1 THEN f.id ELSE s.best END
+                       FROM s
+                       CROSS JOIN LATERAL (SELECT s.lo + (s.hi - s.lo) / 2 AS mid) m
+                       CROSS JOIN LATERAL (
+                           SELECT u.id, u.at FROM %s u WHERE u.id >= m.mid ORDER BY u.id LIMIT 1) f
+                      WHERE s.lo < s.hi)
+                 SELECT min(best) FROM s', v_both)
+              INTO top USING p_before_at + v_window, p_after + 1, v_id;
+        END IF;
+    END IF;
+    low := top;
+    LOOP
+        EXECUTE format(
+            'SELECT count(*)::integer, min(w.id),
+                    ARRAY(SELECT x FROM unnest($9 || array_agg(ROW(w.id, w.at)::drainpipe.job_stamp_v1)
+                                                               FILTER (WHERE w.fits)) x
+                           ORDER BY x.at DESC, x.id DESC LIMIT $10)
+               FROM (SELECT c.id, c.at,
+                            ($3::timestamptz IS NULL OR (c.at, c.id) < ($3, $4))
+                            AND ($2::text IS NULL OR drainpipe.job_tenant(c.message -> ''payload'') = $2)
+                            AND ($1::text IS NULL OR $1 = CASE
+                                WHEN c.live THEN drainpipe.job_state_at(drainpipe.pgmq_live_state(c.read_ct, c.message),
+                                         c.vt, c.read_ct, coalesce((c.message ->> ''max_attempts'')::integer, 5), $5)
+                                WHEN c.message ? ''cancelled'' THEN ''cancelled''
+                                WHEN c.message ? ''dead'' THEN ''dead'' ELSE ''succeeded'' END) AS fits
+                       FROM (SELECT u.* FROM (
+                               SELECT m.msg_id AS id, m.enqueued_at AS at, true AS live, m.read_ct, m.vt, m.message
+                                 FROM pgmq.%1$I m
+                               UNION ALL
+                               SELECT a.msg_id, a.enqueued_at, false, a.read_ct, a.vt, a.message
+                                 FROM pgmq.%2$I a) u
+                              WHERE u.id < $6 AND u.id > $7
+                              ORDER BY u.id DESC LIMIT $8) c) w',
+            'q_' || p_queue, 'a_' || p_queue)
+          INTO v_read, v_last, v_newest
+          USING p_state, p_tenant, p_before_at, p_before_id, p_now,
+                coalesce(low, 9223372036854775807), p_after, v_chunk, v_newest, v_limit;
+        IF v_read < v_chunk THEN
+            low := NULL;  -- read down to p_after
+            EXIT;
+        END IF;
+        low := v_last;
+        IF cardinality(v_newest) >= v_limit THEN
+            -- the newest stamp of the lowest 16 ids read (see job_records_newest)
+            EXECUTE format('SELECT max(l.at) FROM (SELECT u.at FROM %s u WHERE u.id >= $1 ORDER BY u.id LIMIT 16) l',
+                           v_both)
+              INTO v_bound USING v_last;
+            EXIT WHEN (v_newest[v_limit]).at >= v_bound + v_window;
+            v_chunk := 64 + v_limit / 4;  -- the page is found: only its last window is left
+        ELSE
+            v_chunk := least(v_chunk * 2, 100000);
+        END IF;
+    END LOOP;
+    ids := ARRAY(SELECT x.id FROM unnest(v_newest) x);
+END $function$;
+
+
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_overview_v1(p_queues text[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS TABLE(queue text, counts jsonb, ready bigint, oldest_ready_age_s double precision, paused boolean, series jsonb) LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_from timestamptz := date_trunc('minute', v_now) - interval '59 minutes';
+    v_queue text;
+    v_live jsonb;
+    v_done jsonb;
+    v_enqueued jsonb;
+    v_enqueued_done jsonb;
+    v_succeeded jsonb;
+BEGIN
+    FOREACH v_queue IN ARRAY p_queues LOOP
+        PERFORM drainpipe.assert_queue_name(v_queue);
+        queue := v_queue;
+        paused := EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = v_queue);
+        IF to_regclass('pgmq.a_' || v_queue) IS NULL THEN
+            counts := jsonb_build_object('queued', 0, 'leased', 0, 'retry_wait', 0,
+                                         'succeeded', 0, 'dead', 0, 'cancelled', 0);
+            ready := 0;
+            oldest_ready_age_s := NULL;
+            series := drainpipe.overview_series(v_queue, v_now, '{}', '{}', '{}');
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        -- the live jobs in one pass: counts by state, the ready ones and the oldest of
+        -- them, and those enqueued in the last hour by minute; a job never claimed is
+        -- queued (and ready once visible) without reading its document
+        EXECUTE format(
+            'SELECT jsonb_build_object(''queued'', sum(g.queued), ''leased'', sum(g.leased),
+                                       ''retry_wait'', sum(g.retry_wait), ''dead'', sum(g.dead)),
+                    coalesce(sum(g.ready), 0),
+                    extract(epoch FROM $1 - min(g.oldest))::double precision,
+                    coalesce(jsonb_object_agg(extract(epoch FROM g.minute)::bigint::text, g.n)
+                                 FILTER (WHERE g.minute IS NOT NULL), ''{}''::jsonb)
+               FROM (SELECT CASE WHEN l.enqueued_at >= $2 THEN date_trunc(''minute'', l.enqueued_at) END AS minute,
+                            count(*) AS n,
+                            count(*) FILTER (WHERE l.state = ''queued'') AS queued,
+                            count(*) FILTER (WHERE l.state = ''leased'') AS leased,
+                            count(*) FILTER (WHERE l.state = ''retry_wait'') AS retry_wait,
+                            count(*) FILTER (WHERE l.state = ''dead'') AS dead,
+                            count(*) FILTER (WHERE l.ready) AS ready,
+                            min(l.vt) FILTER (WHERE l.ready) AS oldest
+                       FROM (SELECT q.vt, q.enqueued_at,
+                                    CASE WHEN q.read_ct = 0 THEN ''queued''
+                                         ELSE drainpipe.job_state_at(drainpipe.pgmq_live_state(q.read_ct, q.message), q.vt,
+                                                  q.read_ct, coalesce((q.message ->> ''max_attempts'')::integer, 5), $1)
+                                    END AS state,
+                                    q.vt <= $1 AND CASE WHEN q.read_ct = 0 THEN true
+                                                        ELSE q.read_ct < coalesce((q.message ->> ''max_attempts'')::integer, 5)
+                                                   END AS ready
+                               FROM pgmq.%I q) l
+                      GROUP BY 1) g', 'q_' || v_queue)
+          INTO v_live, ready, oldest_ready_age_s, v_enqueued USING v_now, v_from;
+        -- the finished: the kept totals, or (a queue not kept yet) a count of the archive
+        v_done := drainpipe.kept_job_totals(v_queue);
+        IF v_done IS NULL THEN
+            EXECUTE format(
+                'SELECT coalesce(jsonb_object_agg(s.state, s.n), ''{}''::jsonb)
+                   FROM (SELECT CASE WHEN a.message ? ''cancelled'' THEN ''cancelled''
+                                     WHEN a.message ? ''dead'' THEN ''dead'' ELSE ''succeeded'' END AS state,
+                                count(*) AS n
+                           FROM pgmq.%I a GROUP BY 1) s', 'a_' || v_queue)
+              INTO v_done;
+        END IF;
+        counts := jsonb_build_object(
+            'queued', coalesce((v_live ->> 'queued')::bigint, 0),
+            'leased', coalesce((v_live ->> 'leased')::bigint, 0),
+            'retry_wait', coalesce((v_live ->> 'retry_wait')::bigint, 0),
+            'succeeded', coalesce((v_done ->> 'succeeded')::bigint, 0),
+            'dead', coalesce((v_done ->> 'dead')::bigint, 0) + coalesce((v_live ->> 'dead')::bigint, 0),
+            'cancelled', coalesce((v_done ->> 'cancelled')::bigint, 0));
+        -- the last hour's finished jobs by minute: enqueued, and succeeded
+        EXECUTE format(
+            'SELECT (SELECT coalesce(jsonb_object_agg(extract(epoch FROM e.minute)::bigint::text, e.n), ''{}''::jsonb)
+                       FROM (SELECT date_trunc(''minute'', a.enqueued_at) AS minute, count(*) AS n
+                               FROM pgmq.%1$I a WHERE a.archived_at >= $1 AND a.enqueued_at >= $1 GROUP BY 1) e),
+                    (SELECT coalesce(jsonb_object_agg(extract(epoch FROM s.minute)::bigint::text, s.n), ''{}''::jsonb)
+                       FROM (SELECT date_trunc(''minute'', a.archived_at) AS minute, count(*) AS n
+                               FROM pgmq.%1$I a
+                              WHERE a.archived_at >= $1 AND NOT a.message ? ''dead'' AND NOT a.message ? ''cancelled''
+                              GROUP BY 1) s)', 'a_' || v_queue)
+          INTO v_enqueued_done, v_succeeded USING v_from;
+        series := drainpipe.overview_series(v_queue, v_now, v_enqueued, v_enqueued_done, v_succeeded);
+        RETURN NEXT;
+    END LOOP;
+END $function$;
+
