@@ -82,6 +82,10 @@ INTERNAL_FUNCTIONS = {
     "table_job_totals",
     "pgmq_job_totals",
     "pgmq_search_sql",
+    # the pgmq per-queue makers' shared statement parts: called by the makers only
+    "pgmq_lease_cols",
+    "pgmq_lease_sql",
+    "pgmq_flow_pick_sql",
     # the agent inbox's helpers: called by its _v1 functions only
     "agent_priority",
     "agent_where_matches",
