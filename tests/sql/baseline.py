@@ -28,6 +28,7 @@ OPTIONS = [(storage, scheduler) for storage in STORAGES for scheduler in SCHEDUL
 PRUNED_FUNCTIONS = frozenset(
     {
         "drainpipe.agent_raw_v1",  # agent_raw_v2
+        "drainpipe.job_messages_policy_lease",  # the table claim and heartbeat check max_lease
         "drainpipe.audited_replay_job_v1",  # audited_replay_job_v2
         "drainpipe.ensure_queue_policy_v1",  # ensure_queue_policy_v3 (their bodies inline)
         "drainpipe.ensure_queue_policy_v2",

@@ -523,10 +523,8 @@ BEGIN
              WHERE p_order = 'fifo'
                AND pg_catalog.hashtext(x.inbox_id) = pg_catalog.hashtext(p_inbox) AND x.inbox_id = p_inbox AND x.state IN ('pending', 'leased') AND x.due_at <= v_now
                AND (p_type IS NULL OR x.event_type = p_type)
-               AND (p_source IS NULL OR x.source = p_source
-                    OR 'src_' || left(md5(x.source), 16) = p_source)
-               AND (p_subscription IS NULL OR x.subscription_id = p_subscription)
-               AND (p_correlation IS NULL OR x.correlation = p_correlation)
+               AND (p_source IS NULL OR x.source = p_source OR 'src_' || left(md5(x.source), 16) = p_source)
+               AND (p_subscription IS NULL OR x.subscription_id = p_subscription) AND (p_correlation IS NULL OR x.correlation = p_correlation)
              ORDER BY x.due_at, x.id
              LIMIT p_max
                FOR UPDATE SKIP LOCKED
@@ -537,10 +535,8 @@ BEGIN
              WHERE p_order = 'lifo'
                AND pg_catalog.hashtext(x.inbox_id) = pg_catalog.hashtext(p_inbox) AND x.inbox_id = p_inbox AND x.state IN ('pending', 'leased') AND x.due_at <= v_now
                AND (p_type IS NULL OR x.event_type = p_type)
-               AND (p_source IS NULL OR x.source = p_source
-                    OR 'src_' || left(md5(x.source), 16) = p_source)
-               AND (p_subscription IS NULL OR x.subscription_id = p_subscription)
-               AND (p_correlation IS NULL OR x.correlation = p_correlation)
+               AND (p_source IS NULL OR x.source = p_source OR 'src_' || left(md5(x.source), 16) = p_source)
+               AND (p_subscription IS NULL OR x.subscription_id = p_subscription) AND (p_correlation IS NULL OR x.correlation = p_correlation)
              ORDER BY x.due_at DESC, x.id DESC
              LIMIT p_max
                FOR UPDATE SKIP LOCKED
@@ -607,10 +603,8 @@ BEGIN
             SELECT x.id FROM drainpipe.agent_events x
              WHERE pg_catalog.hashtext(x.inbox_id) = pg_catalog.hashtext(p_inbox) AND x.inbox_id = p_inbox AND x.state IN ('pending', 'leased') AND x.due_at <= v_now
                AND (p_type IS NULL OR x.event_type = p_type)
-               AND (p_source IS NULL OR x.source = p_source
-                    OR 'src_' || left(md5(x.source), 16) = p_source)
-               AND (p_subscription IS NULL OR x.subscription_id = p_subscription)
-               AND (p_correlation IS NULL OR x.correlation = p_correlation)
+               AND (p_source IS NULL OR x.source = p_source OR 'src_' || left(md5(x.source), 16) = p_source)
+               AND (p_subscription IS NULL OR x.subscription_id = p_subscription) AND (p_correlation IS NULL OR x.correlation = p_correlation)
              ORDER BY x.due_at, x.id
              LIMIT p_max
                FOR UPDATE SKIP LOCKED);
@@ -619,10 +613,8 @@ BEGIN
             SELECT x.id FROM drainpipe.agent_events x
              WHERE pg_catalog.hashtext(x.inbox_id) = pg_catalog.hashtext(p_inbox) AND x.inbox_id = p_inbox AND x.state IN ('pending', 'leased') AND x.due_at <= v_now
                AND (p_type IS NULL OR x.event_type = p_type)
-               AND (p_source IS NULL OR x.source = p_source
-                    OR 'src_' || left(md5(x.source), 16) = p_source)
-               AND (p_subscription IS NULL OR x.subscription_id = p_subscription)
-               AND (p_correlation IS NULL OR x.correlation = p_correlation)
+               AND (p_source IS NULL OR x.source = p_source OR 'src_' || left(md5(x.source), 16) = p_source)
+               AND (p_subscription IS NULL OR x.subscription_id = p_subscription) AND (p_correlation IS NULL OR x.correlation = p_correlation)
              ORDER BY x.due_at DESC, x.id DESC
              LIMIT p_max
                FOR UPDATE SKIP LOCKED);
@@ -636,10 +628,8 @@ BEGIN
              WHERE pg_catalog.hashtext(x.inbox_id) = pg_catalog.hashtext(p_inbox) AND x.inbox_id = p_inbox AND x.state IN ('pending', 'leased') AND x.due_at <= v_now
                AND x.priority > 0
                AND (p_type IS NULL OR x.event_type = p_type)
-               AND (p_source IS NULL OR x.source = p_source
-                    OR 'src_' || left(md5(x.source), 16) = p_source)
-               AND (p_subscription IS NULL OR x.subscription_id = p_subscription)
-               AND (p_correlation IS NULL OR x.correlation = p_correlation)
+               AND (p_source IS NULL OR x.source = p_source OR 'src_' || left(md5(x.source), 16) = p_source)
+               AND (p_subscription IS NULL OR x.subscription_id = p_subscription) AND (p_correlation IS NULL OR x.correlation = p_correlation)
              ORDER BY x.priority DESC, x.due_at, x.id
              LIMIT p_max
                FOR UPDATE SKIP LOCKED);
@@ -649,10 +639,8 @@ BEGIN
                  WHERE pg_catalog.hashtext(x.inbox_id) = pg_catalog.hashtext(p_inbox) AND x.inbox_id = p_inbox AND x.state IN ('pending', 'leased') AND x.due_at <= v_now
                    AND x.priority = 0
                    AND (p_type IS NULL OR x.event_type = p_type)
-                   AND (p_source IS NULL OR x.source = p_source
-                        OR 'src_' || left(md5(x.source), 16) = p_source)
-                   AND (p_subscription IS NULL OR x.subscription_id = p_subscription)
-                   AND (p_correlation IS NULL OR x.correlation = p_correlation)
+                   AND (p_source IS NULL OR x.source = p_source OR 'src_' || left(md5(x.source), 16) = p_source)
+                   AND (p_subscription IS NULL OR x.subscription_id = p_subscription) AND (p_correlation IS NULL OR x.correlation = p_correlation)
                  ORDER BY x.due_at, x.id
                  LIMIT p_max - cardinality(v_ids)
                    FOR UPDATE SKIP LOCKED);
@@ -663,10 +651,8 @@ BEGIN
                  WHERE pg_catalog.hashtext(x.inbox_id) = pg_catalog.hashtext(p_inbox) AND x.inbox_id = p_inbox AND x.state IN ('pending', 'leased') AND x.due_at <= v_now
                    AND x.priority < 0
                    AND (p_type IS NULL OR x.event_type = p_type)
-                   AND (p_source IS NULL OR x.source = p_source
-                        OR 'src_' || left(md5(x.source), 16) = p_source)
-                   AND (p_subscription IS NULL OR x.subscription_id = p_subscription)
-                   AND (p_correlation IS NULL OR x.correlation = p_correlation)
+                   AND (p_source IS NULL OR x.source = p_source OR 'src_' || left(md5(x.source), 16) = p_source)
+                   AND (p_subscription IS NULL OR x.subscription_id = p_subscription) AND (p_correlation IS NULL OR x.correlation = p_correlation)
                  ORDER BY x.priority DESC, x.due_at, x.id
                  LIMIT p_max - cardinality(v_ids)
                    FOR UPDATE SKIP LOCKED);

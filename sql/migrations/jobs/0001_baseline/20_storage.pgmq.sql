@@ -243,18 +243,9 @@ END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.define_job_priority_claim_v1(p_queue text)
  RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-DECLARE
-    v_read_col text;
-    v_read_set text;
-    v_archive_cols text;
-    v_archive_vals text;
 BEGIN
     PERFORM drainpipe.assert_queue_name(p_queue);
     PERFORM pg_advisory_xact_lock(hashtext('drainpipe.queue:' || p_queue));
-    v_read_set := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', last_read_at = v_now' ELSE '' END;
-    v_read_col := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'q.last_read_at' ELSE 'NULL::timestamptz' END;
-    v_archive_cols := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', last_read_at' ELSE '' END;
-    v_archive_vals := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', d.last_read_at' ELSE '' END;
     EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
                       (drainpipe.job_priority(message -> ''payload''), vt, msg_id)',
                    'q_' || p_queue || '_dp_priority', 'q_' || p_queue);
@@ -312,7 +303,6 @@ BEGIN
         RETURNS SETOF drainpipe.job_row_v1
         LANGUAGE plpgsql SECURITY DEFINER
         SET search_path = pg_catalog, pg_temp
-        -- generic plan, no seqscans: see 0002
         SET plan_cache_mode = force_generic_plan
         SET enable_seqscan = off
         AS $body$
@@ -322,45 +312,23 @@ BEGIN
             v_levels integer[];
             v_ids bigint[];
         BEGIN
-            SELECT p.levels INTO v_levels FROM drainpipe.queue_priorities p WHERE p.queue = %6$L;
-            v_ids := drainpipe.%9$I(coalesce(v_levels, '{0}'), greatest(p_batch, 1), v_now, p_now IS NULL);
+            SELECT p.levels INTO v_levels FROM drainpipe.queue_priorities p WHERE p.queue = %5$L;
+            v_ids := drainpipe.%6$I(coalesce(v_levels, '{0}'), greatest(p_batch, 1), v_now, p_now IS NULL);
             IF cardinality(v_ids) = 0 THEN
                 RETURN;
             END IF;
             RETURN QUERY
             WITH picked AS (
-                SELECT q.msg_id, q.read_ct, q.vt, %4$s AS started_at,
-                       q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted,
-                       q.read_ct > 0 AND q.message ->> 'failed' IS DISTINCT FROM q.read_ct::text AS lapsed
+                SELECT q.msg_id, %3$s
                   FROM pgmq.%2$I q
                  WHERE q.msg_id = ANY (v_ids)
                    FOR UPDATE
-            ), expired AS (
-                INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
-                SELECT %6$L, p.msg_id, p.read_ct, p.started_at, p.vt, 'expired', 'LEASE_EXPIRED'
-                  FROM picked p WHERE p.lapsed
-                ON CONFLICT DO NOTHING
-            ), dead AS (
-                DELETE FROM pgmq.%2$I d
-                 WHERE d.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE p.exhausted))
-                RETURNING d.*
-            ), archived AS (
-                INSERT INTO pgmq.%3$I (msg_id, read_ct, enqueued_at, vt, message, archived_at%7$s)
-                SELECT d.msg_id, d.read_ct, d.enqueued_at, d.vt,
-                       d.message || '{"last_error": "The lease ran out on the last attempt", "dead": true, "last_code": "MAX_ATTEMPTS"}'::jsonb,
-                       d.vt%8$s
-                  FROM dead d
-            )
-            UPDATE pgmq.%2$I m
-               SET vt = v_until,
-                   read_ct = m.read_ct + 1%5$s
-             WHERE m.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE NOT p.exhausted))
-            RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message -> 'payload',
-                      coalesce((m.message ->> 'max_attempts')::integer, 5), m.message ->> 'last_error';
+            %4$s
         END
         $body$
-        $fn$, 'claim_jobs__' || p_queue, 'q_' || p_queue, 'a_' || p_queue, v_read_col,
-              v_read_set, p_queue, v_archive_cols, v_archive_vals, 'priority_pick_jobs__' || p_queue);
+        $fn$, 'claim_jobs__' || p_queue, 'q_' || p_queue, drainpipe.pgmq_lease_cols(p_queue),
+              drainpipe.pgmq_lease_sql(p_queue, 'm.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE NOT p.exhausted))'),
+              p_queue, 'priority_pick_jobs__' || p_queue);
     -- The limited pick along the levels (the flow pick of ensure_flow_indexes, same
     -- signature, which the queue's flow claim calls): the same passes, each over one level's
     -- range of this index in (vt, msg_id) order, highest level first.
@@ -407,70 +375,7 @@ BEGIN
             WHILE v_room > 0 LOOP
                 v_limit := v_room;
                 v_rows := 0;
-                FOR v_r IN
-                    SELECT c.id, c.vt, c.k, c.leased, c.claimed, c.exhausted
-                      FROM (
-                          SELECT c0.*,
-                                 CASE WHEN p_flow.key_concurrency IS NULL OR c0.k IS NULL OR c0.exhausted THEN 0 ELSE (
-                                     SELECT count(*) FROM (
-                                         SELECT 1 FROM pgmq.%2$I l
-                                          WHERE drainpipe.job_key(l.message -> 'payload') = c0.k
-                                            AND l.read_ct > 0
-                                            AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-                                            AND l.vt > p_now
-                                          LIMIT p_flow.key_concurrency) s) END AS leased,
-                                 CASE WHEN p_flow.key_rate_count IS NULL OR c0.k IS NULL OR c0.exhausted THEN 0 ELSE (
-                                     SELECT count(*) FROM (
-                                         SELECT 1 FROM drainpipe.flow_claims r
-                                          WHERE r.queue = %3$L AND r.key = c0.k
-                                            AND r.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)
-                                          LIMIT p_flow.key_rate_count) s) END AS claimed,
-                                 CASE WHEN cardinality(v_keys) = 0 THEN 0 ELSE (
-                                     SELECT count(*) FROM unnest(v_keys) p WHERE p = c0.k) END AS picked
-                            FROM (SELECT q.msg_id AS id, q.vt, drainpipe.job_key(q.message -> 'payload') AS k,
-                                         q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted
-                                    FROM pgmq.%2$I q
-                                   -- the level's range after the last place read, as row
-                                   -- comparisons: only the priority index serves them
-                                   WHERE (drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id)
-                                             > (v_level, v_after_at, v_after_id)
-                                     AND (drainpipe.job_priority(q.message -> 'payload'), q.vt) <= (v_level, p_now)
-                                   ORDER BY drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id
-                                   LIMIT v_chunk) c0
-                          OFFSET 0) c
-                     CROSS JOIN LATERAL (
-                          SELECT 1 FROM pgmq.%2$I z WHERE z.msg_id = c.id AND z.vt <= p_now
-                             FOR UPDATE SKIP LOCKED) y
-                     WHERE c.exhausted OR c.k IS NULL
-                        OR ((p_flow.key_concurrency IS NULL OR c.leased + c.picked < p_flow.key_concurrency)
-                            AND (p_flow.key_rate_count IS NULL OR c.claimed + c.picked < p_flow.key_rate_count)
-                            AND (NOT p_flow.ordered
-                                 OR (c.picked = 0 AND NOT EXISTS (
-                                        SELECT 1 FROM pgmq.%2$I e
-                                         WHERE drainpipe.job_key(e.message -> 'payload') = c.k
-                                           AND drainpipe.job_key(e.message -> 'payload') IS NOT NULL
-                                           AND e.msg_id < c.id))))
-                     LIMIT v_limit
-                LOOP
-                    v_rows := v_rows + 1;
-                    v_last_at := v_r.vt;
-                    v_last_id := v_r.id;
-                    IF v_r.exhausted THEN
-                        v_ids := v_ids || v_r.id;
-                        CONTINUE;
-                    END IF;
-                    IF v_r.k = ANY (v_keys) THEN
-                        v_taken := (SELECT count(*) FROM unnest(v_keys) p WHERE p = v_r.k);
-                        CONTINUE WHEN p_flow.ordered
-                            OR (p_flow.key_concurrency IS NOT NULL
-                                AND v_r.leased + v_taken >= p_flow.key_concurrency)
-                            OR (p_flow.key_rate_count IS NOT NULL
-                                AND v_r.claimed + v_taken >= p_flow.key_rate_count);
-                    END IF;
-                    v_ids := v_ids || v_r.id;
-                    v_keys := v_keys || v_r.k;
-                    v_room := v_room - 1;
-                END LOOP;
+                %4$s
                 EXIT WHEN v_room = 0;
                 v_scanned := v_scanned + v_chunk;
                 IF v_rows < v_limit THEN
@@ -501,7 +406,14 @@ BEGIN
             RETURN v_ids;
         END
         $body$
-        $fn$, 'flow_pick_jobs__' || p_queue, 'q_' || p_queue, p_queue);
+        $fn$, 'flow_pick_jobs__' || p_queue, 'q_' || p_queue, p_queue,
+              drainpipe.pgmq_flow_pick_sql(p_queue, $r$
+                -- the level's range after the last place read, as row comparisons: only
+                -- the priority index serves them
+                WHERE (drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id) > (v_level, v_after_at, v_after_id)
+                  AND (drainpipe.job_priority(q.message -> 'payload'), q.vt) <= (v_level, p_now)
+                ORDER BY drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id$r$,
+              'v_last_at := v_r.vt; v_last_id := v_r.id;'));
     EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(drainpipe.queue_flow, integer, timestamptz) FROM PUBLIC',
                    'flow_pick_jobs__' || p_queue);
     EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(integer[], integer, timestamptz, boolean) FROM PUBLIC',
@@ -515,9 +427,7 @@ END $function$;
 CREATE OR REPLACE FUNCTION drainpipe.define_job_queue_functions_v1(p_queue text)
  RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
 DECLARE
-    -- pgmq 1.5+: the claim stamps last_read_at (the attempt's start) and the archive keeps it
-    v_read_set text := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', last_read_at = v_now' ELSE '' END;
-    v_read_col text := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'q.last_read_at' ELSE 'NULL::timestamptz' END;
+    -- pgmq 1.5+: the archive keeps last_read_at, the attempt's start
     v_archive_cols text := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', last_read_at' ELSE '' END;
     v_archive_vals text := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', d.last_read_at' ELSE '' END;
 BEGIN
@@ -530,7 +440,6 @@ BEGIN
         RETURNS SETOF drainpipe.job_row_v1
         LANGUAGE plpgsql SECURITY DEFINER
         SET search_path = pg_catalog, pg_temp
-        -- generic plan, no seqscans: see 0002
         SET plan_cache_mode = force_generic_plan
         SET enable_seqscan = off
         AS $body$
@@ -539,21 +448,18 @@ BEGIN
             v_now timestamptz;
             v_until timestamptz;
             v_batch integer := greatest(p_batch, 1);
-            v_from timestamptz := '-infinity';  -- the bound (jobs 0014)
+            v_from timestamptz := '-infinity';  -- this connection's claim bound
             v_below timestamptz := 'infinity';  -- the pass under the bound
         BEGIN
             IF p_now IS NULL THEN
-                v_from := drainpipe.claim_bound(%6$L, clock_timestamp());
+                v_from := drainpipe.claim_bound(%5$L, clock_timestamp());
             END IF;
             LOOP
                 v_now := coalesce(p_now, clock_timestamp());
                 v_until := v_now + make_interval(secs => greatest(p_lease, 0));
                 RETURN QUERY
                 WITH picked AS (
-                    SELECT q.msg_id, q.read_ct, q.vt, %4$s AS started_at,
-                           q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted,
-                           -- a claimed attempt that did not fail: its lease ran out
-                           q.read_ct > 0 AND q.message ->> 'failed' IS DISTINCT FROM q.read_ct::text AS lapsed
+                    SELECT q.msg_id, %3$s
                       FROM pgmq.%2$I q
                      -- the vt index read from its start: only visible rows are visited, so jobs
                      -- leased or backing off ahead of the ready ones cost nothing (in msg_id
@@ -568,29 +474,8 @@ BEGIN
                 ), bound AS (
                     -- the oldest vt picked: this connection's next bound (volatile, so
                     -- evaluated once, where the update's id list reads it)
-                    SELECT drainpipe.keep_claim_bound(%6$L, min(p.vt), p_now) AS kept FROM picked p
-                ), expired AS (
-                    INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
-                    SELECT %6$L, p.msg_id, p.read_ct, p.started_at, p.vt, 'expired', 'LEASE_EXPIRED'
-                      FROM picked p WHERE p.lapsed
-                    ON CONFLICT DO NOTHING
-                ), dead AS (
-                    DELETE FROM pgmq.%2$I d
-                     WHERE d.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE p.exhausted))
-                    RETURNING d.*
-                ), archived AS (
-                    INSERT INTO pgmq.%3$I (msg_id, read_ct, enqueued_at, vt, message, archived_at%7$s)
-                    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.vt,
-                           d.message || '{"last_error": "The lease ran out on the last attempt", "dead": true, "last_code": "MAX_ATTEMPTS"}'::jsonb,
-                           d.vt%8$s
-                      FROM dead d
-                )
-                UPDATE pgmq.%2$I m
-                   SET vt = v_until,
-                       read_ct = m.read_ct + 1%5$s
-                 WHERE m.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p, bound b WHERE NOT p.exhausted))
-                RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message -> 'payload',
-                          coalesce((m.message ->> 'max_attempts')::integer, 5), m.message ->> 'last_error';
+                    SELECT drainpipe.keep_claim_bound(%5$L, min(p.vt), p_now) AS kept FROM picked p
+                %4$s
                 GET DIAGNOSTICS v_claimed = ROW_COUNT;
                 IF v_claimed < v_batch AND v_from > '-infinity' THEN
                     -- short above the bound: the rest from below it (the index's start up
@@ -612,8 +497,9 @@ BEGIN
             END LOOP;
         END
         $body$
-        $fn$, 'claim_jobs__' || p_queue, 'q_' || p_queue, 'a_' || p_queue, v_read_col, v_read_set,
-              p_queue, v_archive_cols, v_archive_vals);
+        $fn$, 'claim_jobs__' || p_queue, 'q_' || p_queue, drainpipe.pgmq_lease_cols(p_queue),
+              drainpipe.pgmq_lease_sql(p_queue, 'm.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p, bound b WHERE NOT p.exhausted))'),
+              p_queue);
     EXECUTE format($fn$
         CREATE OR REPLACE FUNCTION drainpipe.%1$I(p_ids bigint[], p_attempts integer[], p_now timestamptz)
         RETURNS SETOF bigint
@@ -661,7 +547,7 @@ BEGIN
         EXECUTE format('GRANT EXECUTE ON FUNCTION drainpipe.%I(bigint[], integer[], timestamptz) TO service_role', 'complete_jobs__' || p_queue);
     END IF;
     IF EXISTS (SELECT 1 FROM drainpipe.queue_priorities p WHERE p.queue = p_queue) THEN
-        -- a prioritised queue keeps its priority claim (jobs 0017)
+        -- a prioritised queue keeps its priority claim
         PERFORM drainpipe.define_job_priority_claim_v1(p_queue);
     END IF;
 END $function$;
@@ -845,23 +731,14 @@ END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.ensure_flow_indexes(p_queue text)
  RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-DECLARE
-    v_read_col text;
-    v_read_set text;
-    v_archive_cols text;
-    v_archive_vals text;
 BEGIN
     PERFORM drainpipe.assert_queue_name(p_queue);
     PERFORM drainpipe.ensure_job_queue_v1(p_queue);
     PERFORM pg_advisory_xact_lock(hashtext('drainpipe.queue:' || p_queue));
-    v_read_set := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', last_read_at = v_now' ELSE '' END;
-    v_read_col := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'q.last_read_at' ELSE 'NULL::timestamptz' END;
-    v_archive_cols := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', last_read_at' ELSE '' END;
-    v_archive_vals := CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', d.last_read_at' ELSE '' END;
     IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f
                 WHERE f.queue = p_queue AND drainpipe.flow_budget_applies(f)) THEN
-        -- a queue-wide concurrency only (jobs 0022): what is leased by vt alone, for the
-        -- exact counts; a lease evaluates no key for an index
+        -- a queue-wide concurrency only: what is leased by vt alone, for the exact counts;
+        -- a lease then evaluates no key for an index
         EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (vt)
                         WHERE read_ct > 0 AND (message ->> ''failed'') IS DISTINCT FROM (read_ct::text)',
                        'q_' || p_queue || '_dp_flow_leased_vt', 'q_' || p_queue);
@@ -873,20 +750,18 @@ BEGIN
                         WHERE read_ct > 0 AND (message ->> ''failed'') IS DISTINCT FROM (read_ct::text)',
                        'q_' || p_queue || '_dp_flow_leased', 'q_' || p_queue);
     END IF;
-    -- a key's jobs in enqueue order (every row of the queue table is live): ordered=True,
-    -- and only then (jobs 0021)
+    -- a key's jobs in enqueue order (every row of the queue table is live): ordered=True only
     IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f WHERE f.queue = p_queue AND f.ordered) THEN
         EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
                           (drainpipe.job_key(message -> ''payload''), msg_id)
                         WHERE drainpipe.job_key(message -> ''payload'') IS NOT NULL',
                        'q_' || p_queue || '_dp_flow_order', 'q_' || p_queue);
     END IF;
-    -- The pick: the table's job_messages_flow_take (jobs 0021) over this queue's table (see
-    -- there): passes in vt order, as the unlimited claim reads, each probing its candidates'
-    -- keys and locking the ones that fit as it reaches them. A pass starts at the last vt
-    -- read, leaving out the rows of that vt already taken or passed (pgmq stamps a batch with
-    -- one vt). A job whose last lease ran out is let through without counting: the claim
-    -- archives it dead instead of leasing it. Returns the ids taken, those with them.
+    -- The pick, as the table storage's job_messages_flow_take: passes in vt order, as the
+    -- unlimited claim reads, each probing its candidates' keys and locking the ones that fit
+    -- as it reaches them. A pass starts at the last vt read, leaving out the rows of that vt
+    -- already taken or passed (pgmq stamps a batch with one vt). A job whose last lease ran
+    -- out is let through without counting: the claim archives it dead instead of leasing it.
     EXECUTE format($fn$
         CREATE OR REPLACE FUNCTION drainpipe.%1$I(
             p_flow drainpipe.queue_flow, p_batch integer, p_now timestamptz
@@ -912,12 +787,10 @@ BEGIN
             v_r record;
             v_taken bigint;
         BEGIN
+            PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%3$L));
             IF p_flow.concurrency IS NULL AND p_flow.rate_count IS NULL THEN
-                -- no queue-wide limit: the whole batch under the queue's flow lock
-                PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%3$L));
-                v_room := p_batch;
+                v_room := p_batch;  -- no queue-wide limit: the whole batch
             ELSE
-                PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%3$L));
                 v_room := drainpipe.flow_room(p_flow, p_batch,
                     CASE WHEN p_flow.concurrency IS NULL THEN 0 ELSE (
                         SELECT count(*) FROM pgmq.%2$I l
@@ -930,77 +803,7 @@ BEGIN
                 v_limit := v_room;
                 v_rows := 0;
                 v_last := NULL;
-                FOR v_r IN
-                    SELECT c.id, c.vt, c.k, c.leased, c.claimed, c.exhausted
-                      FROM (
-                          -- each candidate's probes, once (OFFSET 0: not flattened into the
-                          -- filter and the output, which would probe twice); none for an
-                          -- exhausted job, which is archived whatever its key
-                          SELECT c0.*,
-                                 CASE WHEN p_flow.key_concurrency IS NULL OR c0.k IS NULL OR c0.exhausted THEN 0 ELSE (
-                                     SELECT count(*) FROM (
-                                         SELECT 1 FROM pgmq.%2$I l
-                                          WHERE drainpipe.job_key(l.message -> 'payload') = c0.k
-                                            AND l.read_ct > 0
-                                            AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-                                            AND l.vt > p_now
-                                          LIMIT p_flow.key_concurrency) s) END AS leased,
-                                 CASE WHEN p_flow.key_rate_count IS NULL OR c0.k IS NULL OR c0.exhausted THEN 0 ELSE (
-                                     SELECT count(*) FROM (
-                                         SELECT 1 FROM drainpipe.flow_claims r
-                                          WHERE r.queue = %3$L AND r.key = c0.k
-                                            AND r.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)
-                                          LIMIT p_flow.key_rate_count) s) END AS claimed,
-                                 CASE WHEN cardinality(v_keys) = 0 THEN 0 ELSE (
-                                     SELECT count(*) FROM unnest(v_keys) p WHERE p = c0.k) END AS picked
-                            FROM (SELECT q.msg_id AS id, q.vt, drainpipe.job_key(q.message -> 'payload') AS k,
-                                         q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted
-                                    FROM pgmq.%2$I q
-                                   WHERE q.vt <= p_now AND q.vt >= v_after AND NOT (q.msg_id = ANY (v_tied))
-                                   ORDER BY q.vt
-                                   LIMIT v_chunk) c0
-                          OFFSET 0) c
-                     -- the lock, row by row as candidates fit: a row another transaction
-                     -- holds is skipped, and one changed since is read as it is now
-                     CROSS JOIN LATERAL (
-                          SELECT 1 FROM pgmq.%2$I z WHERE z.msg_id = c.id AND z.vt <= p_now
-                             FOR UPDATE SKIP LOCKED) y
-                     WHERE c.exhausted OR c.k IS NULL
-                        OR ((p_flow.key_concurrency IS NULL OR c.leased + c.picked < p_flow.key_concurrency)
-                            AND (p_flow.key_rate_count IS NULL OR c.claimed + c.picked < p_flow.key_rate_count)
-                            AND (NOT p_flow.ordered
-                                 OR (c.picked = 0 AND NOT EXISTS (
-                                        SELECT 1 FROM pgmq.%2$I e
-                                         WHERE drainpipe.job_key(e.message -> 'payload') = c.k
-                                           AND drainpipe.job_key(e.message -> 'payload') IS NOT NULL
-                                           AND e.msg_id < c.id))))
-                     LIMIT v_limit
-                LOOP
-                    v_rows := v_rows + 1;
-                    IF v_r.vt = v_last THEN
-                        v_last_ids := v_last_ids || v_r.id;
-                    ELSE
-                        v_last := v_r.vt;
-                        v_last_ids := ARRAY[v_r.id];
-                    END IF;
-                    IF v_r.exhausted THEN
-                        -- rides along: archived, not leased, by the claim
-                        v_ids := v_ids || v_r.id;
-                        CONTINUE;
-                    END IF;
-                    IF v_r.k = ANY (v_keys) THEN
-                        -- a key this claim took already, in this pass too: counted exactly
-                        v_taken := (SELECT count(*) FROM unnest(v_keys) p WHERE p = v_r.k);
-                        CONTINUE WHEN p_flow.ordered
-                            OR (p_flow.key_concurrency IS NOT NULL
-                                AND v_r.leased + v_taken >= p_flow.key_concurrency)
-                            OR (p_flow.key_rate_count IS NOT NULL
-                                AND v_r.claimed + v_taken >= p_flow.key_rate_count);
-                    END IF;
-                    v_ids := v_ids || v_r.id;
-                    v_keys := v_keys || v_r.k;
-                    v_room := v_room - 1;
-                END LOOP;
+                %4$s
                 EXIT WHEN v_room = 0;
                 v_scanned := v_scanned + v_chunk;
                 IF v_rows < v_limit THEN
@@ -1028,9 +831,12 @@ BEGIN
             RETURN v_ids;
         END
         $body$
-        $fn$, 'flow_pick_jobs__' || p_queue, 'q_' || p_queue, p_queue);
-    -- The claim: jobs 0006's statement with the pick above, whose rows are locked already
-    -- (by the pick, as it read them: jobs 0021).
+        $fn$, 'flow_pick_jobs__' || p_queue, 'q_' || p_queue, p_queue,
+              drainpipe.pgmq_flow_pick_sql(p_queue,
+                  $r$WHERE q.vt <= p_now AND q.vt >= v_after AND NOT (q.msg_id = ANY (v_tied)) ORDER BY q.vt$r$,
+              'IF v_r.vt = v_last THEN v_last_ids := v_last_ids || v_r.id;
+               ELSE v_last := v_r.vt; v_last_ids := ARRAY[v_r.id]; END IF;'));
+    -- The claim: the unlimited claim's lease statement over the rows the pick locked.
     EXECUTE format($fn$
         CREATE OR REPLACE FUNCTION drainpipe.%1$I(p_lease double precision, p_batch integer, p_now timestamptz)
         RETURNS SETOF drainpipe.job_row_v1
@@ -1054,22 +860,20 @@ BEGIN
             SELECT * INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = %6$L;
             IF v_flow.queue IS NULL THEN
                 -- the limits were dropped since the caller looked
-                RETURN QUERY SELECT * FROM drainpipe.%9$I(p_lease, p_batch, p_now);
+                RETURN QUERY SELECT * FROM drainpipe.%7$I(p_lease, p_batch, p_now);
                 RETURN;
             END IF;
             IF v_flow.key_concurrency IS NULL AND v_flow.key_rate_count IS NULL AND NOT v_flow.ordered THEN
                 -- queue-wide limits only: the unlimited claim, no larger than the room left
                 IF v_flow.concurrency IS NOT NULL THEN
-                    -- from the queue's budget while far from the limit, without a count
-                    -- (jobs 0022, flow_budget_take); else counted under the flow lock
+                    -- from the queue's budget while far from the limit, without a count;
+                    -- else counted under the flow lock
                     v_room := drainpipe.flow_budget_take(v_flow, greatest(p_batch, 1));
                 END IF;
                 IF v_room IS NULL THEN
                     PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%6$L));
                     IF v_flow.concurrency IS NOT NULL THEN
-                        SELECT count(*) INTO v_leased FROM pgmq.%2$I l
-                         WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-                           AND l.vt > v_now;
+                        SELECT count(*) INTO v_leased FROM pgmq.%2$I l WHERE %9$s;
                     END IF;
                     v_room := drainpipe.flow_room(v_flow, greatest(p_batch, 1), v_leased, v_now);
                     IF v_flow.concurrency IS NOT NULL THEN
@@ -1080,9 +884,7 @@ BEGIN
                     v_beside := drainpipe.flow_budget_pending(%6$L);
                     v_room := 0;
                     IF v_beside >= 0 THEN
-                        SELECT count(*) INTO v_leased FROM pgmq.%2$I l
-                         WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-                           AND l.vt > v_now;
+                        SELECT count(*) INTO v_leased FROM pgmq.%2$I l WHERE %9$s;
                         v_room := drainpipe.flow_room(v_flow, greatest(p_batch, 1), v_leased + v_beside, v_now);
                     END IF;
                 END IF;
@@ -1090,10 +892,10 @@ BEGIN
                     RETURN;
                 END IF;
                 IF v_flow.rate_count IS NULL THEN
-                    RETURN QUERY SELECT * FROM drainpipe.%9$I(p_lease, v_room, v_now);
+                    RETURN QUERY SELECT * FROM drainpipe.%7$I(p_lease, v_room, v_now);
                     RETURN;
                 END IF;
-                v_rows := ARRAY(SELECT c FROM drainpipe.%9$I(p_lease, v_room, v_now) c);
+                v_rows := ARRAY(SELECT c FROM drainpipe.%7$I(p_lease, v_room, v_now) c);
                 PERFORM drainpipe.flow_record_claims(v_flow,
                     ARRAY(SELECT drainpipe.job_key((r).payload) FROM unnest(v_rows) r), v_now);
                 RETURN QUERY SELECT (r).* FROM unnest(v_rows) r;
@@ -1112,9 +914,7 @@ BEGIN
                 -- (key_claim_in_one_statement); under the lock, every limited claim before
                 -- this one has committed when its snapshot is taken
                 IF v_flow.concurrency IS NOT NULL THEN
-                    SELECT count(*) INTO v_leased FROM pgmq.%2$I l
-                     WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-                       AND l.vt > v_now;
+                    SELECT count(*) INTO v_leased FROM pgmq.%2$I l WHERE %9$s;
                     v_room := drainpipe.flow_room(v_flow, v_room, v_leased, v_now);
                     IF v_room = 0 THEN
                         RETURN;
@@ -1134,9 +934,7 @@ BEGIN
                      -- changed since is read as it is now. By its place in the heap: the row
                      -- was just read there
                      CROSS JOIN LATERAL (
-                          SELECT q.ctid AS at, q.read_ct, q.vt, %4$s AS started_at,
-                                 q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted,
-                                 q.read_ct > 0 AND q.message ->> 'failed' IS DISTINCT FROM q.read_ct::text AS lapsed
+                          SELECT q.ctid AS at, %3$s
                             FROM pgmq.%2$I q
                            WHERE q.ctid = c.at AND q.vt <= v_now
                              FOR UPDATE SKIP LOCKED) y
@@ -1160,33 +958,7 @@ BEGIN
                                    row_number() OVER (PARTITION BY p0.k ORDER BY p0.vt, p0.msg_id) AS nth
                               FROM picked p0 WHERE NOT p0.exhausted) p
                      WHERE p.k IS NULL OR p.nth = 1
-                ), expired AS (
-                    -- a lease found run out ended then, whether the job is leased again now
-                    -- or stays queued behind another job of its key
-                    INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
-                    SELECT %6$L, p.msg_id, p.read_ct, p.started_at, p.vt, 'expired', 'LEASE_EXPIRED'
-                      FROM picked p WHERE p.lapsed
-                    ON CONFLICT DO NOTHING
-                ), dead AS (
-                    DELETE FROM pgmq.%2$I d
-                     WHERE d.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE p.exhausted))
-                    RETURNING d.*
-                ), archived AS (
-                    INSERT INTO pgmq.%3$I (msg_id, read_ct, enqueued_at, vt, message, archived_at%7$s)
-                    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.vt,
-                           d.message || '{"last_error": "The lease ran out on the last attempt", "dead": true, "last_code": "MAX_ATTEMPTS"}'::jsonb,
-                           d.vt%8$s
-                      FROM dead d
-                )
-                -- by place too: locked by this statement, so where the lock found them (a row
-                -- changed after the statement's snapshot is not updated here: the passes
-                -- below take it)
-                UPDATE pgmq.%2$I m
-                   SET vt = v_until,
-                       read_ct = m.read_ct + 1%5$s
-                 WHERE m.ctid = ANY (ARRAY(SELECT l.at FROM leasing l))
-                RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message -> 'payload',
-                          coalesce((m.message ->> 'max_attempts')::integer, 5), m.message ->> 'last_error';
+                %4$s
                 GET DIAGNOSTICS v_taken = ROW_COUNT;
                 IF v_taken >= v_room THEN
                     RETURN;
@@ -1195,40 +967,17 @@ BEGIN
                 -- pick's passes for the rest of the room, which count this statement's leases
                 v_room := v_room - v_taken;
             END IF;
-            v_ids := drainpipe.%10$I(v_flow, v_room, v_now);
+            v_ids := drainpipe.%8$I(v_flow, v_room, v_now);
             IF cardinality(v_ids) = 0 THEN
                 RETURN;
             END IF;
             RETURN QUERY
             WITH picked AS (
-                SELECT q.msg_id, q.read_ct, q.vt, %4$s AS started_at,
-                       q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted,
-                       q.read_ct > 0 AND q.message ->> 'failed' IS DISTINCT FROM q.read_ct::text AS lapsed
+                SELECT q.msg_id, %3$s
                   FROM pgmq.%2$I q
-                 -- locked by the pick (jobs 0021), so read as the pick left them
+                 -- locked by the pick, so read as the pick left them
                  WHERE q.msg_id = ANY (v_ids) AND q.vt <= v_now
-            ), expired AS (
-                INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
-                SELECT %6$L, p.msg_id, p.read_ct, p.started_at, p.vt, 'expired', 'LEASE_EXPIRED'
-                  FROM picked p WHERE p.lapsed
-                ON CONFLICT DO NOTHING
-            ), dead AS (
-                DELETE FROM pgmq.%2$I d
-                 WHERE d.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE p.exhausted))
-                RETURNING d.*
-            ), archived AS (
-                INSERT INTO pgmq.%3$I (msg_id, read_ct, enqueued_at, vt, message, archived_at%7$s)
-                SELECT d.msg_id, d.read_ct, d.enqueued_at, d.vt,
-                       d.message || '{"last_error": "The lease ran out on the last attempt", "dead": true, "last_code": "MAX_ATTEMPTS"}'::jsonb,
-                       d.vt%8$s
-                  FROM dead d
-            )
-            UPDATE pgmq.%2$I m
-               SET vt = v_until,
-                   read_ct = m.read_ct + 1%5$s
-             WHERE m.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE NOT p.exhausted))
-            RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message -> 'payload',
-                      coalesce((m.message ->> 'max_attempts')::integer, 5), m.message ->> 'last_error';
+            %5$s
             -- the rate windows count the attempts just started
             IF v_flow.rate_count IS NOT NULL OR v_flow.key_rate_count IS NOT NULL THEN
                 v_keys := ARRAY(SELECT drainpipe.job_key(m.message -> 'payload') FROM pgmq.%2$I m
@@ -1237,16 +986,18 @@ BEGIN
             END IF;
         END
         $body$
-        $fn$, 'flow_claim_jobs__' || p_queue, 'q_' || p_queue, 'a_' || p_queue, v_read_col,
-              v_read_set, p_queue, v_archive_cols, v_archive_vals, 'claim_jobs__' || p_queue,
-              'flow_pick_jobs__' || p_queue);
+        $fn$, 'flow_claim_jobs__' || p_queue, 'q_' || p_queue, drainpipe.pgmq_lease_cols(p_queue),
+              drainpipe.pgmq_lease_sql(p_queue, 'm.ctid = ANY (ARRAY(SELECT l.at FROM leasing l))'),
+              drainpipe.pgmq_lease_sql(p_queue, 'm.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE NOT p.exhausted))'),
+              p_queue, 'claim_jobs__' || p_queue, 'flow_pick_jobs__' || p_queue,
+              $l$l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text) AND l.vt > v_now$l$);
     EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(drainpipe.queue_flow, integer, timestamptz) FROM PUBLIC', 'flow_pick_jobs__' || p_queue);
     EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) FROM PUBLIC', 'flow_claim_jobs__' || p_queue);
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'service_role') THEN
         EXECUTE format('GRANT EXECUTE ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) TO service_role', 'flow_claim_jobs__' || p_queue);
     END IF;
     IF EXISTS (SELECT 1 FROM drainpipe.queue_priorities p WHERE p.queue = p_queue) THEN
-        -- a prioritised queue's limited pick goes along its levels (jobs 0017)
+        -- a prioritised queue's limited pick goes along its levels
         PERFORM drainpipe.define_job_priority_claim_v1(p_queue);
     END IF;
 END $function$;
@@ -1620,19 +1371,17 @@ BEGIN
             'succeeded', coalesce((v_done ->> 'succeeded')::bigint, 0),
             'dead', coalesce((v_done ->> 'dead')::bigint, 0) + coalesce((v_live ->> 'dead')::bigint, 0),
             'cancelled', coalesce((v_done ->> 'cancelled')::bigint, 0));
+        -- the last hour's finished jobs by minute: enqueued, and succeeded
         EXECUTE format(
-            'SELECT coalesce(jsonb_object_agg(extract(epoch FROM e.minute)::bigint::text, e.n), ''{}''::jsonb)
-               FROM (SELECT date_trunc(''minute'', a.enqueued_at) AS minute, count(*) AS n
-                       FROM pgmq.%I a WHERE a.archived_at >= $1 AND a.enqueued_at >= $1
-                      GROUP BY 1) e', 'a_' || v_queue)
-          INTO v_enqueued_done USING v_from;
-        EXECUTE format(
-            'SELECT coalesce(jsonb_object_agg(extract(epoch FROM s.minute)::bigint::text, s.n), ''{}''::jsonb)
-               FROM (SELECT date_trunc(''minute'', a.archived_at) AS minute, count(*) AS n
-                       FROM pgmq.%I a
-                      WHERE a.archived_at >= $1 AND NOT a.message ? ''dead'' AND NOT a.message ? ''cancelled''
-                      GROUP BY 1) s', 'a_' || v_queue)
-          INTO v_succeeded USING v_from;
+            'SELECT (SELECT coalesce(jsonb_object_agg(extract(epoch FROM e.minute)::bigint::text, e.n), ''{}''::jsonb)
+                       FROM (SELECT date_trunc(''minute'', a.enqueued_at) AS minute, count(*) AS n
+                               FROM pgmq.%1$I a WHERE a.archived_at >= $1 AND a.enqueued_at >= $1 GROUP BY 1) e),
+                    (SELECT coalesce(jsonb_object_agg(extract(epoch FROM s.minute)::bigint::text, s.n), ''{}''::jsonb)
+                       FROM (SELECT date_trunc(''minute'', a.archived_at) AS minute, count(*) AS n
+                               FROM pgmq.%1$I a
+                              WHERE a.archived_at >= $1 AND NOT a.message ? ''dead'' AND NOT a.message ? ''cancelled''
+                              GROUP BY 1) s)', 'a_' || v_queue)
+          INTO v_enqueued_done, v_succeeded USING v_from;
         series := drainpipe.overview_series(v_queue, v_now, v_enqueued, v_enqueued_done, v_succeeded);
         RETURN NEXT;
     END LOOP;
@@ -1728,6 +1477,78 @@ BEGIN
     RETURN v_moved > 0;
 END $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_flow_pick_sql(p_queue text, p_range text, p_track text)
+ RETURNS text LANGUAGE sql IMMUTABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    -- a flow pick's pass (ensure_flow_indexes; define_job_priority_claim_v1 along the levels):
+    -- the next candidates of p_range, those whose keys the limits let through, locked and
+    -- taken; p_track notes where the pass got to
+    SELECT format($sql$FOR v_r IN
+                    SELECT c.id, c.vt, c.k, c.leased, c.claimed, c.exhausted
+                      FROM (
+                          -- each candidate's probes, once (OFFSET 0: not flattened into the
+                          -- filter and the output, which would probe twice); none for an
+                          -- exhausted job, which is archived whatever its key
+                          SELECT c0.*,
+                                 CASE WHEN p_flow.key_concurrency IS NULL OR c0.k IS NULL OR c0.exhausted THEN 0 ELSE (
+                                     SELECT count(*) FROM (
+                                         SELECT 1 FROM pgmq.%2$I l
+                                          WHERE drainpipe.job_key(l.message -> 'payload') = c0.k
+                                            AND l.read_ct > 0
+                                            AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                                            AND l.vt > p_now
+                                          LIMIT p_flow.key_concurrency) s) END AS leased,
+                                 CASE WHEN p_flow.key_rate_count IS NULL OR c0.k IS NULL OR c0.exhausted THEN 0 ELSE (
+                                     SELECT count(*) FROM (
+                                         SELECT 1 FROM drainpipe.flow_claims r
+                                          WHERE r.queue = %1$L AND r.key = c0.k
+                                            AND r.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)
+                                          LIMIT p_flow.key_rate_count) s) END AS claimed,
+                                 CASE WHEN cardinality(v_keys) = 0 THEN 0 ELSE (
+                                     SELECT count(*) FROM unnest(v_keys) p WHERE p = c0.k) END AS picked
+                            FROM (SELECT q.msg_id AS id, q.vt, drainpipe.job_key(q.message -> 'payload') AS k,
+                                         q.read_ct >= coalesce((q.message ->> 'max_attempts')::integer, 5) AS exhausted
+                                    FROM pgmq.%2$I q
+                                   %3$s
+                                   LIMIT v_chunk) c0
+                          OFFSET 0) c
+                     -- the lock, row by row as candidates fit: a row another transaction
+                     -- holds is skipped, and one changed since is read as it is now
+                     CROSS JOIN LATERAL (
+                          SELECT 1 FROM pgmq.%2$I z WHERE z.msg_id = c.id AND z.vt <= p_now
+                             FOR UPDATE SKIP LOCKED) y
+                     WHERE c.exhausted OR c.k IS NULL
+                        OR ((p_flow.key_concurrency IS NULL OR c.leased + c.picked < p_flow.key_concurrency)
+                            AND (p_flow.key_rate_count IS NULL OR c.claimed + c.picked < p_flow.key_rate_count)
+                            AND (NOT p_flow.ordered
+                                 OR (c.picked = 0 AND NOT EXISTS (
+                                        SELECT 1 FROM pgmq.%2$I e
+                                         WHERE drainpipe.job_key(e.message -> 'payload') = c.k
+                                           AND drainpipe.job_key(e.message -> 'payload') IS NOT NULL
+                                           AND e.msg_id < c.id))))
+                     LIMIT v_limit
+                LOOP
+                    v_rows := v_rows + 1;
+                    %4$s
+                    IF v_r.exhausted THEN
+                        -- rides along: archived, not leased, by the claim
+                        v_ids := v_ids || v_r.id;
+                        CONTINUE;
+                    END IF;
+                    IF v_r.k = ANY (v_keys) THEN
+                        -- a key this claim took already, in this pass too: counted exactly
+                        v_taken := (SELECT count(*) FROM unnest(v_keys) p WHERE p = v_r.k);
+                        CONTINUE WHEN p_flow.ordered
+                            OR (p_flow.key_concurrency IS NOT NULL
+                                AND v_r.leased + v_taken >= p_flow.key_concurrency)
+                            OR (p_flow.key_rate_count IS NOT NULL
+                                AND v_r.claimed + v_taken >= p_flow.key_rate_count);
+                    END IF;
+                    v_ids := v_ids || v_r.id;
+                    v_keys := v_keys || v_r.k;
+                    v_room := v_room - 1;
+                END LOOP;$sql$,
+        p_queue, 'q_' || p_queue, p_range, p_track) $function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.pgmq_has_last_read(p_queue text)
  RETURNS boolean LANGUAGE sql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
     SELECT EXISTS (SELECT 1 FROM pg_attribute
@@ -1759,6 +1580,46 @@ BEGIN
     END IF;
     RETURN NULL;
 END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_lease_cols(p_queue text)
+ RETURNS text LANGUAGE sql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    -- what a claim reads of a row it leases (pgmq 1.5+ stamps last_read_at, the attempt's start)
+    SELECT format('q.read_ct, q.vt, %s AS started_at,
+                       q.read_ct >= coalesce((q.message ->> ''max_attempts'')::integer, 5) AS exhausted,
+                       q.read_ct > 0 AND q.message ->> ''failed'' IS DISTINCT FROM q.read_ct::text AS lapsed',
+                  CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'q.last_read_at' ELSE 'NULL::timestamptz' END) $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_lease_sql(p_queue text, p_leased text)
+ RETURNS text LANGUAGE sql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    -- after a claim's "picked" rows: a lapsed lease's attempt ends, an exhausted job is
+    -- archived dead, the rows p_leased names are leased and returned
+    SELECT format($sql$), expired AS (
+                INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+                SELECT %1$L, p.msg_id, p.read_ct, p.started_at, p.vt, 'expired', 'LEASE_EXPIRED'
+                  FROM picked p WHERE p.lapsed
+                ON CONFLICT DO NOTHING
+            ), dead AS (
+                DELETE FROM pgmq.%2$I d
+                 WHERE d.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE p.exhausted))
+                RETURNING d.*
+            ), archived AS (
+                INSERT INTO pgmq.%3$I (msg_id, read_ct, enqueued_at, vt, message, archived_at%4$s)
+                SELECT d.msg_id, d.read_ct, d.enqueued_at, d.vt,
+                       d.message || '{"last_error": "The lease ran out on the last attempt", "dead": true, "last_code": "MAX_ATTEMPTS"}'::jsonb,
+                       d.vt%5$s
+                  FROM dead d
+            )
+            UPDATE pgmq.%2$I m
+               SET vt = v_until,
+                   read_ct = m.read_ct + 1%6$s
+             WHERE %7$s
+            RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message -> 'payload',
+                      coalesce((m.message ->> 'max_attempts')::integer, 5), m.message ->> 'last_error';$sql$,
+        p_queue, 'q_' || p_queue, 'a_' || p_queue,
+        CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', last_read_at' ELSE '' END,
+        CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', d.last_read_at' ELSE '' END,
+        CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN ', last_read_at = v_now' ELSE '' END,
+        p_leased) $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.pgmq_list_by_ids(p_queue text)
  RETURNS void LANGUAGE plpgsql SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
@@ -1810,14 +1671,13 @@ DECLARE
     v_last bigint;
     v_bound timestamptz;
     v_newest drainpipe.job_stamp_v1[] := '{}';  -- the page's rows so far, newest first
+    -- every id of the queue with its stamp, live or archived
+    v_both text := format('(SELECT msg_id AS id, enqueued_at AS at FROM pgmq.%I
+                            UNION ALL SELECT msg_id, enqueued_at FROM pgmq.%I)', 'q_' || p_queue, 'a_' || p_queue);
 BEGIN
     IF p_before_at IS NOT NULL THEN
         -- the newest id (above p_after) and its stamp
-        EXECUTE format('SELECT u.id, u.at FROM (SELECT msg_id AS id, enqueued_at AS at FROM pgmq.%1$I
-                                                UNION ALL
-                                                SELECT msg_id, enqueued_at FROM pgmq.%2$I) u
-                         WHERE u.id > $1 ORDER BY u.id DESC LIMIT 1',
-                       'q_' || p_queue, 'a_' || p_queue)
+        EXECUTE format('SELECT u.id, u.at FROM %s u WHERE u.id > $1 ORDER BY u.id DESC LIMIT 1', v_both)
           INTO v_id, v_at USING p_after;
         IF v_at >= p_before_at + v_window THEN
             -- a binary search down the ids for a lower one as new, in one statement
@@ -1831,13 +1691,9 @@ BEGIN
                        FROM s
                        CROSS JOIN LATERAL (SELECT s.lo + (s.hi - s.lo) / 2 AS mid) m
                        CROSS JOIN LATERAL (
-                           SELECT u.id, u.at
-                             FROM (SELECT msg_id AS id, enqueued_at AS at FROM pgmq.%1$I
-                                   UNION ALL
-                                   SELECT msg_id, enqueued_at FROM pgmq.%2$I) u
-                            WHERE u.id >= m.mid ORDER BY u.id LIMIT 1) f
+                           SELECT u.id, u.at FROM %s u WHERE u.id >= m.mid ORDER BY u.id LIMIT 1) f
                       WHERE s.lo < s.hi)
-                 SELECT min(best) FROM s', 'q_' || p_queue, 'a_' || p_queue)
+                 SELECT min(best) FROM s', v_both)
               INTO top USING p_before_at + v_window, p_after + 1, v_id;
         END IF;
     END IF;
@@ -1875,12 +1731,8 @@ BEGIN
         low := v_last;
         IF cardinality(v_newest) >= v_limit THEN
             -- the newest stamp of the lowest 16 ids read (see job_records_newest)
-            EXECUTE format('SELECT max(l.at) FROM (
-                                SELECT u.at FROM (SELECT msg_id AS id, enqueued_at AS at FROM pgmq.%1$I
-                                                  UNION ALL
-                                                  SELECT msg_id, enqueued_at FROM pgmq.%2$I) u
-                                 WHERE u.id >= $1 ORDER BY u.id LIMIT 16) l',
-                           'q_' || p_queue, 'a_' || p_queue)
+            EXECUTE format('SELECT max(l.at) FROM (SELECT u.at FROM %s u WHERE u.id >= $1 ORDER BY u.id LIMIT 16) l',
+                           v_both)
               INTO v_bound USING v_last;
             EXIT WHEN (v_newest[v_limit]).at >= v_bound + v_window;
             v_chunk := 64 + v_limit / 4;  -- the page is found: only its last window is left

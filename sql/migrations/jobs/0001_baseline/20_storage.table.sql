@@ -164,6 +164,7 @@ DECLARE
     v_from timestamptz := '-infinity';  -- the bound (jobs 0014)
     v_first timestamptz;
     v_levels integer[];  -- the queue's priorities, when it has any (jobs 0017)
+    v_max double precision;  -- the queue's max_lease, when it has a policy (jobs 0002)
 BEGIN
     -- the completions first: a claim must not take back a job this turn completes
     IF cardinality(p_ids) > 0 THEN
@@ -267,6 +268,14 @@ BEGIN
           FROM drainpipe.job_messages x
          WHERE x.id = ANY (v_ids) AND x.state = 'leased'
         ON CONFLICT DO NOTHING;
+    END IF;
+    -- a lease longer than the queue's max_lease is refused here, once a claim, where the
+    -- trigger this replaces (jobs 0002) fetched and locked every updated row again
+    SELECT p.max_lease INTO v_max FROM drainpipe.queue_policies p WHERE p.queue = p_queue;
+    IF v_until > v_now + make_interval(secs => v_max + 1) THEN
+        RAISE EXCEPTION 'a lease of % s is longer than queue "%"''s max_lease of % s',
+            round(extract(epoch FROM v_until - v_now)::numeric, 3), p_queue, v_max
+            USING ERRCODE = 'DPQ03';
     END IF;
     RETURN QUERY
     UPDATE drainpipe.job_messages j
@@ -456,11 +465,21 @@ END $function$;
 CREATE OR REPLACE FUNCTION drainpipe.ensure_flow_indexes(p_queue text)
  RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
 BEGIN
-    -- what is leased, per queue and key: concurrency and key_concurrency count here
-    -- (bounded by the limits: only leased rows are in it)
-    CREATE INDEX IF NOT EXISTS job_messages_flow_leased_idx
-        ON drainpipe.job_messages (queue, drainpipe.job_key(payload), visible_at)
-        WHERE state = 'leased';
+    -- what is leased, per queue (concurrency) or per queue and key (key_concurrency), bounded
+    -- by the limits: only leased rows are in it. The index is table-wide, so every queue's
+    -- claims pay for its entries: the key's only when a key limit reads it. The keyed one also
+    -- serves the queue-wide counts, and is never dropped here: a key limit committed beside
+    -- a concurrency-only queue's ensure must still find it afterwards.
+    IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f WHERE f.key_concurrency IS NOT NULL) THEN
+        CREATE INDEX IF NOT EXISTS job_messages_flow_leased_idx
+            ON drainpipe.job_messages (queue, drainpipe.job_key(payload), visible_at)
+            WHERE state = 'leased';
+        DROP INDEX IF EXISTS drainpipe.job_messages_flow_leased_queue_idx;
+    ELSIF to_regclass('drainpipe.job_messages_flow_leased_idx') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS job_messages_flow_leased_queue_idx
+            ON drainpipe.job_messages (queue, visible_at)
+            WHERE state = 'leased';
+    END IF;
     -- the live jobs of a key in enqueue order: ordered=True probes for an earlier one
     -- (ensure_queue_flow_v1 calls this after storing the limits)
     IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f WHERE f.queue = p_queue AND f.ordered) THEN
@@ -472,24 +491,16 @@ END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.ensure_lease_trigger()
  RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-DECLARE
-    v_max double precision;
 BEGIN
-    SELECT min(p.max_lease) INTO v_max FROM drainpipe.queue_policies p;
-    IF v_max IS NULL OR EXISTS (
-           SELECT 1 FROM pg_trigger t
-            WHERE t.tgrelid = 'drainpipe.job_messages'::regclass AND t.tgname = 'job_messages_policy_lease'
-              AND t.tgargs = convert_to(v_max::text, 'UTF8') || '\x00'::bytea) THEN
-        RETURN;
+    -- the claim and the heartbeat check max_lease themselves (jobs 0002), the only writers
+    -- of a lease (the table grants nothing): a row trigger would fetch and lock every row
+    -- every UPDATE of the table writes, completions included. An older install's goes
+    -- (looked up first: a DROP locks the table exclusively even when there is none).
+    IF EXISTS (SELECT 1 FROM pg_trigger t
+                WHERE t.tgrelid = 'drainpipe.job_messages'::regclass
+                  AND t.tgname = 'job_messages_policy_lease') THEN
+        DROP TRIGGER job_messages_policy_lease ON drainpipe.job_messages;
     END IF;
-    -- claims and heartbeats only (a failure moves to retry_wait: its backoff is no lease)
-    EXECUTE format('CREATE OR REPLACE TRIGGER job_messages_policy_lease
-                      BEFORE UPDATE OF visible_at ON drainpipe.job_messages
-                      FOR EACH ROW WHEN (NEW.state = ''leased'' AND NEW.visible_at > OLD.visible_at
-                                         AND (NEW.started_at IS NULL
-                                              OR NEW.visible_at > NEW.started_at + make_interval(secs => %L::double precision + 1)))
-                      EXECUTE FUNCTION drainpipe.job_messages_policy_lease(%L)',
-                   v_max::text, v_max::text);
 END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.ensure_priority_claim(p_queue text)
@@ -509,7 +520,24 @@ CREATE OR REPLACE FUNCTION drainpipe.extend_job_leases_v1(p_queue text, p_ids bi
 DECLARE
     c_leased constant text := 'leased';
     v_until timestamptz := coalesce(p_now, clock_timestamp()) + make_interval(secs => greatest(p_lease, 0));
+    v_max double precision;
+    v_over interval;
 BEGIN
+    -- a heartbeat's lease is measured from now (from the attempt's start if that is later):
+    -- the rows are read only when the lease may be too long (jobs 0002, no trigger)
+    SELECT p.max_lease INTO v_max FROM drainpipe.queue_policies p WHERE p.queue = p_queue;
+    IF v_until > clock_timestamp() + make_interval(secs => v_max + 1) THEN
+        SELECT max(v_until - greatest(clock_timestamp(), m.started_at)) INTO v_over
+          FROM drainpipe.job_messages m
+          JOIN unnest(p_ids, p_attempts) AS f(id, attempt) ON m.id = f.id
+         WHERE m.queue = p_queue AND m.attempts = f.attempt AND m.state = c_leased
+           AND m.visible_at < v_until;
+        IF v_over > make_interval(secs => v_max + 1) THEN
+            RAISE EXCEPTION 'a lease of % s is longer than queue "%"''s max_lease of % s',
+                round(extract(epoch FROM v_over)::numeric, 3), p_queue, v_max
+                USING ERRCODE = 'DPQ03';
+        END IF;
+    END IF;
     RETURN QUERY
     UPDATE drainpipe.job_messages m
        SET visible_at = v_until
@@ -927,26 +955,6 @@ BEGIN
         PERFORM drainpipe.check_policy_insert(r.queue, r.added, r.largest, r.latest);
     END LOOP;
     RETURN NULL;
-END $function$;
-
-CREATE OR REPLACE FUNCTION drainpipe.job_messages_policy_lease()
- RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' SET enable_seqscan TO 'on' SET jit TO 'off' AS $function$
-DECLARE
-    v_max double precision;
-    v_from timestamptz;
-BEGIN
-    SELECT p.max_lease INTO v_max FROM drainpipe.queue_policies p WHERE p.queue = NEW.queue;
-    IF v_max IS NULL THEN
-        RETURN NEW;
-    END IF;
-    v_from := CASE WHEN NEW.attempts > OLD.attempts THEN NEW.started_at
-                   ELSE greatest(clock_timestamp(), NEW.started_at) END;
-    IF NEW.visible_at > v_from + make_interval(secs => v_max + 1) THEN
-        RAISE EXCEPTION 'a lease of % s is longer than queue "%"''s max_lease of % s',
-            round(extract(epoch FROM NEW.visible_at - v_from)::numeric, 3), NEW.queue, v_max
-            USING ERRCODE = 'DPQ03';
-    END IF;
-    RETURN NEW;
 END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.job_messages_priority_pick(p_queue text, p_levels integer[], p_batch integer, p_now timestamp with time zone, p_bound boolean)
