@@ -1,4 +1,4 @@
-"""The table's leased index (ensure_flow_indexes, jobs 0002): a queue-wide concurrency counts
+"""The table's leased index (ensure_flow_indexes): a queue-wide concurrency counts
 leased jobs through a (queue, visible_at) index, so claims on the shared table evaluate no
 job key for it; the keyed index exists once some queue has a key_concurrency, which reads
 it, and a concurrency-only queue declared later does not take it away."""
@@ -6,7 +6,6 @@ it, and a concurrency-only queue declared later does not take it away."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -15,10 +14,6 @@ from tests.sql.test_query_plan import auto_explain, run_explained, scans_of, seq
 
 KEYED = "job_messages_flow_leased_idx"
 NARROW = "job_messages_flow_leased_queue_idx"
-MIGRATION = (
-    Path(__file__).parents[2]
-    / "sql/migrations/jobs/0002_lease_check_leased_index/20_storage.table.sql"
-)
 
 
 def flow(conn: psycopg.Connection[Any], queue: str, concurrency: int, key: int | None) -> None:
@@ -72,11 +67,3 @@ def test_a_key_limit_takes_the_keyed_index_and_keeps_it(
         # the keyed index serves the queue-wide counts too: no second index to maintain
         flow(conn, "wide2", 50, None)
         assert leased_indexes(conn) == {KEYED}
-        # the migration trades it for the narrow one once no queue has a key limit
-        conn.execute(MIGRATION.read_text())
-        assert leased_indexes(conn) == {KEYED}
-        flow(conn, "keyed", 100, None)
-        conn.execute(MIGRATION.read_text())
-        assert leased_indexes(conn) == {NARROW}
-        conn.execute(MIGRATION.read_text())  # re-runnable
-        assert leased_indexes(conn) == {NARROW}

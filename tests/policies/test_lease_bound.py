@@ -1,4 +1,4 @@
-"""The table's lease bound (jobs 0002): the claim and the heartbeat refuse a lease longer
+"""The table's lease bound: the claim and the heartbeat refuse a lease longer
 than the queue's max_lease themselves, so drainpipe.job_messages has no row trigger that
 every UPDATE (a claim, a completion) would fetch and lock its rows for."""
 
@@ -53,15 +53,3 @@ async def test_the_claim_and_the_heartbeat_hold_the_bound_without_a_row_trigger(
         # another queue keeps its leases; an empty pick refuses nothing (no lease was written)
         assert len(conn.execute(claim, ("free", 300, None)).fetchall()) == 1
         assert conn.execute(claim, ("free", 300, None)).fetchall() == []
-
-
-def test_an_older_installs_lease_trigger_goes(fresh_database: Callable[[str], str]) -> None:
-    with psycopg.connect(fresh_database("table"), autocommit=True) as conn:
-        conn.execute(
-            "CREATE TRIGGER job_messages_policy_lease BEFORE UPDATE OF visible_at"
-            " ON drainpipe.job_messages FOR EACH ROW"
-            " EXECUTE FUNCTION drainpipe.job_messages_policy_lease('10')"
-        )
-        assert row_triggers(conn) == ["job_messages_policy_lease"]
-        conn.execute("SELECT drainpipe.ensure_lease_trigger()")
-        assert row_triggers(conn) == []

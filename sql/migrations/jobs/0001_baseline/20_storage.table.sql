@@ -492,15 +492,12 @@ END $function$;
 CREATE OR REPLACE FUNCTION drainpipe.ensure_lease_trigger()
  RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
 BEGIN
-    -- the claim and the heartbeat check max_lease themselves (jobs 0002), the only writers
-    -- of a lease (the table grants nothing): a row trigger would fetch and lock every row
-    -- every UPDATE of the table writes, completions included. An older install's goes
-    -- (looked up first: a DROP locks the table exclusively even when there is none).
-    IF EXISTS (SELECT 1 FROM pg_trigger t
-                WHERE t.tgrelid = 'drainpipe.job_messages'::regclass
-                  AND t.tgname = 'job_messages_policy_lease') THEN
-        DROP TRIGGER job_messages_policy_lease ON drainpipe.job_messages;
-    END IF;
+    -- the table has no lease row trigger: the claim and the heartbeat, the only writers of
+    -- a lease (the table grants nothing), check max_lease themselves, where a row trigger
+    -- would fetch and lock every row each UPDATE of the table writes, completions included.
+    -- Kept as the storage's answer to the call pgmq's policies make (its queues' tables take
+    -- writes from pgmq's own functions, so there a trigger holds the bound).
+    RETURN;
 END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.ensure_priority_claim(p_queue text)
