@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import io
 import re
 import subprocess
@@ -43,6 +44,8 @@ TWINS: dict[str, str] = {
     "drainpipe/agents/reads.py": "drainpipe/sync/agents_reads.py",
     "drainpipe/console/client.py": "drainpipe/sync/management.py",
     "drainpipe/backends/sql.py": "drainpipe/sync/backend.py",
+    "drainpipe/backends/sql_enqueue.py": "drainpipe/sync/backend_enqueue.py",
+    "drainpipe/backends/sql_leases.py": "drainpipe/sync/backend_leases.py",
     "drainpipe/schedules/service.py": "drainpipe/sync/schedules.py",
     "drainpipe/jobs/record_calls.py": "drainpipe/sync/records.py",
     "drainpipe/jobs/pause_calls.py": "drainpipe/sync/pause.py",
@@ -52,6 +55,17 @@ TWINS: dict[str, str] = {
     "drainpipe/jobs/guard.py": "drainpipe/sync/policies.py",
     "drainpipe/jobs/enqueue_calls.py": "drainpipe/sync/enqueue.py",
 }
+
+#: twinned sources that hold a feature's statements beside the calls that run them: their
+#: plain top-level functions and constants (the statements, their parameters, the reading
+#: of their rows; no I/O) are imported by the twin from the source, not copied, so both
+#: executors run one copy of the SQL and its parsing
+SHARES_STATEMENTS: frozenset[str] = frozenset(
+    {
+        "drainpipe/backends/sql_enqueue.py",
+        "drainpipe/backends/sql_leases.py",
+    }
+)
 
 #: name tokens renamed in code (strings and comments are left alone)
 NAMES: dict[str, str] = {
@@ -70,6 +84,8 @@ NAMES: dict[str, str] = {
     "AsyncBaseTransport": "BaseTransport",
     # the jobs storage: the sync twin of the SQL backend
     "SqlQueueBackend": "SyncSqlBackend",
+    "SqlEnqueue": "SyncSqlEnqueue",
+    "SqlLeases": "SyncSqlLeases",
     # the mixins of sync.Jobs are named apart from the async ones they are generated from
     "ScheduleMixin": "SyncScheduleMixin",
     "RecordsMixin": "SyncRecordsMixin",
@@ -169,9 +185,14 @@ def _rewrite_import(node: ast.ImportFrom, source_package: str, target_package: s
         destination: tuple[str, str] | None = (module, alias.name)
         if (module, alias.name) in IMPORTS:
             destination = IMPORTS[(module, alias.name)]
-        elif module in moved_modules and not _is_module(f"{module}.{alias.name}"):
+        elif (
+            module in moved_modules
+            and not _is_module(f"{module}.{alias.name}")
+            and alias.name not in _shared_names(module)
+        ):
             # a name of the twinned module moves with it; a submodule of a twinned package
-            # (``from . import statements`` in a package's __init__) stays where it is
+            # (``from . import statements`` in a package's __init__) stays where it is, and
+            # so does a statement its twin imports from it (:data:`SHARES_STATEMENTS`)
             destination = (moved_modules[module], alias.name)
         if destination is None:
             continue
@@ -202,6 +223,77 @@ def _replace_imports(text: str, source: str, target: str) -> str:
         new = _rewrite_import(node, package_of(source), package_of(target))
         lines[first - 1 : last] = [new + "\n"] if new else []
     return "".join(lines)
+
+
+def _plain_definitions(tree: ast.Module) -> list[tuple[int, int, list[str]]]:
+    """``(first line, last line, names)`` of each top-level plain function and constant
+    (with the comment lines above it and the docstring below it); not ``__all__``."""
+    found: list[tuple[int, int, list[str]]] = []
+    body = tree.body
+    for index, node in enumerate(body):
+        names: list[str] = []
+        if isinstance(node, ast.FunctionDef):
+            names = [node.name]
+        elif isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
+            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value:
+            names = [node.target.id]
+        if not names or "__all__" in names:
+            continue
+        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+        last = node.end_lineno or node.lineno
+        after = body[index + 1] if index + 1 < len(body) else None
+        if (
+            isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            last = after.end_lineno or after.lineno  # an attribute's docstring goes with it
+        found.append((first, last, names))
+    return found
+
+
+def _without_empty_sections(lines: list[str]) -> list[str]:
+    """``lines`` without the section rules (``# -- claim ---``) left with nothing under
+    them: the next line that is not blank is another rule, or there is none."""
+    kept: list[str] = []
+    for index, line in enumerate(lines):
+        if line.startswith(_SECTION):
+            following = next((x for x in lines[index + 1 :] if x.strip()), _SECTION)
+            if following.startswith(_SECTION):
+                continue
+        kept.append(line)
+    return kept
+
+
+_SECTION = "# -- "
+
+
+@functools.cache
+def _shared_names(module: str) -> frozenset[str]:
+    """The plain definitions of a :data:`SHARES_STATEMENTS` module (none for another)."""
+    path = next((p for p in SHARES_STATEMENTS if module_name(p) == module), None)
+    if path is None:
+        return frozenset()
+    tree = ast.parse((LIB / path).read_text())
+    return frozenset(name for _, _, names in _plain_definitions(tree) for name in names)
+
+
+def _import_statements(text: str, source: str, target: str) -> str:
+    """``text`` with its plain top-level definitions replaced by one import of them from
+    the source (:data:`SHARES_STATEMENTS`); ruff drops the names the twin does not use."""
+    lines = text.splitlines(keepends=True)
+    shared: list[str] = []
+    for first, last, names in sorted(_plain_definitions(ast.parse(text)), reverse=True):
+        while first > 1 and lines[first - 2].lstrip().startswith("#"):
+            first -= 1  # the comment that says what the definition is goes with it
+        del lines[first - 1 : last]
+        shared = names + shared
+    text = "".join(_without_empty_sections(lines))
+    if not shared:
+        return text
+    origin = _relative(module_name(source), package_of(target))
+    return _with_line(text, f"from {origin} import {', '.join(shared)}\n")
 
 
 def _offsets(text: str) -> list[int]:
@@ -282,10 +374,14 @@ def _with_imports(text: str, modules: set[str]) -> str:
     """``import time`` and the like after ``from __future__ import annotations``."""
     if not modules:
         return text
+    return _with_line(text, "".join(f"import {m}\n" for m in sorted(modules)))
+
+
+def _with_line(text: str, added: str) -> str:
+    """``added`` (import lines) after ``from __future__ import annotations``."""
     anchor = "from __future__ import annotations\n"
     if anchor not in text:
         raise ValueError("a twinned source must start with `from __future__ import annotations`")
-    added = "".join(f"import {m}\n" for m in sorted(modules))
     return text.replace(anchor, anchor + "\n" + added, 1)
 
 
@@ -330,6 +426,8 @@ def generate(source: str, target: str) -> str:
     """The sync twin of ``lib/<source>`` as it is written to ``lib/<target>``."""
     text = (LIB / source).read_text()
     text = _replace_imports(text, source, target)
+    if source in SHARES_STATEMENTS:
+        text = _import_statements(text, source, target)
     text, modules = _unasync_tokens(text)
     text = _with_imports(text, modules)
     return _ruff(_header(source) + text, target)

@@ -6,8 +6,10 @@ the async :class:`drainpipe.db.Database` (in ``backends/sql.py``, ``idempotency/
 ``leases/`` and ``webhooks/``); a synchronous psycopg executor runs the very same
 operations, so the sync twin is another executor rather than a copy of the SQL and the
 parsing. Each package keeps its own statements (``webhooks.statements``,
-``console.management_statements``, ...); the job storages' are ``backends.*_statements``
-(docs/architecture.md says why). This module only lists them all.
+``console.management_statements``, ...); the job storages' are in ``backends``: a job's own
+path beside the calls that run it (``backends.sql_enqueue``, ``backends.sql_leases``), the
+rest in ``backends.*_statements`` (docs/architecture.md says why). This module only lists
+them all.
 
 Shape, per operation ``x`` of a statements module:
 
@@ -30,6 +32,8 @@ from .backends import job_statements as jobs
 from .backends import pause_statements as pause
 from .backends import record_statements as records
 from .backends import schedule_statements as schedules
+from .backends import sql_enqueue as enqueue
+from .backends import sql_leases as job_leases
 from .console import console_statements as console
 from .console import management_statements as management
 from .db.statement_shapes import Params, Row
@@ -43,8 +47,10 @@ __all__ = [
     "Row",
     "agents",
     "console",
+    "enqueue",
     "idempotency",
     "inbox",
+    "job_leases",
     "jobs",
     "leases",
     "management",
@@ -57,18 +63,19 @@ __all__ = [
 #: tools); the names are the operations', not their modules' (those say where they live)
 STATEMENTS: dict[str, str] = {
     f"{operations}.{name}": value
-    for operations, module in {
-        "jobs": jobs,
-        "records": records,
-        "schedules": schedules,
-        "idempotency": idempotency,
-        "leases": leases,
-        "inbox": inbox,
-        "management": management,
-        "agents": agents,
-        "pause": pause,
-        "console": console,
+    for operations, modules in {
+        "jobs": (enqueue, job_leases, jobs),
+        "records": (records,),
+        "schedules": (schedules,),
+        "idempotency": (idempotency,),
+        "leases": (leases,),
+        "inbox": (inbox,),
+        "management": (management,),
+        "agents": (agents,),
+        "pause": (pause,),
+        "console": (console,),
     }.items()
+    for module in modules
     for name, value in vars(module).items()
     if name.isupper() and isinstance(value, str) and value.startswith("SELECT ")
 }

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from drainpipe import Jobs
-from drainpipe.backends import job_statements as job_ops
+from drainpipe.backends import sql_leases as claim_ops
 
 QUEUE = "totals"
 SHARDS = 16  # add_job_totals' shard count (add_job_totals in the jobs baseline, 10_common.sql)
@@ -61,7 +61,7 @@ def settling(url: str, lock_timeout: str = "3s") -> Iterator[psycopg.Connection[
     with psycopg.connect(url) as conn:
         conn.execute("SELECT set_config('lock_timeout', %s, false)", (lock_timeout,))
         [(job_id, attempts, *_rest)] = conn.execute(
-            job_ops.CLAIM, job_ops.claim_params(QUEUE, 60, 1)
+            claim_ops.CLAIM, claim_ops.claim_params(QUEUE, 60, 1)
         ).fetchall()
         conn.execute(
             "SELECT drainpipe.complete_jobs_v1(%s, %s::bigint[], %s::integer[])",

@@ -175,6 +175,8 @@ def test_a_function_on_the_postgrest_backend_starts_cold_like_one_on_sql() -> No
     assert sql - rest == {
         "drainpipe.backends.sql",
         "drainpipe.backends.job_statements",
+        "drainpipe.backends.sql_enqueue",
+        "drainpipe.backends.sql_leases",
         "drainpipe.backends.pause_statements",
         "drainpipe.backends.schedule_statements",
     }

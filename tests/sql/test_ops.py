@@ -15,6 +15,8 @@ import drainpipe
 from drainpipe import statements as ops
 from drainpipe.backends import job_statements as job_ops
 from drainpipe.backends import schedule_statements as schedule_ops
+from drainpipe.backends import sql_enqueue as enqueue_ops
+from drainpipe.backends import sql_leases as claim_ops
 from drainpipe.context import wrap_payload
 from drainpipe.errors import DrainpipeError
 from drainpipe.idempotency import statements as idem_ops
@@ -107,42 +109,42 @@ def test_each_statement_calls_one_installed_function_with_a_fitting_arity(
 
 def test_the_sync_executor_runs_the_job_operations(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
-        statement, params = job_ops.enqueue_query("emails", {"n": 1}, 0, 5, None, "always")
-        assert statement == job_ops.ENQUEUE_DEFAULT
-        first = job_ops.parse_enqueue(run(conn, statement, params))
-        statement, params = job_ops.enqueue_query("emails", {"n": 2}, 0, 1, "k", "waiting")
-        assert statement == job_ops.ENQUEUE
-        second = job_ops.parse_enqueue(run(conn, statement, params))
-        again = job_ops.parse_enqueue(run(conn, statement, params))
+        statement, params = enqueue_ops.enqueue_query("emails", {"n": 1}, 0, 5, None, "always")
+        assert statement == enqueue_ops.ENQUEUE_DEFAULT
+        first = enqueue_ops.parse_enqueue(run(conn, statement, params))
+        statement, params = enqueue_ops.enqueue_query("emails", {"n": 2}, 0, 1, "k", "waiting")
+        assert statement == enqueue_ops.ENQUEUE
+        second = enqueue_ops.parse_enqueue(run(conn, statement, params))
+        again = enqueue_ops.parse_enqueue(run(conn, statement, params))
         assert again == second != first  # the dedupe hit answers the existing id
 
-        jobs = job_ops.parse_claim(
-            "emails", run(conn, job_ops.CLAIM, job_ops.claim_params("emails", 30, 10))
+        jobs = claim_ops.parse_claim(
+            "emails", run(conn, claim_ops.CLAIM, claim_ops.claim_params("emails", 30, 10))
         )
         assert sorted(job.id for job in jobs) == [first, second]
         assert {job.id: job.payload for job in jobs} == {first: {"n": 1}, second: {"n": 2}}
         by_id = {job.id: job for job in jobs}
-        assert job_ops.parse_extend_many(
-            run(conn, job_ops.EXTEND_MANY, job_ops.extend_many_params(jobs, 60))
+        assert claim_ops.parse_extend_many(
+            run(conn, claim_ops.EXTEND_MANY, claim_ops.extend_many_params(jobs, 60))
         ) == {first, second}
 
         stale = claimed_job(first, "emails", None, JobContext(), 2, 5, NOW, NOW, None)
-        assert job_ops.parse_complete_many(
+        assert claim_ops.parse_complete_many(
             [stale, by_id[first]],
-            run(conn, job_ops.COMPLETE_MANY, job_ops.complete_many_params([stale])),
+            run(conn, claim_ops.COMPLETE_MANY, claim_ops.complete_many_params([stale])),
         ) == [False, False]  # fenced: attempt 2 never happened, nothing completed
-        assert job_ops.parse_complete(
-            run(conn, job_ops.COMPLETE, job_ops.complete_params(by_id[first]))
+        assert claim_ops.parse_complete(
+            run(conn, claim_ops.COMPLETE, claim_ops.complete_params(by_id[first]))
         )
         assert (
-            job_ops.parse_fail(
-                run(conn, job_ops.FAIL, job_ops.fail_params(by_id[second], "boom", None))
+            claim_ops.parse_fail(
+                run(conn, claim_ops.FAIL, claim_ops.fail_params(by_id[second], "boom", None))
             )
             == "dead"
         )  # max_attempts=1
         assert (
-            job_ops.parse_fail(
-                run(conn, job_ops.FAIL, job_ops.fail_params(by_id[second], "boom", None))
+            claim_ops.parse_fail(
+                run(conn, claim_ops.FAIL, claim_ops.fail_params(by_id[second], "boom", None))
             )
             is None
         )  # settled already: the lease is gone
@@ -168,11 +170,11 @@ def test_the_sync_executor_runs_the_job_operations(db_url: str) -> None:
 
 async def test_what_the_sync_executor_did_is_what_the_async_api_sees(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
-        ids = job_ops.parse_enqueue_many(
+        ids = enqueue_ops.parse_enqueue_many(
             run(
                 conn,
-                job_ops.ENQUEUE_MANY,
-                job_ops.enqueue_many_params("emails", [{"n": 1}, {"n": 2}, {"n": 3}], 0, 5),
+                enqueue_ops.ENQUEUE_MANY,
+                enqueue_ops.enqueue_many_params("emails", [{"n": 1}, {"n": 2}, {"n": 3}], 0, 5),
             )
         )
     jobs = drainpipe.Jobs(db_url, {"emails": dict})
@@ -265,7 +267,7 @@ def test_the_sync_executor_runs_schedules_idempotency_and_leases(db_url: str) ->
 def test_a_claimed_row_with_a_context_envelope_is_unwrapped() -> None:
     context = JobContext(actor=Actor("u1"), tenant="acme")
     stored = wrap_payload({"n": 1}, context)
-    bare, wrapped = job_ops.parse_claim(
+    bare, wrapped = claim_ops.parse_claim(
         "q",
         [
             # the claim statement reads the two times as epoch seconds
@@ -287,9 +289,9 @@ def test_batch_parameters_are_array_literals_in_job_order() -> None:
     jobs = [
         claimed_job(i, "q", None, JobContext(), a, 5, NOW, NOW, None) for i, a in ((9, 1), (3, 2))
     ]
-    assert job_ops.complete_many_params(jobs) == ("q", "{9,3}", "{1,2}")
-    assert job_ops.extend_many_params(jobs, 7) == ("q", "{9,3}", "{1,2}", 7.0)
-    assert job_ops.parse_complete_many(jobs, [(3,)]) == [False, True]
+    assert claim_ops.complete_many_params(jobs) == ("q", "{9,3}", "{1,2}")
+    assert claim_ops.extend_many_params(jobs, 7) == ("q", "{9,3}", "{1,2}", 7.0)
+    assert claim_ops.parse_complete_many(jobs, [(3,)]) == [False, True]
 
 
 @pytest.mark.parametrize(

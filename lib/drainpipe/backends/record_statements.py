@@ -1,5 +1,5 @@
 """Job records: get, list, cancel, replay. The coded settlements (skip, fail with a code)
-sit beside the claim they settle, in :mod:`drainpipe.backends.job_statements`.
+sit beside the claim they settle, in :mod:`drainpipe.backends.sql_leases`.
 
 The record statements select metadata only (the SQL functions never return the payload or
 the error text), so nothing here can leak either. See :mod:`drainpipe.statements` for the shape.

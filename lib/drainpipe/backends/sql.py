@@ -1,9 +1,12 @@
 """The SQL backend: every operation is one call of a ``drainpipe.*`` function, one round trip.
 
 The same functions exist for the pgmq and the table storage, so this class does not care
-which one the database has. The statements, their parameters and the reading of their rows
-are :mod:`drainpipe.backends.job_statements` and :mod:`drainpipe.backends.schedule_statements`; this class only executes
-them on a :class:`~drainpipe.db.Database`.
+which one the database has. A job's own path keeps its statements beside the calls that
+run them: enqueue in :mod:`drainpipe.backends.sql_enqueue`, claim, extend and settle in
+:mod:`drainpipe.backends.sql_leases` (the two bases of :class:`SqlQueueBackend`). The other
+operations' statements, their parameters and the reading of their rows are the
+``backends/*_statements.py`` modules; this class runs them on a
+:class:`~drainpipe.db.Database`.
 
 ``drainpipe.sync.backend`` is generated from this module (``./scripts/sync-twin``): the same
 statements, run on a :class:`~drainpipe.db.sync.SyncDatabase`.
@@ -19,9 +22,7 @@ from ..db import Database, as_database, jsonb
 from ..db.statement_shapes import int_array
 from ..models import (
     DeadJob,
-    DedupeMode,
     DueSchedule,
-    FailOutcome,
     Job,
     JobRecord,
     Position,
@@ -32,12 +33,14 @@ from . import job_statements as ops
 from . import pause_statements as pause_ops
 from . import record_statements as record_ops
 from . import schedule_statements as schedule_ops
-from .job_statements import parse_claimed, parse_dead
+from .job_statements import parse_dead
+from .sql_enqueue import SqlEnqueue
+from .sql_leases import SqlLeases, parse_claimed
 
 __all__ = ["SqlQueueBackend", "int_array", "parse_claimed", "parse_dead"]
 
 
-class SqlQueueBackend:
+class SqlQueueBackend(SqlEnqueue, SqlLeases):
     """Jobs over a direct Postgres connection (psycopg): a DSN, a pool or a connection."""
 
     api_version: ClassVar[int] = 1
@@ -48,86 +51,6 @@ class SqlQueueBackend:
 
     def __init__(self, db: Any) -> None:
         self.db: Database = as_database(db)
-
-    async def send(
-        self,
-        queue: str,
-        payload: Any,
-        *,
-        delay: float = 0,
-        max_attempts: int = 5,
-        dedupe_key: str | None = None,
-        dedupe: DedupeMode = "always",
-    ) -> int:
-        statement, params = ops.enqueue_query(
-            queue, payload, delay, max_attempts, dedupe_key, dedupe
-        )
-        return ops.parse_enqueue(await self.db.fetch(statement, params))
-
-    async def send_flow(
-        self,
-        queue: str,
-        payload: Any,
-        *,
-        delay: float,
-        max_attempts: int,
-        dedupe_key: str | None,
-        dedupe: DedupeMode,
-        key: str,
-        debounce: float | None,
-        throttle: float | None,
-    ) -> int:
-        params = ops.enqueue_flow_params(
-            queue, payload, delay, max_attempts, dedupe_key, dedupe, key, debounce, throttle
-        )
-        return ops.parse_enqueue(await self.db.fetch(ops.ENQUEUE_FLOW, params))
-
-    async def send_many(
-        self, queue: str, payloads: Sequence[Any], *, delay: float = 0, max_attempts: int = 5
-    ) -> list[int]:
-        rows = await self.db.fetch(
-            ops.ENQUEUE_MANY, ops.enqueue_many_params(queue, payloads, delay, max_attempts)
-        )
-        return ops.parse_enqueue_many(rows)
-
-    async def read(self, queue: str, *, lease: float, batch: int) -> list[Job[Any]]:
-        rows = await self.db.fetch(ops.CLAIM, ops.claim_params(queue, lease, batch))
-        return ops.parse_claim(queue, rows)
-
-    async def complete(self, job: Job[Any]) -> bool:
-        return ops.parse_complete(await self.db.fetch(ops.COMPLETE, ops.complete_params(job)))
-
-    async def complete_many(self, jobs: Sequence[Job[Any]]) -> list[bool]:
-        """Complete several jobs of one queue in one round trip; each still fenced."""
-        if not jobs:
-            return []
-        rows = await self.db.fetch(ops.COMPLETE_MANY, ops.complete_many_params(jobs))
-        return ops.parse_complete_many(jobs, rows)
-
-    async def complete_and_claim(
-        self, queue: str, jobs: Sequence[Job[Any]], *, lease: float, batch: int
-    ) -> tuple[list[Job[Any]], list[Job[Any]]]:
-        """Complete ``jobs`` (each fenced) and claim up to ``batch`` more, in one call and one
-        transaction; returns (the jobs whose completion was refused, the claimed jobs)."""
-        rows = await self.db.fetch(
-            ops.COMPLETE_AND_CLAIM, ops.complete_and_claim_params(queue, jobs, lease, batch)
-        )
-        return ops.parse_complete_and_claim(queue, jobs, rows)
-
-    async def fail(
-        self, job: Job[Any], error: str, retry_in: float | None = None
-    ) -> FailOutcome | None:
-        return ops.parse_fail(await self.db.fetch(ops.FAIL, ops.fail_params(job, error, retry_in)))
-
-    async def extend(self, job: Job[Any], lease: float) -> bool:
-        return ops.parse_extend(await self.db.fetch(ops.EXTEND, ops.extend_params(job, lease)))
-
-    async def extend_many(self, jobs: Sequence[Job[Any]], lease: float) -> set[int]:
-        """Extend the leases of several jobs of one queue; returns the ids still held."""
-        if not jobs:
-            return set()
-        rows = await self.db.fetch(ops.EXTEND_MANY, ops.extend_many_params(jobs, lease))
-        return ops.parse_extend_many(rows)
 
     # -- durable steps; their statements are imported on first use, so a
     # function that never runs a step does not pay for them at cold start ----------------
@@ -278,16 +201,6 @@ class SqlQueueBackend:
         return record_ops.parse_retry_dead_ruled(rows)
 
     # -- records and coded settlements -----------------------------------------------------
-
-    async def skip(self, job: Job[Any], code: str) -> bool:
-        rows = await self.db.fetch(ops.SKIP, ops.skip_params(job, code))
-        return ops.parse_skip(rows)
-
-    async def fail_coded(
-        self, job: Job[Any], error: str, retry_in: float | None, *, code: str, discard: bool
-    ) -> FailOutcome | None:
-        params = ops.fail_coded_params(job, error, retry_in, code, discard)
-        return ops.parse_fail_coded(await self.db.fetch(ops.FAIL_CODED, params))
 
     async def get_record(self, queue: str, job_id: int) -> JobRecord | None:
         rows = await self.db.fetch(record_ops.GET, record_ops.get_params(queue, job_id))
