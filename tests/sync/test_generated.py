@@ -102,3 +102,26 @@ def test_a_renamed_name_is_renamed_in_all_and_an_async_only_noqa_goes() -> None:
     assert text == (
         '__all__ = ["SyncSqlBackend"]\ndef f(timeout: float,\n      x: int) -> None: ...\n'
     )
+
+
+def test_a_source_with_its_statements_is_twinned_without_copying_them() -> None:
+    source = (
+        '"""Doc."""\n\nfrom __future__ import annotations\n\n'
+        "# -- claim ---\n\n"
+        "#: the claim\n"
+        'CLAIM = "SELECT drainpipe.claim_v1(%s)"\n'
+        '"""What it answers."""\n\n\n'
+        "def claim_params(queue: str) -> tuple[str]:\n    return (queue,)\n\n\n"
+        "# -- the calls ---\n\n\n"
+        "class Calls:\n"
+        "    async def read(self, queue: str) -> object:\n"
+        "        return await self.db.fetch(CLAIM, claim_params(queue))\n"
+    )
+    text = GENERATOR._import_statements(
+        source, "drainpipe/backends/sql_leases.py", "drainpipe/sync/backend_leases.py"
+    )
+    assert "from ..backends.sql_leases import CLAIM, claim_params\n" in text
+    assert "SELECT" not in text and "def claim_params" not in text and "# -- claim" not in text
+    assert "# -- the calls ---" in text and "class Calls:" in text
+    for shared in GENERATOR.SHARES_STATEMENTS:  # and the committed twins hold no statement
+        assert "SELECT " not in (ROOT / "lib" / GENERATOR.TWINS[shared]).read_text()

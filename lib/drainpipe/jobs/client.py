@@ -6,16 +6,14 @@ the sync twin; this class runs the checked calls on its (async) backend."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from ..backends import QueueBackend, resolve_backend
 from ..backends.reduced import as_driver
-from ..engine.core import MAX_OUTAGE
-from ..models import DedupeMode, Job, WorkReport
+from ..models import DedupeMode, Job
 from ..schedules import ScheduleMixin
 from ..telemetry import active_telemetry
-from ..validation import seconds
 from .archive import ArchiveMixin
 from .enqueue_calls import EnqueueMixin
 from .events import EventsMixin
@@ -24,6 +22,7 @@ from .pause_calls import PauseMixin
 from .record_calls import RecordsMixin
 from .replay_calls import ReplaysMixin
 from .replays import ReplayCheck, check_replay_check
+from .worker import WorkMixin
 
 if TYPE_CHECKING:
     from ..backends.driver import Driver
@@ -44,6 +43,7 @@ class Jobs(
     ReplaysMixin,
     PauseMixin,
     EnqueueMixin,
+    WorkMixin,
     JobRules,
     RecordsMixin,
     ScheduleMixin,
@@ -141,93 +141,6 @@ class Jobs(
         return await otel.enqueue_many(
             queue, values, lambda traced: send(queue, traced, wait, max_attempts)
         )
-
-    # -- workers -------------------------------------------------------------------------
-
-    async def work(
-        self,
-        queue: str,
-        handler: Handler,
-        *,
-        concurrency: int = 1,
-        batch: int = 1,
-        lease: float | None = None,
-        poll_interval: float = 1.0,
-        max_poll_interval: float = 30.0,
-        stop: Any = None,
-        on_error: OnError | None = None,
-        all_tenants: bool = False,
-        heartbeat_every: float | None = None,
-        max_outage: float | None = MAX_OUTAGE,
-        step_margin: float | timedelta = 5.0,
-    ) -> WorkReport:
-        """Run ``handler`` on jobs until ``stop`` (an ``asyncio.Event``) is set.
-
-        Transient claim errors (the database restarting, a failover, a pooler restart) are
-        ridden out for ``max_outage`` seconds (default 300; None: the 3 retries ``drain``
-        makes), waiting with capped, jittered backoff and reporting each to ``on_error``;
-        past it, or on any other claim error, the call raises."""
-        from .worker import Worker, worker_lease
-
-        self._check_queue(queue)
-        policy = self._policies.get(queue)
-        return await Worker(
-            self,
-            queue,
-            handler,
-            concurrency=concurrency,
-            batch=batch,
-            lease=worker_lease(policy, None if lease is None else seconds(lease, "lease")),
-            poll_interval=poll_interval,
-            max_poll_interval=max_poll_interval,
-            stop=stop,
-            on_error=on_error,
-            all_tenants=all_tenants,
-            heartbeat_every=heartbeat_every,
-            max_outage=max_outage,
-            step_margin=step_margin,
-        ).run(until_empty=False)
-
-    async def drain(
-        self,
-        queue: str,
-        handler: Handler,
-        *,
-        concurrency: int = 1,
-        batch: int = 1,
-        lease: float | Callable[[], float] | None = None,
-        budget: float | None = None,
-        on_error: OnError | None = None,
-        all_tenants: bool = False,
-        deadline: float | None = None,
-        heartbeat_every: float | None = None,
-        step_margin: float | timedelta = 5.0,
-    ) -> WorkReport:
-        """Run ``handler`` until the queue has no ready job or ``budget`` seconds are spent
-        (checked before each claim; claimed jobs always finish). ``deadline`` is an
-        ``asyncio`` loop time that wins over ``budget`` when given. A job with less than
-        ``step_margin`` seconds of the budget left suspends at its next step (eligible at
-        once) instead of running past it (docs/steps.md)."""
-        from .worker import Worker, worker_lease
-
-        self._check_queue(queue)
-        if not callable(lease):
-            policy = self._policies.get(queue)
-            lease = worker_lease(policy, None if lease is None else seconds(lease, "lease"))
-        return await Worker(
-            self,
-            queue,
-            handler,
-            concurrency=concurrency,
-            batch=batch,
-            lease=lease,
-            budget=budget,
-            deadline=deadline,
-            on_error=on_error,
-            all_tenants=all_tenants,
-            heartbeat_every=heartbeat_every,
-            step_margin=step_margin,
-        ).run(until_empty=True)
 
     # -- typed handles and the drain route -----------------------------------------------
 

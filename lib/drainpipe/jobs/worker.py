@@ -1,8 +1,10 @@
-"""Jobs on the lease engine: the adapter behind ``Jobs.work`` and ``Jobs.drain``.
+"""``Jobs.work`` and ``Jobs.drain``, and the jobs source of the lease engine behind them.
 
 The loop itself (lanes, heartbeats, lost leases, claim retries, settling) is
-:class:`drainpipe.engine.runner.Runner`; this module only says how jobs are claimed,
-extended, settled and handed to their handler.
+:class:`drainpipe.engine.runner.Runner`; this module says which lease a run claims with,
+checks its options once, and how jobs are claimed, extended, settled and handed to their
+handler. The runner and the step rules load with the first run: a function that only
+enqueues does not import them.
 """
 
 from __future__ import annotations
@@ -12,24 +14,23 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..codes import CANCELLED
-from ..engine.core import CLAIM_RETRIES, JOB_HEARTBEAT_FLOOR, run_deadline
-from ..engine.runner import ClaimableSource, Runner, call_hook
+from ..engine.core import JOB_HEARTBEAT_FLOOR, MAX_OUTAGE, run_deadline
 from ..models import FailOutcome, Job, JobContext, WorkReport
 from ..telemetry import active_telemetry
 from ..validation import positive_int, seconds
 from .guard import DEFAULT_LEASE, bury, fail_within_window
 from .job_rules import hand_over
 from .policy import PAYLOAD_UNREADABLE, QueuePolicy
-from .steprules import LEASE_END
 
 if TYPE_CHECKING:
+    from ..engine.runner import ClaimableSource, Runner
     from .client import Handler, Jobs, OnError
     from .steps import StepRuntime
 
-__all__ = ["CLAIM_RETRIES", "JobSource", "Worker", "call_hook"]
+__all__ = ["JobSource", "WorkMixin", "Worker", "worker_lease"]
 
 log = logging.getLogger("drainpipe.jobs")
 
@@ -129,6 +130,8 @@ class JobSource:
         return self._leased(lease, batch)
 
     async def _leased(self, lease: float, batch: int) -> list[Job[Any]]:
+        from .steprules import LEASE_END  # the step rules load with a run that records steps
+
         end = self._lease_end(lease)
         claimed: list[Job[Any]] = await self._driver.read(self.queue, lease=lease, batch=batch)
         for job in claimed:
@@ -145,6 +148,8 @@ class JobSource:
     async def _fused_leased(
         self, items: Sequence[Job[Any]], batch: int, lease: float
     ) -> tuple[list[Job[Any]], list[Job[Any]]]:
+        from .steprules import LEASE_END
+
         end = self._lease_end(lease)
         refused, claimed = await self._fused(self.queue, items, lease=lease, batch=batch)
         for job in claimed:
@@ -155,6 +160,8 @@ class JobSource:
         end = self._lease_end(lease) if self.records_steps else None
         held = set(await self._driver.extend_many(items, lease))
         if end is not None:
+            from .steprules import LEASE_END
+
             # a heartbeat moved these leases on: the budget rule counts from the new end
             for job in items:
                 if job.id in held:
@@ -304,11 +311,13 @@ class Worker:
             # a margin past half the lease would suspend every step: clamped to half of it
             margin = min(margin, seconds(lease, "lease") / 2)
         jobs_source = JobSource(jobs, queue, handler, all_tenants=all_tenants, step_margin=margin)
+        from ..engine.runner import Runner  # asyncio's loop machinery: with the first run
+
         source: ClaimableSource[Any] = jobs_source
         # chosen once per run: without a tracer or meter the jobs take the plain path
         if (otel := active_telemetry()) is not None:
             source = otel.traced(source)
-        self.runner = Runner(
+        self.runner: Runner = Runner(
             source,
             concurrency=max(1, positive_int(concurrency, "concurrency")),
             batch=positive_int(batch, "batch"),
@@ -337,3 +346,95 @@ class Worker:
 
     async def run(self, *, until_empty: bool) -> WorkReport:
         return await self.runner.run(until_empty=until_empty)
+
+
+class WorkMixin:
+    """``work`` and ``drain`` of :class:`~drainpipe.jobs.Jobs`: the queue's lease, then a
+    :class:`Worker` over it."""
+
+    _policies: dict[str, QueuePolicy]
+
+    if TYPE_CHECKING:
+
+        def _check_queue(self, queue: str) -> str: ...
+
+    async def work(
+        self,
+        queue: str,
+        handler: Handler,
+        *,
+        concurrency: int = 1,
+        batch: int = 1,
+        lease: float | None = None,
+        poll_interval: float = 1.0,
+        max_poll_interval: float = 30.0,
+        stop: Any = None,
+        on_error: OnError | None = None,
+        all_tenants: bool = False,
+        heartbeat_every: float | None = None,
+        max_outage: float | None = MAX_OUTAGE,
+        step_margin: float | timedelta = 5.0,
+    ) -> WorkReport:
+        """Run ``handler`` on jobs until ``stop`` (an ``asyncio.Event``) is set.
+
+        Transient claim errors (the database restarting, a failover, a pooler restart) are
+        ridden out for ``max_outage`` seconds (default 300; None: the 3 retries ``drain``
+        makes), waiting with capped, jittered backoff and reporting each to ``on_error``;
+        past it, or on any other claim error, the call raises."""
+        self._check_queue(queue)
+        policy = self._policies.get(queue)
+        return await Worker(
+            cast("Jobs", self),  # a base of Jobs only
+            queue,
+            handler,
+            concurrency=concurrency,
+            batch=batch,
+            lease=worker_lease(policy, None if lease is None else seconds(lease, "lease")),
+            poll_interval=poll_interval,
+            max_poll_interval=max_poll_interval,
+            stop=stop,
+            on_error=on_error,
+            all_tenants=all_tenants,
+            heartbeat_every=heartbeat_every,
+            max_outage=max_outage,
+            step_margin=step_margin,
+        ).run(until_empty=False)
+
+    async def drain(
+        self,
+        queue: str,
+        handler: Handler,
+        *,
+        concurrency: int = 1,
+        batch: int = 1,
+        lease: float | Callable[[], float] | None = None,
+        budget: float | None = None,
+        on_error: OnError | None = None,
+        all_tenants: bool = False,
+        deadline: float | None = None,
+        heartbeat_every: float | None = None,
+        step_margin: float | timedelta = 5.0,
+    ) -> WorkReport:
+        """Run ``handler`` until the queue has no ready job or ``budget`` seconds are spent
+        (checked before each claim; claimed jobs always finish). ``deadline`` is an
+        ``asyncio`` loop time that wins over ``budget`` when given. A job with less than
+        ``step_margin`` seconds of the budget left suspends at its next step (eligible at
+        once) instead of running past it (docs/steps.md)."""
+        self._check_queue(queue)
+        if not callable(lease):
+            policy = self._policies.get(queue)
+            lease = worker_lease(policy, None if lease is None else seconds(lease, "lease"))
+        return await Worker(
+            cast("Jobs", self),  # a base of Jobs only
+            queue,
+            handler,
+            concurrency=concurrency,
+            batch=batch,
+            lease=lease,
+            budget=budget,
+            deadline=deadline,
+            on_error=on_error,
+            all_tenants=all_tenants,
+            heartbeat_every=heartbeat_every,
+            step_margin=step_margin,
+        ).run(until_empty=True)
