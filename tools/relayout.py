@@ -87,7 +87,7 @@ DIR_MOVES: tuple[tuple[str, str], ...] = (
     ("inbox", "webhooks"),
     ("admin", "console"),
 )
-#: packages that no longer exist: where each name they exported lives now
+#: packages and modules that no longer exist: where each name they exported lives now
 SYMBOL_HOMES: dict[str, dict[str, str]] = {
     "drainpipe.drain": {
         "DevDrain": "drainpipe.jobs.dev_drain",
@@ -99,12 +99,41 @@ SYMBOL_HOMES: dict[str, dict[str, str]] = {
         "DrainUnavailable": "drainpipe.jobs.drain_unavailable",
         "missing_sql": "drainpipe.jobs.drain_unavailable",
     },
+    # split by flow: the envelope and its view with the pull that hands it out, event ids
+    # and lease ids with the checks an ack reads them with, and what the calls answer
+    "drainpipe.agents.envelope": {
+        "UNTRUSTED": "drainpipe.agents.reads",
+        "AckMode": "drainpipe.agents.reads",
+        "Order": "drainpipe.agents.reads",
+        "Source": "drainpipe.agents.reads",
+        "source_id": "drainpipe.agents.reads",
+        "source_of": "drainpipe.agents.reads",
+        "Envelope": "drainpipe.agents.reads",
+        "new_envelope": "drainpipe.agents.reads",
+        "select_view": "drainpipe.agents.reads",
+        "body_fits": "drainpipe.agents.reads",
+        "cap_view": "drainpipe.agents.reads",
+        "EVENT_PREFIX": "drainpipe.agents.statements",
+        "LEASE_PREFIX": "drainpipe.agents.statements",
+        "event_id_text": "drainpipe.agents.statements",
+        "parse_event_id": "drainpipe.agents.statements",
+        "Lease": "drainpipe.agents.statements",
+        "LeaseCodec": "drainpipe.agents.statements",
+        "REMEMBERED": "drainpipe.agents.statements",
+        "InboxSettings": "drainpipe.agents.answers",
+        "Settlement": "drainpipe.agents.answers",
+        "EventPage": "drainpipe.agents.answers",
+        "ClaimResult": "drainpipe.agents.answers",
+    },
 }
 #: old package names that are also logger (and span) names: kept as they are in prose and
 #: strings, only imports and ``:mod:`` references move
 LOGGER_NAMES = frozenset({"drainpipe.inbox", "drainpipe.admin", "drainpipe.drain"})
-#: what a bare dissolved package name in code stands for (``import drainpipe.drain``)
-DISSOLVED_STANDS_FOR = {"drainpipe.drain": "drainpipe.jobs.drain_route"}
+#: what a bare dissolved package or module name in code stands for (``import drainpipe.drain``)
+DISSOLVED_STANDS_FOR = {
+    "drainpipe.drain": "drainpipe.jobs.drain_route",
+    "drainpipe.agents.envelope": "drainpipe.agents.answers",
+}
 
 
 # -- the table as module names ---------------------------------------------------------------

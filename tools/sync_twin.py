@@ -42,6 +42,7 @@ TWINS: dict[str, str] = {
     "drainpipe/webhooks/source.py": "drainpipe/sync/inbox_source.py",
     "drainpipe/agents/store.py": "drainpipe/sync/agents_store.py",
     "drainpipe/agents/reads.py": "drainpipe/sync/agents_reads.py",
+    "drainpipe/agents/peeks.py": "drainpipe/sync/agents_peeks.py",
     "drainpipe/console/client.py": "drainpipe/sync/management.py",
     "drainpipe/backends/sql.py": "drainpipe/sync/backend.py",
     "drainpipe/backends/sql_enqueue.py": "drainpipe/sync/backend_enqueue.py",
@@ -57,13 +58,16 @@ TWINS: dict[str, str] = {
 }
 
 #: twinned sources that hold a feature's statements beside the calls that run them: their
-#: plain top-level functions and constants (the statements, their parameters, the reading
-#: of their rows; no I/O) are imported by the twin from the source, not copied, so both
-#: executors run one copy of the SQL and its parsing
+#: plain top-level functions, constants and classes without async code (the statements,
+#: their parameters, the reading of their rows, what they answer; no I/O) are imported by
+#: the twin from the source, not copied, so both executors run one copy of the SQL and its
+#: parsing, and answer the same classes
 SHARES_STATEMENTS: frozenset[str] = frozenset(
     {
         "drainpipe/backends/sql_enqueue.py",
         "drainpipe/backends/sql_leases.py",
+        "drainpipe/agents/store.py",
+        "drainpipe/agents/reads.py",
     }
 )
 
@@ -225,14 +229,24 @@ def _replace_imports(text: str, source: str, target: str) -> str:
     return "".join(lines)
 
 
+def _has_async(node: ast.AST) -> bool:
+    return any(
+        isinstance(inner, ast.AsyncFunctionDef | ast.Await | ast.AsyncFor | ast.AsyncWith)
+        for inner in ast.walk(node)
+    )
+
+
 def _plain_definitions(tree: ast.Module) -> list[tuple[int, int, list[str]]]:
-    """``(first line, last line, names)`` of each top-level plain function and constant
-    (with the comment lines above it and the docstring below it); not ``__all__``."""
+    """``(first line, last line, names)`` of each top-level plain function, constant and class
+    without async code (with the comment lines above it and the docstring below it); not
+    ``__all__``."""
     found: list[tuple[int, int, list[str]]] = []
     body = tree.body
     for index, node in enumerate(body):
         names: list[str] = []
-        if isinstance(node, ast.FunctionDef):
+        if isinstance(node, ast.FunctionDef) or (
+            isinstance(node, ast.ClassDef) and not _has_async(node)
+        ):
             names = [node.name]
         elif isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
             names = [t.id for t in node.targets if isinstance(t, ast.Name)]

@@ -28,6 +28,8 @@ plus two function calls, no allocation of its own.
 from __future__ import annotations
 
 from .agents import statements as agents
+from .agents import store as agent_store
+from .agents import stream as agent_stream
 from .backends import job_statements as jobs
 from .backends import pause_statements as pause
 from .backends import record_statements as records
@@ -45,6 +47,8 @@ __all__ = [
     "STATEMENTS",
     "Params",
     "Row",
+    "agent_store",
+    "agent_stream",
     "agents",
     "console",
     "enqueue",
@@ -71,7 +75,7 @@ STATEMENTS: dict[str, str] = {
         "leases": (leases,),
         "inbox": (inbox,),
         "management": (management,),
-        "agents": (agents,),
+        "agents": (agents, agent_store, agent_stream),
         "pause": (pause,),
         "console": (console,),
     }.items()

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from drainpipe import AgentInboxes, DrainpipeError, Jobs, ManagementClient, WebhookInbox, sync
-from drainpipe.agents import statements as agent_ops
+from drainpipe.agents import stream as agent_ops
 from drainpipe.console.management_app import ManagementApp
 from drainpipe.testing import Clock
 from tests.admin.browser import ServedApp

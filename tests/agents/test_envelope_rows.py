@@ -9,7 +9,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from drainpipe import AgentInboxes
-from drainpipe.agents.envelope import LeaseCodec
+from drainpipe.agents.statements import LeaseCodec
 from tests.agents.conftest import SECRET, Setup
 
 BIG = 123456789012345678901234567890

@@ -1,4 +1,4 @@
-"""The agent inbox's lease ids (agents/envelope.py): the same bytes as engine.core's, so lease
+"""The agent inbox's lease ids (agents/statements.py): the same bytes as engine.core's, so lease
 ids handed out before an upgrade still settle; altered, forged or foreign ones refused,
 whether or not the codec remembers minting something like them; and the cheaper event-id
 parser answering exactly as the regex it replaced."""
@@ -9,7 +9,7 @@ import os
 import random
 import re
 
-from drainpipe.agents.envelope import REMEMBERED, LeaseCodec, parse_event_id
+from drainpipe.agents.statements import REMEMBERED, LeaseCodec, parse_event_id
 from drainpipe.engine.core import mint_lease_id, read_lease_id
 
 SECRET = b"lease-secret-of-the-tests-0123456789"

@@ -1,10 +1,12 @@
 """The agent inbox (docs/reference.md section 11): inboxes with leases over webhook messages, pulled
 by agents over Python, HTTP or a WebSocket stream, every settlement fenced by its lease id.
 
-``store`` (inboxes, subscriptions, release and extend), ``inboxes`` (the async API: batched
-acks, next and its long polls, wake-ups, the app), ``reads`` (envelopes, peek, claim),
-``envelope`` (what an agent is handed, its lease id, what the calls return), ``app`` (the
-HTTP routes), ``stream`` (the WebSocket), ``listen`` (NOTIFY wake-ups on a long-lived
+``store`` (inboxes, subscriptions, the overview, release and extend, with their
+statements), ``inboxes`` (the async API: batched acks, next and its long polls, wake-ups,
+the app), ``reads`` (an inbox's settings, pull plans, the envelope of a handed-out row and
+its view), ``peeks`` (peek, claim), ``statements`` (the pull's and the ack's statements,
+the checks of what agents send, event ids and lease ids), ``answers`` (what the calls
+return), ``app`` (the HTTP routes), ``stream`` (the WebSocket), ``listen`` (NOTIFY wake-ups on a long-lived
 server). See docs/agent-inbox.md.
 ``AgentInboxes`` and ``AgentInbox`` load on first use (the sync twin imports no asyncio).
 """
@@ -14,7 +16,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .envelope import UNTRUSTED, ClaimResult, Envelope, EventPage, InboxSettings, Settlement, Source
+from .answers import ClaimResult, EventPage, InboxSettings, Settlement
+from .reads import UNTRUSTED, Envelope, Source
 
 if TYPE_CHECKING:
     from .inboxes import AgentInbox, AgentInboxes

@@ -29,7 +29,7 @@ A batch not sent yet may be taken by a pull that starts in the same loop turn
 and the batch's sender task then finds nothing to send.
 
 **Pulling.** ``next`` (fifo, lifo or priority, at most 10, filtered, long polls); the
-mailbox-style peek (``events``) and ``claim`` are :mod:`drainpipe.agents.reads`'s.
+mailbox-style peek (``events``) and ``claim`` are :mod:`drainpipe.agents.peeks`'s.
 
 A long poll is a loop of short transactions, each one a hand-out attempt, with a pause
 outside any transaction between them (100 ms doubling to 1 s), so no connection is held
@@ -50,13 +50,14 @@ from typing import Any, TypeVar
 
 from ..errors import DrainpipeError
 from . import statements as ops
-from .envelope import ClaimResult as ClaimResult
-from .envelope import Envelope, Settlement, event_id_text
-from .envelope import EventPage as EventPage
-from .envelope import InboxSettings as InboxSettings
+from .answers import ClaimResult as ClaimResult
+from .answers import EventPage as EventPage
+from .answers import InboxSettings as InboxSettings
+from .answers import Settlement
 from .listen import Wakeups
-from .reads import AgentInboxReads
-from .statements import EVENT_NOT_FOUND, long_poll_wait, poll_backoff
+from .peeks import AgentInboxPeeks
+from .reads import Envelope
+from .statements import EVENT_NOT_FOUND, event_id_text, long_poll_wait, poll_backoff
 from .statements import RESERVE as RESERVE
 from .store import SETTINGS_TTL as SETTINGS_TTL
 from .store import AgentInboxesStore, Op
@@ -375,7 +376,7 @@ class AgentInboxes(AgentInboxesStore):
         await super().close()
 
 
-class AgentInbox(AgentInboxReads):
+class AgentInbox(AgentInboxPeeks):
     """One inbox's pulls, peeks and claims (from :meth:`AgentInboxes.inbox`)."""
 
     def __init__(self, agents: AgentInboxes, inbox_id: str) -> None:

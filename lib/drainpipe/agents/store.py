@@ -11,9 +11,11 @@ from datetime import datetime
 from typing import Any, Literal
 
 from ..db import as_database, dump_json
+from ..db.statement_shapes import Params, Row
 from ..errors import DrainpipeError
+from ..validation import text_fault
 from . import statements as ops
-from .envelope import InboxSettings, LeaseCodec, Settlement, parse_event_id
+from .answers import InboxSettings, Settlement
 from .overview import InboxOverview, parse_overview
 from .reads import SETTINGS_TTL as SETTINGS_TTL
 from .reads import read_settings
@@ -23,19 +25,161 @@ from .statements import (
     INBOX_NOT_FOUND,
     MAX_LEASE,
     ORDERS,
+    SETTLEMENT_COLUMNS,
+    Found,
+    LeaseCodec,
     bad_parameter,
     choice,
     error_text,
     number,
     optional_name,
-    path_parts,
-    view_paths_of,
+    parse_event_id,
     whole_number,
 )
 
 #: How long a process trusts the inbox settings it read (create() refreshes its own).
 
 Op = Literal["ack", "release", "extend"]
+
+
+# -- the statements of inboxes, subscriptions, the overview and settlements ---------------
+
+
+def path_parts(value: Any, name: str) -> list[str]:
+    """``"data.severity"`` → ``["data", "severity"]``."""
+    if not isinstance(value, str) or not value or len(value) > 1000 or text_fault(value):
+        raise bad_parameter(name, f"{name} must be a dotted body path such as data.severity")
+    parts = value.split(".")
+    if any(not part for part in parts):
+        raise bad_parameter(name, f"{name} must be a dotted body path such as data.severity")
+    return parts
+
+
+def view_paths_of(value: Any) -> dict[str, list[str]] | None:
+    """``["data.amount"]`` (keys are the paths) or ``{"amount": "data.amount"}``."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [value]
+    if isinstance(value, Mapping):
+        pairs = list(value.items())
+    elif isinstance(value, Iterable):
+        pairs = [(path, path) for path in value]
+    else:
+        raise bad_parameter("view_paths", "view_paths must be a list of body paths or a mapping")
+    paths: dict[str, list[str]] = {}
+    for name, path in pairs:
+        if not isinstance(name, str) or not name or text_fault(name) is not None:
+            raise bad_parameter("view_paths", "view_paths names must be text")
+        paths[name] = path_parts(path, "view_paths")
+    if not paths or len(paths) > 100:
+        raise bad_parameter("view_paths", "view_paths must name 1 to 100 paths")
+    return paths
+
+
+CREATE_INBOX = (
+    "SELECT drainpipe.agent_create_inbox_v1(%s, %s, %s, %s, %s, %s, %s::text[], %s::text[],"
+    " %s::jsonb, %s)"
+)
+
+
+def create_inbox_params(
+    name: str,
+    lease_seconds: int,
+    hold_seconds: int,
+    max_attempts: int | None,
+    default_order: str,
+    default_ack: str,
+    allowed_ack: list[str],
+    priority_path: list[str] | None,
+    view_paths_json: str | None,
+    view_max_bytes: int,
+) -> Params:
+    return (
+        name, lease_seconds, hold_seconds, max_attempts, default_order, default_ack,
+        allowed_ack, priority_path, view_paths_json, view_max_bytes,
+    )  # fmt: skip
+
+
+def parse_text(rows: list[Row]) -> str | None:
+    return None if not rows or rows[0][0] is None else str(rows[0][0])
+
+
+SUBSCRIBE = "SELECT drainpipe.agent_subscribe_v1(%s, %s, %s::text[], %s::jsonb, %s::text[])"
+
+
+def subscribe_params(
+    inbox_id: str,
+    source: str,
+    types: list[str] | None,
+    where_json: str | None,
+    correlation_path: list[str] | None,
+) -> Params:
+    return (inbox_id, source, types, where_json, correlation_path)
+
+
+RELEASE = (
+    f"SELECT {SETTLEMENT_COLUMNS} FROM drainpipe.agent_release_v1("
+    "%s, %s, %s, %s, %s, %s::text[], %s)"
+)
+
+
+def release_params(
+    event_id: int,
+    delivery: int,
+    token: Any,
+    delay_seconds: float,
+    error: str | None,
+    inboxes: list[str] | None,
+    now: datetime | None,
+) -> Params:
+    return (event_id, delivery, token, delay_seconds, error, inboxes, now)
+
+
+EXTEND = (
+    f"SELECT {SETTLEMENT_COLUMNS} FROM drainpipe.agent_extend_v1(%s, %s, %s, %s, %s::text[], %s)"
+)
+
+
+def extend_params(
+    event_id: int,
+    delivery: int,
+    token: Any,
+    seconds: float,
+    inboxes: list[str] | None,
+    now: datetime | None,
+) -> Params:
+    return (event_id, delivery, token, seconds, inboxes, now)
+
+
+def parse_settlement(rows: list[Row]) -> Found | None:
+    """``(ok, inbox id, state, lease_until)``; None: no such event (within the inboxes)."""
+    if not rows:
+        return None
+    ok, inbox_id, state, lease_until = rows[0]
+    return bool(ok), str(inbox_id), str(state), lease_until
+
+
+# v2: the bytes the webhook inbox received (``webhook_inbox.raw``), else the payload's text
+RAW = "SELECT inbox_id, body FROM drainpipe.agent_raw_v2(%s, %s::text[])"
+
+
+def raw_params(event_id: int, inboxes: list[str] | None) -> Params:
+    return (event_id, inboxes)
+
+
+# the console's overview of every agent inbox: counts and ages only
+OVERVIEW = (
+    "SELECT inbox_id, name, counts, open_streams, oldest_open_age_s"
+    " FROM drainpipe.agent_inbox_overview_v1(%s)"
+)
+
+
+def overview_params(now: datetime | None) -> Params:
+    return (now,)
+
+
+# -- the calls that run them --------------------------------------------------------------
 
 
 class AgentInboxesStore:
@@ -110,11 +254,11 @@ class AgentInboxesStore:
         priority = None if priority_path is None else path_parts(priority_path, "priority_path")
         paths = view_paths_of(view_paths)
         cap = whole_number(view_max_bytes, "view_max_bytes", 64, 1048576)
-        params = ops.create_inbox_params(
+        params = create_inbox_params(
             name, lease, hold, attempts, order, ack, allowed, priority,
             None if paths is None else dump_json(list(paths.items())).decode(), cap,
         )  # fmt: skip
-        inbox_id = ops.parse_text(await self._db.fetch(ops.CREATE_INBOX, params))
+        inbox_id = parse_text(await self._db.fetch(CREATE_INBOX, params))
         assert inbox_id is not None
         self._settings.pop(inbox_id, None)
         return inbox_id
@@ -155,8 +299,8 @@ class AgentInboxesStore:
         correlation = (
             None if correlation_path is None else path_parts(correlation_path, "correlation_path")
         )
-        params = ops.subscribe_params(inbox_id, source_name, type_list, where_json, correlation)
-        found = ops.parse_text(await self._db.fetch(ops.SUBSCRIBE, params))
+        params = subscribe_params(inbox_id, source_name, type_list, where_json, correlation)
+        found = parse_text(await self._db.fetch(SUBSCRIBE, params))
         if found is None:
             raise DrainpipeError("not_found", f"No inbox {inbox_id}", code=INBOX_NOT_FOUND)
         return found
@@ -165,7 +309,7 @@ class AgentInboxesStore:
         """Every inbox, by name: its events counted by state, its open streams and the age of
         its oldest open event, in one round trip (metadata only; the console's
         ``GET /inboxes``). It counts every kept event: an overview, not a hot path."""
-        rows = await self._db.fetch(ops.OVERVIEW, ops.overview_params(self._instant()))
+        rows = await self._db.fetch(OVERVIEW, overview_params(self._instant()))
         return parse_overview(rows)
 
     # -- settlements ----------------------------------------------------------------------
@@ -201,15 +345,15 @@ class AgentInboxesStore:
         now = self._instant()
         if op == "release":
             delay = number(delay_seconds, "delay_seconds", 0, 7 * 86400)
-            params = ops.release_params(
+            params = release_params(
                 number_id, delivery, token, delay, error_text(error), scope, now
             )
-            statement = ops.RELEASE
+            statement = RELEASE
         else:
             extra = number(seconds, "seconds", 1, MAX_LEASE)
-            statement = ops.EXTEND
-            params = ops.extend_params(number_id, delivery, token, extra, scope, now)
-        found = ops.parse_settlement(await self._db.fetch(statement, params))
+            statement = EXTEND
+            params = extend_params(number_id, delivery, token, extra, scope, now)
+        found = parse_settlement(await self._db.fetch(statement, params))
         return ops.settlement(event_id, number_id, found)
 
     async def raw(self, event_id: str, *, inboxes: Collection[str] | None = None) -> bytes:
@@ -221,7 +365,7 @@ class AgentInboxesStore:
         if number_id is None:
             raise DrainpipeError("not_found", "No such event", code=EVENT_NOT_FOUND)
         scope = None if inboxes is None else sorted(inboxes)
-        rows = await self._db.fetch(ops.RAW, ops.raw_params(number_id, scope))
+        rows = await self._db.fetch(RAW, raw_params(number_id, scope))
         if not rows or rows[0][1] is None:
             raise DrainpipeError("not_found", f"No event {event_id}", code=EVENT_NOT_FOUND)
         return bytes(rows[0][1])

@@ -25,12 +25,13 @@ import json
 import logging
 import os
 from collections.abc import Awaitable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
+from ..db.statement_shapes import Params, Row
 from ..errors import DrainpipeError
 from ..http_guards import cross_site_refusal
 from ..http_websocket import WebSocket, WebSocketDisconnect
-from . import statements as ops
 from .app import check_inbox, principal_of, scope_of
 from .statements import ACK_MODES, MAX_EVENTS, ORDERS, choice, optional_name, whole_number
 
@@ -47,6 +48,44 @@ TOO_MANY_STREAMS: Final = "TOO_MANY_STREAMS"
 INVALID_FRAME: Final = "INVALID_FRAME"
 # close codes (4000-4999 are the application's): 4000 + the HTTP status it stands for
 _CLOSE_FOR_STATUS = {400: 4400, 401: 4401, 403: 4403, 404: 4404, 409: 4409}
+
+
+# -- the stream slots' statements ---------------------------------------------------------
+
+STREAM_ACQUIRE = "SELECT drainpipe.agent_stream_acquire_v1(%s, %s, %s, %s, %s)"
+
+
+def stream_acquire_params(
+    inbox_id: str, holder: str, seconds: float, limit: int, now: datetime | None
+) -> Params:
+    return (inbox_id, holder, seconds, limit, now)
+
+
+STREAM_RENEW = "SELECT drainpipe.agent_stream_renew_v1(%s, %s, %s, %s, %s)"
+
+
+def stream_renew_params(
+    inbox_id: str, slot: int, holder: str, seconds: float, now: datetime | None
+) -> Params:
+    return (inbox_id, slot, holder, seconds, now)
+
+
+STREAM_RELEASE = "SELECT drainpipe.agent_stream_release_v1(%s, %s, %s)"
+
+
+def stream_release_params(inbox_id: str, slot: int, holder: str) -> Params:
+    return (inbox_id, slot, holder)
+
+
+def parse_slot(rows: list[Row]) -> int | None:
+    return None if not rows or rows[0][0] is None else int(rows[0][0])
+
+
+def parse_flag(rows: list[Row]) -> bool:
+    return bool(rows[0][0]) if rows else False
+
+
+# -- the stream ---------------------------------------------------------------------------
 
 
 class _Stream:
@@ -278,10 +317,10 @@ async def stream_endpoint(
             raise DrainpipeError(
                 "invalid_request", f"ack={mode} is not allowed", code="ACK_MODE_NOT_ALLOWED"
             )
-        slot = ops.parse_slot(
+        slot = parse_slot(
             await agents.fetch(
-                ops.STREAM_ACQUIRE,
-                ops.stream_acquire_params(
+                STREAM_ACQUIRE,
+                stream_acquire_params(
                     inbox_id, holder, SLOT_SECONDS, MAX_STREAMS, agents._instant()
                 ),
             )
@@ -298,8 +337,8 @@ async def stream_endpoint(
         return
 
     async def renew() -> bool:
-        params = ops.stream_renew_params(inbox_id, slot, holder, SLOT_SECONDS, agents._instant())
-        return ops.parse_flag(await agents.fetch(ops.STREAM_RENEW, params))
+        params = stream_renew_params(inbox_id, slot, holder, SLOT_SECONDS, agents._instant())
+        return parse_flag(await agents.fetch(STREAM_RENEW, params))
 
     await websocket.accept()
     stream = _Stream(
@@ -336,8 +375,6 @@ async def stream_endpoint(
             with contextlib.suppress(BaseException):
                 await task
         with contextlib.suppress(Exception):
-            await agents.fetch(
-                ops.STREAM_RELEASE, ops.stream_release_params(inbox_id, slot, holder)
-            )
+            await agents.fetch(STREAM_RELEASE, stream_release_params(inbox_id, slot, holder))
         with contextlib.suppress(Exception):
             await websocket.close()

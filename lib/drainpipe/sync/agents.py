@@ -4,7 +4,7 @@ events, claim), with the same checks, statements, errors and answers as
 :class:`drainpipe.AgentInboxes`.
 
 Most of it is generated from the async modules (:mod:`drainpipe.sync.agents_store`,
-:mod:`drainpipe.sync.agents_reads`). This module holds what a thread does differently:
+:mod:`drainpipe.sync.agents_reads`, :mod:`drainpipe.sync.agents_peeks`). This module holds what a thread does differently:
 
 * an ``ack`` is one statement of its own (the async twin gathers the acks of one loop turn
   into one statement, and lets them ride with the next pull: a thread has no loop turn);
@@ -19,10 +19,12 @@ from collections.abc import Collection
 from typing import Any
 
 from ..agents import statements as ops
-from ..agents.envelope import ClaimResult, Envelope, EventPage, InboxSettings, Settlement
+from ..agents.answers import ClaimResult, EventPage, InboxSettings, Settlement
+from ..agents.reads import Envelope
 from ..agents.statements import RESERVE, long_poll_wait, poll_backoff
-from .agents_reads import AgentInboxReads
-from .agents_store import AgentInboxesStore, Op
+from ..agents.store import Op
+from .agents_peeks import AgentInboxPeeks
+from .agents_store import AgentInboxesStore
 
 __all__ = [
     "AgentInbox",
@@ -85,7 +87,7 @@ class AgentInboxes(AgentInboxesStore):
         self.close()
 
 
-class AgentInbox(AgentInboxReads):
+class AgentInbox(AgentInboxPeeks):
     """One inbox's pulls, peeks and claims (from :meth:`AgentInboxes.inbox`)."""
 
     def pull(

@@ -10,35 +10,55 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from ..agents import statements as ops
-from ..agents.envelope import InboxSettings, LeaseCodec, Settlement, parse_event_id
+from ..agents.answers import InboxSettings, Settlement
 from ..agents.overview import InboxOverview, parse_overview
+from ..agents.reads import SETTINGS_TTL as SETTINGS_TTL
 from ..agents.statements import (
     ACK_MODES,
     EVENT_NOT_FOUND,
     INBOX_NOT_FOUND,
     MAX_LEASE,
     ORDERS,
+    LeaseCodec,
     bad_parameter,
     choice,
     error_text,
     number,
     optional_name,
-    path_parts,
-    view_paths_of,
+    parse_event_id,
     whole_number,
+)
+from ..agents.store import (
+    CREATE_INBOX,
+    EXTEND,
+    OVERVIEW,
+    RAW,
+    RELEASE,
+    SUBSCRIBE,
+    Op,
+    create_inbox_params,
+    extend_params,
+    overview_params,
+    parse_settlement,
+    parse_text,
+    path_parts,
+    raw_params,
+    release_params,
+    subscribe_params,
+    view_paths_of,
 )
 from ..db import dump_json
 from ..db.sync import as_sync_database
 from ..errors import DrainpipeError
-from .agents_reads import SETTINGS_TTL as SETTINGS_TTL
 from .agents_reads import read_settings
 
 #: How long a process trusts the inbox settings it read (create() refreshes its own).
 
-Op = Literal["ack", "release", "extend"]
+
+# -- the calls that run them --------------------------------------------------------------
 
 
 class AgentInboxesStore:
@@ -113,11 +133,11 @@ class AgentInboxesStore:
         priority = None if priority_path is None else path_parts(priority_path, "priority_path")
         paths = view_paths_of(view_paths)
         cap = whole_number(view_max_bytes, "view_max_bytes", 64, 1048576)
-        params = ops.create_inbox_params(
+        params = create_inbox_params(
             name, lease, hold, attempts, order, ack, allowed, priority,
             None if paths is None else dump_json(list(paths.items())).decode(), cap,
         )  # fmt: skip
-        inbox_id = ops.parse_text(self._db.fetch(ops.CREATE_INBOX, params))
+        inbox_id = parse_text(self._db.fetch(CREATE_INBOX, params))
         assert inbox_id is not None
         self._settings.pop(inbox_id, None)
         return inbox_id
@@ -158,8 +178,8 @@ class AgentInboxesStore:
         correlation = (
             None if correlation_path is None else path_parts(correlation_path, "correlation_path")
         )
-        params = ops.subscribe_params(inbox_id, source_name, type_list, where_json, correlation)
-        found = ops.parse_text(self._db.fetch(ops.SUBSCRIBE, params))
+        params = subscribe_params(inbox_id, source_name, type_list, where_json, correlation)
+        found = parse_text(self._db.fetch(SUBSCRIBE, params))
         if found is None:
             raise DrainpipeError("not_found", f"No inbox {inbox_id}", code=INBOX_NOT_FOUND)
         return found
@@ -168,7 +188,7 @@ class AgentInboxesStore:
         """Every inbox, by name: its events counted by state, its open streams and the age of
         its oldest open event, in one round trip (metadata only; the console's
         ``GET /inboxes``). It counts every kept event: an overview, not a hot path."""
-        rows = self._db.fetch(ops.OVERVIEW, ops.overview_params(self._instant()))
+        rows = self._db.fetch(OVERVIEW, overview_params(self._instant()))
         return parse_overview(rows)
 
     # -- settlements ----------------------------------------------------------------------
@@ -204,15 +224,15 @@ class AgentInboxesStore:
         now = self._instant()
         if op == "release":
             delay = number(delay_seconds, "delay_seconds", 0, 7 * 86400)
-            params = ops.release_params(
+            params = release_params(
                 number_id, delivery, token, delay, error_text(error), scope, now
             )
-            statement = ops.RELEASE
+            statement = RELEASE
         else:
             extra = number(seconds, "seconds", 1, MAX_LEASE)
-            statement = ops.EXTEND
-            params = ops.extend_params(number_id, delivery, token, extra, scope, now)
-        found = ops.parse_settlement(self._db.fetch(statement, params))
+            statement = EXTEND
+            params = extend_params(number_id, delivery, token, extra, scope, now)
+        found = parse_settlement(self._db.fetch(statement, params))
         return ops.settlement(event_id, number_id, found)
 
     def raw(self, event_id: str, *, inboxes: Collection[str] | None = None) -> bytes:
@@ -224,7 +244,7 @@ class AgentInboxesStore:
         if number_id is None:
             raise DrainpipeError("not_found", "No such event", code=EVENT_NOT_FOUND)
         scope = None if inboxes is None else sorted(inboxes)
-        rows = self._db.fetch(ops.RAW, ops.raw_params(number_id, scope))
+        rows = self._db.fetch(RAW, raw_params(number_id, scope))
         if not rows or rows[0][1] is None:
             raise DrainpipeError("not_found", f"No event {event_id}", code=EVENT_NOT_FOUND)
         return bytes(rows[0][1])
