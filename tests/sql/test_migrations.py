@@ -86,6 +86,7 @@ INTERNAL_FUNCTIONS = {
     "pgmq_lease_cols",
     "pgmq_lease_sql",
     "pgmq_flow_pick_sql",
+    "pgmq_define_flow_pick",
     # the agent inbox's helpers: called by its _v1 functions only
     "agent_priority",
     "agent_where_matches",

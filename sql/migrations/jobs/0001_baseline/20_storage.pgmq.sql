@@ -329,93 +329,8 @@ BEGIN
         $fn$, 'claim_jobs__' || p_queue, 'q_' || p_queue, drainpipe.pgmq_lease_cols(p_queue),
               drainpipe.pgmq_lease_sql(p_queue, 'm.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE NOT p.exhausted))'),
               p_queue, 'priority_pick_jobs__' || p_queue);
-    -- The limited pick along the levels (the flow pick of ensure_flow_indexes, same
-    -- signature, which the queue's flow claim calls): the same passes, each over one level's
-    -- range of this index in (vt, msg_id) order, highest level first.
-    EXECUTE format($fn$
-        CREATE OR REPLACE FUNCTION drainpipe.%1$I(
-            p_flow drainpipe.queue_flow, p_batch integer, p_now timestamptz
-        )
-        RETURNS bigint[]
-        LANGUAGE plpgsql
-        AS $body$
-        DECLARE
-            v_room integer;
-            v_limit integer;
-            v_ids bigint[] := '{}';
-            v_keys text[] := '{}';
-            v_chunk integer;
-            v_scanned integer := 0;
-            v_bound integer := p_batch * 50 + 500;
-            v_after_at timestamptz := '-infinity';
-            v_after_id bigint := 0;
-            v_rows integer;
-            v_levels integer[];
-            v_level integer;
-            v_last_at timestamptz;
-            v_last_id bigint;
-            v_r record;
-            v_taken bigint;
-        BEGIN
-            SELECT p.levels INTO v_levels FROM drainpipe.queue_priorities p WHERE p.queue = %3$L;
-            v_levels := coalesce(v_levels, '{0}');
-            v_level := v_levels[1];
-            PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%3$L));
-            IF p_flow.concurrency IS NULL AND p_flow.rate_count IS NULL THEN
-                v_room := p_batch;
-            ELSE
-                v_room := drainpipe.flow_room(p_flow, p_batch,
-                    CASE WHEN p_flow.concurrency IS NULL THEN 0 ELSE (
-                        SELECT count(*) FROM pgmq.%2$I l
-                         WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-                           AND l.vt > p_now) END,
-                    p_now);
-            END IF;
-            v_chunk := least(2 * v_room + 8, v_bound);
-            WHILE v_room > 0 LOOP
-                v_limit := v_room;
-                v_rows := 0;
-                %4$s
-                EXIT WHEN v_room = 0;
-                v_scanned := v_scanned + v_chunk;
-                IF v_rows < v_limit THEN
-                    -- a short pass read its whole chunk: where did the chunk end?
-                    v_last_at := NULL;
-                    SELECT q.vt, q.msg_id INTO v_last_at, v_last_id
-                      FROM pgmq.%2$I q
-                     WHERE (drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id)
-                               > (v_level, v_after_at, v_after_id)
-                       AND (drainpipe.job_priority(q.message -> 'payload'), q.vt) <= (v_level, p_now)
-                     ORDER BY drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id
-                    OFFSET v_chunk - 1 LIMIT 1;
-                    IF v_last_at IS NULL THEN
-                        -- the chunk held every candidate left: the next level from its start
-                        EXIT WHEN v_level = v_levels[cardinality(v_levels)];
-                        v_level := v_levels[array_position(v_levels, v_level) + 1];
-                        v_last_at := '-infinity';
-                        v_last_id := 0;
-                    ELSE
-                        v_chunk := v_chunk * 4;
-                    END IF;
-                END IF;
-                v_after_at := v_last_at;
-                v_after_id := v_last_id;
-                EXIT WHEN v_scanned >= v_bound;
-                v_chunk := least(v_chunk, v_bound - v_scanned);
-            END LOOP;
-            RETURN v_ids;
-        END
-        $body$
-        $fn$, 'flow_pick_jobs__' || p_queue, 'q_' || p_queue, p_queue,
-              drainpipe.pgmq_flow_pick_sql(p_queue, $r$
-                -- the level's range after the last place read, as row comparisons: only
-                -- the priority index serves them
-                WHERE (drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id) > (v_level, v_after_at, v_after_id)
-                  AND (drainpipe.job_priority(q.message -> 'payload'), q.vt) <= (v_level, p_now)
-                ORDER BY drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id$r$,
-              'v_last_at := v_r.vt; v_last_id := v_r.id;'));
-    EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(drainpipe.queue_flow, integer, timestamptz) FROM PUBLIC',
-                   'flow_pick_jobs__' || p_queue);
+    -- the limited pick along the levels, which the queue's flow claim calls
+    PERFORM drainpipe.pgmq_define_flow_pick(p_queue, true);
     EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(integer[], integer, timestamptz, boolean) FROM PUBLIC',
                    'priority_pick_jobs__' || p_queue);
     EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) FROM PUBLIC', 'claim_jobs__' || p_queue);
@@ -757,85 +672,7 @@ BEGIN
                         WHERE drainpipe.job_key(message -> ''payload'') IS NOT NULL',
                        'q_' || p_queue || '_dp_flow_order', 'q_' || p_queue);
     END IF;
-    -- The pick, as the table storage's job_messages_flow_take: passes in vt order, as the
-    -- unlimited claim reads, each probing its candidates' keys and locking the ones that fit
-    -- as it reaches them. A pass starts at the last vt read, leaving out the rows of that vt
-    -- already taken or passed (pgmq stamps a batch with one vt). A job whose last lease ran
-    -- out is let through without counting: the claim archives it dead instead of leasing it.
-    EXECUTE format($fn$
-        CREATE OR REPLACE FUNCTION drainpipe.%1$I(
-            p_flow drainpipe.queue_flow, p_batch integer, p_now timestamptz
-        )
-        RETURNS bigint[]
-        -- runs under the settings of its only caller, the flow claim below (a SET clause
-        -- costs every call a save and restore)
-        LANGUAGE plpgsql
-        AS $body$
-        DECLARE
-            v_room integer;
-            v_limit integer;
-            v_ids bigint[] := '{}';
-            v_keys text[] := '{}';
-            v_chunk integer;
-            v_scanned integer := 0;
-            v_bound integer := p_batch * 50 + 500;
-            v_after timestamptz := '-infinity';
-            v_tied bigint[] := '{}';
-            v_rows integer;
-            v_last timestamptz;
-            v_last_ids bigint[];
-            v_r record;
-            v_taken bigint;
-        BEGIN
-            PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%3$L));
-            IF p_flow.concurrency IS NULL AND p_flow.rate_count IS NULL THEN
-                v_room := p_batch;  -- no queue-wide limit: the whole batch
-            ELSE
-                v_room := drainpipe.flow_room(p_flow, p_batch,
-                    CASE WHEN p_flow.concurrency IS NULL THEN 0 ELSE (
-                        SELECT count(*) FROM pgmq.%2$I l
-                         WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-                           AND l.vt > p_now) END,
-                    p_now);
-            END IF;
-            v_chunk := least(2 * v_room + 8, v_bound);
-            WHILE v_room > 0 LOOP
-                v_limit := v_room;
-                v_rows := 0;
-                v_last := NULL;
-                %4$s
-                EXIT WHEN v_room = 0;
-                v_scanned := v_scanned + v_chunk;
-                IF v_rows < v_limit THEN
-                    -- a short pass read its whole chunk: where did the chunk end?
-                    WITH chunk AS MATERIALIZED (
-                        SELECT q.msg_id, q.vt FROM pgmq.%2$I q
-                         WHERE q.vt <= p_now AND q.vt >= v_after AND NOT (q.msg_id = ANY (v_tied))
-                         ORDER BY q.vt
-                         LIMIT v_chunk
-                    )
-                    SELECT count(*), max(c.vt),
-                           ARRAY(SELECT x.msg_id FROM chunk x WHERE x.vt = (SELECT max(y.vt) FROM chunk y))
-                      INTO v_rows, v_last, v_last_ids
-                      FROM chunk c;
-                    -- the chunk held every candidate left
-                    EXIT WHEN v_rows < v_chunk;
-                    v_chunk := v_chunk * 4;
-                END IF;
-                -- on after the last row read (a full pass: the last it returned)
-                v_tied := CASE WHEN v_last = v_after THEN v_tied ELSE '{}' END || v_last_ids;
-                v_after := v_last;
-                EXIT WHEN v_scanned >= v_bound;
-                v_chunk := least(v_chunk, v_bound - v_scanned);
-            END LOOP;
-            RETURN v_ids;
-        END
-        $body$
-        $fn$, 'flow_pick_jobs__' || p_queue, 'q_' || p_queue, p_queue,
-              drainpipe.pgmq_flow_pick_sql(p_queue,
-                  $r$WHERE q.vt <= p_now AND q.vt >= v_after AND NOT (q.msg_id = ANY (v_tied)) ORDER BY q.vt$r$,
-              'IF v_r.vt = v_last THEN v_last_ids := v_last_ids || v_r.id;
-               ELSE v_last := v_r.vt; v_last_ids := ARRAY[v_r.id]; END IF;'));
+    PERFORM drainpipe.pgmq_define_flow_pick(p_queue, false);
     -- The claim: the unlimited claim's lease statement over the rows the pick locked.
     EXECUTE format($fn$
         CREATE OR REPLACE FUNCTION drainpipe.%1$I(p_lease double precision, p_batch integer, p_now timestamptz)
@@ -991,7 +828,6 @@ BEGIN
               drainpipe.pgmq_lease_sql(p_queue, 'm.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE NOT p.exhausted))'),
               p_queue, 'claim_jobs__' || p_queue, 'flow_pick_jobs__' || p_queue,
               $l$l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text) AND l.vt > v_now$l$);
-    EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(drainpipe.queue_flow, integer, timestamptz) FROM PUBLIC', 'flow_pick_jobs__' || p_queue);
     EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) FROM PUBLIC', 'flow_claim_jobs__' || p_queue);
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'service_role') THEN
         EXECUTE format('GRANT EXECUTE ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) TO service_role', 'flow_claim_jobs__' || p_queue);
@@ -1190,97 +1026,50 @@ BEGIN
          WHERE c.queue = p_flow.queue
            AND c.claimed_at > p_now - make_interval(secs => p_flow.rate_per);
     END IF;
-    IF p_ids IS NOT NULL THEN
-        RETURN QUERY EXECUTE format($q$
-            WITH due AS MATERIALIZED (
-                SELECT j.msg_id AS id,
-                       CASE WHEN $4 THEN drainpipe.job_key(j.message -> 'payload') END AS key
-                  FROM pgmq.%1$I j
-                 WHERE j.vt <= $2
-                   AND j.read_ct < coalesce((j.message ->> 'max_attempts')::integer, 5)
-                   AND j.msg_id = ANY ($1)
-            ),
-            keys AS (
-                SELECT k.key,
-                       CASE WHEN ($3).ordered THEN (
-                           SELECT min(e.msg_id) FROM pgmq.%1$I e
-                            WHERE drainpipe.job_key(e.message -> 'payload') = k.key
-                              AND drainpipe.job_key(e.message -> 'payload') IS NOT NULL)
-                       END AS first_id,
-                       CASE WHEN ($3).key_concurrency IS NOT NULL THEN (
-                           SELECT count(*) FROM pgmq.%1$I l
-                            WHERE drainpipe.job_key(l.message -> 'payload') = k.key
-                              AND l.read_ct > 0 AND l.vt > $2
-                              AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text))
-                       END AS leased,
-                       CASE WHEN ($3).key_rate_count IS NOT NULL THEN (
-                           SELECT count(*) FROM drainpipe.flow_claims c
-                            WHERE c.queue = ($3).queue AND c.key = k.key
-                              AND c.claimed_at > $2 - make_interval(secs => ($3).key_rate_per))
-                       END AS claims
-                  FROM (SELECT DISTINCT d.key FROM due d WHERE d.key IS NOT NULL) k
-            )
-            SELECT h.id, h.held_by FROM (
-                SELECT d.id, CASE
-                           WHEN k.first_id < d.id THEN 'order'
-                           WHEN $5 >= ($3).concurrency OR k.leased >= ($3).key_concurrency
-                               THEN 'concurrency'
-                           WHEN $6 >= ($3).rate_count OR k.claims >= ($3).key_rate_count
-                               THEN 'rate'
-                       END AS held_by
-                  FROM due d LEFT JOIN keys k ON k.key = d.key
-            ) h
-            WHERE h.held_by IS NOT NULL
-        $q$, v_table)
-        USING p_ids, p_now, p_flow, v_keyed, v_leased, v_claims;
-        RETURN;
-    END IF;
-    -- every due job: one pass per per-key limit grouped by key (see the table's)
+    -- the due jobs (p_ids: those of them only), then each of their keys' counts (see the
+    -- table's)
     RETURN QUERY EXECUTE format($q$
-        WITH due AS MATERIALIZED (  -- each key parsed once
+        WITH due AS MATERIALIZED (
             SELECT j.msg_id AS id,
-                   CASE WHEN $3 THEN drainpipe.job_key(j.message -> 'payload') END AS key
+                   CASE WHEN $4 THEN drainpipe.job_key(j.message -> 'payload') END AS key
               FROM pgmq.%1$I j
-             WHERE j.vt <= $1
+             WHERE j.vt <= $2
                AND j.read_ct < coalesce((j.message ->> 'max_attempts')::integer, 5)
+               %2$s
         ),
-        firsts AS (
-            SELECT drainpipe.job_key(e.message -> 'payload') AS key, min(e.msg_id) AS first_id
-              FROM pgmq.%1$I e
-             WHERE ($2).ordered AND drainpipe.job_key(e.message -> 'payload') IS NOT NULL
-             GROUP BY 1
-        ),
-        leased AS (
-            SELECT drainpipe.job_key(l.message -> 'payload') AS key, count(*) AS n
-              FROM pgmq.%1$I l
-             WHERE ($2).key_concurrency IS NOT NULL AND l.read_ct > 0 AND l.vt > $1
-               AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-             GROUP BY 1
-        ),
-        claims AS (
-            SELECT c.key, count(*) AS n
-              FROM drainpipe.flow_claims c
-             WHERE ($2).key_rate_count IS NOT NULL AND c.queue = ($2).queue
-               AND c.key IS NOT NULL
-               AND c.claimed_at > $1 - make_interval(secs => ($2).key_rate_per)
-             GROUP BY 1
+        keys AS (
+            SELECT k.key,
+                   CASE WHEN ($3).ordered THEN (
+                       SELECT min(e.msg_id) FROM pgmq.%1$I e
+                        WHERE drainpipe.job_key(e.message -> 'payload') = k.key
+                          AND drainpipe.job_key(e.message -> 'payload') IS NOT NULL)
+                   END AS first_id,
+                   CASE WHEN ($3).key_concurrency IS NOT NULL THEN (
+                       SELECT count(*) FROM pgmq.%1$I l
+                        WHERE drainpipe.job_key(l.message -> 'payload') = k.key
+                          AND l.read_ct > 0 AND l.vt > $2
+                          AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text))
+                   END AS leased,
+                   CASE WHEN ($3).key_rate_count IS NOT NULL THEN (
+                       SELECT count(*) FROM drainpipe.flow_claims c
+                        WHERE c.queue = ($3).queue AND c.key = k.key
+                          AND c.claimed_at > $2 - make_interval(secs => ($3).key_rate_per))
+                   END AS claims
+              FROM (SELECT DISTINCT d.key FROM due d WHERE d.key IS NOT NULL) k
         )
         SELECT h.id, h.held_by FROM (
             SELECT d.id, CASE
-                       WHEN f.first_id < d.id THEN 'order'
-                       WHEN $4 >= ($2).concurrency OR l.n >= ($2).key_concurrency
+                       WHEN k.first_id < d.id THEN 'order'
+                       WHEN $5 >= ($3).concurrency OR k.leased >= ($3).key_concurrency
                            THEN 'concurrency'
-                       WHEN $5 >= ($2).rate_count OR c.n >= ($2).key_rate_count
+                       WHEN $6 >= ($3).rate_count OR k.claims >= ($3).key_rate_count
                            THEN 'rate'
                    END AS held_by
-              FROM due d
-              LEFT JOIN firsts f ON f.key = d.key
-              LEFT JOIN leased l ON l.key = d.key
-              LEFT JOIN claims c ON c.key = d.key
+              FROM due d LEFT JOIN keys k ON k.key = d.key
         ) h
         WHERE h.held_by IS NOT NULL
-    $q$, v_table)
-    USING p_now, p_flow, v_keyed, v_leased, v_claims;
+    $q$, v_table, CASE WHEN p_ids IS NOT NULL THEN 'AND j.msg_id = ANY ($1)' END)
+    USING p_ids, p_now, p_flow, v_keyed, v_leased, v_claims;
 END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.job_queue_due(p_queue text, p_now timestamp with time zone)
@@ -1475,6 +1264,143 @@ BEGIN
       USING p_id, p_marks, p_at;
     GET DIAGNOSTICS v_moved = ROW_COUNT;
     RETURN v_moved > 0;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_define_flow_pick(p_queue text, p_levels boolean)
+ RETURNS void LANGUAGE plpgsql SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    -- The pick of a queue's flow claim (ensure_flow_indexes), as the table storage's
+    -- job_messages_flow_take: passes in vt order, as the unlimited claim reads, each probing
+    -- its candidates' keys and locking the ones that fit as it reaches them. A pass starts at
+    -- the last vt read, leaving out the rows of that vt already taken or passed (pgmq stamps
+    -- a batch with one vt). A job whose last lease ran out is let through without counting:
+    -- the claim archives it dead instead of leasing it. With priorities (p_levels,
+    -- define_job_priority_claim_v1) each pass goes over one level's range of the priority
+    -- index in (vt, msg_id) order, highest level first.
+    EXECUTE format($fn$
+        CREATE OR REPLACE FUNCTION drainpipe.%1$I(
+            p_flow drainpipe.queue_flow, p_batch integer, p_now timestamptz
+        )
+        RETURNS bigint[]
+        -- runs under the settings of its only caller, the flow claim (a SET clause costs
+        -- every call a save and restore)
+        LANGUAGE plpgsql
+        AS $body$
+        DECLARE
+            v_room integer;
+            v_limit integer;
+            v_ids bigint[] := '{}';
+            v_keys text[] := '{}';
+            v_chunk integer;
+            v_scanned integer := 0;
+            v_bound integer := p_batch * 50 + 500;
+            v_rows integer;
+            v_r record;
+            v_taken bigint;
+            %5$s
+        BEGIN
+            %6$s
+            PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%3$L));
+            IF p_flow.concurrency IS NULL AND p_flow.rate_count IS NULL THEN
+                v_room := p_batch;  -- no queue-wide limit: the whole batch
+            ELSE
+                v_room := drainpipe.flow_room(p_flow, p_batch,
+                    CASE WHEN p_flow.concurrency IS NULL THEN 0 ELSE (
+                        SELECT count(*) FROM pgmq.%2$I l
+                         WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                           AND l.vt > p_now) END,
+                    p_now);
+            END IF;
+            v_chunk := least(2 * v_room + 8, v_bound);
+            WHILE v_room > 0 LOOP
+                v_limit := v_room;
+                v_rows := 0;
+                %4$s
+                EXIT WHEN v_room = 0;
+                v_scanned := v_scanned + v_chunk;
+                IF v_rows < v_limit THEN
+                    -- a short pass read its whole chunk: where did the chunk end?
+                    %7$s
+                END IF;
+                %8$s
+                EXIT WHEN v_scanned >= v_bound;
+                v_chunk := least(v_chunk, v_bound - v_scanned);
+            END LOOP;
+            RETURN v_ids;
+        END
+        $body$
+        $fn$, 'flow_pick_jobs__' || p_queue, 'q_' || p_queue, p_queue,
+        CASE WHEN p_levels THEN drainpipe.pgmq_flow_pick_sql(p_queue, $r$
+                -- the level's range after the last place read, as row comparisons: only
+                -- the priority index serves them
+                WHERE (drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id) > (v_level, v_after_at, v_after_id)
+                  AND (drainpipe.job_priority(q.message -> 'payload'), q.vt) <= (v_level, p_now)
+                ORDER BY drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id$r$,
+            'v_last_at := v_r.vt; v_last_id := v_r.id;')
+        ELSE 'v_last := NULL;
+                ' || drainpipe.pgmq_flow_pick_sql(p_queue,
+            $r$WHERE q.vt <= p_now AND q.vt >= v_after AND NOT (q.msg_id = ANY (v_tied)) ORDER BY q.vt$r$,
+            'IF v_r.vt = v_last THEN v_last_ids := v_last_ids || v_r.id;
+             ELSE v_last := v_r.vt; v_last_ids := ARRAY[v_r.id]; END IF;') END,
+        -- the variables of the place a pass starts at
+        CASE WHEN p_levels THEN $d$
+            v_after_at timestamptz := '-infinity';
+            v_after_id bigint := 0;
+            v_levels integer[];
+            v_level integer;
+            v_last_at timestamptz;
+            v_last_id bigint;$d$
+        ELSE $d$
+            v_after timestamptz := '-infinity';
+            v_tied bigint[] := '{}';
+            v_last timestamptz;
+            v_last_ids bigint[];$d$ END,
+        CASE WHEN p_levels THEN format($i$
+            SELECT p.levels INTO v_levels FROM drainpipe.queue_priorities p WHERE p.queue = %L;
+            v_levels := coalesce(v_levels, '{0}');
+            v_level := v_levels[1];$i$, p_queue) END,
+        -- where the chunk ended; then on from there
+        CASE WHEN p_levels THEN format($e$
+                    v_last_at := NULL;
+                    SELECT q.vt, q.msg_id INTO v_last_at, v_last_id
+                      FROM pgmq.%I q
+                     WHERE (drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id)
+                               > (v_level, v_after_at, v_after_id)
+                       AND (drainpipe.job_priority(q.message -> 'payload'), q.vt) <= (v_level, p_now)
+                     ORDER BY drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id
+                    OFFSET v_chunk - 1 LIMIT 1;
+                    IF v_last_at IS NULL THEN
+                        -- the chunk held every candidate left: the next level from its start
+                        EXIT WHEN v_level = v_levels[cardinality(v_levels)];
+                        v_level := v_levels[array_position(v_levels, v_level) + 1];
+                        v_last_at := '-infinity';
+                        v_last_id := 0;
+                    ELSE
+                        v_chunk := v_chunk * 4;
+                    END IF;$e$, 'q_' || p_queue)
+        ELSE format($e$
+                    WITH chunk AS MATERIALIZED (
+                        SELECT q.msg_id, q.vt FROM pgmq.%I q
+                         WHERE q.vt <= p_now AND q.vt >= v_after AND NOT (q.msg_id = ANY (v_tied))
+                         ORDER BY q.vt
+                         LIMIT v_chunk
+                    )
+                    SELECT count(*), max(c.vt),
+                           ARRAY(SELECT x.msg_id FROM chunk x WHERE x.vt = (SELECT max(y.vt) FROM chunk y))
+                      INTO v_rows, v_last, v_last_ids
+                      FROM chunk c;
+                    -- the chunk held every candidate left
+                    EXIT WHEN v_rows < v_chunk;
+                    v_chunk := v_chunk * 4;$e$, 'q_' || p_queue) END,
+        CASE WHEN p_levels THEN $a$
+                v_after_at := v_last_at;
+                v_after_id := v_last_id;$a$
+        ELSE $a$
+                -- on after the last row read (a full pass: the last it returned)
+                v_tied := CASE WHEN v_last = v_after THEN v_tied ELSE '{}' END || v_last_ids;
+                v_after := v_last;$a$ END);
+    EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(drainpipe.queue_flow, integer, timestamptz) FROM PUBLIC',
+                   'flow_pick_jobs__' || p_queue);
 END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.pgmq_flow_pick_sql(p_queue text, p_range text, p_track text)
