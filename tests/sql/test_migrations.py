@@ -48,6 +48,7 @@ INTERNAL_FUNCTIONS = {
     "pgmq_list_by_ids",
     "pgmq_newest_window",
     "pgmq_records_ids_sql",
+    "pgmq_records_sql",
     "assert_queue_name",
     "is_queue_name",
     "job_retry_delay",

@@ -1699,116 +1699,78 @@ END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.pgmq_records_ids_sql(p_queue text, p_from bigint, p_to bigint, p_ids bigint[] DEFAULT NULL::bigint[])
  RETURNS text LANGUAGE sql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    -- the listing's rows among these ids, newest first ($1 state, $2 tenant, $3 $4 $5 the
+    -- cursor's stamp, id and queue, $6 now, $7 the page's size)
+    SELECT drainpipe.pgmq_records_sql(p_queue, '$6',
+        concat_ws(' AND ', 'true', 'r.id >= ' || p_from, 'r.id <= ' || p_to,
+                  'r.id = ANY (' || quote_literal(p_ids::text) || '::bigint[])') || $w$
+            AND ($3::timestamptz IS NULL
+                 OR (r.enqueued_at, r.id) < ($3, $4 + CASE WHEN r.queue < $5 THEN 1 ELSE 0 END))
+            AND ($2::text IS NULL OR r.tenant = $2)
+            AND ($1::text IS NULL OR r.read_state = $1)$w$,
+        'r.enqueued_at DESC, r.id DESC', '$7') $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_records_sql(p_queue text, p_now text, p_where text, p_order text, p_limit text)
+ RETURNS text LANGUAGE sql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    -- a queue's jobs as records' rows (r), the live ones then the archived ones, each part
+    -- filtered by p_where, ordered by p_order and cut at p_limit, with the state and code
+    -- they read as at p_now. The subqueries are flattened: p_where and p_order reach the
+    -- tables' scans.
     SELECT format($sql$
-        (SELECT * FROM (
+        (SELECT * FROM (%1$s) r WHERE %3$s ORDER BY %4$s LIMIT %5$s)
+        UNION ALL
+        (SELECT * FROM (%2$s) r WHERE %3$s ORDER BY %4$s LIMIT %5$s)
+    $sql$, format(t.read, p_now, format($b$
             SELECT m.msg_id AS id, %1$L::text AS queue,
                    drainpipe.pgmq_live_state(m.read_ct, m.message) AS stored_state,
                    m.read_ct AS attempts, coalesce((m.message ->> 'max_attempts')::integer, 5) AS max_attempts,
                    drainpipe.job_tenant(m.message -> 'payload') AS tenant,
                    m.message ->> 'dedupe_key' AS dedupe_key, m.enqueued_at, m.vt AS lease_end,
-                   %4$s AS started_at, NULL::timestamptz AS finished_at,
+                   %3$s AS started_at, NULL::timestamptz AS finished_at,
                    m.message ->> 'last_code' AS last_code, (m.message ->> 'parent_id')::bigint AS parent_id,
                    NULL::bigint AS replayed_by
-              FROM pgmq.%2$I m
-             WHERE %6$s AND ($3::timestamptz IS NULL
-                    OR (m.enqueued_at, m.msg_id) < ($3, $4 + CASE WHEN %1$L < $5 THEN 1 ELSE 0 END))
-               AND ($2::text IS NULL OR drainpipe.job_tenant(m.message -> 'payload') = $2)
-             ORDER BY m.enqueued_at DESC, m.msg_id DESC) l
-          WHERE $1::text IS NULL
-             OR drainpipe.job_state_at(l.stored_state, l.lease_end, l.attempts, l.max_attempts, $6) = $1
-          LIMIT $7)
-        UNION ALL
-        (SELECT * FROM (
-            SELECT a.msg_id, %1$L::text,
-                   CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
-                        WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END,
-                   a.read_ct, coalesce((a.message ->> 'max_attempts')::integer, 5),
-                   drainpipe.job_tenant(a.message -> 'payload'),
-                   a.message ->> 'dedupe_key', a.enqueued_at, a.vt, %5$s, a.archived_at,
-                   CASE WHEN a.message ? 'cancelled' OR a.message ? 'dead' THEN a.message ->> 'last_code'
-                        ELSE a.message ->> 'skipped' END,
-                   (a.message ->> 'parent_id')::bigint,
-                   (a.message ->> 'replayed_by')::bigint
-              FROM pgmq.%3$I a
-             WHERE %7$s AND ($3::timestamptz IS NULL
-                    OR (a.enqueued_at, a.msg_id) < ($3, $4 + CASE WHEN %1$L < $5 THEN 1 ELSE 0 END))
-               AND ($2::text IS NULL OR drainpipe.job_tenant(a.message -> 'payload') = $2)
-               AND ($1::text IS NULL OR $1 = CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
-                                                  WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END)
-             ORDER BY a.enqueued_at DESC, a.msg_id DESC) t
-          LIMIT $7)
-    $sql$, p_queue, 'q_' || p_queue, 'a_' || p_queue,
-       CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'm.last_read_at' ELSE 'NULL::timestamptz' END,
-       CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'a.last_read_at' ELSE 'NULL::timestamptz' END,
-       concat_ws(' AND ', 'true', 'm.msg_id >= ' || p_from, 'm.msg_id <= ' || p_to,
-                 'm.msg_id = ANY (' || quote_literal(p_ids::text) || '::bigint[])'),
-       concat_ws(' AND ', 'true', 'a.msg_id >= ' || p_from, 'a.msg_id <= ' || p_to,
-                 'a.msg_id = ANY (' || quote_literal(p_ids::text) || '::bigint[])')) $function$;
-
-CREATE OR REPLACE FUNCTION drainpipe.pgmq_search_sql(p_queue text)
- RETURNS text LANGUAGE sql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-    SELECT format($sql$
-        (SELECT * FROM (
-            SELECT r.*, CASE WHEN r.read_state = r.stored_state THEN r.stored_code
-                             WHEN r.read_state = 'dead' THEN 'MAX_ATTEMPTS' ELSE 'LEASE_EXPIRED' END AS read_code
-              FROM (
-                SELECT m.msg_id AS id, %1$L::text AS queue,
-                       drainpipe.pgmq_live_state(m.read_ct, m.message) AS stored_state,
-                       drainpipe.job_state_at(drainpipe.pgmq_live_state(m.read_ct, m.message), m.vt, m.read_ct,
-                                              coalesce((m.message ->> 'max_attempts')::integer, 5), $5) AS read_state,
-                       m.read_ct AS attempts, coalesce((m.message ->> 'max_attempts')::integer, 5) AS max_attempts,
-                       drainpipe.job_tenant(m.message -> 'payload') AS tenant,
-                       m.message ->> 'dedupe_key' AS dedupe_key, m.enqueued_at, m.vt AS lease_end,
-                       %4$s AS started_at, NULL::timestamptz AS finished_at,
-                       m.message ->> 'last_code' AS stored_code, (m.message ->> 'parent_id')::bigint AS parent_id,
-                       NULL::bigint AS replayed_by
-                  FROM pgmq.%2$I m
-                 WHERE ($7::bigint IS NULL OR m.msg_id = $7)
-                   AND ($3::bigint IS NULL OR m.msg_id < $3 + CASE WHEN %1$L < $4 THEN 1 ELSE 0 END)
-                   AND ($8::text IS NULL OR m.message ->> 'dedupe_key' = $8)
-                   AND ($9::timestamptz IS NULL OR m.enqueued_at >= $9)
-                   AND ($10::timestamptz IS NULL OR m.enqueued_at < $10)
-                   AND ($2::text IS NULL OR drainpipe.job_tenant(m.message -> 'payload') = $2)
-                 ORDER BY m.msg_id DESC) r) l
-          WHERE ($1::text IS NULL OR l.read_state = $1)
-            AND ($11::text IS NULL OR l.read_code = $11
-                 OR (l.read_code IN ('MAX_ATTEMPTS', 'DEADLINE_PASSED')
-                     AND drainpipe.job_cause(%1$L, l.id) = $11))
-          LIMIT $6)
-        UNION ALL
-        (SELECT * FROM (
+              FROM pgmq.%2$I m$b$, p_queue, 'q_' || p_queue,
+            CASE WHEN t.last_read THEN 'm.last_read_at' ELSE 'NULL::timestamptz' END)),
+        format(t.read, p_now, format($b$
             SELECT a.msg_id AS id, %1$L::text AS queue,
                    CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
                         WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END AS stored_state,
-                   CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
-                        WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END AS read_state,
                    a.read_ct AS attempts, coalesce((a.message ->> 'max_attempts')::integer, 5) AS max_attempts,
                    drainpipe.job_tenant(a.message -> 'payload') AS tenant,
-                   a.message ->> 'dedupe_key' AS dedupe_key, a.enqueued_at, a.vt AS lease_end, %5$s AS started_at,
-                   a.archived_at AS finished_at,
+                   a.message ->> 'dedupe_key' AS dedupe_key, a.enqueued_at, a.vt AS lease_end,
+                   %3$s AS started_at, a.archived_at AS finished_at,
                    CASE WHEN a.message ? 'cancelled' OR a.message ? 'dead' THEN a.message ->> 'last_code'
-                        ELSE a.message ->> 'skipped' END AS stored_code,
+                        ELSE a.message ->> 'skipped' END AS last_code,
                    (a.message ->> 'parent_id')::bigint AS parent_id,
-                   (a.message ->> 'replayed_by')::bigint AS replayed_by,
-                   CASE WHEN a.message ? 'cancelled' OR a.message ? 'dead' THEN a.message ->> 'last_code'
-                        ELSE a.message ->> 'skipped' END AS read_code
-              FROM pgmq.%3$I a
-             WHERE ($7::bigint IS NULL OR a.msg_id = $7)
-               AND ($3::bigint IS NULL OR a.msg_id < $3 + CASE WHEN %1$L < $4 THEN 1 ELSE 0 END)
-               AND ($8::text IS NULL OR a.message ->> 'dedupe_key' = $8)
-               AND ($9::timestamptz IS NULL OR a.enqueued_at >= $9)
-               AND ($10::timestamptz IS NULL OR a.enqueued_at < $10)
-               AND ($2::text IS NULL OR drainpipe.job_tenant(a.message -> 'payload') = $2)
-               AND ($1::text IS NULL OR $1 = CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
-                                                  WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END)
-             ORDER BY a.msg_id DESC) t
-          WHERE ($11::text IS NULL OR t.read_code = $11
-                 OR (t.read_code IN ('MAX_ATTEMPTS', 'DEADLINE_PASSED')
-                     AND drainpipe.job_cause(%1$L, t.id) = $11))
-          LIMIT $6)
-    $sql$, p_queue, 'q_' || p_queue, 'a_' || p_queue,
-       CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'm.last_read_at' ELSE 'NULL::timestamptz' END,
-       CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'a.last_read_at' ELSE 'NULL::timestamptz' END) $function$;
+                   (a.message ->> 'replayed_by')::bigint AS replayed_by
+              FROM pgmq.%2$I a$b$, p_queue, 'a_' || p_queue,
+            CASE WHEN t.last_read THEN 'a.last_read_at' ELSE 'NULL::timestamptz' END)),
+        p_where, p_order, p_limit)
+      FROM (SELECT $r$
+                SELECT s.*, CASE WHEN s.read_state = s.stored_state THEN s.last_code
+                                 WHEN s.read_state = 'dead' THEN 'MAX_ATTEMPTS' ELSE 'LEASE_EXPIRED' END AS read_code
+                  FROM (SELECT b.*, drainpipe.job_state_at(b.stored_state, b.lease_end, b.attempts,
+                                                           b.max_attempts, %s) AS read_state
+                          FROM (%s) b) s$r$ AS read,
+                   -- pgmq 1.5+ stamps last_read_at, the attempt's start
+                   drainpipe.pgmq_has_last_read(p_queue) AS last_read) t $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_search_sql(p_queue text)
+ RETURNS text LANGUAGE sql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    -- the search's rows, newest id first ($1 state, $2 tenant, $3 $4 the cursor's id and
+    -- queue, $5 now, $6 the page's size, $7 id, $8 dedupe_key, $9 $10 since and until, $11
+    -- code: a dead job's code matches its cause too)
+    SELECT drainpipe.pgmq_records_sql(p_queue, '$5', $w$($7::bigint IS NULL OR r.id = $7)
+            AND ($3::bigint IS NULL OR r.id < $3 + CASE WHEN r.queue < $4 THEN 1 ELSE 0 END)
+            AND ($8::text IS NULL OR r.dedupe_key = $8)
+            AND ($9::timestamptz IS NULL OR r.enqueued_at >= $9)
+            AND ($10::timestamptz IS NULL OR r.enqueued_at < $10)
+            AND ($2::text IS NULL OR r.tenant = $2)
+            AND ($1::text IS NULL OR r.read_state = $1)
+            AND ($11::text IS NULL OR r.read_code = $11
+                 OR (r.read_code IN ('MAX_ATTEMPTS', 'DEADLINE_PASSED')
+                     AND drainpipe.job_cause(r.queue, r.id) = $11))$w$,
+        'r.id DESC', '$6') $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.purge_job_archive_v1(p_queue text, p_older_than interval DEFAULT '7 days'::interval, p_batch integer DEFAULT 10000, p_dead_older_than interval DEFAULT '30 days'::interval)
  RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
@@ -1986,14 +1948,10 @@ BEGIN
                CASE WHEN r.read_state IN ('queued', 'retry_wait') THEN r.lease_end END,
                r.started_at,
                CASE WHEN r.read_state = 'dead' AND r.finished_at IS NULL THEN r.lease_end ELSE r.finished_at END,
-               CASE WHEN r.read_state = r.stored_state THEN r.last_code
-                    WHEN r.read_state = 'dead' THEN 'MAX_ATTEMPTS' ELSE 'LEASE_EXPIRED' END,
-               r.parent_id, r.replayed_by,
+               r.read_code, r.parent_id, r.replayed_by,
                drainpipe.job_history_v1(r.queue, r.id, r.attempts, r.stored_state, r.started_at,
                    r.finished_at, r.lease_end, r.last_code, $6)
-          FROM (SELECT u.*, drainpipe.job_state_at(u.stored_state, u.lease_end, u.attempts,
-                                                   u.max_attempts, $6) AS read_state
-                  FROM (%s) u) r
+          FROM (%s) r
          LIMIT 1
     $sql$, drainpipe.pgmq_records_ids_sql(p_queue, p_id, p_id))
       USING NULL::text, NULL::text, NULL::timestamptz, 0::bigint, ''::text,
@@ -2040,12 +1998,8 @@ BEGIN
                CASE WHEN r.read_state IN ('queued', 'retry_wait') THEN r.lease_end END,
                r.started_at,
                CASE WHEN r.read_state = 'dead' AND r.finished_at IS NULL THEN r.lease_end ELSE r.finished_at END,
-               CASE WHEN r.read_state = r.stored_state THEN r.last_code
-                    WHEN r.read_state = 'dead' THEN 'MAX_ATTEMPTS' ELSE 'LEASE_EXPIRED' END,
-               r.parent_id, r.replayed_by, NULL::jsonb
-          FROM (SELECT u.*, drainpipe.job_state_at(u.stored_state, u.lease_end, u.attempts,
-                                                   u.max_attempts, $6) AS read_state
-                  FROM (%s) u) r
+               r.read_code, r.parent_id, r.replayed_by, NULL::jsonb
+          FROM (%s) r
          ORDER BY r.enqueued_at DESC, r.id DESC, r.queue DESC
          LIMIT $7
     $sql$, array_to_string(v_parts, ' UNION ALL '))
