@@ -517,20 +517,6 @@ CREATE OR REPLACE FUNCTION drainpipe.counted_job_records(p_records drainpipe.job
       LEFT JOIN drainpipe.job_workflows w ON w.queue = r.queue AND w.job_id = r.id
      ORDER BY r.ordinality $function$;
 
-CREATE OR REPLACE FUNCTION drainpipe.drop_queue_policy_v1(p_queue text)
- RETURNS boolean LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-DECLARE
-    v_stamp bigint;
-BEGIN
-    DELETE FROM drainpipe.queue_pending WHERE queue = p_queue;
-    -- jobs 0022, the sequence advanced first (jobs 0023)
-    v_stamp := drainpipe.flow_budget_advance(p_queue);
-    UPDATE drainpipe.flow_budget SET epoch = NULL, stamp = v_stamp WHERE queue = p_queue;
-    DELETE FROM drainpipe.queue_flow WHERE queue = p_queue;  -- jobs 0015
-    DELETE FROM drainpipe.queue_policies WHERE queue = p_queue;
-    RETURN FOUND;
-END $function$;
-
 CREATE OR REPLACE FUNCTION drainpipe.emit_event_v1(p_event text, p_key text, p_data jsonb DEFAULT NULL::jsonb, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
 DECLARE

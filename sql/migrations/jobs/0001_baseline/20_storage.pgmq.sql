@@ -1834,22 +1834,15 @@ BEGIN
         PERFORM drainpipe.pgmq_archive_job(p_queue, p_id,
             '{"last_error": "The lease ran out on the last attempt", "dead": true, "last_code": "MAX_ATTEMPTS"}', v_vt);
     END IF;
-    v_message := NULL;
+    -- no row: NULL
     EXECUTE format('SELECT message FROM pgmq.%I WHERE msg_id = $1 FOR UPDATE', 'a_' || p_queue)
       INTO v_message USING p_id;
-    IF v_message IS NULL THEN
-        RETURN QUERY SELECT NULL::bigint, 'JOB_NOT_FOUND'::text;
-        RETURN;
-    ELSIF v_message ? 'replayed_by' THEN
-        RETURN QUERY SELECT NULL::bigint, 'JOB_ALREADY_REPLAYED'::text;
-        RETURN;
-    ELSIF NOT v_message ? 'dead' THEN
-        RETURN QUERY SELECT NULL::bigint, 'JOB_NOT_DEAD'::text;
-        RETURN;
-    END IF;
-    code := drainpipe.replay_refusal(v_rules.replay_window, v_rules.replayable,
-        CASE WHEN v_rules.replay_window IS NULL THEN NULL
-             ELSE drainpipe.replay_origin(p_queue, p_id) END, v_now);
+    code := CASE WHEN v_message IS NULL THEN 'JOB_NOT_FOUND'
+                 WHEN v_message ? 'replayed_by' THEN 'JOB_ALREADY_REPLAYED'
+                 WHEN NOT v_message ? 'dead' THEN 'JOB_NOT_DEAD'
+                 ELSE drainpipe.replay_refusal(v_rules.replay_window, v_rules.replayable,
+                          CASE WHEN v_rules.replay_window IS NULL THEN NULL
+                               ELSE drainpipe.replay_origin(p_queue, p_id) END, v_now) END;
     IF code IS NOT NULL THEN
         RETURN QUERY SELECT NULL::bigint, code;
         RETURN;
