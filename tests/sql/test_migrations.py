@@ -56,6 +56,7 @@ INTERNAL_FUNCTIONS = {
     "job_message",
     "dead_job_message",
     "dead_job_ids",
+    "delete_finished_jobs",
     "define_job_queue_functions",
     "assert_schedule_form",
     "assert_time_zone",

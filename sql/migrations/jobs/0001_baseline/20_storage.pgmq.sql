@@ -14,40 +14,6 @@ CREATE TABLE IF NOT EXISTS drainpipe.pgmq_list_before (
 ALTER TABLE drainpipe.pgmq_list_before ENABLE ROW LEVEL SECURITY;
 
 -- Functions
-CREATE OR REPLACE FUNCTION drainpipe.apply_job_retention_v1(p_min_interval double precision DEFAULT NULL::double precision, p_batch integer DEFAULT 10000, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
- RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-DECLARE
-    v_now timestamptz := coalesce(p_now, clock_timestamp());
-    v_policy drainpipe.queue_policies;
-    v_total integer := 0;
-    v_ids bigint[];
-BEGIN
-    IF p_min_interval IS NOT NULL THEN
-        UPDATE drainpipe.job_retention_runs SET last_run = v_now
-         WHERE id = 1 AND (last_run IS NULL OR last_run <= v_now - make_interval(secs => p_min_interval));
-        IF NOT FOUND THEN
-            RETURN NULL;  -- ran less than p_min_interval ago (or another caller runs it now)
-        END IF;
-    END IF;
-    FOR v_policy IN SELECT * FROM drainpipe.queue_policies ORDER BY queue LOOP
-        CONTINUE WHEN to_regclass('pgmq.a_' || v_policy.queue) IS NULL;
-        EXECUTE format(
-            'WITH gone AS (DELETE FROM pgmq.%1$I d WHERE d.msg_id = ANY (ARRAY(
-                 SELECT x.msg_id FROM pgmq.%1$I x WHERE x.archived_at < $1
-                  ORDER BY x.msg_id LIMIT $2)) RETURNING d.msg_id),
-                  attempts_gone AS (DELETE FROM drainpipe.job_attempts a USING gone g
-                                     WHERE a.queue = $3 AND a.job_id = g.msg_id)
-             SELECT coalesce(array_agg(msg_id), ''{}'') FROM gone', 'a_' || v_policy.queue)
-          INTO v_ids
-          USING v_now - make_interval(secs => v_policy.retention), greatest(coalesce(p_batch, 10000), 1),
-                v_policy.queue;
-        PERFORM drainpipe.forget_job_steps(v_policy.queue, v_ids);
-        v_total := v_total + cardinality(v_ids);
-    END LOOP;
-    PERFORM drainpipe.purge_job_events_v1(604800, v_now);
-    RETURN v_total;
-END $function$;
-
 CREATE OR REPLACE FUNCTION drainpipe.attach_queue_policy_v1(p_queue text)
  RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' SET enable_seqscan TO 'on' SET jit TO 'off' AS $function$
 DECLARE
@@ -555,6 +521,29 @@ BEGIN
         EXECUTE format('GRANT EXECUTE ON FUNCTION drainpipe.%I(bigint[], integer[], double precision, integer, timestamptz) TO service_role',
                        'complete_and_claim_jobs__' || p_queue);
     END IF;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.delete_finished_jobs(p_queue text, p_before timestamp with time zone, p_dead_before timestamp with time zone, p_batch integer)
+ RETURNS bigint[] LANGUAGE plpgsql SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_ids bigint[] := '{}';
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF to_regclass('pgmq.a_' || p_queue) IS NOT NULL THEN
+        EXECUTE format(
+            'WITH gone AS (
+                 DELETE FROM pgmq.%1$I a WHERE a.msg_id = ANY (ARRAY(
+                     SELECT x.msg_id FROM pgmq.%1$I x
+                      WHERE x.archived_at < greatest($1, $2)
+                        AND x.archived_at < CASE WHEN x.message ? ''dead'' THEN $2 ELSE $1 END
+                      ORDER BY x.msg_id LIMIT $3))
+                 RETURNING a.msg_id),
+             attempts_gone AS (
+                 DELETE FROM drainpipe.job_attempts t USING gone g WHERE t.queue = $4 AND t.job_id = g.msg_id)
+             SELECT coalesce(array_agg(msg_id), ''{}'') FROM gone', 'a_' || p_queue)
+          INTO v_ids USING p_before, p_dead_before, greatest(coalesce(p_batch, 10000), 1), p_queue;
+    END IF;
+    RETURN v_ids;
 END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.enqueue_job_v1(p_queue text, p_payload jsonb DEFAULT '{}'::jsonb, p_delay double precision DEFAULT 0, p_max_attempts integer DEFAULT 5, p_dedupe_key text DEFAULT NULL::text, p_dedupe_running boolean DEFAULT true)
@@ -1771,31 +1760,6 @@ CREATE OR REPLACE FUNCTION drainpipe.pgmq_search_sql(p_queue text)
                  OR (r.read_code IN ('MAX_ATTEMPTS', 'DEADLINE_PASSED')
                      AND drainpipe.job_cause(r.queue, r.id) = $11))$w$,
         'r.id DESC', '$6') $function$;
-
-CREATE OR REPLACE FUNCTION drainpipe.purge_job_archive_v1(p_queue text, p_older_than interval DEFAULT '7 days'::interval, p_batch integer DEFAULT 10000, p_dead_older_than interval DEFAULT '30 days'::interval)
- RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-DECLARE
-    v_ids bigint[];
-BEGIN
-    PERFORM drainpipe.assert_queue_name(p_queue);
-    IF to_regclass('pgmq.a_' || p_queue) IS NULL THEN
-        RETURN 0;
-    END IF;
-    EXECUTE format(
-        'WITH gone AS (
-             DELETE FROM pgmq.%1$I a WHERE a.msg_id IN (
-                 SELECT x.msg_id FROM pgmq.%1$I x
-                  WHERE x.archived_at < clock_timestamp()
-                        - CASE WHEN x.message ? ''dead'' THEN $1 ELSE $2 END
-                  ORDER BY x.msg_id LIMIT $3)
-             RETURNING a.msg_id),
-         attempts_gone AS (
-             DELETE FROM drainpipe.job_attempts t USING gone g WHERE t.queue = $4 AND t.job_id = g.msg_id)
-         SELECT coalesce(array_agg(msg_id), ''{}'') FROM gone', 'a_' || p_queue)
-      INTO v_ids USING p_dead_older_than, p_older_than, greatest(coalesce(p_batch, 10000), 1), p_queue;
-    PERFORM drainpipe.forget_job_steps(p_queue, v_ids);
-    RETURN cardinality(v_ids);
-END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.recount_job_totals_v1(p_queues text[] DEFAULT NULL::text[])
  RETURNS bigint LANGUAGE sql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$

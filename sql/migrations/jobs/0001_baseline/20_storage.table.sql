@@ -47,42 +47,6 @@ ALTER TABLE drainpipe.job_messages SET (vacuum_index_cleanup=on, autovacuum_vacu
 ALTER TABLE drainpipe.job_messages ENABLE ROW LEVEL SECURITY;
 
 -- Functions
-CREATE OR REPLACE FUNCTION drainpipe.apply_job_retention_v1(p_min_interval double precision DEFAULT NULL::double precision, p_batch integer DEFAULT 10000, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
- RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-DECLARE
-    v_now timestamptz := coalesce(p_now, clock_timestamp());
-    v_policy drainpipe.queue_policies;
-    v_total integer := 0;
-    v_ids bigint[];
-BEGIN
-    IF p_min_interval IS NOT NULL THEN
-        UPDATE drainpipe.job_retention_runs SET last_run = v_now
-         WHERE id = 1 AND (last_run IS NULL OR last_run <= v_now - make_interval(secs => p_min_interval));
-        IF NOT FOUND THEN
-            RETURN NULL;  -- ran less than p_min_interval ago (or another caller runs it now)
-        END IF;
-    END IF;
-    FOR v_policy IN SELECT * FROM drainpipe.queue_policies ORDER BY queue LOOP
-        WITH gone AS (
-            DELETE FROM drainpipe.job_messages d
-             WHERE d.id = ANY (ARRAY(
-                   SELECT x.id FROM drainpipe.job_messages x
-                    WHERE x.queue = v_policy.queue AND x.finished_at IS NOT NULL
-                      AND x.finished_at < v_now - make_interval(secs => v_policy.retention)
-                    ORDER BY x.finished_at LIMIT greatest(coalesce(p_batch, 10000), 1)))
-            RETURNING d.queue, d.id
-        ), attempts_gone AS (
-            DELETE FROM drainpipe.job_attempts a USING gone g
-             WHERE a.queue = g.queue AND a.job_id = g.id
-        )
-        SELECT coalesce(array_agg(id), '{}') INTO v_ids FROM gone;
-        PERFORM drainpipe.forget_job_steps(v_policy.queue, v_ids);
-        v_total := v_total + cardinality(v_ids);
-    END LOOP;
-    PERFORM drainpipe.purge_job_events_v1(604800, v_now);
-    RETURN v_total;
-END $function$;
-
 CREATE OR REPLACE FUNCTION drainpipe.attach_queue_policy_v1(p_queue text)
  RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' SET enable_seqscan TO 'on' SET jit TO 'off' AS $function$
 BEGIN
@@ -354,6 +318,25 @@ BEGIN
        AND m.state = 'queued';
     RETURN FOUND;
 END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.delete_finished_jobs(p_queue text, p_before timestamp with time zone, p_dead_before timestamp with time zone, p_batch integer)
+ RETURNS bigint[] LANGUAGE sql SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    WITH gone AS (
+        DELETE FROM drainpipe.job_messages d
+         WHERE d.id = ANY (ARRAY(
+               SELECT x.id FROM drainpipe.job_messages x
+                WHERE x.queue = p_queue AND x.finished_at IS NOT NULL
+                  -- the later bound first: a range of the finished index
+                  AND x.finished_at < greatest(p_before, p_dead_before)
+                  AND x.finished_at < CASE WHEN x.state = 'dead' THEN p_dead_before ELSE p_before END
+                ORDER BY x.finished_at
+                LIMIT greatest(coalesce(p_batch, 10000), 1)))
+        RETURNING d.queue, d.id
+    ), attempts_gone AS (
+        DELETE FROM drainpipe.job_attempts a USING gone g
+         WHERE a.queue = g.queue AND a.job_id = g.id
+    )
+    SELECT coalesce(array_agg(id), '{}') FROM gone $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.enqueue_job_v1(p_queue text, p_payload jsonb DEFAULT '{}'::jsonb, p_delay double precision DEFAULT 0, p_max_attempts integer DEFAULT 5, p_dedupe_key text DEFAULT NULL::text, p_dedupe_running boolean DEFAULT true)
  RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
@@ -1117,31 +1100,6 @@ CREATE OR REPLACE FUNCTION drainpipe.park_job(p_queue text, p_id bigint, p_until
            visible_at = p_until,
            max_attempts = max_attempts + 1
      WHERE id = p_id AND queue = p_queue $function$;
-
-CREATE OR REPLACE FUNCTION drainpipe.purge_job_archive_v1(p_queue text, p_older_than interval DEFAULT '7 days'::interval, p_batch integer DEFAULT 10000, p_dead_older_than interval DEFAULT '30 days'::interval)
- RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-DECLARE
-    v_ids bigint[];
-BEGIN
-    WITH gone AS (
-        DELETE FROM drainpipe.job_messages d
-         WHERE d.id = ANY (ARRAY(
-               SELECT x.id FROM drainpipe.job_messages x
-                WHERE x.queue = p_queue AND x.finished_at IS NOT NULL
-                  AND x.finished_at < clock_timestamp() - least(p_older_than, p_dead_older_than)
-                  AND x.finished_at < clock_timestamp()
-                      - CASE WHEN x.state = 'dead' THEN p_dead_older_than ELSE p_older_than END
-                ORDER BY x.finished_at
-                LIMIT greatest(coalesce(p_batch, 10000), 1)))
-        RETURNING d.queue, d.id
-    ), attempts_gone AS (
-        DELETE FROM drainpipe.job_attempts a USING gone g
-         WHERE a.queue = g.queue AND a.job_id = g.id
-    )
-    SELECT coalesce(array_agg(id), '{}') INTO v_ids FROM gone;
-    PERFORM drainpipe.forget_job_steps(p_queue, v_ids);
-    RETURN cardinality(v_ids);
-END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.recount_job_totals_v1(p_queues text[] DEFAULT NULL::text[])
  RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
