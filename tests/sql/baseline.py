@@ -30,6 +30,7 @@ PRUNED_FUNCTIONS = frozenset(
         "drainpipe.agent_raw_v1",  # agent_raw_v2
         "drainpipe.job_messages_policy_lease",  # the table claim and heartbeat check max_lease
         "drainpipe.audited_replay_job_v1",  # audited_replay_job_v2
+        "drainpipe.drop_queue_policy_v1",  # no client drops a policy
         "drainpipe.ensure_queue_policy_v1",  # ensure_queue_policy_v3 (their bodies inline)
         "drainpipe.ensure_queue_policy_v2",
         "drainpipe.extend_webhook_v1",  # extend_webhooks_v1

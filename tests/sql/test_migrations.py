@@ -48,6 +48,7 @@ INTERNAL_FUNCTIONS = {
     "pgmq_list_by_ids",
     "pgmq_newest_window",
     "pgmq_records_ids_sql",
+    "pgmq_records_sql",
     "assert_queue_name",
     "is_queue_name",
     "job_retry_delay",
@@ -55,6 +56,7 @@ INTERNAL_FUNCTIONS = {
     "job_message",
     "dead_job_message",
     "dead_job_ids",
+    "delete_finished_jobs",
     "define_job_queue_functions",
     "assert_schedule_form",
     "assert_time_zone",
@@ -86,6 +88,7 @@ INTERNAL_FUNCTIONS = {
     "pgmq_lease_cols",
     "pgmq_lease_sql",
     "pgmq_flow_pick_sql",
+    "pgmq_define_flow_pick",
     # the agent inbox's helpers: called by its _v1 functions only
     "agent_priority",
     "agent_where_matches",

@@ -274,6 +274,32 @@ BEGIN
     ON CONFLICT (queue, state, shard) DO UPDATE SET n = t.n + excluded.n;
 END $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.apply_job_retention_v1(p_min_interval double precision DEFAULT NULL::double precision, p_batch integer DEFAULT 10000, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_policy drainpipe.queue_policies;
+    v_total integer := 0;
+    v_ids bigint[];
+BEGIN
+    IF p_min_interval IS NOT NULL THEN
+        UPDATE drainpipe.job_retention_runs SET last_run = v_now
+         WHERE id = 1 AND (last_run IS NULL OR last_run <= v_now - make_interval(secs => p_min_interval));
+        IF NOT FOUND THEN
+            RETURN NULL;  -- ran less than p_min_interval ago (or another caller runs it now)
+        END IF;
+    END IF;
+    FOR v_policy IN SELECT * FROM drainpipe.queue_policies ORDER BY queue LOOP
+        v_ids := drainpipe.delete_finished_jobs(v_policy.queue,
+            v_now - make_interval(secs => v_policy.retention),
+            v_now - make_interval(secs => v_policy.retention), p_batch);
+        PERFORM drainpipe.forget_job_steps(v_policy.queue, v_ids);
+        v_total := v_total + cardinality(v_ids);
+    END LOOP;
+    PERFORM drainpipe.purge_job_events_v1(604800, v_now);
+    RETURN v_total;
+END $function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.assert_event_name(p_event text, p_key text)
  RETURNS void LANGUAGE plpgsql IMMUTABLE AS $function$
 BEGIN
@@ -516,20 +542,6 @@ CREATE OR REPLACE FUNCTION drainpipe.counted_job_records(p_records drainpipe.job
       FROM unnest(p_records) WITH ORDINALITY AS r
       LEFT JOIN drainpipe.job_workflows w ON w.queue = r.queue AND w.job_id = r.id
      ORDER BY r.ordinality $function$;
-
-CREATE OR REPLACE FUNCTION drainpipe.drop_queue_policy_v1(p_queue text)
- RETURNS boolean LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-DECLARE
-    v_stamp bigint;
-BEGIN
-    DELETE FROM drainpipe.queue_pending WHERE queue = p_queue;
-    -- jobs 0022, the sequence advanced first (jobs 0023)
-    v_stamp := drainpipe.flow_budget_advance(p_queue);
-    UPDATE drainpipe.flow_budget SET epoch = NULL, stamp = v_stamp WHERE queue = p_queue;
-    DELETE FROM drainpipe.queue_flow WHERE queue = p_queue;  -- jobs 0015
-    DELETE FROM drainpipe.queue_policies WHERE queue = p_queue;
-    RETURN FOUND;
-END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.emit_event_v1(p_event text, p_key text, p_data jsonb DEFAULT NULL::jsonb, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
@@ -1269,6 +1281,17 @@ CREATE OR REPLACE FUNCTION drainpipe.policy_payload_size(p_stored jsonb)
 CREATE OR REPLACE FUNCTION drainpipe.priority_bound_name(p_queue text, p_level integer)
  RETURNS text LANGUAGE sql IMMUTABLE AS $function$
     SELECT p_queue || CASE WHEN p_level < 0 THEN '__pm' ELSE '__p' END || abs(p_level)::text $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.purge_job_archive_v1(p_queue text, p_older_than interval DEFAULT '7 days'::interval, p_batch integer DEFAULT 10000, p_dead_older_than interval DEFAULT '30 days'::interval)
+ RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_ids bigint[];
+BEGIN
+    v_ids := drainpipe.delete_finished_jobs(p_queue, clock_timestamp() - p_older_than,
+                                            clock_timestamp() - p_dead_older_than, p_batch);
+    PERFORM drainpipe.forget_job_steps(p_queue, v_ids);
+    RETURN cardinality(v_ids);
+END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.purge_job_events_v1(p_older_than double precision DEFAULT 604800, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS bigint LANGUAGE sql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$

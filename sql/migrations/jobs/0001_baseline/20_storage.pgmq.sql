@@ -14,40 +14,6 @@ CREATE TABLE IF NOT EXISTS drainpipe.pgmq_list_before (
 ALTER TABLE drainpipe.pgmq_list_before ENABLE ROW LEVEL SECURITY;
 
 -- Functions
-CREATE OR REPLACE FUNCTION drainpipe.apply_job_retention_v1(p_min_interval double precision DEFAULT NULL::double precision, p_batch integer DEFAULT 10000, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
- RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-DECLARE
-    v_now timestamptz := coalesce(p_now, clock_timestamp());
-    v_policy drainpipe.queue_policies;
-    v_total integer := 0;
-    v_ids bigint[];
-BEGIN
-    IF p_min_interval IS NOT NULL THEN
-        UPDATE drainpipe.job_retention_runs SET last_run = v_now
-         WHERE id = 1 AND (last_run IS NULL OR last_run <= v_now - make_interval(secs => p_min_interval));
-        IF NOT FOUND THEN
-            RETURN NULL;  -- ran less than p_min_interval ago (or another caller runs it now)
-        END IF;
-    END IF;
-    FOR v_policy IN SELECT * FROM drainpipe.queue_policies ORDER BY queue LOOP
-        CONTINUE WHEN to_regclass('pgmq.a_' || v_policy.queue) IS NULL;
-        EXECUTE format(
-            'WITH gone AS (DELETE FROM pgmq.%1$I d WHERE d.msg_id = ANY (ARRAY(
-                 SELECT x.msg_id FROM pgmq.%1$I x WHERE x.archived_at < $1
-                  ORDER BY x.msg_id LIMIT $2)) RETURNING d.msg_id),
-                  attempts_gone AS (DELETE FROM drainpipe.job_attempts a USING gone g
-                                     WHERE a.queue = $3 AND a.job_id = g.msg_id)
-             SELECT coalesce(array_agg(msg_id), ''{}'') FROM gone', 'a_' || v_policy.queue)
-          INTO v_ids
-          USING v_now - make_interval(secs => v_policy.retention), greatest(coalesce(p_batch, 10000), 1),
-                v_policy.queue;
-        PERFORM drainpipe.forget_job_steps(v_policy.queue, v_ids);
-        v_total := v_total + cardinality(v_ids);
-    END LOOP;
-    PERFORM drainpipe.purge_job_events_v1(604800, v_now);
-    RETURN v_total;
-END $function$;
-
 CREATE OR REPLACE FUNCTION drainpipe.attach_queue_policy_v1(p_queue text)
  RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' SET enable_seqscan TO 'on' SET jit TO 'off' AS $function$
 DECLARE
@@ -329,93 +295,8 @@ BEGIN
         $fn$, 'claim_jobs__' || p_queue, 'q_' || p_queue, drainpipe.pgmq_lease_cols(p_queue),
               drainpipe.pgmq_lease_sql(p_queue, 'm.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE NOT p.exhausted))'),
               p_queue, 'priority_pick_jobs__' || p_queue);
-    -- The limited pick along the levels (the flow pick of ensure_flow_indexes, same
-    -- signature, which the queue's flow claim calls): the same passes, each over one level's
-    -- range of this index in (vt, msg_id) order, highest level first.
-    EXECUTE format($fn$
-        CREATE OR REPLACE FUNCTION drainpipe.%1$I(
-            p_flow drainpipe.queue_flow, p_batch integer, p_now timestamptz
-        )
-        RETURNS bigint[]
-        LANGUAGE plpgsql
-        AS $body$
-        DECLARE
-            v_room integer;
-            v_limit integer;
-            v_ids bigint[] := '{}';
-            v_keys text[] := '{}';
-            v_chunk integer;
-            v_scanned integer := 0;
-            v_bound integer := p_batch * 50 + 500;
-            v_after_at timestamptz := '-infinity';
-            v_after_id bigint := 0;
-            v_rows integer;
-            v_levels integer[];
-            v_level integer;
-            v_last_at timestamptz;
-            v_last_id bigint;
-            v_r record;
-            v_taken bigint;
-        BEGIN
-            SELECT p.levels INTO v_levels FROM drainpipe.queue_priorities p WHERE p.queue = %3$L;
-            v_levels := coalesce(v_levels, '{0}');
-            v_level := v_levels[1];
-            PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%3$L));
-            IF p_flow.concurrency IS NULL AND p_flow.rate_count IS NULL THEN
-                v_room := p_batch;
-            ELSE
-                v_room := drainpipe.flow_room(p_flow, p_batch,
-                    CASE WHEN p_flow.concurrency IS NULL THEN 0 ELSE (
-                        SELECT count(*) FROM pgmq.%2$I l
-                         WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-                           AND l.vt > p_now) END,
-                    p_now);
-            END IF;
-            v_chunk := least(2 * v_room + 8, v_bound);
-            WHILE v_room > 0 LOOP
-                v_limit := v_room;
-                v_rows := 0;
-                %4$s
-                EXIT WHEN v_room = 0;
-                v_scanned := v_scanned + v_chunk;
-                IF v_rows < v_limit THEN
-                    -- a short pass read its whole chunk: where did the chunk end?
-                    v_last_at := NULL;
-                    SELECT q.vt, q.msg_id INTO v_last_at, v_last_id
-                      FROM pgmq.%2$I q
-                     WHERE (drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id)
-                               > (v_level, v_after_at, v_after_id)
-                       AND (drainpipe.job_priority(q.message -> 'payload'), q.vt) <= (v_level, p_now)
-                     ORDER BY drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id
-                    OFFSET v_chunk - 1 LIMIT 1;
-                    IF v_last_at IS NULL THEN
-                        -- the chunk held every candidate left: the next level from its start
-                        EXIT WHEN v_level = v_levels[cardinality(v_levels)];
-                        v_level := v_levels[array_position(v_levels, v_level) + 1];
-                        v_last_at := '-infinity';
-                        v_last_id := 0;
-                    ELSE
-                        v_chunk := v_chunk * 4;
-                    END IF;
-                END IF;
-                v_after_at := v_last_at;
-                v_after_id := v_last_id;
-                EXIT WHEN v_scanned >= v_bound;
-                v_chunk := least(v_chunk, v_bound - v_scanned);
-            END LOOP;
-            RETURN v_ids;
-        END
-        $body$
-        $fn$, 'flow_pick_jobs__' || p_queue, 'q_' || p_queue, p_queue,
-              drainpipe.pgmq_flow_pick_sql(p_queue, $r$
-                -- the level's range after the last place read, as row comparisons: only
-                -- the priority index serves them
-                WHERE (drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id) > (v_level, v_after_at, v_after_id)
-                  AND (drainpipe.job_priority(q.message -> 'payload'), q.vt) <= (v_level, p_now)
-                ORDER BY drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id$r$,
-              'v_last_at := v_r.vt; v_last_id := v_r.id;'));
-    EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(drainpipe.queue_flow, integer, timestamptz) FROM PUBLIC',
-                   'flow_pick_jobs__' || p_queue);
+    -- the limited pick along the levels, which the queue's flow claim calls
+    PERFORM drainpipe.pgmq_define_flow_pick(p_queue, true);
     EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(integer[], integer, timestamptz, boolean) FROM PUBLIC',
                    'priority_pick_jobs__' || p_queue);
     EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) FROM PUBLIC', 'claim_jobs__' || p_queue);
@@ -642,6 +523,29 @@ BEGIN
     END IF;
 END $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.delete_finished_jobs(p_queue text, p_before timestamp with time zone, p_dead_before timestamp with time zone, p_batch integer)
+ RETURNS bigint[] LANGUAGE plpgsql SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_ids bigint[] := '{}';
+BEGIN
+    PERFORM drainpipe.assert_queue_name(p_queue);
+    IF to_regclass('pgmq.a_' || p_queue) IS NOT NULL THEN
+        EXECUTE format(
+            'WITH gone AS (
+                 DELETE FROM pgmq.%1$I a WHERE a.msg_id = ANY (ARRAY(
+                     SELECT x.msg_id FROM pgmq.%1$I x
+                      WHERE x.archived_at < greatest($1, $2)
+                        AND x.archived_at < CASE WHEN x.message ? ''dead'' THEN $2 ELSE $1 END
+                      ORDER BY x.msg_id LIMIT $3))
+                 RETURNING a.msg_id),
+             attempts_gone AS (
+                 DELETE FROM drainpipe.job_attempts t USING gone g WHERE t.queue = $4 AND t.job_id = g.msg_id)
+             SELECT coalesce(array_agg(msg_id), ''{}'') FROM gone', 'a_' || p_queue)
+          INTO v_ids USING p_before, p_dead_before, greatest(coalesce(p_batch, 10000), 1), p_queue;
+    END IF;
+    RETURN v_ids;
+END $function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.enqueue_job_v1(p_queue text, p_payload jsonb DEFAULT '{}'::jsonb, p_delay double precision DEFAULT 0, p_max_attempts integer DEFAULT 5, p_dedupe_key text DEFAULT NULL::text, p_dedupe_running boolean DEFAULT true)
  RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
 DECLARE
@@ -757,85 +661,7 @@ BEGIN
                         WHERE drainpipe.job_key(message -> ''payload'') IS NOT NULL',
                        'q_' || p_queue || '_dp_flow_order', 'q_' || p_queue);
     END IF;
-    -- The pick, as the table storage's job_messages_flow_take: passes in vt order, as the
-    -- unlimited claim reads, each probing its candidates' keys and locking the ones that fit
-    -- as it reaches them. A pass starts at the last vt read, leaving out the rows of that vt
-    -- already taken or passed (pgmq stamps a batch with one vt). A job whose last lease ran
-    -- out is let through without counting: the claim archives it dead instead of leasing it.
-    EXECUTE format($fn$
-        CREATE OR REPLACE FUNCTION drainpipe.%1$I(
-            p_flow drainpipe.queue_flow, p_batch integer, p_now timestamptz
-        )
-        RETURNS bigint[]
-        -- runs under the settings of its only caller, the flow claim below (a SET clause
-        -- costs every call a save and restore)
-        LANGUAGE plpgsql
-        AS $body$
-        DECLARE
-            v_room integer;
-            v_limit integer;
-            v_ids bigint[] := '{}';
-            v_keys text[] := '{}';
-            v_chunk integer;
-            v_scanned integer := 0;
-            v_bound integer := p_batch * 50 + 500;
-            v_after timestamptz := '-infinity';
-            v_tied bigint[] := '{}';
-            v_rows integer;
-            v_last timestamptz;
-            v_last_ids bigint[];
-            v_r record;
-            v_taken bigint;
-        BEGIN
-            PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%3$L));
-            IF p_flow.concurrency IS NULL AND p_flow.rate_count IS NULL THEN
-                v_room := p_batch;  -- no queue-wide limit: the whole batch
-            ELSE
-                v_room := drainpipe.flow_room(p_flow, p_batch,
-                    CASE WHEN p_flow.concurrency IS NULL THEN 0 ELSE (
-                        SELECT count(*) FROM pgmq.%2$I l
-                         WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-                           AND l.vt > p_now) END,
-                    p_now);
-            END IF;
-            v_chunk := least(2 * v_room + 8, v_bound);
-            WHILE v_room > 0 LOOP
-                v_limit := v_room;
-                v_rows := 0;
-                v_last := NULL;
-                %4$s
-                EXIT WHEN v_room = 0;
-                v_scanned := v_scanned + v_chunk;
-                IF v_rows < v_limit THEN
-                    -- a short pass read its whole chunk: where did the chunk end?
-                    WITH chunk AS MATERIALIZED (
-                        SELECT q.msg_id, q.vt FROM pgmq.%2$I q
-                         WHERE q.vt <= p_now AND q.vt >= v_after AND NOT (q.msg_id = ANY (v_tied))
-                         ORDER BY q.vt
-                         LIMIT v_chunk
-                    )
-                    SELECT count(*), max(c.vt),
-                           ARRAY(SELECT x.msg_id FROM chunk x WHERE x.vt = (SELECT max(y.vt) FROM chunk y))
-                      INTO v_rows, v_last, v_last_ids
-                      FROM chunk c;
-                    -- the chunk held every candidate left
-                    EXIT WHEN v_rows < v_chunk;
-                    v_chunk := v_chunk * 4;
-                END IF;
-                -- on after the last row read (a full pass: the last it returned)
-                v_tied := CASE WHEN v_last = v_after THEN v_tied ELSE '{}' END || v_last_ids;
-                v_after := v_last;
-                EXIT WHEN v_scanned >= v_bound;
-                v_chunk := least(v_chunk, v_bound - v_scanned);
-            END LOOP;
-            RETURN v_ids;
-        END
-        $body$
-        $fn$, 'flow_pick_jobs__' || p_queue, 'q_' || p_queue, p_queue,
-              drainpipe.pgmq_flow_pick_sql(p_queue,
-                  $r$WHERE q.vt <= p_now AND q.vt >= v_after AND NOT (q.msg_id = ANY (v_tied)) ORDER BY q.vt$r$,
-              'IF v_r.vt = v_last THEN v_last_ids := v_last_ids || v_r.id;
-               ELSE v_last := v_r.vt; v_last_ids := ARRAY[v_r.id]; END IF;'));
+    PERFORM drainpipe.pgmq_define_flow_pick(p_queue, false);
     -- The claim: the unlimited claim's lease statement over the rows the pick locked.
     EXECUTE format($fn$
         CREATE OR REPLACE FUNCTION drainpipe.%1$I(p_lease double precision, p_batch integer, p_now timestamptz)
@@ -991,7 +817,6 @@ BEGIN
               drainpipe.pgmq_lease_sql(p_queue, 'm.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE NOT p.exhausted))'),
               p_queue, 'claim_jobs__' || p_queue, 'flow_pick_jobs__' || p_queue,
               $l$l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text) AND l.vt > v_now$l$);
-    EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(drainpipe.queue_flow, integer, timestamptz) FROM PUBLIC', 'flow_pick_jobs__' || p_queue);
     EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) FROM PUBLIC', 'flow_claim_jobs__' || p_queue);
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'service_role') THEN
         EXECUTE format('GRANT EXECUTE ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) TO service_role', 'flow_claim_jobs__' || p_queue);
@@ -1190,97 +1015,50 @@ BEGIN
          WHERE c.queue = p_flow.queue
            AND c.claimed_at > p_now - make_interval(secs => p_flow.rate_per);
     END IF;
-    IF p_ids IS NOT NULL THEN
-        RETURN QUERY EXECUTE format($q$
-            WITH due AS MATERIALIZED (
-                SELECT j.msg_id AS id,
-                       CASE WHEN $4 THEN drainpipe.job_key(j.message -> 'payload') END AS key
-                  FROM pgmq.%1$I j
-                 WHERE j.vt <= $2
-                   AND j.read_ct < coalesce((j.message ->> 'max_attempts')::integer, 5)
-                   AND j.msg_id = ANY ($1)
-            ),
-            keys AS (
-                SELECT k.key,
-                       CASE WHEN ($3).ordered THEN (
-                           SELECT min(e.msg_id) FROM pgmq.%1$I e
-                            WHERE drainpipe.job_key(e.message -> 'payload') = k.key
-                              AND drainpipe.job_key(e.message -> 'payload') IS NOT NULL)
-                       END AS first_id,
-                       CASE WHEN ($3).key_concurrency IS NOT NULL THEN (
-                           SELECT count(*) FROM pgmq.%1$I l
-                            WHERE drainpipe.job_key(l.message -> 'payload') = k.key
-                              AND l.read_ct > 0 AND l.vt > $2
-                              AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text))
-                       END AS leased,
-                       CASE WHEN ($3).key_rate_count IS NOT NULL THEN (
-                           SELECT count(*) FROM drainpipe.flow_claims c
-                            WHERE c.queue = ($3).queue AND c.key = k.key
-                              AND c.claimed_at > $2 - make_interval(secs => ($3).key_rate_per))
-                       END AS claims
-                  FROM (SELECT DISTINCT d.key FROM due d WHERE d.key IS NOT NULL) k
-            )
-            SELECT h.id, h.held_by FROM (
-                SELECT d.id, CASE
-                           WHEN k.first_id < d.id THEN 'order'
-                           WHEN $5 >= ($3).concurrency OR k.leased >= ($3).key_concurrency
-                               THEN 'concurrency'
-                           WHEN $6 >= ($3).rate_count OR k.claims >= ($3).key_rate_count
-                               THEN 'rate'
-                       END AS held_by
-                  FROM due d LEFT JOIN keys k ON k.key = d.key
-            ) h
-            WHERE h.held_by IS NOT NULL
-        $q$, v_table)
-        USING p_ids, p_now, p_flow, v_keyed, v_leased, v_claims;
-        RETURN;
-    END IF;
-    -- every due job: one pass per per-key limit grouped by key (see the table's)
+    -- the due jobs (p_ids: those of them only), then each of their keys' counts (see the
+    -- table's)
     RETURN QUERY EXECUTE format($q$
-        WITH due AS MATERIALIZED (  -- each key parsed once
+        WITH due AS MATERIALIZED (
             SELECT j.msg_id AS id,
-                   CASE WHEN $3 THEN drainpipe.job_key(j.message -> 'payload') END AS key
+                   CASE WHEN $4 THEN drainpipe.job_key(j.message -> 'payload') END AS key
               FROM pgmq.%1$I j
-             WHERE j.vt <= $1
+             WHERE j.vt <= $2
                AND j.read_ct < coalesce((j.message ->> 'max_attempts')::integer, 5)
+               %2$s
         ),
-        firsts AS (
-            SELECT drainpipe.job_key(e.message -> 'payload') AS key, min(e.msg_id) AS first_id
-              FROM pgmq.%1$I e
-             WHERE ($2).ordered AND drainpipe.job_key(e.message -> 'payload') IS NOT NULL
-             GROUP BY 1
-        ),
-        leased AS (
-            SELECT drainpipe.job_key(l.message -> 'payload') AS key, count(*) AS n
-              FROM pgmq.%1$I l
-             WHERE ($2).key_concurrency IS NOT NULL AND l.read_ct > 0 AND l.vt > $1
-               AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-             GROUP BY 1
-        ),
-        claims AS (
-            SELECT c.key, count(*) AS n
-              FROM drainpipe.flow_claims c
-             WHERE ($2).key_rate_count IS NOT NULL AND c.queue = ($2).queue
-               AND c.key IS NOT NULL
-               AND c.claimed_at > $1 - make_interval(secs => ($2).key_rate_per)
-             GROUP BY 1
+        keys AS (
+            SELECT k.key,
+                   CASE WHEN ($3).ordered THEN (
+                       SELECT min(e.msg_id) FROM pgmq.%1$I e
+                        WHERE drainpipe.job_key(e.message -> 'payload') = k.key
+                          AND drainpipe.job_key(e.message -> 'payload') IS NOT NULL)
+                   END AS first_id,
+                   CASE WHEN ($3).key_concurrency IS NOT NULL THEN (
+                       SELECT count(*) FROM pgmq.%1$I l
+                        WHERE drainpipe.job_key(l.message -> 'payload') = k.key
+                          AND l.read_ct > 0 AND l.vt > $2
+                          AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text))
+                   END AS leased,
+                   CASE WHEN ($3).key_rate_count IS NOT NULL THEN (
+                       SELECT count(*) FROM drainpipe.flow_claims c
+                        WHERE c.queue = ($3).queue AND c.key = k.key
+                          AND c.claimed_at > $2 - make_interval(secs => ($3).key_rate_per))
+                   END AS claims
+              FROM (SELECT DISTINCT d.key FROM due d WHERE d.key IS NOT NULL) k
         )
         SELECT h.id, h.held_by FROM (
             SELECT d.id, CASE
-                       WHEN f.first_id < d.id THEN 'order'
-                       WHEN $4 >= ($2).concurrency OR l.n >= ($2).key_concurrency
+                       WHEN k.first_id < d.id THEN 'order'
+                       WHEN $5 >= ($3).concurrency OR k.leased >= ($3).key_concurrency
                            THEN 'concurrency'
-                       WHEN $5 >= ($2).rate_count OR c.n >= ($2).key_rate_count
+                       WHEN $6 >= ($3).rate_count OR k.claims >= ($3).key_rate_count
                            THEN 'rate'
                    END AS held_by
-              FROM due d
-              LEFT JOIN firsts f ON f.key = d.key
-              LEFT JOIN leased l ON l.key = d.key
-              LEFT JOIN claims c ON c.key = d.key
+              FROM due d LEFT JOIN keys k ON k.key = d.key
         ) h
         WHERE h.held_by IS NOT NULL
-    $q$, v_table)
-    USING p_now, p_flow, v_keyed, v_leased, v_claims;
+    $q$, v_table, CASE WHEN p_ids IS NOT NULL THEN 'AND j.msg_id = ANY ($1)' END)
+    USING p_ids, p_now, p_flow, v_keyed, v_leased, v_claims;
 END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.job_queue_due(p_queue text, p_now timestamp with time zone)
@@ -1475,6 +1253,143 @@ BEGIN
       USING p_id, p_marks, p_at;
     GET DIAGNOSTICS v_moved = ROW_COUNT;
     RETURN v_moved > 0;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_define_flow_pick(p_queue text, p_levels boolean)
+ RETURNS void LANGUAGE plpgsql SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    -- The pick of a queue's flow claim (ensure_flow_indexes), as the table storage's
+    -- job_messages_flow_take: passes in vt order, as the unlimited claim reads, each probing
+    -- its candidates' keys and locking the ones that fit as it reaches them. A pass starts at
+    -- the last vt read, leaving out the rows of that vt already taken or passed (pgmq stamps
+    -- a batch with one vt). A job whose last lease ran out is let through without counting:
+    -- the claim archives it dead instead of leasing it. With priorities (p_levels,
+    -- define_job_priority_claim_v1) each pass goes over one level's range of the priority
+    -- index in (vt, msg_id) order, highest level first.
+    EXECUTE format($fn$
+        CREATE OR REPLACE FUNCTION drainpipe.%1$I(
+            p_flow drainpipe.queue_flow, p_batch integer, p_now timestamptz
+        )
+        RETURNS bigint[]
+        -- runs under the settings of its only caller, the flow claim (a SET clause costs
+        -- every call a save and restore)
+        LANGUAGE plpgsql
+        AS $body$
+        DECLARE
+            v_room integer;
+            v_limit integer;
+            v_ids bigint[] := '{}';
+            v_keys text[] := '{}';
+            v_chunk integer;
+            v_scanned integer := 0;
+            v_bound integer := p_batch * 50 + 500;
+            v_rows integer;
+            v_r record;
+            v_taken bigint;
+            %5$s
+        BEGIN
+            %6$s
+            PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(%3$L));
+            IF p_flow.concurrency IS NULL AND p_flow.rate_count IS NULL THEN
+                v_room := p_batch;  -- no queue-wide limit: the whole batch
+            ELSE
+                v_room := drainpipe.flow_room(p_flow, p_batch,
+                    CASE WHEN p_flow.concurrency IS NULL THEN 0 ELSE (
+                        SELECT count(*) FROM pgmq.%2$I l
+                         WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
+                           AND l.vt > p_now) END,
+                    p_now);
+            END IF;
+            v_chunk := least(2 * v_room + 8, v_bound);
+            WHILE v_room > 0 LOOP
+                v_limit := v_room;
+                v_rows := 0;
+                %4$s
+                EXIT WHEN v_room = 0;
+                v_scanned := v_scanned + v_chunk;
+                IF v_rows < v_limit THEN
+                    -- a short pass read its whole chunk: where did the chunk end?
+                    %7$s
+                END IF;
+                %8$s
+                EXIT WHEN v_scanned >= v_bound;
+                v_chunk := least(v_chunk, v_bound - v_scanned);
+            END LOOP;
+            RETURN v_ids;
+        END
+        $body$
+        $fn$, 'flow_pick_jobs__' || p_queue, 'q_' || p_queue, p_queue,
+        CASE WHEN p_levels THEN drainpipe.pgmq_flow_pick_sql(p_queue, $r$
+                -- the level's range after the last place read, as row comparisons: only
+                -- the priority index serves them
+                WHERE (drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id) > (v_level, v_after_at, v_after_id)
+                  AND (drainpipe.job_priority(q.message -> 'payload'), q.vt) <= (v_level, p_now)
+                ORDER BY drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id$r$,
+            'v_last_at := v_r.vt; v_last_id := v_r.id;')
+        ELSE 'v_last := NULL;
+                ' || drainpipe.pgmq_flow_pick_sql(p_queue,
+            $r$WHERE q.vt <= p_now AND q.vt >= v_after AND NOT (q.msg_id = ANY (v_tied)) ORDER BY q.vt$r$,
+            'IF v_r.vt = v_last THEN v_last_ids := v_last_ids || v_r.id;
+             ELSE v_last := v_r.vt; v_last_ids := ARRAY[v_r.id]; END IF;') END,
+        -- the variables of the place a pass starts at
+        CASE WHEN p_levels THEN $d$
+            v_after_at timestamptz := '-infinity';
+            v_after_id bigint := 0;
+            v_levels integer[];
+            v_level integer;
+            v_last_at timestamptz;
+            v_last_id bigint;$d$
+        ELSE $d$
+            v_after timestamptz := '-infinity';
+            v_tied bigint[] := '{}';
+            v_last timestamptz;
+            v_last_ids bigint[];$d$ END,
+        CASE WHEN p_levels THEN format($i$
+            SELECT p.levels INTO v_levels FROM drainpipe.queue_priorities p WHERE p.queue = %L;
+            v_levels := coalesce(v_levels, '{0}');
+            v_level := v_levels[1];$i$, p_queue) END,
+        -- where the chunk ended; then on from there
+        CASE WHEN p_levels THEN format($e$
+                    v_last_at := NULL;
+                    SELECT q.vt, q.msg_id INTO v_last_at, v_last_id
+                      FROM pgmq.%I q
+                     WHERE (drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id)
+                               > (v_level, v_after_at, v_after_id)
+                       AND (drainpipe.job_priority(q.message -> 'payload'), q.vt) <= (v_level, p_now)
+                     ORDER BY drainpipe.job_priority(q.message -> 'payload'), q.vt, q.msg_id
+                    OFFSET v_chunk - 1 LIMIT 1;
+                    IF v_last_at IS NULL THEN
+                        -- the chunk held every candidate left: the next level from its start
+                        EXIT WHEN v_level = v_levels[cardinality(v_levels)];
+                        v_level := v_levels[array_position(v_levels, v_level) + 1];
+                        v_last_at := '-infinity';
+                        v_last_id := 0;
+                    ELSE
+                        v_chunk := v_chunk * 4;
+                    END IF;$e$, 'q_' || p_queue)
+        ELSE format($e$
+                    WITH chunk AS MATERIALIZED (
+                        SELECT q.msg_id, q.vt FROM pgmq.%I q
+                         WHERE q.vt <= p_now AND q.vt >= v_after AND NOT (q.msg_id = ANY (v_tied))
+                         ORDER BY q.vt
+                         LIMIT v_chunk
+                    )
+                    SELECT count(*), max(c.vt),
+                           ARRAY(SELECT x.msg_id FROM chunk x WHERE x.vt = (SELECT max(y.vt) FROM chunk y))
+                      INTO v_rows, v_last, v_last_ids
+                      FROM chunk c;
+                    -- the chunk held every candidate left
+                    EXIT WHEN v_rows < v_chunk;
+                    v_chunk := v_chunk * 4;$e$, 'q_' || p_queue) END,
+        CASE WHEN p_levels THEN $a$
+                v_after_at := v_last_at;
+                v_after_id := v_last_id;$a$
+        ELSE $a$
+                -- on after the last row read (a full pass: the last it returned)
+                v_tied := CASE WHEN v_last = v_after THEN v_tied ELSE '{}' END || v_last_ids;
+                v_after := v_last;$a$ END);
+    EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(drainpipe.queue_flow, integer, timestamptz) FROM PUBLIC',
+                   'flow_pick_jobs__' || p_queue);
 END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.pgmq_flow_pick_sql(p_queue text, p_range text, p_track text)
@@ -1773,141 +1688,78 @@ END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.pgmq_records_ids_sql(p_queue text, p_from bigint, p_to bigint, p_ids bigint[] DEFAULT NULL::bigint[])
  RETURNS text LANGUAGE sql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    -- the listing's rows among these ids, newest first ($1 state, $2 tenant, $3 $4 $5 the
+    -- cursor's stamp, id and queue, $6 now, $7 the page's size)
+    SELECT drainpipe.pgmq_records_sql(p_queue, '$6',
+        concat_ws(' AND ', 'true', 'r.id >= ' || p_from, 'r.id <= ' || p_to,
+                  'r.id = ANY (' || quote_literal(p_ids::text) || '::bigint[])') || $w$
+            AND ($3::timestamptz IS NULL
+                 OR (r.enqueued_at, r.id) < ($3, $4 + CASE WHEN r.queue < $5 THEN 1 ELSE 0 END))
+            AND ($2::text IS NULL OR r.tenant = $2)
+            AND ($1::text IS NULL OR r.read_state = $1)$w$,
+        'r.enqueued_at DESC, r.id DESC', '$7') $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_records_sql(p_queue text, p_now text, p_where text, p_order text, p_limit text)
+ RETURNS text LANGUAGE sql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    -- a queue's jobs as records' rows (r), the live ones then the archived ones, each part
+    -- filtered by p_where, ordered by p_order and cut at p_limit, with the state and code
+    -- they read as at p_now. The subqueries are flattened: p_where and p_order reach the
+    -- tables' scans.
     SELECT format($sql$
-        (SELECT * FROM (
+        (SELECT * FROM (%1$s) r WHERE %3$s ORDER BY %4$s LIMIT %5$s)
+        UNION ALL
+        (SELECT * FROM (%2$s) r WHERE %3$s ORDER BY %4$s LIMIT %5$s)
+    $sql$, format(t.read, p_now, format($b$
             SELECT m.msg_id AS id, %1$L::text AS queue,
                    drainpipe.pgmq_live_state(m.read_ct, m.message) AS stored_state,
                    m.read_ct AS attempts, coalesce((m.message ->> 'max_attempts')::integer, 5) AS max_attempts,
                    drainpipe.job_tenant(m.message -> 'payload') AS tenant,
                    m.message ->> 'dedupe_key' AS dedupe_key, m.enqueued_at, m.vt AS lease_end,
-                   %4$s AS started_at, NULL::timestamptz AS finished_at,
+                   %3$s AS started_at, NULL::timestamptz AS finished_at,
                    m.message ->> 'last_code' AS last_code, (m.message ->> 'parent_id')::bigint AS parent_id,
                    NULL::bigint AS replayed_by
-              FROM pgmq.%2$I m
-             WHERE %6$s AND ($3::timestamptz IS NULL
-                    OR (m.enqueued_at, m.msg_id) < ($3, $4 + CASE WHEN %1$L < $5 THEN 1 ELSE 0 END))
-               AND ($2::text IS NULL OR drainpipe.job_tenant(m.message -> 'payload') = $2)
-             ORDER BY m.enqueued_at DESC, m.msg_id DESC) l
-          WHERE $1::text IS NULL
-             OR drainpipe.job_state_at(l.stored_state, l.lease_end, l.attempts, l.max_attempts, $6) = $1
-          LIMIT $7)
-        UNION ALL
-        (SELECT * FROM (
-            SELECT a.msg_id, %1$L::text,
-                   CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
-                        WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END,
-                   a.read_ct, coalesce((a.message ->> 'max_attempts')::integer, 5),
-                   drainpipe.job_tenant(a.message -> 'payload'),
-                   a.message ->> 'dedupe_key', a.enqueued_at, a.vt, %5$s, a.archived_at,
-                   CASE WHEN a.message ? 'cancelled' OR a.message ? 'dead' THEN a.message ->> 'last_code'
-                        ELSE a.message ->> 'skipped' END,
-                   (a.message ->> 'parent_id')::bigint,
-                   (a.message ->> 'replayed_by')::bigint
-              FROM pgmq.%3$I a
-             WHERE %7$s AND ($3::timestamptz IS NULL
-                    OR (a.enqueued_at, a.msg_id) < ($3, $4 + CASE WHEN %1$L < $5 THEN 1 ELSE 0 END))
-               AND ($2::text IS NULL OR drainpipe.job_tenant(a.message -> 'payload') = $2)
-               AND ($1::text IS NULL OR $1 = CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
-                                                  WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END)
-             ORDER BY a.enqueued_at DESC, a.msg_id DESC) t
-          LIMIT $7)
-    $sql$, p_queue, 'q_' || p_queue, 'a_' || p_queue,
-       CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'm.last_read_at' ELSE 'NULL::timestamptz' END,
-       CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'a.last_read_at' ELSE 'NULL::timestamptz' END,
-       concat_ws(' AND ', 'true', 'm.msg_id >= ' || p_from, 'm.msg_id <= ' || p_to,
-                 'm.msg_id = ANY (' || quote_literal(p_ids::text) || '::bigint[])'),
-       concat_ws(' AND ', 'true', 'a.msg_id >= ' || p_from, 'a.msg_id <= ' || p_to,
-                 'a.msg_id = ANY (' || quote_literal(p_ids::text) || '::bigint[])')) $function$;
-
-CREATE OR REPLACE FUNCTION drainpipe.pgmq_search_sql(p_queue text)
- RETURNS text LANGUAGE sql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-    SELECT format($sql$
-        (SELECT * FROM (
-            SELECT r.*, CASE WHEN r.read_state = r.stored_state THEN r.stored_code
-                             WHEN r.read_state = 'dead' THEN 'MAX_ATTEMPTS' ELSE 'LEASE_EXPIRED' END AS read_code
-              FROM (
-                SELECT m.msg_id AS id, %1$L::text AS queue,
-                       drainpipe.pgmq_live_state(m.read_ct, m.message) AS stored_state,
-                       drainpipe.job_state_at(drainpipe.pgmq_live_state(m.read_ct, m.message), m.vt, m.read_ct,
-                                              coalesce((m.message ->> 'max_attempts')::integer, 5), $5) AS read_state,
-                       m.read_ct AS attempts, coalesce((m.message ->> 'max_attempts')::integer, 5) AS max_attempts,
-                       drainpipe.job_tenant(m.message -> 'payload') AS tenant,
-                       m.message ->> 'dedupe_key' AS dedupe_key, m.enqueued_at, m.vt AS lease_end,
-                       %4$s AS started_at, NULL::timestamptz AS finished_at,
-                       m.message ->> 'last_code' AS stored_code, (m.message ->> 'parent_id')::bigint AS parent_id,
-                       NULL::bigint AS replayed_by
-                  FROM pgmq.%2$I m
-                 WHERE ($7::bigint IS NULL OR m.msg_id = $7)
-                   AND ($3::bigint IS NULL OR m.msg_id < $3 + CASE WHEN %1$L < $4 THEN 1 ELSE 0 END)
-                   AND ($8::text IS NULL OR m.message ->> 'dedupe_key' = $8)
-                   AND ($9::timestamptz IS NULL OR m.enqueued_at >= $9)
-                   AND ($10::timestamptz IS NULL OR m.enqueued_at < $10)
-                   AND ($2::text IS NULL OR drainpipe.job_tenant(m.message -> 'payload') = $2)
-                 ORDER BY m.msg_id DESC) r) l
-          WHERE ($1::text IS NULL OR l.read_state = $1)
-            AND ($11::text IS NULL OR l.read_code = $11
-                 OR (l.read_code IN ('MAX_ATTEMPTS', 'DEADLINE_PASSED')
-                     AND drainpipe.job_cause(%1$L, l.id) = $11))
-          LIMIT $6)
-        UNION ALL
-        (SELECT * FROM (
+              FROM pgmq.%2$I m$b$, p_queue, 'q_' || p_queue,
+            CASE WHEN t.last_read THEN 'm.last_read_at' ELSE 'NULL::timestamptz' END)),
+        format(t.read, p_now, format($b$
             SELECT a.msg_id AS id, %1$L::text AS queue,
                    CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
                         WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END AS stored_state,
-                   CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
-                        WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END AS read_state,
                    a.read_ct AS attempts, coalesce((a.message ->> 'max_attempts')::integer, 5) AS max_attempts,
                    drainpipe.job_tenant(a.message -> 'payload') AS tenant,
-                   a.message ->> 'dedupe_key' AS dedupe_key, a.enqueued_at, a.vt AS lease_end, %5$s AS started_at,
-                   a.archived_at AS finished_at,
+                   a.message ->> 'dedupe_key' AS dedupe_key, a.enqueued_at, a.vt AS lease_end,
+                   %3$s AS started_at, a.archived_at AS finished_at,
                    CASE WHEN a.message ? 'cancelled' OR a.message ? 'dead' THEN a.message ->> 'last_code'
-                        ELSE a.message ->> 'skipped' END AS stored_code,
+                        ELSE a.message ->> 'skipped' END AS last_code,
                    (a.message ->> 'parent_id')::bigint AS parent_id,
-                   (a.message ->> 'replayed_by')::bigint AS replayed_by,
-                   CASE WHEN a.message ? 'cancelled' OR a.message ? 'dead' THEN a.message ->> 'last_code'
-                        ELSE a.message ->> 'skipped' END AS read_code
-              FROM pgmq.%3$I a
-             WHERE ($7::bigint IS NULL OR a.msg_id = $7)
-               AND ($3::bigint IS NULL OR a.msg_id < $3 + CASE WHEN %1$L < $4 THEN 1 ELSE 0 END)
-               AND ($8::text IS NULL OR a.message ->> 'dedupe_key' = $8)
-               AND ($9::timestamptz IS NULL OR a.enqueued_at >= $9)
-               AND ($10::timestamptz IS NULL OR a.enqueued_at < $10)
-               AND ($2::text IS NULL OR drainpipe.job_tenant(a.message -> 'payload') = $2)
-               AND ($1::text IS NULL OR $1 = CASE WHEN a.message ? 'cancelled' THEN 'cancelled'
-                                                  WHEN a.message ? 'dead' THEN 'dead' ELSE 'succeeded' END)
-             ORDER BY a.msg_id DESC) t
-          WHERE ($11::text IS NULL OR t.read_code = $11
-                 OR (t.read_code IN ('MAX_ATTEMPTS', 'DEADLINE_PASSED')
-                     AND drainpipe.job_cause(%1$L, t.id) = $11))
-          LIMIT $6)
-    $sql$, p_queue, 'q_' || p_queue, 'a_' || p_queue,
-       CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'm.last_read_at' ELSE 'NULL::timestamptz' END,
-       CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'a.last_read_at' ELSE 'NULL::timestamptz' END) $function$;
+                   (a.message ->> 'replayed_by')::bigint AS replayed_by
+              FROM pgmq.%2$I a$b$, p_queue, 'a_' || p_queue,
+            CASE WHEN t.last_read THEN 'a.last_read_at' ELSE 'NULL::timestamptz' END)),
+        p_where, p_order, p_limit)
+      FROM (SELECT $r$
+                SELECT s.*, CASE WHEN s.read_state = s.stored_state THEN s.last_code
+                                 WHEN s.read_state = 'dead' THEN 'MAX_ATTEMPTS' ELSE 'LEASE_EXPIRED' END AS read_code
+                  FROM (SELECT b.*, drainpipe.job_state_at(b.stored_state, b.lease_end, b.attempts,
+                                                           b.max_attempts, %s) AS read_state
+                          FROM (%s) b) s$r$ AS read,
+                   -- pgmq 1.5+ stamps last_read_at, the attempt's start
+                   drainpipe.pgmq_has_last_read(p_queue) AS last_read) t $function$;
 
-CREATE OR REPLACE FUNCTION drainpipe.purge_job_archive_v1(p_queue text, p_older_than interval DEFAULT '7 days'::interval, p_batch integer DEFAULT 10000, p_dead_older_than interval DEFAULT '30 days'::interval)
- RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-DECLARE
-    v_ids bigint[];
-BEGIN
-    PERFORM drainpipe.assert_queue_name(p_queue);
-    IF to_regclass('pgmq.a_' || p_queue) IS NULL THEN
-        RETURN 0;
-    END IF;
-    EXECUTE format(
-        'WITH gone AS (
-             DELETE FROM pgmq.%1$I a WHERE a.msg_id IN (
-                 SELECT x.msg_id FROM pgmq.%1$I x
-                  WHERE x.archived_at < clock_timestamp()
-                        - CASE WHEN x.message ? ''dead'' THEN $1 ELSE $2 END
-                  ORDER BY x.msg_id LIMIT $3)
-             RETURNING a.msg_id),
-         attempts_gone AS (
-             DELETE FROM drainpipe.job_attempts t USING gone g WHERE t.queue = $4 AND t.job_id = g.msg_id)
-         SELECT coalesce(array_agg(msg_id), ''{}'') FROM gone', 'a_' || p_queue)
-      INTO v_ids USING p_dead_older_than, p_older_than, greatest(coalesce(p_batch, 10000), 1), p_queue;
-    PERFORM drainpipe.forget_job_steps(p_queue, v_ids);
-    RETURN cardinality(v_ids);
-END $function$;
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_search_sql(p_queue text)
+ RETURNS text LANGUAGE sql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    -- the search's rows, newest id first ($1 state, $2 tenant, $3 $4 the cursor's id and
+    -- queue, $5 now, $6 the page's size, $7 id, $8 dedupe_key, $9 $10 since and until, $11
+    -- code: a dead job's code matches its cause too)
+    SELECT drainpipe.pgmq_records_sql(p_queue, '$5', $w$($7::bigint IS NULL OR r.id = $7)
+            AND ($3::bigint IS NULL OR r.id < $3 + CASE WHEN r.queue < $4 THEN 1 ELSE 0 END)
+            AND ($8::text IS NULL OR r.dedupe_key = $8)
+            AND ($9::timestamptz IS NULL OR r.enqueued_at >= $9)
+            AND ($10::timestamptz IS NULL OR r.enqueued_at < $10)
+            AND ($2::text IS NULL OR r.tenant = $2)
+            AND ($1::text IS NULL OR r.read_state = $1)
+            AND ($11::text IS NULL OR r.read_code = $11
+                 OR (r.read_code IN ('MAX_ATTEMPTS', 'DEADLINE_PASSED')
+                     AND drainpipe.job_cause(r.queue, r.id) = $11))$w$,
+        'r.id DESC', '$6') $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.recount_job_totals_v1(p_queues text[] DEFAULT NULL::text[])
  RETURNS bigint LANGUAGE sql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
@@ -1946,22 +1798,15 @@ BEGIN
         PERFORM drainpipe.pgmq_archive_job(p_queue, p_id,
             '{"last_error": "The lease ran out on the last attempt", "dead": true, "last_code": "MAX_ATTEMPTS"}', v_vt);
     END IF;
-    v_message := NULL;
+    -- no row: NULL
     EXECUTE format('SELECT message FROM pgmq.%I WHERE msg_id = $1 FOR UPDATE', 'a_' || p_queue)
       INTO v_message USING p_id;
-    IF v_message IS NULL THEN
-        RETURN QUERY SELECT NULL::bigint, 'JOB_NOT_FOUND'::text;
-        RETURN;
-    ELSIF v_message ? 'replayed_by' THEN
-        RETURN QUERY SELECT NULL::bigint, 'JOB_ALREADY_REPLAYED'::text;
-        RETURN;
-    ELSIF NOT v_message ? 'dead' THEN
-        RETURN QUERY SELECT NULL::bigint, 'JOB_NOT_DEAD'::text;
-        RETURN;
-    END IF;
-    code := drainpipe.replay_refusal(v_rules.replay_window, v_rules.replayable,
-        CASE WHEN v_rules.replay_window IS NULL THEN NULL
-             ELSE drainpipe.replay_origin(p_queue, p_id) END, v_now);
+    code := CASE WHEN v_message IS NULL THEN 'JOB_NOT_FOUND'
+                 WHEN v_message ? 'replayed_by' THEN 'JOB_ALREADY_REPLAYED'
+                 WHEN NOT v_message ? 'dead' THEN 'JOB_NOT_DEAD'
+                 ELSE drainpipe.replay_refusal(v_rules.replay_window, v_rules.replayable,
+                          CASE WHEN v_rules.replay_window IS NULL THEN NULL
+                               ELSE drainpipe.replay_origin(p_queue, p_id) END, v_now) END;
     IF code IS NOT NULL THEN
         RETURN QUERY SELECT NULL::bigint, code;
         RETURN;
@@ -2060,14 +1905,10 @@ BEGIN
                CASE WHEN r.read_state IN ('queued', 'retry_wait') THEN r.lease_end END,
                r.started_at,
                CASE WHEN r.read_state = 'dead' AND r.finished_at IS NULL THEN r.lease_end ELSE r.finished_at END,
-               CASE WHEN r.read_state = r.stored_state THEN r.last_code
-                    WHEN r.read_state = 'dead' THEN 'MAX_ATTEMPTS' ELSE 'LEASE_EXPIRED' END,
-               r.parent_id, r.replayed_by,
+               r.read_code, r.parent_id, r.replayed_by,
                drainpipe.job_history_v1(r.queue, r.id, r.attempts, r.stored_state, r.started_at,
                    r.finished_at, r.lease_end, r.last_code, $6)
-          FROM (SELECT u.*, drainpipe.job_state_at(u.stored_state, u.lease_end, u.attempts,
-                                                   u.max_attempts, $6) AS read_state
-                  FROM (%s) u) r
+          FROM (%s) r
          LIMIT 1
     $sql$, drainpipe.pgmq_records_ids_sql(p_queue, p_id, p_id))
       USING NULL::text, NULL::text, NULL::timestamptz, 0::bigint, ''::text,
@@ -2114,12 +1955,8 @@ BEGIN
                CASE WHEN r.read_state IN ('queued', 'retry_wait') THEN r.lease_end END,
                r.started_at,
                CASE WHEN r.read_state = 'dead' AND r.finished_at IS NULL THEN r.lease_end ELSE r.finished_at END,
-               CASE WHEN r.read_state = r.stored_state THEN r.last_code
-                    WHEN r.read_state = 'dead' THEN 'MAX_ATTEMPTS' ELSE 'LEASE_EXPIRED' END,
-               r.parent_id, r.replayed_by, NULL::jsonb
-          FROM (SELECT u.*, drainpipe.job_state_at(u.stored_state, u.lease_end, u.attempts,
-                                                   u.max_attempts, $6) AS read_state
-                  FROM (%s) u) r
+               r.read_code, r.parent_id, r.replayed_by, NULL::jsonb
+          FROM (%s) r
          ORDER BY r.enqueued_at DESC, r.id DESC, r.queue DESC
          LIMIT $7
     $sql$, array_to_string(v_parts, ' UNION ALL '))

@@ -47,42 +47,6 @@ ALTER TABLE drainpipe.job_messages SET (vacuum_index_cleanup=on, autovacuum_vacu
 ALTER TABLE drainpipe.job_messages ENABLE ROW LEVEL SECURITY;
 
 -- Functions
-CREATE OR REPLACE FUNCTION drainpipe.apply_job_retention_v1(p_min_interval double precision DEFAULT NULL::double precision, p_batch integer DEFAULT 10000, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
- RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-DECLARE
-    v_now timestamptz := coalesce(p_now, clock_timestamp());
-    v_policy drainpipe.queue_policies;
-    v_total integer := 0;
-    v_ids bigint[];
-BEGIN
-    IF p_min_interval IS NOT NULL THEN
-        UPDATE drainpipe.job_retention_runs SET last_run = v_now
-         WHERE id = 1 AND (last_run IS NULL OR last_run <= v_now - make_interval(secs => p_min_interval));
-        IF NOT FOUND THEN
-            RETURN NULL;  -- ran less than p_min_interval ago (or another caller runs it now)
-        END IF;
-    END IF;
-    FOR v_policy IN SELECT * FROM drainpipe.queue_policies ORDER BY queue LOOP
-        WITH gone AS (
-            DELETE FROM drainpipe.job_messages d
-             WHERE d.id = ANY (ARRAY(
-                   SELECT x.id FROM drainpipe.job_messages x
-                    WHERE x.queue = v_policy.queue AND x.finished_at IS NOT NULL
-                      AND x.finished_at < v_now - make_interval(secs => v_policy.retention)
-                    ORDER BY x.finished_at LIMIT greatest(coalesce(p_batch, 10000), 1)))
-            RETURNING d.queue, d.id
-        ), attempts_gone AS (
-            DELETE FROM drainpipe.job_attempts a USING gone g
-             WHERE a.queue = g.queue AND a.job_id = g.id
-        )
-        SELECT coalesce(array_agg(id), '{}') INTO v_ids FROM gone;
-        PERFORM drainpipe.forget_job_steps(v_policy.queue, v_ids);
-        v_total := v_total + cardinality(v_ids);
-    END LOOP;
-    PERFORM drainpipe.purge_job_events_v1(604800, v_now);
-    RETURN v_total;
-END $function$;
-
 CREATE OR REPLACE FUNCTION drainpipe.attach_queue_policy_v1(p_queue text)
  RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' SET enable_seqscan TO 'on' SET jit TO 'off' AS $function$
 BEGIN
@@ -355,6 +319,25 @@ BEGIN
     RETURN FOUND;
 END $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.delete_finished_jobs(p_queue text, p_before timestamp with time zone, p_dead_before timestamp with time zone, p_batch integer)
+ RETURNS bigint[] LANGUAGE sql SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    WITH gone AS (
+        DELETE FROM drainpipe.job_messages d
+         WHERE d.id = ANY (ARRAY(
+               SELECT x.id FROM drainpipe.job_messages x
+                WHERE x.queue = p_queue AND x.finished_at IS NOT NULL
+                  -- the later bound first: a range of the finished index
+                  AND x.finished_at < greatest(p_before, p_dead_before)
+                  AND x.finished_at < CASE WHEN x.state = 'dead' THEN p_dead_before ELSE p_before END
+                ORDER BY x.finished_at
+                LIMIT greatest(coalesce(p_batch, 10000), 1)))
+        RETURNING d.queue, d.id
+    ), attempts_gone AS (
+        DELETE FROM drainpipe.job_attempts a USING gone g
+         WHERE a.queue = g.queue AND a.job_id = g.id
+    )
+    SELECT coalesce(array_agg(id), '{}') FROM gone $function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.enqueue_job_v1(p_queue text, p_payload jsonb DEFAULT '{}'::jsonb, p_delay double precision DEFAULT 0, p_max_attempts integer DEFAULT 5, p_dedupe_key text DEFAULT NULL::text, p_dedupe_running boolean DEFAULT true)
  RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
 DECLARE
@@ -610,47 +593,8 @@ BEGIN
          WHERE c.queue = p_flow.queue
            AND c.claimed_at > p_now - make_interval(secs => p_flow.rate_per);
     END IF;
-    IF p_ids IS NOT NULL THEN
-        RETURN QUERY
-        WITH due AS MATERIALIZED (
-            SELECT j.id, CASE WHEN v_keyed THEN drainpipe.job_key(j.payload) END AS key
-              FROM drainpipe.job_messages j
-             WHERE j.queue = p_flow.queue AND j.finished_at IS NULL
-               AND j.visible_at <= p_now AND j.attempts < j.max_attempts
-               AND j.id = ANY (p_ids)
-        ),
-        keys AS (
-            SELECT k.key,
-                   CASE WHEN p_flow.ordered THEN (
-                       SELECT min(e.id) FROM drainpipe.job_messages e
-                        WHERE e.queue = p_flow.queue AND drainpipe.job_key(e.payload) = k.key
-                          AND drainpipe.job_key(e.payload) IS NOT NULL AND e.finished_at IS NULL)
-                   END AS first_id,
-                   CASE WHEN p_flow.key_concurrency IS NOT NULL THEN (
-                       SELECT count(*) FROM drainpipe.job_messages l
-                        WHERE l.queue = p_flow.queue AND drainpipe.job_key(l.payload) = k.key
-                          AND l.state = 'leased' AND l.visible_at > p_now)
-                   END AS leased,
-                   CASE WHEN p_flow.key_rate_count IS NOT NULL THEN (
-                       SELECT count(*) FROM drainpipe.flow_claims c
-                        WHERE c.queue = p_flow.queue AND c.key = k.key
-                          AND c.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per))
-                   END AS claims
-              FROM (SELECT DISTINCT d.key FROM due d WHERE d.key IS NOT NULL) k
-        )
-        SELECT h.id, h.held_by FROM (
-            SELECT d.id, CASE
-                       WHEN k.first_id < d.id THEN 'order'
-                       WHEN v_leased >= p_flow.concurrency OR k.leased >= p_flow.key_concurrency
-                           THEN 'concurrency'
-                       WHEN v_claims >= p_flow.rate_count OR k.claims >= p_flow.key_rate_count
-                           THEN 'rate'
-                   END AS held_by
-              FROM due d LEFT JOIN keys k ON k.key = d.key
-        ) h
-        WHERE h.held_by IS NOT NULL;
-        RETURN;
-    END IF;
+    -- the due jobs (p_ids: those of them only), then each of their keys' counts, probed
+    -- once per key on the flow indexes (ensure_flow_indexes)
     RETURN QUERY
     -- materialized: each job's key is parsed once, not once per join
     WITH due AS MATERIALIZED (
@@ -658,41 +602,36 @@ BEGIN
           FROM drainpipe.job_messages j
          WHERE j.queue = p_flow.queue AND j.finished_at IS NULL
            AND j.visible_at <= p_now AND j.attempts < j.max_attempts
+           AND (p_ids IS NULL OR j.id = ANY (p_ids))
     ),
-    firsts AS (
-        SELECT drainpipe.job_key(e.payload) AS key, min(e.id) AS first_id
-          FROM drainpipe.job_messages e
-         WHERE p_flow.ordered AND e.queue = p_flow.queue AND e.finished_at IS NULL
-           AND drainpipe.job_key(e.payload) IS NOT NULL
-         GROUP BY 1
-    ),
-    leased AS (
-        SELECT drainpipe.job_key(l.payload) AS key, count(*) AS n
-          FROM drainpipe.job_messages l
-         WHERE p_flow.key_concurrency IS NOT NULL AND l.queue = p_flow.queue
-           AND l.state = 'leased' AND l.visible_at > p_now
-         GROUP BY 1
-    ),
-    claims AS (
-        SELECT c.key, count(*) AS n
-          FROM drainpipe.flow_claims c
-         WHERE p_flow.key_rate_count IS NOT NULL AND c.queue = p_flow.queue
-           AND c.key IS NOT NULL
-           AND c.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)
-         GROUP BY 1
+    keys AS (
+        SELECT k.key,
+               CASE WHEN p_flow.ordered THEN (
+                   SELECT min(e.id) FROM drainpipe.job_messages e
+                    WHERE e.queue = p_flow.queue AND drainpipe.job_key(e.payload) = k.key
+                      AND drainpipe.job_key(e.payload) IS NOT NULL AND e.finished_at IS NULL)
+               END AS first_id,
+               CASE WHEN p_flow.key_concurrency IS NOT NULL THEN (
+                   SELECT count(*) FROM drainpipe.job_messages l
+                    WHERE l.queue = p_flow.queue AND drainpipe.job_key(l.payload) = k.key
+                      AND l.state = 'leased' AND l.visible_at > p_now)
+               END AS leased,
+               CASE WHEN p_flow.key_rate_count IS NOT NULL THEN (
+                   SELECT count(*) FROM drainpipe.flow_claims c
+                    WHERE c.queue = p_flow.queue AND c.key = k.key
+                      AND c.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per))
+               END AS claims
+          FROM (SELECT DISTINCT d.key FROM due d WHERE d.key IS NOT NULL) k
     )
     SELECT h.id, h.held_by FROM (
         SELECT d.id, CASE
-                   WHEN f.first_id < d.id THEN 'order'
-                   WHEN v_leased >= p_flow.concurrency OR l.n >= p_flow.key_concurrency
+                   WHEN k.first_id < d.id THEN 'order'
+                   WHEN v_leased >= p_flow.concurrency OR k.leased >= p_flow.key_concurrency
                        THEN 'concurrency'
-                   WHEN v_claims >= p_flow.rate_count OR c.n >= p_flow.key_rate_count
+                   WHEN v_claims >= p_flow.rate_count OR k.claims >= p_flow.key_rate_count
                        THEN 'rate'
                END AS held_by
-          FROM due d
-          LEFT JOIN firsts f ON f.key = d.key
-          LEFT JOIN leased l ON l.key = d.key
-          LEFT JOIN claims c ON c.key = d.key
+          FROM due d LEFT JOIN keys k ON k.key = d.key
     ) h
     WHERE h.held_by IS NOT NULL;
 END $function$;
@@ -761,137 +700,85 @@ BEGIN
     WHILE v_room > 0 LOOP
         v_limit := v_room;
         v_rows := 0;
-        IF v_level IS NULL THEN
-            FOR v_r IN
-            SELECT c.id, c.visible_at, c.k, c.leased, c.claimed, c.picked, y.state
-              FROM (
-                  -- each candidate's probes, once (OFFSET 0: not flattened into
-                  -- the filter and the output, which would probe twice)
-                  SELECT c0.*,
-                         CASE WHEN p_flow.key_concurrency IS NULL OR c0.k IS NULL THEN 0 ELSE (
-                             SELECT count(*) FROM (
-                                 SELECT 1 FROM drainpipe.job_messages l
-                                  WHERE l.queue = v_queue AND drainpipe.job_key(l.payload) = c0.k
-                                    AND l.state = 'leased' AND l.visible_at > p_now
-                                  LIMIT p_flow.key_concurrency) s) END AS leased,
-                         CASE WHEN p_flow.key_rate_count IS NULL OR c0.k IS NULL THEN 0 ELSE (
-                             SELECT count(*) FROM (
-                                 SELECT 1 FROM drainpipe.flow_claims r
-                                  WHERE r.queue = v_queue AND r.key = c0.k
-                                    AND r.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)
-                                  LIMIT p_flow.key_rate_count) s) END AS claimed,
-                         CASE WHEN cardinality(v_keys) = 0 THEN 0 ELSE (
-                             SELECT count(*) FROM unnest(v_keys) p WHERE p = c0.k) END AS picked
-                    FROM (SELECT x.id, x.visible_at, drainpipe.job_key(x.payload) AS k
-                            FROM drainpipe.job_messages x
-                           WHERE x.queue = v_queue AND x.finished_at IS NULL
-                             AND x.visible_at <= p_now AND x.attempts < x.max_attempts
-                             AND (x.visible_at, x.id) > (v_after_at, v_after_id)
-                           ORDER BY x.visible_at, x.id
-                           LIMIT v_chunk) c0
-                  OFFSET 0) c
-             -- the lock, row by row as candidates fit: a row another transaction
-             -- holds is skipped, and one changed since is read as it is now
-             CROSS JOIN LATERAL (
-                  SELECT z.state FROM drainpipe.job_messages z
-                   WHERE z.id = c.id AND z.finished_at IS NULL AND z.visible_at <= p_now
-                     AND z.attempts < z.max_attempts
-                     FOR UPDATE SKIP LOCKED) y
-             WHERE c.k IS NULL
-                OR ((p_flow.key_concurrency IS NULL OR c.leased + c.picked < p_flow.key_concurrency)
-                    AND (p_flow.key_rate_count IS NULL OR c.claimed + c.picked < p_flow.key_rate_count)
-                    -- ordered: only the first live job of its key (by id), one per claim
-                    AND (NOT p_flow.ordered
-                         OR (c.picked = 0 AND NOT EXISTS (
-                                SELECT 1 FROM drainpipe.job_messages e
-                                 WHERE e.queue = v_queue AND drainpipe.job_key(e.payload) = c.k
-                                   AND e.finished_at IS NULL AND e.id < c.id
-                                   AND drainpipe.job_key(e.payload) IS NOT NULL))))
-             LIMIT v_limit
-            LOOP
-                v_rows := v_rows + 1;
-                v_last_at := v_r.visible_at;
-                v_last_id := v_r.id;
-                IF v_r.k = ANY (v_keys) THEN
-                    -- a key this claim took already, in this pass too: counted exactly
-                    v_taken := (SELECT count(*) FROM unnest(v_keys) p WHERE p = v_r.k);
-                    CONTINUE WHEN p_flow.ordered
-                        OR (p_flow.key_concurrency IS NOT NULL
-                            AND v_r.leased + v_taken >= p_flow.key_concurrency)
-                        OR (p_flow.key_rate_count IS NOT NULL
-                            AND v_r.claimed + v_taken >= p_flow.key_rate_count);
-                END IF;
-                ids := ids || v_r.id;
-                v_keys := v_keys || v_r.k;
-                lapsed := lapsed OR v_r.state = 'leased';
-                v_room := v_room - 1;
-            END LOOP;
-        ELSE
-            -- the same pass along the level's range of job_messages_priority_idx (jobs 0017)
-            FOR v_r IN
-            SELECT c.id, c.visible_at, c.k, c.leased, c.claimed, c.picked, y.state
-              FROM (
-                  SELECT c0.*,
-                         CASE WHEN p_flow.key_concurrency IS NULL OR c0.k IS NULL THEN 0 ELSE (
-                             SELECT count(*) FROM (
-                                 SELECT 1 FROM drainpipe.job_messages l
-                                  WHERE l.queue = v_queue AND drainpipe.job_key(l.payload) = c0.k
-                                    AND l.state = 'leased' AND l.visible_at > p_now
-                                  LIMIT p_flow.key_concurrency) s) END AS leased,
-                         CASE WHEN p_flow.key_rate_count IS NULL OR c0.k IS NULL THEN 0 ELSE (
-                             SELECT count(*) FROM (
-                                 SELECT 1 FROM drainpipe.flow_claims r
-                                  WHERE r.queue = v_queue AND r.key = c0.k
-                                    AND r.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)
-                                  LIMIT p_flow.key_rate_count) s) END AS claimed,
-                         CASE WHEN cardinality(v_keys) = 0 THEN 0 ELSE (
-                             SELECT count(*) FROM unnest(v_keys) p WHERE p = c0.k) END AS picked
-                    FROM (SELECT x.id, x.visible_at, drainpipe.job_key(x.payload) AS k
-                            FROM drainpipe.job_messages x
-                           -- the level's range after the last place read, as row
-                           -- comparisons: only the priority index serves them
-                           WHERE x.queue = v_queue
-                             AND (drainpipe.job_priority(x.payload), x.visible_at, x.id)
-                                     > (v_level, v_after_at, v_after_id)
-                             AND (drainpipe.job_priority(x.payload), x.visible_at) <= (v_level, p_now)
-                             AND x.finished_at IS NULL AND x.attempts < x.max_attempts
-                           ORDER BY drainpipe.job_priority(x.payload), x.visible_at, x.id
-                           LIMIT v_chunk) c0
-                  OFFSET 0) c
-             CROSS JOIN LATERAL (
-                  SELECT z.state FROM drainpipe.job_messages z
-                   WHERE z.id = c.id AND z.finished_at IS NULL AND z.visible_at <= p_now
-                     AND z.attempts < z.max_attempts
-                     FOR UPDATE SKIP LOCKED) y
-             WHERE c.k IS NULL
-                OR ((p_flow.key_concurrency IS NULL OR c.leased + c.picked < p_flow.key_concurrency)
-                    AND (p_flow.key_rate_count IS NULL OR c.claimed + c.picked < p_flow.key_rate_count)
-                    AND (NOT p_flow.ordered
-                         OR (c.picked = 0 AND NOT EXISTS (
-                                SELECT 1 FROM drainpipe.job_messages e
-                                 WHERE e.queue = v_queue AND drainpipe.job_key(e.payload) = c.k
-                                   AND e.finished_at IS NULL AND e.id < c.id
-                                   AND drainpipe.job_key(e.payload) IS NOT NULL))))
-             LIMIT v_limit
-            LOOP
-                v_rows := v_rows + 1;
-                v_last_at := v_r.visible_at;
-                v_last_id := v_r.id;
-                IF v_r.k = ANY (v_keys) THEN
-                    -- a key this claim took already, in this pass too: counted exactly
-                    v_taken := (SELECT count(*) FROM unnest(v_keys) p WHERE p = v_r.k);
-                    CONTINUE WHEN p_flow.ordered
-                        OR (p_flow.key_concurrency IS NOT NULL
-                            AND v_r.leased + v_taken >= p_flow.key_concurrency)
-                        OR (p_flow.key_rate_count IS NOT NULL
-                            AND v_r.claimed + v_taken >= p_flow.key_rate_count);
-                END IF;
-                ids := ids || v_r.id;
-                v_keys := v_keys || v_r.k;
-                lapsed := lapsed OR v_r.state = 'leased';
-                v_room := v_room - 1;
-            END LOOP;
-        END IF;
+        FOR v_r IN
+        SELECT c.id, c.visible_at, c.k, c.leased, c.claimed, c.picked, y.state
+          FROM (
+              -- each candidate's probes, once (OFFSET 0: not flattened into
+              -- the filter and the output, which would probe twice)
+              SELECT c0.*,
+                     CASE WHEN p_flow.key_concurrency IS NULL OR c0.k IS NULL THEN 0 ELSE (
+                         SELECT count(*) FROM (
+                             SELECT 1 FROM drainpipe.job_messages l
+                              WHERE l.queue = v_queue AND drainpipe.job_key(l.payload) = c0.k
+                                AND l.state = 'leased' AND l.visible_at > p_now
+                              LIMIT p_flow.key_concurrency) s) END AS leased,
+                     CASE WHEN p_flow.key_rate_count IS NULL OR c0.k IS NULL THEN 0 ELSE (
+                         SELECT count(*) FROM (
+                             SELECT 1 FROM drainpipe.flow_claims r
+                              WHERE r.queue = v_queue AND r.key = c0.k
+                                AND r.claimed_at > p_now - make_interval(secs => p_flow.key_rate_per)
+                              LIMIT p_flow.key_rate_count) s) END AS claimed,
+                     CASE WHEN cardinality(v_keys) = 0 THEN 0 ELSE (
+                         SELECT count(*) FROM unnest(v_keys) p WHERE p = c0.k) END AS picked
+                FROM ((SELECT x.id, x.visible_at, drainpipe.job_key(x.payload) AS k
+                         FROM drainpipe.job_messages x
+                        -- no priorities (the other branch is a one-time filter that never runs)
+                        WHERE v_level IS NULL
+                          AND x.queue = v_queue AND x.finished_at IS NULL
+                          AND x.visible_at <= p_now AND x.attempts < x.max_attempts
+                          AND (x.visible_at, x.id) > (v_after_at, v_after_id)
+                        ORDER BY x.visible_at, x.id
+                        LIMIT v_chunk)
+                      UNION ALL
+                      (SELECT x.id, x.visible_at, drainpipe.job_key(x.payload) AS k
+                         FROM drainpipe.job_messages x
+                        -- the level's range of job_messages_priority_idx after the last place
+                        -- read, as row comparisons: only the priority index serves them
+                        WHERE v_level IS NOT NULL
+                          AND x.queue = v_queue
+                          AND (drainpipe.job_priority(x.payload), x.visible_at, x.id)
+                                  > (v_level, v_after_at, v_after_id)
+                          AND (drainpipe.job_priority(x.payload), x.visible_at) <= (v_level, p_now)
+                          AND x.finished_at IS NULL AND x.attempts < x.max_attempts
+                        ORDER BY drainpipe.job_priority(x.payload), x.visible_at, x.id
+                        LIMIT v_chunk)) c0
+              OFFSET 0) c
+         -- the lock, row by row as candidates fit: a row another transaction
+         -- holds is skipped, and one changed since is read as it is now
+         CROSS JOIN LATERAL (
+              SELECT z.state FROM drainpipe.job_messages z
+               WHERE z.id = c.id AND z.finished_at IS NULL AND z.visible_at <= p_now
+                 AND z.attempts < z.max_attempts
+                 FOR UPDATE SKIP LOCKED) y
+         WHERE c.k IS NULL
+            OR ((p_flow.key_concurrency IS NULL OR c.leased + c.picked < p_flow.key_concurrency)
+                AND (p_flow.key_rate_count IS NULL OR c.claimed + c.picked < p_flow.key_rate_count)
+                -- ordered: only the first live job of its key (by id), one per claim
+                AND (NOT p_flow.ordered
+                     OR (c.picked = 0 AND NOT EXISTS (
+                            SELECT 1 FROM drainpipe.job_messages e
+                             WHERE e.queue = v_queue AND drainpipe.job_key(e.payload) = c.k
+                               AND e.finished_at IS NULL AND e.id < c.id
+                               AND drainpipe.job_key(e.payload) IS NOT NULL))))
+         LIMIT v_limit
+        LOOP
+            v_rows := v_rows + 1;
+            v_last_at := v_r.visible_at;
+            v_last_id := v_r.id;
+            IF v_r.k = ANY (v_keys) THEN
+                -- a key this claim took already, in this pass too: counted exactly
+                v_taken := (SELECT count(*) FROM unnest(v_keys) p WHERE p = v_r.k);
+                CONTINUE WHEN p_flow.ordered
+                    OR (p_flow.key_concurrency IS NOT NULL
+                        AND v_r.leased + v_taken >= p_flow.key_concurrency)
+                    OR (p_flow.key_rate_count IS NOT NULL
+                        AND v_r.claimed + v_taken >= p_flow.key_rate_count);
+            END IF;
+            ids := ids || v_r.id;
+            v_keys := v_keys || v_r.k;
+            lapsed := lapsed OR v_r.state = 'leased';
+            v_room := v_room - 1;
+        END LOOP;
         EXIT WHEN v_room = 0;
         v_scanned := v_scanned + v_chunk;
         IF v_rows = v_limit THEN
@@ -1213,31 +1100,6 @@ CREATE OR REPLACE FUNCTION drainpipe.park_job(p_queue text, p_id bigint, p_until
            visible_at = p_until,
            max_attempts = max_attempts + 1
      WHERE id = p_id AND queue = p_queue $function$;
-
-CREATE OR REPLACE FUNCTION drainpipe.purge_job_archive_v1(p_queue text, p_older_than interval DEFAULT '7 days'::interval, p_batch integer DEFAULT 10000, p_dead_older_than interval DEFAULT '30 days'::interval)
- RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-DECLARE
-    v_ids bigint[];
-BEGIN
-    WITH gone AS (
-        DELETE FROM drainpipe.job_messages d
-         WHERE d.id = ANY (ARRAY(
-               SELECT x.id FROM drainpipe.job_messages x
-                WHERE x.queue = p_queue AND x.finished_at IS NOT NULL
-                  AND x.finished_at < clock_timestamp() - least(p_older_than, p_dead_older_than)
-                  AND x.finished_at < clock_timestamp()
-                      - CASE WHEN x.state = 'dead' THEN p_dead_older_than ELSE p_older_than END
-                ORDER BY x.finished_at
-                LIMIT greatest(coalesce(p_batch, 10000), 1)))
-        RETURNING d.queue, d.id
-    ), attempts_gone AS (
-        DELETE FROM drainpipe.job_attempts a USING gone g
-         WHERE a.queue = g.queue AND a.job_id = g.id
-    )
-    SELECT coalesce(array_agg(id), '{}') INTO v_ids FROM gone;
-    PERFORM drainpipe.forget_job_steps(p_queue, v_ids);
-    RETURN cardinality(v_ids);
-END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.recount_job_totals_v1(p_queues text[] DEFAULT NULL::text[])
  RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
