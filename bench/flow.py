@@ -14,7 +14,9 @@ Per storage (pgmq, table), each on a fresh database dropped at the end:
   unlimited, the samples interleaved.
 * ``processing``: ``drain`` (4 lanes, batches of 10, a no-op handler) of ``--jobs`` jobs on
   a queue with ``QueuePolicy(concurrency=10000)`` (never binding) against ``QueuePolicy()``
-  and against no policy at all; rounds interleave, ratios are per round. Beside the rate:
+  and against no policy at all; rounds interleave, ratios are per round. Each drain starts
+  after a ``VACUUM`` of its database, as autovacuum leaves a production queue between bursts
+  (without it every round runs on the dead rows of all the rounds before). Beside the rate:
   the CPU each job took, this process's and (when the server runs on this machine) that of
   the database's own backends (``/proc/<pid>/schedstat``), which a loaded machine moves
   far less than the wall clock.
@@ -254,6 +256,8 @@ async def processing(backend: str, jobs_count: int, rounds: int) -> list[Row]:
                         await j.ensure_policies()
                     for start in range(0, jobs_count, 100):
                         await j.enqueue_many("q", [{"n": n} for n in range(start, start + 100)])
+                    with psycopg.connect(created[kind][1], autocommit=True) as conn:
+                        conn.execute("VACUUM")
                     server_before = backend_cpu_ns(await backend_pids(created[kind][1]))
                     client_before = time.process_time()
                     started = time.perf_counter()
