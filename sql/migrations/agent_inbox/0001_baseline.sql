@@ -123,7 +123,8 @@ CREATE OR REPLACE FUNCTION drainpipe.agent_ack_many_v1(p_ids bigint[], p_deliver
  RETURNS TABLE(n_at bigint, ok boolean, inbox text, state_now text, lease_ends timestamp with time zone) LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' SET plan_cache_mode TO 'force_generic_plan' SET enable_bitmapscan TO 'off' AS $function$
 DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
-    -- a parameter, not the literal (0004): the generic plan reads the primary key only
+    -- a parameter, not the literal: the generic plan reads the primary key only (with
+    -- the literal the planner also ANDs in a scan of the whole partial due index)
     v_leased text := 'leased';
     v_done bigint[];
     v_inboxes text[];
@@ -159,7 +160,7 @@ BEGIN
     -- goes through agent_ack_v1, which locks the event.
     FOR v_event IN
         -- a lateral lookup per position, not a join: the generic plan of a join with
-        -- unnest(...) may hash the whole table (0005)
+        -- unnest(...) may hash the whole table
         SELECT f.n, f.id, f.delivery, f.token, f.outcome, e.inbox_id, e.state, e.lease_until,
                e.delivery AS current_delivery, e.lease_token AS current_token
           FROM unnest(p_ids, p_deliveries, p_tokens, p_outcomes) WITH ORDINALITY

@@ -195,7 +195,7 @@ BEGIN
         RETURN false;
     END IF;
     IF p_payload ? 'priority' THEN
-        -- the new payload's priority is a level the claim reads (jobs 0017)
+        -- the new payload's priority is a level the claim reads (queue_priorities)
         PERFORM drainpipe.note_job_priority(p_queue, nullif(drainpipe.job_priority(p_payload), 0));
     END IF;
     EXECUTE format('UPDATE pgmq.%I m

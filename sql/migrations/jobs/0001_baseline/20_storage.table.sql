@@ -125,10 +125,10 @@ DECLARE
     v_ids bigint[];
     v_lapsed boolean;
     v_flow drainpipe.queue_flow;
-    v_from timestamptz := '-infinity';  -- the bound (jobs 0014)
+    v_from timestamptz := '-infinity';  -- where the pick's scan starts (claim_bound)
     v_first timestamptz;
-    v_levels integer[];  -- the queue's priorities, when it has any (jobs 0017)
-    v_max double precision;  -- the queue's max_lease, when it has a policy (jobs 0002)
+    v_levels integer[];  -- the queue's priority levels, when it has any
+    v_max double precision;  -- the queue's max_lease, when it has a policy
 BEGIN
     -- the completions first: a claim must not take back a job this turn completes
     IF cardinality(p_ids) > 0 THEN
@@ -139,11 +139,11 @@ BEGIN
         END IF;
     END IF;
     IF EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = p_queue) THEN
-        RETURN;  -- paused: the completions above stand, nothing is claimed (jobs 0012)
+        RETURN;  -- paused: the completions above stand, nothing is claimed
     END IF;
-    -- the queue's flow limits, if it has any (jobs 0015)
+    -- the queue's flow limits, if it has any
     SELECT * INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = p_queue;
-    -- and its priorities, if it ever had a job with one (jobs 0017)
+    -- and its priorities, if it ever had a job with one
     SELECT p.levels INTO v_levels FROM drainpipe.queue_priorities p WHERE p.queue = p_queue;
     -- the claim's clock starts after the completions (as a claim sent after them would)
     v_now := coalesce(p_now, clock_timestamp());
@@ -170,7 +170,7 @@ BEGIN
     END IF;
     IF v_flow.key_concurrency IS NOT NULL OR v_flow.key_rate_count IS NOT NULL OR v_flow.ordered THEN
         -- limits per key: the pick they allow, along the levels of a prioritised queue,
-        -- rows locked, and whether one of them is a lapsed lease (jobs 0021)
+        -- rows locked, and whether one of them is a lapsed lease
         SELECT p.ids, p.lapsed INTO v_ids, v_lapsed
           FROM drainpipe.job_messages_flow_take(v_flow, v_batch, v_now, v_levels) p;
         IF cardinality(v_ids) = 0 THEN
@@ -179,7 +179,7 @@ BEGIN
     ELSE
     IF v_flow.queue IS NOT NULL THEN
         -- queue-wide limits only: the pick below, no larger than the room they leave: the
-        -- connection's chunk, spent by an expression inlined here (jobs 0002), else counted
+        -- connection's chunk, spent by an expression inlined here (flow_budget_spend), else counted
         v_batch := coalesce(drainpipe.flow_budget_spend(p_queue, v_batch),
                             drainpipe.job_messages_flow_room(v_flow, v_batch, v_now));
         IF v_batch = 0 THEN
@@ -187,7 +187,7 @@ BEGIN
         END IF;
     END IF;
     IF v_levels IS NOT NULL THEN
-        -- priorities: the pick by level, highest first (jobs 0017), rows locked
+        -- priorities: the pick by level, highest first, rows locked
         v_ids := drainpipe.job_messages_priority_pick(p_queue, v_levels, v_batch, v_now, p_now IS NULL);
         IF cardinality(v_ids) = 0 THEN
             RETURN;
@@ -196,8 +196,9 @@ BEGIN
           FROM drainpipe.job_messages x WHERE x.id = ANY (v_ids);
     ELSE
     -- The pick is a statement of its own, into arrays: the take-over record below is then a
-    -- branch taken only when a lapsed lease was picked (see jobs 0004). It starts at this
-    -- connection's bound for the queue (jobs 0014), once more from the start when short.
+    -- branch taken only when a lapsed lease was picked, not a statement every claim runs. It
+    -- starts at this connection's bound for the queue (claim_bound), once more from the
+    -- start when short.
     IF p_now IS NULL THEN
         v_from := drainpipe.claim_bound(p_queue, v_now);
     END IF;
@@ -233,8 +234,8 @@ BEGIN
          WHERE x.id = ANY (v_ids) AND x.state = 'leased'
         ON CONFLICT DO NOTHING;
     END IF;
-    -- a lease longer than the queue's max_lease is refused here, once a claim, where the
-    -- trigger this replaces (jobs 0002) fetched and locked every updated row again
+    -- a lease longer than the queue's max_lease is refused here, once a claim, where a
+    -- trigger on the update would fetch and lock every updated row again
     SELECT p.max_lease INTO v_max FROM drainpipe.queue_policies p WHERE p.queue = p_queue;
     IF v_until > v_now + make_interval(secs => v_max + 1) THEN
         RAISE EXCEPTION 'a lease of % s is longer than queue "%"''s max_lease of % s',
@@ -252,7 +253,7 @@ BEGIN
     RETURNING j.id, j.attempts, j.enqueued_at, j.visible_at, j.payload, j.max_attempts,
               j.last_error, false;
     IF v_flow.rate_count IS NOT NULL OR v_flow.key_rate_count IS NOT NULL THEN
-        -- the rate windows count the attempts just started (jobs 0015)
+        -- the rate windows count the attempts just started
         PERFORM drainpipe.flow_record_claims(v_flow,
             ARRAY(SELECT drainpipe.job_key(x.payload) FROM drainpipe.job_messages x
                    WHERE x.id = ANY (v_ids)),
@@ -308,7 +309,7 @@ CREATE OR REPLACE FUNCTION drainpipe.debounce_job(p_queue text, p_id bigint, p_p
  RETURNS boolean LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
 BEGIN
     IF p_payload ? 'priority' THEN
-        -- the new payload's priority is a level the claim reads (jobs 0017)
+        -- the new payload's priority is a level the claim reads (queue_priorities)
         PERFORM drainpipe.note_job_priority(p_queue, nullif(drainpipe.job_priority(p_payload), 0));
     END IF;
     UPDATE drainpipe.job_messages m
@@ -504,7 +505,7 @@ DECLARE
     v_over interval;
 BEGIN
     -- a heartbeat's lease is measured from now (from the attempt's start if that is later):
-    -- the rows are read only when the lease may be too long (jobs 0002, no trigger)
+    -- the rows are read only when the lease may be too long (no trigger reads every row)
     SELECT p.max_lease INTO v_max FROM drainpipe.queue_policies p WHERE p.queue = p_queue;
     IF v_until > clock_timestamp() + make_interval(secs => v_max + 1) THEN
         SELECT max(v_until - greatest(clock_timestamp(), m.started_at)) INTO v_over
@@ -642,7 +643,7 @@ DECLARE
     v_leased bigint := 0;
     v_room integer;
 BEGIN
-    -- the claim tried the connection's chunk first (flow_budget_spend, jobs 0002)
+    -- the claim tried the connection's chunk first (flow_budget_spend)
     v_room := drainpipe.flow_budget_take(p_flow, p_batch);
     IF v_room >= 0 THEN
         RETURN v_room;
