@@ -57,6 +57,8 @@ INTERNAL_FUNCTIONS = {
     "dead_job_message",
     "dead_job_ids",
     "delete_finished_jobs",
+    "live_jobs_by_minute",  # job_queue_overview_v1's storage halves
+    "finished_jobs_by_minute",
     "define_job_queue_functions",
     "assert_schedule_form",
     "assert_time_zone",

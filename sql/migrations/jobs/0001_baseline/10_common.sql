@@ -1024,6 +1024,47 @@ BEGIN
     END LOOP;
 END $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.job_queue_overview_v1(p_queues text[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS TABLE(queue text, counts jsonb, ready bigint, oldest_ready_age_s double precision, paused boolean, series jsonb) LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_from timestamptz := date_trunc('minute', v_now) - interval '59 minutes';
+    v_queue text;
+    v_live jsonb;
+    v_done jsonb;
+    v_enqueued jsonb;
+    v_enqueued_done jsonb;
+    v_succeeded jsonb;
+BEGIN
+    FOREACH v_queue IN ARRAY p_queues LOOP
+        PERFORM drainpipe.assert_queue_name(v_queue);
+        queue := v_queue;
+        -- the live jobs, counted by the storage in one pass by minute enqueued: counts by
+        -- state, the ready ones and the oldest of them, those enqueued in the last hour
+        SELECT jsonb_build_object('queued', sum(g.queued), 'leased', sum(g.leased),
+                                  'retry_wait', sum(g.retry_wait), 'dead', sum(g.dead)),
+               coalesce(sum(g.ready), 0),
+               extract(epoch FROM v_now - min(g.oldest))::double precision,
+               coalesce(jsonb_object_agg(extract(epoch FROM g.minute)::bigint::text, g.n)
+                            FILTER (WHERE g.minute IS NOT NULL), '{}'::jsonb)
+          INTO v_live, ready, oldest_ready_age_s, v_enqueued
+          FROM drainpipe.live_jobs_by_minute(v_queue, v_now, v_from) g;
+        SELECT f.totals, f.enqueued, f.succeeded INTO v_done, v_enqueued_done, v_succeeded
+          FROM drainpipe.finished_jobs_by_minute(v_queue, v_from) f;
+        -- dead from the live rows (a last lease that ran out) adds to the finished dead
+        counts := jsonb_build_object(
+            'queued', coalesce((v_live ->> 'queued')::bigint, 0),
+            'leased', coalesce((v_live ->> 'leased')::bigint, 0),
+            'retry_wait', coalesce((v_live ->> 'retry_wait')::bigint, 0),
+            'succeeded', coalesce((v_done ->> 'succeeded')::bigint, 0),
+            'dead', coalesce((v_done ->> 'dead')::bigint, 0) + coalesce((v_live ->> 'dead')::bigint, 0),
+            'cancelled', coalesce((v_done ->> 'cancelled')::bigint, 0));
+        series := drainpipe.overview_series(v_queue, v_now, v_enqueued, v_enqueued_done, v_succeeded);
+        paused := EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = v_queue);
+        RETURN NEXT;
+    END LOOP;
+END $function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.job_queue_stats_v4(p_queues text[])
  RETURNS SETOF drainpipe.job_queue_stats_v4 LANGUAGE sql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
     SELECT s.queue, s.ready, s.in_flight, s.delayed, s.dead, s.succeeded, s.cancelled,

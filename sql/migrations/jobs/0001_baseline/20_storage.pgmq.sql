@@ -975,6 +975,38 @@ BEGIN
     RETURN 'queued';
 END $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.finished_jobs_by_minute(p_queue text, p_from timestamp with time zone)
+ RETURNS TABLE(totals jsonb, enqueued jsonb, succeeded jsonb) LANGUAGE plpgsql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    IF to_regclass('pgmq.a_' || p_queue) IS NULL THEN
+        RETURN QUERY SELECT '{}'::jsonb, '{}'::jsonb, '{}'::jsonb;
+        RETURN;
+    END IF;
+    -- job_queue_overview_v1's finished jobs: the kept totals, or (a queue not kept yet) a
+    -- count of the archive; and those archived since p_from by minute, enqueued and succeeded
+    totals := drainpipe.kept_job_totals(p_queue);
+    IF totals IS NULL THEN
+        EXECUTE format(
+            'SELECT coalesce(jsonb_object_agg(s.state, s.n), ''{}''::jsonb)
+               FROM (SELECT CASE WHEN a.message ? ''cancelled'' THEN ''cancelled''
+                                 WHEN a.message ? ''dead'' THEN ''dead'' ELSE ''succeeded'' END AS state,
+                            count(*) AS n
+                       FROM pgmq.%I a GROUP BY 1) s', 'a_' || p_queue)
+          INTO totals;
+    END IF;
+    EXECUTE format(
+        'SELECT (SELECT coalesce(jsonb_object_agg(extract(epoch FROM e.minute)::bigint::text, e.n), ''{}''::jsonb)
+                   FROM (SELECT date_trunc(''minute'', a.enqueued_at) AS minute, count(*) AS n
+                           FROM pgmq.%1$I a WHERE a.archived_at >= $1 AND a.enqueued_at >= $1 GROUP BY 1) e),
+                (SELECT coalesce(jsonb_object_agg(extract(epoch FROM s.minute)::bigint::text, s.n), ''{}''::jsonb)
+                   FROM (SELECT date_trunc(''minute'', a.archived_at) AS minute, count(*) AS n
+                           FROM pgmq.%1$I a
+                          WHERE a.archived_at >= $1 AND NOT a.message ? ''dead'' AND NOT a.message ? ''cancelled''
+                          GROUP BY 1) s)', 'a_' || p_queue)
+      INTO enqueued, succeeded USING p_from;
+    RETURN NEXT;
+END $function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.hold_job_fence(p_queue text, p_id bigint, p_attempt integer)
  RETURNS timestamp with time zone LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
 DECLARE
@@ -1077,94 +1109,6 @@ BEGIN
     RETURN v_due;
 END $function$;
 
-CREATE OR REPLACE FUNCTION drainpipe.job_queue_overview_v1(p_queues text[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
- RETURNS TABLE(queue text, counts jsonb, ready bigint, oldest_ready_age_s double precision, paused boolean, series jsonb) LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-DECLARE
-    v_now timestamptz := coalesce(p_now, clock_timestamp());
-    v_from timestamptz := date_trunc('minute', v_now) - interval '59 minutes';
-    v_queue text;
-    v_live jsonb;
-    v_done jsonb;
-    v_enqueued jsonb;
-    v_enqueued_done jsonb;
-    v_succeeded jsonb;
-BEGIN
-    FOREACH v_queue IN ARRAY p_queues LOOP
-        PERFORM drainpipe.assert_queue_name(v_queue);
-        queue := v_queue;
-        paused := EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = v_queue);
-        IF to_regclass('pgmq.a_' || v_queue) IS NULL THEN
-            counts := jsonb_build_object('queued', 0, 'leased', 0, 'retry_wait', 0,
-                                         'succeeded', 0, 'dead', 0, 'cancelled', 0);
-            ready := 0;
-            oldest_ready_age_s := NULL;
-            series := drainpipe.overview_series(v_queue, v_now, '{}', '{}', '{}');
-            RETURN NEXT;
-            CONTINUE;
-        END IF;
-        -- the live jobs in one pass: counts by state, the ready ones and the oldest of
-        -- them, and those enqueued in the last hour by minute; a job never claimed is
-        -- queued (and ready once visible) without reading its document
-        EXECUTE format(
-            'SELECT jsonb_build_object(''queued'', sum(g.queued), ''leased'', sum(g.leased),
-                                       ''retry_wait'', sum(g.retry_wait), ''dead'', sum(g.dead)),
-                    coalesce(sum(g.ready), 0),
-                    extract(epoch FROM $1 - min(g.oldest))::double precision,
-                    coalesce(jsonb_object_agg(extract(epoch FROM g.minute)::bigint::text, g.n)
-                                 FILTER (WHERE g.minute IS NOT NULL), ''{}''::jsonb)
-               FROM (SELECT CASE WHEN l.enqueued_at >= $2 THEN date_trunc(''minute'', l.enqueued_at) END AS minute,
-                            count(*) AS n,
-                            count(*) FILTER (WHERE l.state = ''queued'') AS queued,
-                            count(*) FILTER (WHERE l.state = ''leased'') AS leased,
-                            count(*) FILTER (WHERE l.state = ''retry_wait'') AS retry_wait,
-                            count(*) FILTER (WHERE l.state = ''dead'') AS dead,
-                            count(*) FILTER (WHERE l.ready) AS ready,
-                            min(l.vt) FILTER (WHERE l.ready) AS oldest
-                       FROM (SELECT q.vt, q.enqueued_at,
-                                    CASE WHEN q.read_ct = 0 THEN ''queued''
-                                         ELSE drainpipe.job_state_at(drainpipe.pgmq_live_state(q.read_ct, q.message), q.vt,
-                                                  q.read_ct, coalesce((q.message ->> ''max_attempts'')::integer, 5), $1)
-                                    END AS state,
-                                    q.vt <= $1 AND CASE WHEN q.read_ct = 0 THEN true
-                                                        ELSE q.read_ct < coalesce((q.message ->> ''max_attempts'')::integer, 5)
-                                                   END AS ready
-                               FROM pgmq.%I q) l
-                      GROUP BY 1) g', 'q_' || v_queue)
-          INTO v_live, ready, oldest_ready_age_s, v_enqueued USING v_now, v_from;
-        -- the finished: the kept totals, or (a queue not kept yet) a count of the archive
-        v_done := drainpipe.kept_job_totals(v_queue);
-        IF v_done IS NULL THEN
-            EXECUTE format(
-                'SELECT coalesce(jsonb_object_agg(s.state, s.n), ''{}''::jsonb)
-                   FROM (SELECT CASE WHEN a.message ? ''cancelled'' THEN ''cancelled''
-                                     WHEN a.message ? ''dead'' THEN ''dead'' ELSE ''succeeded'' END AS state,
-                                count(*) AS n
-                           FROM pgmq.%I a GROUP BY 1) s', 'a_' || v_queue)
-              INTO v_done;
-        END IF;
-        counts := jsonb_build_object(
-            'queued', coalesce((v_live ->> 'queued')::bigint, 0),
-            'leased', coalesce((v_live ->> 'leased')::bigint, 0),
-            'retry_wait', coalesce((v_live ->> 'retry_wait')::bigint, 0),
-            'succeeded', coalesce((v_done ->> 'succeeded')::bigint, 0),
-            'dead', coalesce((v_done ->> 'dead')::bigint, 0) + coalesce((v_live ->> 'dead')::bigint, 0),
-            'cancelled', coalesce((v_done ->> 'cancelled')::bigint, 0));
-        -- the last hour's finished jobs by minute: enqueued, and succeeded
-        EXECUTE format(
-            'SELECT (SELECT coalesce(jsonb_object_agg(extract(epoch FROM e.minute)::bigint::text, e.n), ''{}''::jsonb)
-                       FROM (SELECT date_trunc(''minute'', a.enqueued_at) AS minute, count(*) AS n
-                               FROM pgmq.%1$I a WHERE a.archived_at >= $1 AND a.enqueued_at >= $1 GROUP BY 1) e),
-                    (SELECT coalesce(jsonb_object_agg(extract(epoch FROM s.minute)::bigint::text, s.n), ''{}''::jsonb)
-                       FROM (SELECT date_trunc(''minute'', a.archived_at) AS minute, count(*) AS n
-                               FROM pgmq.%1$I a
-                              WHERE a.archived_at >= $1 AND NOT a.message ? ''dead'' AND NOT a.message ? ''cancelled''
-                              GROUP BY 1) s)', 'a_' || v_queue)
-          INTO v_enqueued_done, v_succeeded USING v_from;
-        series := drainpipe.overview_series(v_queue, v_now, v_enqueued, v_enqueued_done, v_succeeded);
-        RETURN NEXT;
-    END LOOP;
-END $function$;
-
 CREATE OR REPLACE FUNCTION drainpipe.job_queue_stats_v2(p_queues text[])
  RETURNS SETOF drainpipe.job_queue_stats_v2 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
 DECLARE
@@ -1224,6 +1168,37 @@ BEGIN
     RETURN QUERY EXECUTE format(
         'SELECT msg_id, message -> ''payload'' FROM pgmq.%I WHERE msg_id > $1 ORDER BY msg_id LIMIT $2',
         'q_' || p_queue) USING coalesce(p_after, 0), least(greatest(coalesce(p_limit, 100), 1), 1000);
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.live_jobs_by_minute(p_queue text, p_now timestamp with time zone, p_from timestamp with time zone)
+ RETURNS TABLE(minute timestamp with time zone, n bigint, queued bigint, leased bigint, retry_wait bigint, dead bigint, ready bigint, oldest timestamp with time zone) LANGUAGE plpgsql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    IF to_regclass('pgmq.a_' || p_queue) IS NULL THEN
+        RETURN;
+    END IF;
+    -- job_queue_overview_v1's live jobs in one pass, by minute enqueued since p_from
+    -- (before it: NULL); a job never claimed is queued (and ready once visible) without
+    -- reading its document
+    RETURN QUERY EXECUTE format(
+        'SELECT CASE WHEN l.enqueued_at >= $2 THEN date_trunc(''minute'', l.enqueued_at) END,
+                count(*),
+                count(*) FILTER (WHERE l.state = ''queued''),
+                count(*) FILTER (WHERE l.state = ''leased''),
+                count(*) FILTER (WHERE l.state = ''retry_wait''),
+                count(*) FILTER (WHERE l.state = ''dead''),
+                count(*) FILTER (WHERE l.ready),
+                min(l.vt) FILTER (WHERE l.ready)
+           FROM (SELECT q.vt, q.enqueued_at,
+                        CASE WHEN q.read_ct = 0 THEN ''queued''
+                             ELSE drainpipe.job_state_at(drainpipe.pgmq_live_state(q.read_ct, q.message), q.vt,
+                                      q.read_ct, coalesce((q.message ->> ''max_attempts'')::integer, 5), $1)
+                        END AS state,
+                        q.vt <= $1 AND CASE WHEN q.read_ct = 0 THEN true
+                                            ELSE q.read_ct < coalesce((q.message ->> ''max_attempts'')::integer, 5)
+                                       END AS ready
+                   FROM pgmq.%I q) l
+          GROUP BY 1', 'q_' || p_queue)
+      USING p_now, p_from;
 END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.park_job(p_queue text, p_id bigint, p_until timestamp with time zone, p_waiting_for text)

@@ -568,6 +568,24 @@ BEGIN
     RETURN 'queued';
 END $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.finished_jobs_by_minute(p_queue text, p_from timestamp with time zone)
+ RETURNS TABLE(totals jsonb, enqueued jsonb, succeeded jsonb) LANGUAGE sql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    -- job_queue_overview_v1's finished jobs: the totals the triggers keep (35_totals), and
+    -- those since p_from by minute, enqueued and succeeded
+    SELECT (SELECT coalesce(jsonb_object_agg(s.state, s.n), '{}'::jsonb)
+              FROM (SELECT t.state, sum(t.n) AS n FROM drainpipe.job_totals t
+                     WHERE t.queue = p_queue GROUP BY t.state) s),
+           (SELECT coalesce(jsonb_object_agg(extract(epoch FROM e.minute)::bigint::text, e.n), '{}'::jsonb)
+              FROM (SELECT date_trunc('minute', f.enqueued_at) AS minute, count(*) AS n
+                      FROM drainpipe.job_messages f
+                     WHERE f.queue = p_queue AND f.finished_at >= p_from AND f.enqueued_at >= p_from
+                     GROUP BY 1) e),
+           (SELECT coalesce(jsonb_object_agg(extract(epoch FROM s.minute)::bigint::text, s.n), '{}'::jsonb)
+              FROM (SELECT date_trunc('minute', f.finished_at) AS minute, count(*) AS n
+                      FROM drainpipe.job_messages f
+                     WHERE f.queue = p_queue AND f.finished_at >= p_from AND f.state = 'succeeded'
+                     GROUP BY 1) s) $function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.hold_job_fence(p_queue text, p_id bigint, p_attempt integer)
  RETURNS timestamp with time zone LANGUAGE sql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
     SELECT m.enqueued_at FROM drainpipe.job_messages m
@@ -892,74 +910,6 @@ CREATE OR REPLACE FUNCTION drainpipe.job_queue_due(p_queue text, p_now timestamp
      WHERE j.queue = p_queue AND j.finished_at IS NULL
        AND j.visible_at <= p_now AND j.attempts < j.max_attempts $function$;
 
-CREATE OR REPLACE FUNCTION drainpipe.job_queue_overview_v1(p_queues text[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
- RETURNS TABLE(queue text, counts jsonb, ready bigint, oldest_ready_age_s double precision, paused boolean, series jsonb) LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-DECLARE
-    v_now timestamptz := coalesce(p_now, clock_timestamp());
-    v_from timestamptz := date_trunc('minute', v_now) - interval '59 minutes';
-    v_queue text;
-    v_live jsonb;
-    v_done jsonb;
-    v_enqueued jsonb;
-    v_enqueued_done jsonb;
-    v_succeeded jsonb;
-BEGIN
-    FOREACH v_queue IN ARRAY p_queues LOOP
-        PERFORM drainpipe.assert_queue_name(v_queue);
-        queue := v_queue;
-        -- the live jobs in one pass over their index range: counts by state, the ready
-        -- ones and the oldest of them, and those enqueued in the last hour by minute
-        SELECT jsonb_build_object('queued', sum(g.queued), 'leased', sum(g.leased),
-                                  'retry_wait', sum(g.retry_wait), 'dead', sum(g.dead)),
-               coalesce(sum(g.ready), 0),
-               extract(epoch FROM v_now - min(g.oldest))::double precision,
-               coalesce(jsonb_object_agg(extract(epoch FROM g.minute)::bigint::text, g.n)
-                            FILTER (WHERE g.minute IS NOT NULL), '{}'::jsonb)
-          INTO v_live, ready, oldest_ready_age_s, v_enqueued
-          FROM (SELECT CASE WHEN l.enqueued_at >= v_from THEN date_trunc('minute', l.enqueued_at) END AS minute,
-                       count(*) AS n,
-                       count(*) FILTER (WHERE l.state = 'queued') AS queued,
-                       count(*) FILTER (WHERE l.state = 'leased') AS leased,
-                       count(*) FILTER (WHERE l.state = 'retry_wait') AS retry_wait,
-                       count(*) FILTER (WHERE l.state = 'dead') AS dead,
-                       count(*) FILTER (WHERE l.ready) AS ready,
-                       min(l.visible_at) FILTER (WHERE l.ready) AS oldest
-                  FROM (SELECT m.visible_at, m.enqueued_at,
-                               drainpipe.job_state_at(m.state, m.visible_at, m.attempts, m.max_attempts, v_now) AS state,
-                               m.visible_at <= v_now AND m.attempts < m.max_attempts AS ready
-                          FROM drainpipe.job_messages m
-                         WHERE m.queue = v_queue AND m.finished_at IS NULL) l
-                 GROUP BY 1) g;
-        -- the finished: the totals the triggers keep (35_totals)
-        SELECT coalesce(jsonb_object_agg(s.state, s.n), '{}'::jsonb) INTO v_done
-          FROM (SELECT t.state, sum(t.n) AS n FROM drainpipe.job_totals t
-                 WHERE t.queue = v_queue GROUP BY t.state) s;
-        -- dead from the live rows (a last lease that ran out) adds to the finished dead
-        counts := jsonb_build_object(
-            'queued', coalesce((v_live ->> 'queued')::bigint, 0),
-            'leased', coalesce((v_live ->> 'leased')::bigint, 0),
-            'retry_wait', coalesce((v_live ->> 'retry_wait')::bigint, 0),
-            'succeeded', coalesce((v_done ->> 'succeeded')::bigint, 0),
-            'dead', coalesce((v_done ->> 'dead')::bigint, 0) + coalesce((v_live ->> 'dead')::bigint, 0),
-            'cancelled', coalesce((v_done ->> 'cancelled')::bigint, 0));
-        SELECT coalesce(jsonb_object_agg(extract(epoch FROM e.minute)::bigint::text, e.n), '{}'::jsonb)
-          INTO v_enqueued_done
-          FROM (SELECT date_trunc('minute', f.enqueued_at) AS minute, count(*) AS n
-                  FROM drainpipe.job_messages f
-                 WHERE f.queue = v_queue AND f.finished_at >= v_from AND f.enqueued_at >= v_from
-                 GROUP BY 1) e;
-        SELECT coalesce(jsonb_object_agg(extract(epoch FROM s.minute)::bigint::text, s.n), '{}'::jsonb)
-          INTO v_succeeded
-          FROM (SELECT date_trunc('minute', f.finished_at) AS minute, count(*) AS n
-                  FROM drainpipe.job_messages f
-                 WHERE f.queue = v_queue AND f.finished_at >= v_from AND f.state = 'succeeded'
-                 GROUP BY 1) s;
-        series := drainpipe.overview_series(v_queue, v_now, v_enqueued, v_enqueued_done, v_succeeded);
-        paused := EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = v_queue);
-        RETURN NEXT;
-    END LOOP;
-END $function$;
-
 CREATE OR REPLACE FUNCTION drainpipe.job_queue_stats_v2(p_queues text[])
  RETURNS SETOF drainpipe.job_queue_stats_v2 LANGUAGE sql STABLE SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
     SELECT q.name,
@@ -1093,6 +1043,25 @@ CREATE OR REPLACE FUNCTION drainpipe.live_job_payloads_v1(p_queue text, p_after 
     SELECT m.id, m.payload FROM drainpipe.job_messages m
      WHERE m.queue = p_queue AND m.id > coalesce(p_after, 0) AND m.finished_at IS NULL
      ORDER BY m.id LIMIT least(greatest(coalesce(p_limit, 100), 1), 1000) $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.live_jobs_by_minute(p_queue text, p_now timestamp with time zone, p_from timestamp with time zone)
+ RETURNS TABLE(minute timestamp with time zone, n bigint, queued bigint, leased bigint, retry_wait bigint, dead bigint, ready bigint, oldest timestamp with time zone) LANGUAGE sql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+    -- job_queue_overview_v1's live jobs, in one pass over their index range, by minute
+    -- enqueued since p_from (before it: NULL)
+    SELECT CASE WHEN l.enqueued_at >= p_from THEN date_trunc('minute', l.enqueued_at) END,
+           count(*),
+           count(*) FILTER (WHERE l.state = 'queued'),
+           count(*) FILTER (WHERE l.state = 'leased'),
+           count(*) FILTER (WHERE l.state = 'retry_wait'),
+           count(*) FILTER (WHERE l.state = 'dead'),
+           count(*) FILTER (WHERE l.ready),
+           min(l.visible_at) FILTER (WHERE l.ready)
+      FROM (SELECT m.visible_at, m.enqueued_at,
+                   drainpipe.job_state_at(m.state, m.visible_at, m.attempts, m.max_attempts, p_now) AS state,
+                   m.visible_at <= p_now AND m.attempts < m.max_attempts AS ready
+              FROM drainpipe.job_messages m
+             WHERE m.queue = p_queue AND m.finished_at IS NULL) l
+     GROUP BY 1 $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.park_job(p_queue text, p_id bigint, p_until timestamp with time zone, p_waiting_for text)
  RETURNS void LANGUAGE sql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
