@@ -512,31 +512,11 @@ BEGIN
     IF v_lease IS NULL THEN
         RETURN;  -- the caller checked the inbox and its allowed_ack first
     END IF;
-    IF p_key IS NOT NULL THEN
-        -- concurrent repeats of one key wait for each other instead of both pulling
-        PERFORM pg_advisory_xact_lock(hashtextextended(
-            'drainpipe.agent_pull:' || p_inbox || ':' || coalesce(p_principal, '') || ':' || p_key, 0));
-        SELECT * INTO v_pull FROM drainpipe.agent_pulls p
-         WHERE p.inbox_id = p_inbox AND p.principal = coalesce(p_principal, '') AND p.key = p_key;
-        IF FOUND THEN
-            IF v_pull.ack = 'manual' AND EXISTS (
-                SELECT 1 FROM unnest(v_pull.event_ids, v_pull.deliveries, v_pull.tokens) AS f(id, delivery, token)
-                  LEFT JOIN drainpipe.agent_events e ON e.id = f.id
-                 WHERE e.id IS NULL OR e.state <> 'leased' OR e.delivery <> f.delivery
-                    OR e.lease_token IS DISTINCT FROM f.token) THEN
-                RETURN QUERY SELECT 'consumed'::text, NULL::bigint, p_inbox, NULL::text, NULL::text,
-                    NULL::text, NULL::timestamptz, NULL::boolean, NULL::jsonb, NULL::text,
-                    NULL::integer, NULL::text, NULL::uuid, NULL::timestamptz, NULL::text;
-                RETURN;
-            END IF;
-            RETURN QUERY SELECT * FROM drainpipe.agent_event_rows(v_pull.event_ids, 'replayed');
-            RETURN;
-        END IF;
-    END IF;
-    IF p_order <> 'priority' THEN
-        -- fifo or lifo in one statement: pick (the other order's scan is a one-time filter
-        -- that never runs), hand out, read the bodies
+    IF p_key IS NULL AND p_order <> 'priority' THEN
+        -- the common pull in one statement: pick (fifo or lifo; the other order's scan is
+        -- a one-time filter that never runs), hand out, read the bodies
         v_until := CASE WHEN p_ack = 'manual' THEN v_now + make_interval(secs => v_lease) END;
+        RETURN QUERY
         WITH oldest AS (
             SELECT x.id, x.due_at,
                    drainpipe.agent_event_ends(x.hold_until, x.delivery, x.max_attempts, v_now) AS ends
@@ -585,19 +565,60 @@ BEGIN
                       e.ack_mode, e.lease_token, e.lease_until, e.subscription_id, e.message_id,
                       p.due_at AS was_due, p.ends
         )
-        SELECT array_agg(ROW('handed'::text, c.id, c.inbox_id, c.source, w.app, c.event_type,
-                             c.received_at, coalesce(w.verified, false), w.payload, c.state,
-                             c.delivery, c.ack_mode, c.lease_token, c.lease_until,
-                             c.subscription_id)::drainpipe.agent_event_v1
-                         -- the order picked: one pair of keys is NULL throughout
-                         ORDER BY CASE WHEN p_order = 'fifo' THEN c.was_due END,
-                                  CASE WHEN p_order = 'fifo' THEN c.id END,
-                                  CASE WHEN p_order = 'lifo' THEN c.was_due END DESC,
-                                  CASE WHEN p_order = 'lifo' THEN c.id END DESC)
-          INTO v_rows
+        SELECT 'handed'::text, c.id, c.inbox_id, c.source, w.app, c.event_type, c.received_at,
+               coalesce(w.verified, false), w.payload, c.state, c.delivery, c.ack_mode,
+               c.lease_token, c.lease_until, c.subscription_id
           FROM changed c
           LEFT JOIN drainpipe.webhook_inbox w ON w.id = c.message_id
-         WHERE c.ends IS NULL;
+         WHERE c.ends IS NULL
+         -- the order picked: one pair of keys is NULL throughout
+         ORDER BY CASE WHEN p_order = 'fifo' THEN c.was_due END,
+                  CASE WHEN p_order = 'fifo' THEN c.id END,
+                  CASE WHEN p_order = 'lifo' THEN c.was_due END DESC,
+                  CASE WHEN p_order = 'lifo' THEN c.id END DESC;
+        RETURN;
+    END IF;
+    IF p_key IS NOT NULL THEN
+        -- concurrent repeats of one key wait for each other instead of both pulling
+        PERFORM pg_advisory_xact_lock(hashtextextended(
+            'drainpipe.agent_pull:' || p_inbox || ':' || coalesce(p_principal, '') || ':' || p_key, 0));
+        SELECT * INTO v_pull FROM drainpipe.agent_pulls p
+         WHERE p.inbox_id = p_inbox AND p.principal = coalesce(p_principal, '') AND p.key = p_key;
+        IF FOUND THEN
+            IF v_pull.ack = 'manual' AND EXISTS (
+                SELECT 1 FROM unnest(v_pull.event_ids, v_pull.deliveries, v_pull.tokens) AS f(id, delivery, token)
+                  LEFT JOIN drainpipe.agent_events e ON e.id = f.id
+                 WHERE e.id IS NULL OR e.state <> 'leased' OR e.delivery <> f.delivery
+                    OR e.lease_token IS DISTINCT FROM f.token) THEN
+                RETURN QUERY SELECT 'consumed'::text, NULL::bigint, p_inbox, NULL::text, NULL::text,
+                    NULL::text, NULL::timestamptz, NULL::boolean, NULL::jsonb, NULL::text,
+                    NULL::integer, NULL::text, NULL::uuid, NULL::timestamptz, NULL::text;
+                RETURN;
+            END IF;
+            RETURN QUERY SELECT * FROM drainpipe.agent_event_rows(v_pull.event_ids, 'replayed');
+            RETURN;
+        END IF;
+    END IF;
+    IF p_order = 'fifo' THEN
+        v_ids := ARRAY(
+            SELECT x.id FROM drainpipe.agent_events x
+             WHERE pg_catalog.hashtext(x.inbox_id) = pg_catalog.hashtext(p_inbox) AND x.inbox_id = p_inbox AND x.state IN ('pending', 'leased') AND x.due_at <= v_now
+               AND (p_type IS NULL OR x.event_type = p_type)
+               AND (p_source IS NULL OR x.source = p_source OR 'src_' || left(md5(x.source), 16) = p_source)
+               AND (p_subscription IS NULL OR x.subscription_id = p_subscription) AND (p_correlation IS NULL OR x.correlation = p_correlation)
+             ORDER BY x.due_at, x.id
+             LIMIT p_max
+               FOR UPDATE SKIP LOCKED);
+    ELSIF p_order = 'lifo' THEN
+        v_ids := ARRAY(
+            SELECT x.id FROM drainpipe.agent_events x
+             WHERE pg_catalog.hashtext(x.inbox_id) = pg_catalog.hashtext(p_inbox) AND x.inbox_id = p_inbox AND x.state IN ('pending', 'leased') AND x.due_at <= v_now
+               AND (p_type IS NULL OR x.event_type = p_type)
+               AND (p_source IS NULL OR x.source = p_source OR 'src_' || left(md5(x.source), 16) = p_source)
+               AND (p_subscription IS NULL OR x.subscription_id = p_subscription) AND (p_correlation IS NULL OR x.correlation = p_correlation)
+             ORDER BY x.due_at DESC, x.id DESC
+             LIMIT p_max
+               FOR UPDATE SKIP LOCKED);
     ELSE
         -- highest priority first, then oldest due: the ranked index holds the events of
         -- priority other than 0 only (an inbox without priority_path has none, and its
@@ -637,9 +658,13 @@ BEGIN
                  LIMIT p_max - cardinality(v_ids)
                    FOR UPDATE SKIP LOCKED);
         END IF;
-        v_rows := ARRAY(SELECT h FROM drainpipe.agent_hand_out(v_ids, p_ack, v_lease, v_now) AS h);
     END IF;
-    IF p_key IS NOT NULL AND cardinality(v_rows) > 0 THEN
+    IF p_key IS NULL THEN
+        RETURN QUERY SELECT * FROM drainpipe.agent_hand_out(v_ids, p_ack, v_lease, v_now);
+        RETURN;
+    END IF;
+    v_rows := ARRAY(SELECT h FROM drainpipe.agent_hand_out(v_ids, p_ack, v_lease, v_now) AS h);
+    IF cardinality(v_rows) > 0 THEN
         -- an empty answer is not kept: a repeat of it pulls afresh
         DELETE FROM drainpipe.agent_pulls p
          WHERE p.inbox_id = p_inbox AND p.created_at < v_now - interval '1 day';
