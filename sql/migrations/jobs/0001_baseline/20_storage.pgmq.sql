@@ -1523,7 +1523,9 @@ BEGIN
     IF coalesce(v_stamped, false)
        AND to_regclass(format('pgmq.%I', 'q_' || p_queue || '_enqueued_idx')) IS NULL
        AND to_regclass(format('pgmq.%I', 'a_' || p_queue || '_enqueued_idx')) IS NULL THEN
-        RETURN;  -- done already, or made after this migration
+        -- done already, or a queue made stamped (the full (enqueued_at, msg_id) indexes
+        -- of an earlier listing are what this replaces)
+        RETURN;
     END IF;
     EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN enqueued_at SET DEFAULT clock_timestamp()',
                    'q_' || p_queue);

@@ -708,8 +708,8 @@ BEGIN
     ids := '{}';
     lapsed := false;
     IF p_flow.concurrency IS NULL AND p_flow.rate_count IS NULL THEN
-        -- no queue-wide limit: the whole batch, under flow_gate's exclusive lock (taken
-        -- here without its calls)
+        -- no queue-wide limit: the whole batch, under the queue's flow lock (the one a
+        -- claim with a queue-wide limit takes in job_messages_flow_room when it counts)
         PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(v_queue));
         v_room := p_batch;
     ELSE
