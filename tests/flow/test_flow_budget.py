@@ -35,7 +35,9 @@ async def fill(url: str, count: int, limit: int = LIMIT) -> None:
 
 def budget(conn: psycopg.Connection[Any]) -> tuple[Any, ...]:
     row = conn.execute(
-        "SELECT epoch, cap, granted FROM drainpipe.flow_budget WHERE queue = 'llm'"
+        # granted: what the epoch handed out, its counting claim's room and its chunks
+        "SELECT epoch, cap, drainpipe.flow_budget_granted(b, drainpipe.flow_budget_chunk(concurrency))"
+        " FROM drainpipe.flow_budget b WHERE queue = 'llm'"
     ).fetchone()
     assert row is not None
     return tuple(row)

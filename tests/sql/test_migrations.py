@@ -131,6 +131,7 @@ INTERNAL_FUNCTIONS = {
     "flow_budget_chunk",
     "flow_budget_applies",
     "flow_budget_take",
+    "flow_budget_granted",
     "flow_budget_pending",
     "flow_budget_reset",
     # the budget's sequences, the chunk spent without a statement (and the shared
