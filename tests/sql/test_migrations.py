@@ -139,6 +139,7 @@ INTERNAL_FUNCTIONS = {
     "flow_budget_sequence",
     "flow_budget_advance",
     "flow_budget_spend",
+    "flow_budget_keep",
     "flow_budget_held",
     "ensure_lease_trigger",
 }

@@ -693,9 +693,10 @@ CREATE OR REPLACE FUNCTION drainpipe.flow_budget_chunk(p_concurrency integer)
     SELECT least(1000, greatest(200, p_concurrency / 64))::bigint $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.flow_budget_granted(p_budget drainpipe.flow_budget, p_chunk bigint)
- RETURNS bigint LANGUAGE sql STABLE AS $function$
+ RETURNS bigint LANGUAGE sql AS $function$
     -- what the budget's epoch has handed out: the counting claim's room and every chunk
-    -- granted so far (a nextval of a rolled-back claim too: a chunk is never granted twice)
+    -- granted so far (a nextval of a rolled-back claim too: a chunk is never granted twice).
+    -- Volatile, as the sequence it reads, so that the planner inlines it
     SELECT p_budget.granted + p_chunk * least(
         (p_budget.cap - p_budget.granted) / p_chunk,
         coalesce(pg_sequence_last_value(p_budget.grants) - p_budget.grant_base, 0)) $function$;
@@ -711,6 +712,18 @@ CREATE OR REPLACE FUNCTION drainpipe.flow_budget_held(p_queue text)
              WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid() AND l.mode = 'ShareLock'
                AND l.classid = (hashtext('drainpipe.flow')::bigint & 4294967295)::oid
                AND l.objid = (hashtext(p_queue)::bigint & 4294967295)::oid AND l.objsubid = 2)) $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.flow_budget_keep(p_queue text, p_epoch bigint, p_left bigint, p_seen bigint, p_sequence regclass)
+ RETURNS void LANGUAGE plpgsql AS $function$
+BEGIN
+    -- the connection's chunk: what is left of it ('' for none), its epoch, and the value of
+    -- the queue's sequence it was taken under ('' when a change was pending then: spent only
+    -- through flow_budget_take), with the sequence's oid (plpgsql: its plan is kept)
+    PERFORM set_config('drainpipe.flow_budget.' || p_queue, coalesce(p_left::text, ''), false),
+            set_config('drainpipe.flow_budget_epoch.' || p_queue, coalesce(p_epoch::text, ''), false),
+            set_config('drainpipe.flow_budget_seen.' || p_queue, coalesce(p_seen::text, ''), false),
+            set_config('drainpipe.flow_budget_sequence.' || p_queue, coalesce(p_sequence::oid::text, ''), false);
+END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.flow_budget_pending(p_queue text)
  RETURNS bigint LANGUAGE sql AS $function$
@@ -729,7 +742,7 @@ BEGIN
         RETURN;
     END IF;
     -- this session's own leftover was counted as nothing: forget it
-    PERFORM set_config('drainpipe.flow_budget.' || p_flow.queue, '', false);
+    PERFORM drainpipe.flow_budget_keep(p_flow.queue, NULL, NULL, NULL, NULL);
     v_grants := to_regclass('drainpipe.' || quote_ident('flow_grant__' || p_flow.queue));
     IF v_cap - p_room >= 16 * c_chunk AND v_grants IS NOT NULL THEN
         -- an epoch: cap - granted in chunks, the n-th chunk granted by the n-th nextval of
@@ -757,26 +770,24 @@ CREATE OR REPLACE FUNCTION drainpipe.flow_budget_sequence(p_queue text)
 
 CREATE OR REPLACE FUNCTION drainpipe.flow_budget_spend(p_queue text, p_batch integer)
  RETURNS integer LANGUAGE sql AS $function$
-    -- The connection's chunk ('epoch:left:seen:sequence', see flow_budget_take) spent by one
-    -- expression, which the planner inlines into the claim's: p_batch, or NULL (the claim
-    -- asks flow_budget_take) unless a batch of at most 100 fits in it and the queue's
-    -- sequence still reads what the connection saw, before the shared lock (a change sends
-    -- the claim to the row, free to count under the exclusive lock) and under it (no count
-    -- runs until the claim commits). Keep it one SELECT of one expression: a FROM, a
-    -- subquery, SECURITY DEFINER or a SET clause would make it a call again.
+    -- The connection's chunk spent by one expression, which the planner inlines into the
+    -- claim's: p_batch, or NULL (the claim asks flow_budget_take) unless a batch of at most
+    -- 100 fits in what is left of it and the queue's sequence still reads what the
+    -- connection saw when it took the chunk, before the shared lock (a change sends the
+    -- claim to the row, free to count under the exclusive lock) and under it (no count runs
+    -- until the claim commits). The chunk is kept in four settings (see flow_budget_keep),
+    -- so that the expression splits no string. Keep it one SELECT of one expression: a
+    -- FROM, a subquery, SECURITY DEFINER or a SET clause would make it a call again.
     SELECT CASE WHEN p_batch <= 100
-                 AND split_part(current_setting('drainpipe.flow_budget.' || p_queue, true), ':', 3) <> ''
-           THEN CASE WHEN split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 2)::bigint >= p_batch
-                      AND pg_sequence_last_value(split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 4)::oid)
-                          = split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 3)::bigint
+                 AND coalesce(current_setting('drainpipe.flow_budget_seen.' || p_queue, true), '') <> ''
+           THEN CASE WHEN current_setting('drainpipe.flow_budget.' || p_queue)::bigint >= p_batch
+                      AND pg_sequence_last_value(current_setting('drainpipe.flow_budget_sequence.' || p_queue)::oid)
+                          = current_setting('drainpipe.flow_budget_seen.' || p_queue)::bigint
                       AND pg_try_advisory_xact_lock_shared(hashtext('drainpipe.flow'), hashtext(p_queue))
-                      AND pg_sequence_last_value(split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 4)::oid)
-                          = split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 3)::bigint
+                      AND pg_sequence_last_value(current_setting('drainpipe.flow_budget_sequence.' || p_queue)::oid)
+                          = current_setting('drainpipe.flow_budget_seen.' || p_queue)::bigint
                       AND set_config('drainpipe.flow_budget.' || p_queue,
-                              split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 1) || ':'
-                              || (split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 2)::bigint - p_batch)
-                              || ':' || split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 3)
-                              || ':' || split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 4),
+                              (current_setting('drainpipe.flow_budget.' || p_queue)::bigint - p_batch)::text,
                               false) <> ''
                 THEN p_batch END
            END $function$;
@@ -785,15 +796,14 @@ CREATE OR REPLACE FUNCTION drainpipe.flow_budget_take(p_flow drainpipe.queue_flo
  RETURNS integer LANGUAGE plpgsql AS $function$
 DECLARE
     c_chunk constant bigint := drainpipe.flow_budget_chunk(p_flow.concurrency);
-    v_name text := 'drainpipe.flow_budget.' || p_flow.queue;
-    v_kept text := current_setting(v_name, true);
+    v_kept text := current_setting('drainpipe.flow_budget.' || p_flow.queue, true);
     v_locked boolean := coalesce(current_setting('drainpipe.flow_budget_locked.' || p_flow.queue, true) = 'on', false);
     v_epoch bigint;
     v_left bigint := 0;
     v_budget drainpipe.flow_budget;
     v_sequence regclass;
     v_now_at bigint;
-    v_seen text;
+    v_seen bigint;
 BEGIN
     IF NOT drainpipe.flow_budget_applies(p_flow) OR p_batch > 100 THEN
         -- the lock table is read only by a connection holding a chunk: a read of pg_locks
@@ -809,8 +819,8 @@ BEGIN
         RETURN NULL;
     END IF;
     IF v_kept <> '' THEN
-        v_epoch := split_part(v_kept, ':', 1)::bigint;
-        v_left := split_part(v_kept, ':', 2)::bigint;
+        v_epoch := current_setting('drainpipe.flow_budget_epoch.' || p_flow.queue)::bigint;
+        v_left := v_kept::bigint;
     END IF;
     IF NOT v_locked THEN
         -- the first look, without a lock: is there a budget to take? (the session's chunk,
@@ -846,10 +856,10 @@ BEGIN
         v_now_at := pg_sequence_last_value(v_sequence);
     END IF;
     SELECT * INTO v_budget FROM drainpipe.flow_budget b WHERE b.queue = p_flow.queue;
-    v_seen := CASE WHEN v_budget.stamp = v_now_at THEN v_now_at || ':' || v_sequence::oid ELSE ':' END;
+    v_seen := CASE WHEN v_budget.stamp = v_now_at THEN v_now_at END;
     IF v_budget.epoch IS NOT NULL AND v_budget.concurrency = p_flow.concurrency THEN
         IF v_left >= p_batch AND v_budget.epoch = v_epoch THEN
-            v_kept := set_config(v_name, v_epoch || ':' || (v_left - p_batch) || ':' || v_seen, false);
+            PERFORM drainpipe.flow_budget_keep(p_flow.queue, v_epoch, v_left - p_batch, v_seen, v_sequence);
             RETURN p_batch;
         END IF;
         -- a chunk of the open epoch: a nextval, so that claims beside this one never wait
@@ -859,7 +869,8 @@ BEGIN
                 v_left := 0;  -- what the session kept belongs to a closed epoch: never spent
             END IF;
             -- a chunk is at least 200, a budgeted batch at most 100
-            v_kept := set_config(v_name, v_budget.epoch || ':' || (v_left + c_chunk - p_batch) || ':' || v_seen, false);
+            PERFORM drainpipe.flow_budget_keep(p_flow.queue, v_budget.epoch, v_left + c_chunk - p_batch,
+                                               v_seen, v_sequence);
             RETURN p_batch;
         END IF;
     END IF;
@@ -868,7 +879,7 @@ BEGIN
     -- handed out counts as leased too (claims in flight may spend it)
     UPDATE drainpipe.flow_budget b SET epoch = NULL WHERE b.queue = p_flow.queue
     RETURNING b.* INTO v_budget;
-    v_kept := set_config(v_name, '', false);
+    PERFORM drainpipe.flow_budget_keep(p_flow.queue, NULL, NULL, NULL, NULL);
     v_kept := set_config('drainpipe.flow_budget_pending.' || p_flow.queue,
                          coalesce(drainpipe.flow_budget_granted(v_budget, c_chunk), -1)::text, true);
     RETURN -1;
