@@ -103,7 +103,7 @@ END $function$;
 CREATE OR REPLACE FUNCTION drainpipe.claim_jobs_v1(p_queue text, p_lease double precision DEFAULT 300, p_batch integer DEFAULT 1, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS SETOF drainpipe.job_row_v1 LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
 DECLARE
-    v_flow drainpipe.queue_flow;
+    v_room integer;
 BEGIN
     IF NOT drainpipe.is_queue_name(p_queue) THEN
         PERFORM drainpipe.assert_queue_name(p_queue);
@@ -111,26 +111,23 @@ BEGIN
     IF EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = p_queue) THEN
         RETURN;  -- paused: nothing is handed out
     END IF;
-    SELECT * INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = p_queue;
-    IF v_flow.queue IS NOT NULL THEN
-        IF NOT drainpipe.flow_budget_applies(v_flow)
-           AND coalesce(current_setting('drainpipe.flow_budget.' || p_queue, true), '') = ''
-           AND to_regproc('drainpipe.flow_claim_jobs__' || p_queue) IS NOT NULL THEN
-            -- limits with no budget, and no chunk kept by this session: the flow claim
-            -- itself, one function call fewer than through the turn (a claim of a queue
-            -- with key limits is about a tenth faster)
-            RETURN QUERY EXECUTE format('SELECT * FROM drainpipe.%I($1, $2, $3)', 'flow_claim_jobs__' || p_queue)
-              USING p_lease, p_batch, p_now;
-            RETURN;
+    IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f WHERE f.queue = p_queue) THEN
+        -- limited: as the turn claims (define_job_turn_function_v1), called directly (a
+        -- claim of a queue with key limits is about a tenth faster than through the turn).
+        -- A chunk to spend was taken by the flow claim, which the unlimited claim serves
+        IF current_setting('drainpipe.flow_budget.' || p_queue, true) <> '' THEN
+            v_room := drainpipe.flow_budget_spend(p_queue, greatest(p_batch, 1));
+            IF v_room IS NOT NULL THEN
+                RETURN QUERY EXECUTE format('SELECT * FROM drainpipe.%I($1, $2, $3)', 'claim_jobs__' || p_queue)
+                  USING p_lease, v_room, p_now;
+                RETURN;
+            END IF;
         END IF;
-        -- a concurrency alone: the turn's claim, which spends the queue's budget
-        IF to_regproc('drainpipe.complete_and_claim_jobs__' || p_queue) IS NULL THEN
-            PERFORM drainpipe.define_job_turn_function_v1(p_queue);
+        IF to_regproc('drainpipe.flow_claim_jobs__' || p_queue) IS NULL THEN
+            PERFORM drainpipe.ensure_flow_indexes(p_queue);
         END IF;
-        RETURN QUERY EXECUTE format(
-            'SELECT c.id, c.attempts, c.enqueued_at, c.visible_until, c.payload, c.max_attempts,'
-            ' c.last_error FROM drainpipe.%I($1, $2, $3, $4, $5) c', 'complete_and_claim_jobs__' || p_queue)
-          USING '{}'::bigint[], '{}'::integer[], p_lease, p_batch, p_now;
+        RETURN QUERY EXECUTE format('SELECT * FROM drainpipe.%I($1, $2, $3)', 'flow_claim_jobs__' || p_queue)
+          USING p_lease, p_batch, p_now;
         RETURN;
     END IF;
     -- the queue's own functions, by name: a queue first seen here gets them
@@ -462,9 +459,7 @@ BEGIN
         AS $body$
         DECLARE
             v_done bigint[];
-            v_flow drainpipe.queue_flow;
             v_room integer;
-            v_now timestamptz;
         BEGIN
             IF cardinality(p_ids) > 0 THEN
                 PERFORM drainpipe.assert_turn_arrays(p_ids, p_attempts);
@@ -478,41 +473,17 @@ BEGIN
             END IF;
             IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f WHERE f.queue = %4$L) THEN
                 -- limited. A concurrency alone, far from binding: the room from the session's
-                -- chunk, else from the queue's budget, and the unlimited claim
+                -- chunk (an expression, no call) and the unlimited claim; else the flow claim,
+                -- which takes a chunk, counts, or picks what the limits allow (plpgsql
+                -- resolves its name when this branch first runs)
                 v_room := drainpipe.flow_budget_spend(%4$L, greatest(p_batch, 1));
-                IF v_room IS NULL THEN
-                    SELECT * INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = %4$L;
-                    v_room := drainpipe.flow_budget_take(v_flow, greatest(p_batch, 1));
-                END IF;
-                IF v_room < 0 THEN
-                    -- the budget ran out under the shared lock: counted, with every chunk
-                    -- the epoch handed out as leased (claims in flight may spend them)
-                    v_room := 0;
-                    IF drainpipe.flow_budget_pending(%4$L) >= 0 THEN
-                        IF v_flow.queue IS NULL THEN
-                            SELECT * INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = %4$L;
-                        END IF;
-                        v_now := coalesce(p_now, clock_timestamp());
-                        v_room := drainpipe.flow_room(v_flow, greatest(p_batch, 1),
-                            drainpipe.flow_budget_pending(%4$L) + (
-                                SELECT count(*) FROM pgmq.%6$I l
-                                 WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-                                   AND l.vt > v_now),
-                            v_now);
-                    END IF;
-                    IF v_room = 0 THEN
-                        RETURN;
-                    END IF;
-                END IF;
-                IF v_room > 0 THEN
+                IF v_room IS NOT NULL THEN
                     RETURN QUERY
                     SELECT c.id, c.attempts, c.enqueued_at, c.visible_until, c.payload, c.max_attempts,
                            c.last_error, false
                       FROM drainpipe.%3$I(p_lease, v_room, p_now) AS c;
                     RETURN;
                 END IF;
-                -- other limits, or no budget to take: the flow claim, defined with the
-                -- limits (plpgsql resolves the name when this branch first runs)
                 RETURN QUERY
                 SELECT c.id, c.attempts, c.enqueued_at, c.visible_until, c.payload, c.max_attempts,
                        c.last_error, false
@@ -526,7 +497,7 @@ BEGIN
         END
         $body$
         $fn$, 'complete_and_claim_jobs__' || p_queue, 'complete_jobs__' || p_queue,
-              'claim_jobs__' || p_queue, p_queue, 'flow_claim_jobs__' || p_queue, 'q_' || p_queue);
+              'claim_jobs__' || p_queue, p_queue, 'flow_claim_jobs__' || p_queue);
     EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(bigint[], integer[], double precision, integer, timestamptz) FROM PUBLIC',
                    'complete_and_claim_jobs__' || p_queue);
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'service_role') THEN
