@@ -28,7 +28,7 @@ BEGIN
                           REFERENCING NEW TABLE AS added FOR EACH STATEMENT
                           EXECUTE FUNCTION drainpipe.pgmq_queue_policy_insert()', v_table);
     END IF;
-    PERFORM drainpipe.ensure_lease_trigger(p_queue);
+    PERFORM drainpipe.ensure_lease_bound(p_queue);
     EXECUTE format('INSERT INTO drainpipe.queue_pending (queue, live) SELECT $1, count(*) FROM %s
                     ON CONFLICT (queue) DO UPDATE SET live = excluded.live', v_table) USING p_queue;
 END $function$;
@@ -831,25 +831,36 @@ BEGIN
     END IF;
 END $function$;
 
-CREATE OR REPLACE FUNCTION drainpipe.ensure_lease_trigger(p_queue text)
+CREATE OR REPLACE FUNCTION drainpipe.ensure_lease_bound(p_queue text)
  RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
 DECLARE
     v_table regclass := to_regclass('pgmq.' || quote_ident('q_' || p_queue));
     v_max double precision;
 BEGIN
     SELECT p.max_lease INTO v_max FROM drainpipe.queue_policies p WHERE p.queue = p_queue;
-    IF v_max IS NULL OR v_table IS NULL OR EXISTS (
-           SELECT 1 FROM pg_trigger t
-            WHERE t.tgrelid = v_table AND t.tgname = 'drainpipe_policy_lease'
-              AND t.tgargs = convert_to(v_max::text, 'UTF8') || '\x00'::bytea) THEN
+    IF v_table IS NULL OR EXISTS (
+           SELECT 1 FROM pg_constraint c
+            WHERE c.conrelid = v_table AND c.conname = 'drainpipe_policy_lease'
+              AND obj_description(c.oid, 'pg_constraint') IS NOT DISTINCT FROM v_max::text) THEN
+        RETURN;  -- no table yet (its creation comes back here), or the bound is current
+    END IF;
+    EXECUTE format('ALTER TABLE %s DROP CONSTRAINT IF EXISTS drainpipe_policy_lease', v_table);
+    IF v_max IS NULL THEN
         RETURN;
     END IF;
-    -- the bound a constant interval: every claim statement reads the WHEN clause's stored
-    -- expression tree again, and make_interval's named arguments made it four times larger
-    EXECUTE format('CREATE OR REPLACE TRIGGER drainpipe_policy_lease BEFORE UPDATE OF vt ON %s
-                      FOR EACH ROW WHEN (NEW.read_ct > OLD.read_ct AND NEW.vt > clock_timestamp() + %L::interval)
-                      EXECUTE FUNCTION drainpipe.pgmq_queue_policy_lease(%L)',
-                   v_table, make_interval(secs => v_max + 1)::text, v_max::text);
+    -- Every writer of the queue's table, pgmq's own functions included, holds a lease to
+    -- max_lease: a row read at least once, not failed (a retry's backoff or a suspension is
+    -- not a lease), may not be visible again later than max_lease (+1 s) from now. A check
+    -- reads only the new row: a row trigger fetched and locked every row a claim leased.
+    -- Its last term runs only for a row over the bound, to refuse it with DPQ03. NOT VALID:
+    -- a lease granted under an earlier, longer bound runs out as granted.
+    EXECUTE format('ALTER TABLE %s ADD CONSTRAINT drainpipe_policy_lease CHECK (
+                      read_ct = 0
+                      OR vt <= clock_timestamp() + %L::interval
+                      OR (message ->> ''failed'') IS NOT DISTINCT FROM read_ct::text
+                      OR drainpipe.pgmq_lease_refused(%L, vt, %L)) NOT VALID',
+                   v_table, make_interval(secs => v_max + 1)::text, p_queue, v_max);
+    EXECUTE format('COMMENT ON CONSTRAINT drainpipe_policy_lease ON %s IS %L', v_table, v_max::text);
 END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.ensure_priority_claim(p_queue text)
@@ -1488,6 +1499,15 @@ CREATE OR REPLACE FUNCTION drainpipe.pgmq_lease_cols(p_queue text)
                        q.read_ct > 0 AND q.message ->> ''failed'' IS DISTINCT FROM q.read_ct::text AS lapsed',
                   CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'q.last_read_at' ELSE 'NULL::timestamptz' END) $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_lease_refused(p_queue text, p_until timestamp with time zone, p_max double precision)
+ RETURNS boolean LANGUAGE plpgsql AS $function$
+BEGIN
+    -- the last term of a policy queue's lease bound (ensure_lease_bound): a row over it.
+    -- Executable by every role that writes the queue's table (privileges.sql)
+    RAISE EXCEPTION 'a lease ending at % is longer than queue "%"''s max_lease of % s',
+        p_until, p_queue, p_max USING ERRCODE = 'DPQ03';
+END $function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.pgmq_lease_sql(p_queue text, p_leased text)
  RETURNS text LANGUAGE sql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
     -- after a claim's "picked" rows: a lapsed lease's attempt ends, an exhausted job is
@@ -1654,20 +1674,6 @@ BEGIN
         PERFORM drainpipe.check_policy_insert(substr(TG_TABLE_NAME, 3), r.added, r.largest, r.latest);
     END IF;
     RETURN NULL;
-END $function$;
-
-CREATE OR REPLACE FUNCTION drainpipe.pgmq_queue_policy_lease()
- RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' SET enable_seqscan TO 'on' SET jit TO 'off' AS $function$
-DECLARE
-    v_max double precision;
-BEGIN
-    SELECT p.max_lease INTO v_max FROM drainpipe.queue_policies p
-     WHERE p.queue = substr(TG_TABLE_NAME, 3);
-    IF v_max IS NOT NULL AND NEW.vt > clock_timestamp() + make_interval(secs => v_max + 1) THEN
-        RAISE EXCEPTION 'a lease ending at % is longer than queue "%"''s max_lease of % s',
-            NEW.vt, substr(TG_TABLE_NAME, 3), v_max USING ERRCODE = 'DPQ03';
-    END IF;
-    RETURN NEW;
 END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.pgmq_records_ids_sql(p_queue text, p_from bigint, p_to bigint, p_ids bigint[] DEFAULT NULL::bigint[])
