@@ -618,14 +618,34 @@ END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.ensure_flow_indexes(p_queue text)
  RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_max double precision;
+    v_latest timestamptz;
+    v_bound text := '';
 BEGIN
     PERFORM drainpipe.assert_queue_name(p_queue);
     PERFORM drainpipe.ensure_job_queue_v1(p_queue);
     PERFORM pg_advisory_xact_lock(hashtext('drainpipe.queue:' || p_queue));
+    SELECT p.max_lease INTO v_max FROM drainpipe.queue_policies p WHERE p.queue = p_queue;
     IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f
-                WHERE f.queue = p_queue AND drainpipe.flow_budget_applies(f)) THEN
-        -- a queue-wide concurrency only: what is leased by vt alone, for the exact counts;
-        -- a lease then evaluates no key for an index
+                WHERE f.queue = p_queue AND drainpipe.flow_budget_applies(f)) AND v_max IS NOT NULL THEN
+        -- a queue-wide concurrency only, on a policy queue: every writer holds a lease to
+        -- max_lease (ensure_lease_bound's check), so the exact counts read pgmq's own vt
+        -- index over the next max_lease, and a lease enters no index of ours. A lease
+        -- granted before that bound (a lowered max_lease, or no policy yet) may end later:
+        -- the window reaches the latest such lease too (as far from now as it is now)
+        EXECUTE format('SELECT max(l.vt) FROM (SELECT l.vt FROM pgmq.%I l
+                         WHERE l.read_ct > 0 AND (l.message ->> ''failed'') IS DISTINCT FROM (l.read_ct::text)
+                         ORDER BY l.vt DESC LIMIT 1) l', 'q_' || p_queue)
+          INTO v_latest;
+        v_bound := format(' AND l.vt <= greatest(v_now, clock_timestamp()) + %L::interval',
+                          make_interval(secs => greatest(v_max + 1,
+                              extract(epoch FROM v_latest - clock_timestamp()) + 1))::text);
+        EXECUTE format('DROP INDEX IF EXISTS pgmq.%I', 'q_' || p_queue || '_dp_flow_leased_vt');
+    ELSIF EXISTS (SELECT 1 FROM drainpipe.queue_flow f
+                   WHERE f.queue = p_queue AND drainpipe.flow_budget_applies(f)) THEN
+        -- a queue-wide concurrency only, no lease bound: what is leased by vt alone, for the
+        -- exact counts; a lease then evaluates no key for an index
         EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (vt)
                         WHERE read_ct > 0 AND (message ->> ''failed'') IS DISTINCT FROM (read_ct::text)',
                        'q_' || p_queue || '_dp_flow_leased_vt', 'q_' || p_queue);
@@ -799,7 +819,8 @@ BEGIN
               drainpipe.pgmq_lease_sql(p_queue, 'm.ctid = ANY (ARRAY(SELECT l.at FROM leasing l))'),
               drainpipe.pgmq_lease_sql(p_queue, 'm.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE NOT p.exhausted))'),
               p_queue, 'claim_jobs__' || p_queue, 'flow_pick_jobs__' || p_queue,
-              $l$l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text) AND l.vt > v_now$l$);
+              $l$l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text) AND l.vt > v_now$l$
+              || v_bound);
     EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) FROM PUBLIC', 'flow_claim_jobs__' || p_queue);
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'service_role') THEN
         EXECUTE format('GRANT EXECUTE ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) TO service_role', 'flow_claim_jobs__' || p_queue);
