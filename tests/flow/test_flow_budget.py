@@ -35,7 +35,9 @@ async def fill(url: str, count: int, limit: int = LIMIT) -> None:
 
 def budget(conn: psycopg.Connection[Any]) -> tuple[Any, ...]:
     row = conn.execute(
-        "SELECT epoch, cap, granted FROM drainpipe.flow_budget WHERE queue = 'llm'"
+        # granted: what the epoch handed out, its counting claim's room and its chunks
+        "SELECT epoch, cap, drainpipe.flow_budget_granted(b, drainpipe.flow_budget_chunk(concurrency))"
+        " FROM drainpipe.flow_budget b WHERE queue = 'llm'"
     ).fetchone()
     assert row is not None
     return tuple(row)
@@ -274,3 +276,21 @@ async def test_racing_claimers_with_a_budget_never_pass_the_limit(
     assert seen and max(seen) <= limit
     with psycopg.connect(jobs_db_url, autocommit=True) as conn:
         assert leased(conn, backend_name) == limit
+
+
+async def test_a_lease_longer_than_a_later_max_lease_still_counts(
+    jobs_db_url: str, backend_name: str
+) -> None:
+    """On pgmq a concurrency alone counts what is leased through pgmq's own index of `vt`,
+    over the next `max_lease` (every writer is held to it): a lease granted before the
+    policy, longer than its `max_lease`, is counted all the same until it ends."""
+    async with Jobs(jobs_db_url, QUEUES) as undeclared:
+        await undeclared.enqueue_many("llm", [{"n": n} for n in range(10)])
+        assert len(await undeclared.claim("llm", batch=2, lease=300)) == 2
+    limited = QueuePolicy(max_pending=2**31 - 1, lease=5, max_lease=10, concurrency=3)
+    async with Jobs(jobs_db_url, QUEUES, policies={"llm": limited}) as jobs:
+        await jobs.ensure_policies()
+        assert len(await jobs.claim("llm", batch=5)) == 1  # 2 of 3 places held since before
+        assert await jobs.claim("llm", batch=5) == []
+    with psycopg.connect(jobs_db_url) as conn:
+        assert leased(conn, backend_name) == 3

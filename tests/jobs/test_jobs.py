@@ -544,7 +544,13 @@ async def test_api_roles_cannot_execute_job_functions(db_url: str, role: str) ->
             )
         ).fetchall()
     assert len(rows) > 10
-    assert [name for name, api, _ in rows if api] == []
+    # but the last term of a pgmq lease bound, a check every writer of a queue table runs:
+    # it does nothing but refuse (raise DPQ03)
+    executable = [name for name, api, _ in rows if api]
+    assert executable in (
+        [],
+        ["drainpipe.pgmq_lease_refused(text,timestamp with time zone,double precision)"],
+    )
     assert [name for name, _, service in rows if not service] == []
 
 

@@ -423,10 +423,10 @@ async def test_memory_backend_enforces_the_pending_cap_and_retention() -> None:
     assert await jobs.apply_retention_if_due(3600) is None
 
 
-async def test_the_lease_trigger_follows_a_changed_max_lease(
+async def test_the_lease_bound_follows_a_changed_max_lease(
     jobs_db_url: str, backend_name: str
 ) -> None:
-    """The lease trigger's WHEN clause holds the bound: a lowered max_lease is
+    """The lease bound (pgmq: a check constraint) follows the policy: a lowered max_lease is
     refused at once, a raised one allows longer leases, and on the table a queue with a
     larger max_lease than another's keeps its own (the bound only calls the function)."""
     undeclared = Jobs(jobs_db_url, QUEUES)
@@ -467,10 +467,9 @@ async def test_sql_refuses_leases_over_max_lease_from_undeclared_writers(
     assert_refused(too_long, "invalid_request", "LEASE_TOO_LONG")
     (job,) = await undeclared.claim("inbox", lease=8)  # nothing was claimed before
     assert job.attempts == 1
-    if backend_name == "table":  # pgmq cannot tell a heartbeat from a backoff in SQL
-        with pytest.raises(DrainpipeError) as extend_too_long:
-            await undeclared.extend(job, 60)
-        assert_refused(extend_too_long, "invalid_request", "LEASE_TOO_LONG")
+    with pytest.raises(DrainpipeError) as extend_too_long:
+        await undeclared.extend(job, 60)
+    assert_refused(extend_too_long, "invalid_request", "LEASE_TOO_LONG")
     assert await undeclared.extend(job, 9)
     # a failure's backoff is not a lease: a retry far past max_lease is scheduled
     assert await undeclared.fail(job, "later", retry_in=600) == "queued"

@@ -72,7 +72,7 @@ INTERNAL_FUNCTIONS = {
     "pgmq_queue_policy_insert",
     "count_live_jobs",
     "job_messages_policy_lease",
-    "pgmq_queue_policy_lease",
+    "pgmq_lease_refused",
     # replay rules: helpers of replay_dead_job_v3, never the client
     "replay_rules_in_force",
     "replay_refusal",
@@ -133,15 +133,17 @@ INTERNAL_FUNCTIONS = {
     "flow_budget_chunk",
     "flow_budget_applies",
     "flow_budget_take",
+    "flow_budget_granted",
     "flow_budget_pending",
     "flow_budget_reset",
     # the budget's sequences, the chunk spent without a statement (and the shared
-    # lock it marks nothing of), the lease trigger's bound
+    # lock it marks nothing of), the lease bound
     "flow_budget_sequence",
     "flow_budget_advance",
     "flow_budget_spend",
+    "flow_budget_keep",
     "flow_budget_held",
-    "ensure_lease_trigger",
+    "ensure_lease_bound",
 }
 
 

@@ -15,11 +15,14 @@ import hashlib
 import hmac
 import logging
 import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Final
 
 from ..codes import CANCELLED
 from ..errors import DrainpipeError
-from ..validation import error_text
+from ..validation import error_text, positive_int, seconds
 
 log = logging.getLogger("drainpipe")
 
@@ -109,6 +112,103 @@ def fair_share_deadline(now: float, deadline: float, sources_left: int) -> float
     if sources_left <= 1:
         return deadline
     return now + time_left(now, deadline) / sources_left
+
+
+# -- a run's options ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """The options of one ``work`` or ``drain`` run (or one queue of the drain route),
+    checked and normalised by :meth:`checked`, the one place both twins' runs (the async
+    ``Worker``, the sync twin's ``SyncWorker``) take them from: a wrong value is the same
+    ``validation`` error, with the same message, in either."""
+
+    concurrency: int
+    batch: int
+    #: seconds, or a callable answering them (the drain route's), each answer checked
+    lease: float | Callable[[], float]
+    poll_interval: float
+    #: never below ``poll_interval``
+    max_poll_interval: float
+    #: an event (``is_set``, ``wait``) of the twin's kind; the runs check it and ``on_error``
+    #: (:func:`check_hooks`), naming that kind
+    stop: Any
+    on_error: Callable[[BaseException, Any], Any] | None
+    all_tenants: bool
+    budget: float | None
+    #: a time on the run's clock (the event loop's; ``time.monotonic()`` in the sync twin)
+    deadline: float | None
+    heartbeat_every: float | None
+    #: None: transient claim errors are retried :data:`CLAIM_RETRIES` times (``drain``)
+    max_outage: float | None
+    step_margin: float
+
+    @classmethod
+    def checked(
+        cls,
+        *,
+        concurrency: int,
+        batch: int,
+        lease: float | Callable[[], float],
+        poll_interval: float = 1.0,
+        max_poll_interval: float = 30.0,
+        stop: Any = None,
+        on_error: Callable[[BaseException, Any], Any] | None = None,
+        all_tenants: bool = False,
+        budget: float | None = None,
+        deadline: float | None = None,
+        heartbeat_every: float | None = None,
+        max_outage: float | None = None,
+        step_margin: float | timedelta = 5.0,
+    ) -> RunOptions:
+        """The options as given to ``work``/``drain`` (``lease`` already resolved against
+        the queue's policy), each checked; the defaults are ``drain``'s."""
+        margin = seconds(step_margin, "step_margin")
+        if callable(lease):
+            checked_lease: float | Callable[[], float] = _checked_lease(lease)
+        else:
+            checked_lease = seconds(lease, "lease")
+            # a margin past half the lease would suspend every step: clamped to half of it
+            margin = min(margin, checked_lease / 2)
+        poll = seconds(poll_interval, "poll_interval")
+        return cls(
+            concurrency=positive_int(concurrency, "concurrency"),
+            batch=positive_int(batch, "batch"),
+            lease=checked_lease,
+            poll_interval=poll,
+            max_poll_interval=max(poll, seconds(max_poll_interval, "max_poll_interval")),
+            stop=stop,
+            on_error=on_error,
+            all_tenants=all_tenants,
+            budget=None if budget is None else seconds(budget, "budget"),
+            deadline=deadline,
+            heartbeat_every=(
+                None
+                if heartbeat_every is None
+                else seconds(heartbeat_every, "heartbeat_every", minimum=0.001)
+            ),
+            max_outage=None if max_outage is None else seconds(max_outage, "max_outage"),
+            step_margin=margin,
+        )
+
+
+def _checked_lease(lease: Callable[[], float]) -> Callable[[], float]:
+    """A lease callable whose every answer is checked: a wrong one is a ``validation``
+    error of the claim (which ends the run), not a failure deep inside the SQL call."""
+    return lambda: seconds(lease(), "lease")
+
+
+def check_hooks(stop: Any, on_error: Any, *, event: str, item: str) -> None:
+    """``TypeError`` unless ``on_error`` is None or callable, and ``stop`` None or an event
+    (anything with ``is_set`` and ``wait``): ``event`` names the twin's kind of event (``"an
+    asyncio.Event"``, ``"a threading.Event"``), ``item`` what ``on_error`` is called with."""
+    if on_error is not None and not callable(on_error):
+        raise TypeError(f"on_error must be callable: on_error(error, {item})")
+    if stop is not None and not (
+        callable(getattr(stop, "is_set", None)) and callable(getattr(stop, "wait", None))
+    ):
+        raise TypeError(f"stop must be {event} (or None), not {type(stop).__name__}")
 
 
 # -- lease ids ------------------------------------------------------------------------------

@@ -61,6 +61,7 @@ from .core import (
     LEASE_LOST,
     as_error,
     budget_spent,
+    check_hooks,
     claim_retry_wait,
     heartbeat_interval,
     lease_lost,
@@ -125,12 +126,7 @@ class Runner:
         claim_retries: int = CLAIM_RETRIES,
         max_outage: float | None = None,
     ) -> None:
-        if on_error is not None and not callable(on_error):
-            raise TypeError("on_error must be callable: on_error(error, item)")
-        if stop is not None and not (
-            callable(getattr(stop, "is_set", None)) and callable(getattr(stop, "wait", None))
-        ):
-            raise TypeError(f"stop must be an asyncio.Event (or None), not {type(stop).__name__}")
+        check_hooks(stop, on_error, event="an asyncio.Event", item="item")
         self.source = source
         self.concurrency = max(1, concurrency)
         self.batch = batch

@@ -39,7 +39,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..engine.core import budget_spent, fair_share_deadline, route_lease
+from ..engine.core import RunOptions, budget_spent, fair_share_deadline, route_lease
 from ..engine.runner import call_hook, log_error
 from ..errors import NOT_INSTALLED, SCHEMA_NOT_EXPOSED, DrainpipeError
 from ..http import (
@@ -333,19 +333,18 @@ class DrainRoute:
                 # sized to the budget (which could pass max_lease)
                 queue_lease = policy.lease
                 beat = min(beat, policy.lease / 3)
-            worker = Worker(
-                self.jobs,
-                source.name,
-                source.handler,
+            options = RunOptions.checked(
                 concurrency=self.concurrency,
                 batch=self.batch,
                 lease=queue_lease,
-                deadline=deadline,
                 on_error=self.on_error,
                 all_tenants=self.all_tenants,
+                deadline=deadline,
                 heartbeat_every=beat,
-                retry_unreached=reached,
                 step_margin=self.step_margin,
+            )
+            worker = Worker(
+                self.jobs, source.name, source.handler, options, retry_unreached=reached
             )
             return await worker.run(until_empty=True)
         make_runner = getattr(source.inbox, "_runner", None)

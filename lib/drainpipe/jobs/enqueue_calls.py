@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 from ..codes import code_of
 from ..models import DedupeMode, FailOutcome, Job, JobContext
 from ..validation import seconds
-from .guard import DEFAULT_LEASE, PolicyMixin, fail_within_window
+from .guard import PolicyMixin, fail_within_window
+from .job_rules import DEFAULT_LEASE
 
 if TYPE_CHECKING:
     from ..backends import QueueBackend

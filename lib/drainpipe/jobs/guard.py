@@ -15,6 +15,7 @@ from ..context import wrap_payload
 from ..errors import NOT_INSTALLED, DrainpipeError, invalid_request
 from ..models import DeadJob, FailOutcome, Job, JobContext, JobRecord
 from ..validation import MAX_PAYLOAD_BYTES
+from .job_rules import DEFAULT_LEASE
 from .policy import DEADLINE_PASSED, PAYLOAD_UNREADABLE, QueuePolicy, check_policies
 from .record_calls import RecordsMixin
 
@@ -28,8 +29,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("drainpipe.jobs")
 
-#: The lease of a queue without a policy when none is given (section 2).
-DEFAULT_LEASE = 300.0
 #: The attempts of a job on a queue without a policy when none is given (section 2).
 DEFAULT_MAX_ATTEMPTS = 5
 #: The drain route applies retention at most this often (seconds).
@@ -151,14 +150,6 @@ class PolicyMixin(RecordsMixin):
         if policy is None:
             return DEFAULT_LEASE if lease is None else lease
         return policy.lease if lease is None else policy.check_lease(lease)
-
-    def _worker_lease(self, queue: str, lease: float | None) -> float:
-        """``work``/``drain``'s lease: the policy's default, capped at its ``max_lease``
-        (heartbeats keep a longer handler's job leased)."""
-        policy = self._policies.get(queue)
-        if policy is None:
-            return DEFAULT_LEASE if lease is None else lease
-        return policy.lease if lease is None else min(lease, policy.max_lease)
 
     def _max_attempts(self, queue: str, max_attempts: int | None) -> int:
         policy = self._policies.get(queue)

@@ -37,6 +37,10 @@ from .cursor import cursor_key
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
 
+    from .policy import QueuePolicy
+
+#: The lease of a queue without a policy when none is given (section 2).
+DEFAULT_LEASE = 300.0
 SEVEN_DAYS = timedelta(days=7)
 THIRTY_DAYS = timedelta(days=30)
 MAX_DEDUPE_KEY = 255
@@ -78,6 +82,16 @@ def hand_over(item: Job[Any], validate: Callable[[Any], Any], all_tenants: bool)
                 actor=context.actor, tenant=None, all_tenants=True, trace=context.trace
             )
     return payload
+
+
+def worker_lease(policy: QueuePolicy | None, lease: float | None) -> float:
+    """``work``/``drain``'s lease (both twins), checked: the queue policy's default, capped
+    at its ``max_lease`` (heartbeats keep a longer handler's job leased)."""
+    if lease is not None:
+        lease = seconds(lease, "lease")
+    if policy is None:
+        return DEFAULT_LEASE if lease is None else lease
+    return policy.lease if lease is None else min(lease, policy.max_lease)
 
 
 def _utcnow() -> datetime:

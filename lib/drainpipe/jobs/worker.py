@@ -1,9 +1,10 @@
 """``Jobs.work`` and ``Jobs.drain``, and the jobs source of the lease engine behind them.
 
 The loop itself (lanes, heartbeats, lost leases, claim retries, settling) is
-:class:`drainpipe.engine.runner.Runner`; this module says which lease a run claims with,
-checks its options once, and how jobs are claimed, extended, settled and handed to their
-handler. The runner and the step rules load with the first run: a function that only
+:class:`drainpipe.engine.runner.Runner`; this module hands it the run's options (checked
+once by :class:`~drainpipe.engine.core.RunOptions`, the queue's lease by
+:func:`~drainpipe.jobs.job_rules.worker_lease`, as in the sync twin) and says how jobs are
+claimed, extended, settled and handed to their handler. The runner and the step rules load with the first run: a function that only
 enqueues does not import them.
 """
 
@@ -17,12 +18,11 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from ..codes import CANCELLED
-from ..engine.core import JOB_HEARTBEAT_FLOOR, MAX_OUTAGE, run_deadline
+from ..engine.core import JOB_HEARTBEAT_FLOOR, MAX_OUTAGE, RunOptions, run_deadline
 from ..models import FailOutcome, Job, JobContext, WorkReport
 from ..telemetry import active_telemetry
-from ..validation import positive_int, seconds
-from .guard import DEFAULT_LEASE, bury, fail_within_window
-from .job_rules import hand_over
+from .guard import bury, fail_within_window
+from .job_rules import hand_over, worker_lease
 from .policy import PAYLOAD_UNREADABLE, QueuePolicy
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from .client import Handler, Jobs, OnError
     from .steps import StepRuntime
 
-__all__ = ["JobSource", "WorkMixin", "Worker", "worker_lease"]
+__all__ = ["JobSource", "WorkMixin", "Worker"]
 
 log = logging.getLogger("drainpipe.jobs")
 
@@ -264,53 +264,25 @@ class JobSource:
         return f"queue {self.queue} job {item.id} (attempt {item.attempts}/{item.max_attempts})"
 
 
-def worker_lease(policy: QueuePolicy | None, lease: float | None) -> float:
-    """``work``/``drain``'s lease: the queue policy's default, capped at its ``max_lease``
-    (heartbeats keep a longer handler's job leased)."""
-    if policy is None:
-        return DEFAULT_LEASE if lease is None else lease
-    return policy.lease if lease is None else min(lease, policy.max_lease)
-
-
-def checked_lease(lease: Callable[[], float]) -> Callable[[], float]:
-    """A lease callable whose every answer is checked: a wrong one is a ``validation``
-    error of the claim (which ends the run), not a failure deep inside the SQL call."""
-    return lambda: seconds(lease(), "lease")
-
-
 class Worker:
-    """``work``/``drain`` options checked once, then a :class:`Runner` over a
-    :class:`JobSource`. ``retry_unreached=False`` (the drain route) reports a database that
-    never answered at once instead of retrying the first claim."""
+    """A :class:`Runner` over a :class:`JobSource`, with options checked once
+    (:class:`~drainpipe.engine.core.RunOptions`). ``retry_unreached=False`` (the drain
+    route) reports a database that never answered at once instead of retrying the first
+    claim."""
 
     def __init__(
         self,
         jobs: Jobs,
         queue: str,
         handler: Handler,
+        options: RunOptions,
         *,
-        concurrency: int = 1,
-        batch: int = 1,
-        lease: float | Callable[[], float] = 300,
-        poll_interval: float = 1.0,
-        max_poll_interval: float = 30.0,
-        stop: asyncio.Event | None = None,
-        on_error: OnError | None = None,
-        all_tenants: bool = False,
-        budget: float | None = None,
-        deadline: float | None = None,
-        heartbeat_every: float | None = None,
         retry_unreached: bool = True,
-        max_outage: float | None = None,
-        step_margin: float | timedelta = 5.0,
     ) -> None:
-        poll = seconds(poll_interval, "poll_interval")
         loop = asyncio.get_running_loop()
-        margin = seconds(step_margin, "step_margin")
-        if not callable(lease):
-            # a margin past half the lease would suspend every step: clamped to half of it
-            margin = min(margin, seconds(lease, "lease") / 2)
-        jobs_source = JobSource(jobs, queue, handler, all_tenants=all_tenants, step_margin=margin)
+        jobs_source = JobSource(
+            jobs, queue, handler, all_tenants=options.all_tenants, step_margin=options.step_margin
+        )
         from ..engine.runner import Runner  # asyncio's loop machinery: with the first run
 
         source: ClaimableSource[Any] = jobs_source
@@ -319,23 +291,17 @@ class Worker:
             source = otel.traced(source)
         self.runner: Runner = Runner(
             source,
-            concurrency=max(1, positive_int(concurrency, "concurrency")),
-            batch=positive_int(batch, "batch"),
-            lease=checked_lease(lease) if callable(lease) else seconds(lease, "lease"),
-            poll_interval=poll,
-            max_poll_interval=max(poll, seconds(max_poll_interval, "max_poll_interval")),
-            stop=stop,
-            on_error=on_error,
-            deadline=run_deadline(
-                loop.time(), None if budget is None else seconds(budget, "budget"), deadline
-            ),
-            heartbeat_every=(
-                None
-                if heartbeat_every is None
-                else seconds(heartbeat_every, "heartbeat_every", minimum=0.001)
-            ),
+            concurrency=options.concurrency,
+            batch=options.batch,
+            lease=options.lease,
+            poll_interval=options.poll_interval,
+            max_poll_interval=options.max_poll_interval,
+            stop=options.stop,
+            on_error=options.on_error,
+            deadline=run_deadline(loop.time(), options.budget, options.deadline),
+            heartbeat_every=options.heartbeat_every,
             retry_unreached=retry_unreached,
-            max_outage=None if max_outage is None else seconds(max_outage, "max_outage"),
+            max_outage=options.max_outage,
         )
         # the budget rule: a step started with less than the margin left suspends
         jobs_source.deadline = self.runner.deadline
@@ -349,8 +315,8 @@ class Worker:
 
 
 class WorkMixin:
-    """``work`` and ``drain`` of :class:`~drainpipe.jobs.Jobs`: the queue's lease, then a
-    :class:`Worker` over it."""
+    """``work`` and ``drain`` of :class:`~drainpipe.jobs.Jobs`: the queue's lease (its
+    policy's), the options checked, then a :class:`Worker` over them."""
 
     _policies: dict[str, QueuePolicy]
 
@@ -382,14 +348,10 @@ class WorkMixin:
         makes), waiting with capped, jittered backoff and reporting each to ``on_error``;
         past it, or on any other claim error, the call raises."""
         self._check_queue(queue)
-        policy = self._policies.get(queue)
-        return await Worker(
-            cast("Jobs", self),  # a base of Jobs only
-            queue,
-            handler,
+        options = RunOptions.checked(
             concurrency=concurrency,
             batch=batch,
-            lease=worker_lease(policy, None if lease is None else seconds(lease, "lease")),
+            lease=worker_lease(self._policies.get(queue), lease),
             poll_interval=poll_interval,
             max_poll_interval=max_poll_interval,
             stop=stop,
@@ -398,7 +360,9 @@ class WorkMixin:
             heartbeat_every=heartbeat_every,
             max_outage=max_outage,
             step_margin=step_margin,
-        ).run(until_empty=False)
+        )
+        worker = Worker(cast("Jobs", self), queue, handler, options)  # a base of Jobs only
+        return await worker.run(until_empty=False)
 
     async def drain(
         self,
@@ -421,20 +385,16 @@ class WorkMixin:
         ``step_margin`` seconds of the budget left suspends at its next step (eligible at
         once) instead of running past it (docs/steps.md)."""
         self._check_queue(queue)
-        if not callable(lease):
-            policy = self._policies.get(queue)
-            lease = worker_lease(policy, None if lease is None else seconds(lease, "lease"))
-        return await Worker(
-            cast("Jobs", self),  # a base of Jobs only
-            queue,
-            handler,
+        options = RunOptions.checked(
             concurrency=concurrency,
             batch=batch,
-            lease=lease,
-            budget=budget,
-            deadline=deadline,
+            lease=lease if callable(lease) else worker_lease(self._policies.get(queue), lease),
             on_error=on_error,
             all_tenants=all_tenants,
+            budget=budget,
+            deadline=deadline,
             heartbeat_every=heartbeat_every,
             step_margin=step_margin,
-        ).run(until_empty=True)
+        )
+        worker = Worker(cast("Jobs", self), queue, handler, options)  # a base of Jobs only
+        return await worker.run(until_empty=True)

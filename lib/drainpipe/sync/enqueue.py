@@ -17,9 +17,10 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..codes import code_of
+from ..jobs.job_rules import DEFAULT_LEASE
 from ..models import DedupeMode, FailOutcome, Job, JobContext
 from ..validation import seconds
-from .policies import DEFAULT_LEASE, SyncPolicyMixin, fail_within_window
+from .policies import SyncPolicyMixin, fail_within_window
 
 if TYPE_CHECKING:
     from .backend import SyncSqlBackend

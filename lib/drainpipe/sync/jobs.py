@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
-from ..jobs.job_rules import SEVEN_DAYS, THIRTY_DAYS, JobRules
+from ..engine.core import RunOptions
+from ..jobs.job_rules import SEVEN_DAYS, THIRTY_DAYS, JobRules, worker_lease
 from ..jobs.replays import ReplayCheck, check_replay_check
 from ..models import (
     DeadJob,
@@ -29,7 +30,6 @@ from ..models import (
     ReplayReport,
     WorkReport,
 )
-from ..validation import seconds
 from .archive import SyncArchiveMixin
 from .backend import SyncSqlBackend
 from .enqueue import SyncEnqueueMixin
@@ -120,20 +120,18 @@ class Jobs(
         ``await``; a job with less than ``step_margin`` seconds of the budget left suspends
         at its next step (eligible at once). See :mod:`drainpipe.sync.worker`."""
         self._check_queue(queue)
-        return SyncWorker(
-            self,
-            queue,
-            handler,
+        options = RunOptions.checked(
             concurrency=concurrency,
             batch=batch,
-            lease=self._worker_lease(queue, None if lease is None else seconds(lease, "lease")),
-            budget=budget,
-            deadline=deadline,
+            lease=worker_lease(self.policy(queue), lease),
             on_error=on_error,
             all_tenants=all_tenants,
+            budget=budget,
+            deadline=deadline,
             heartbeat_every=heartbeat_every,
             step_margin=step_margin,
-        ).run()
+        )
+        return SyncWorker(self, queue, handler, options).run()
 
     # -- handles and lifetime ------------------------------------------------------------
 

@@ -38,14 +38,15 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from ..codes import CANCELLED, Discard, Skip, Suspend, code_of
 from ..engine.core import (
     JOB_HEARTBEAT_FLOOR,
+    RunOptions,
     as_error,
     budget_spent,
+    check_hooks,
     claim_retry_wait,
     heartbeat_interval,
     lease_lost,
@@ -59,7 +60,7 @@ from ..engine.core import (
 from ..errors import TRANSIENT_KINDS, DrainpipeError, Retry
 from ..jobs.job_rules import hand_over
 from ..models import Job, WorkReport
-from ..validation import error_text, positive_int, seconds
+from ..validation import error_text, seconds
 from .lanes import Batch, Beats
 from .policies import fail_within_window
 
@@ -76,28 +77,17 @@ SyncOnError = Callable[[BaseException, Job[Any] | None], Any]
 
 
 class SyncWorker:
-    """One ``drain`` call: options checked once, then lanes until the queue is empty."""
+    """One ``drain`` or ``work`` call: lanes over options checked once
+    (:class:`~drainpipe.engine.core.RunOptions`), until the queue is empty or ``stop`` is set."""
 
     def __init__(
         self,
         jobs: Jobs,
         queue: str,
         handler: SyncHandler,
+        options: RunOptions,
         *,
-        concurrency: int = 1,
-        batch: int = 1,
-        lease: float = 300,
-        budget: float | None = None,
-        on_error: SyncOnError | None = None,
-        all_tenants: bool = False,
-        deadline: float | None = None,
-        heartbeat_every: float | None = None,
-        poll_interval: float = 1.0,
-        step_margin: float | timedelta = 5.0,
         until_empty: bool = True,
-        stop: Any = None,
-        max_poll_interval: float = 30.0,
-        max_outage: float | None = None,
     ) -> None:
         if not callable(handler):
             raise TypeError("handler must be a function: handler(payload, job)")
@@ -106,12 +96,7 @@ class SyncWorker:
                 "drainpipe.sync drains with plain functions; an async handler belongs to "
                 "drainpipe.Jobs.drain"
             )
-        if on_error is not None and not callable(on_error):
-            raise TypeError("on_error must be callable: on_error(error, job)")
-        if stop is not None and not (
-            callable(getattr(stop, "is_set", None)) and callable(getattr(stop, "wait", None))
-        ):
-            raise TypeError(f"stop must be a threading.Event (or None), not {type(stop).__name__}")
+        check_hooks(options.stop, options.on_error, event="a threading.Event", item="job")
         self.queue = queue
         self.backend = jobs.backend
         self.handler = handler
@@ -121,37 +106,32 @@ class SyncWorker:
         #: a keyring's Jobs opens sealed payloads as its claim does (an unreadable one ends
         #: dead with PAYLOAD_UNREADABLE and is left out of the batch)
         self._open_claimed = None if jobs.keyring is None else jobs._open_claimed
-        self.concurrency = positive_int(concurrency, "concurrency")
-        self.batch = positive_int(batch, "batch")
-        self.lease = seconds(lease, "lease")
-        self.poll_interval = seconds(poll_interval, "poll_interval")
+        self.concurrency = options.concurrency
+        self.batch = options.batch
+        # seconds: the sync calls take no lease callable (their lease check refuses one)
+        self.lease = seconds(options.lease, "lease")
+        self.poll_interval = options.poll_interval
         #: ``work``: poll when idle (doubling to ``max_poll_interval``) until ``stop`` is set,
         #: riding out transient claim errors for ``max_outage`` seconds (None: 3 retries)
         self.until_empty = until_empty
-        self.stop = stop
-        self.max_poll_interval = max(
-            self.poll_interval, seconds(max_poll_interval, "max_poll_interval")
-        )
-        self.max_outage = None if max_outage is None else seconds(max_outage, "max_outage")
-        self.on_error = on_error
-        self.all_tenants = all_tenants
+        self.stop = options.stop
+        self.max_poll_interval = options.max_poll_interval
+        self.max_outage = options.max_outage
+        self.on_error: SyncOnError | None = options.on_error
+        self.all_tenants = options.all_tenants
         self.every = heartbeat_interval(
             self.lease,
-            None
-            if heartbeat_every is None
-            else seconds(heartbeat_every, "heartbeat_every", minimum=0.001),
-            JOB_HEARTBEAT_FLOOR if heartbeat_every is None else 0.0,
+            options.heartbeat_every,
+            JOB_HEARTBEAT_FLOOR if options.heartbeat_every is None else 0.0,
         )
-        self.deadline = run_deadline(
-            time.monotonic(), None if budget is None else seconds(budget, "budget"), deadline
-        )
+        self.deadline = run_deadline(time.monotonic(), options.budget, options.deadline)
         from .steps import SyncJob, SyncStepRuntime  # the step rules load with a drain
 
         self._job_class = SyncJob
-        # a margin past half the lease would suspend every step: clamped to half of it
-        margin = min(seconds(step_margin, "step_margin"), self.lease / 2)
         # the sync twin's one backend is the SQL one, which records steps
-        self.steps: SyncStepRuntime | None = SyncStepRuntime(jobs, queue, step_margin=margin)
+        self.steps: SyncStepRuntime | None = SyncStepRuntime(
+            jobs, queue, step_margin=options.step_margin
+        )
         self.steps.deadline = self.deadline  # the budget rule: a time.monotonic() time
         self.report = WorkReport()
         self._count = threading.Lock()

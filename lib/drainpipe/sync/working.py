@@ -15,9 +15,9 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ..engine.core import MAX_OUTAGE
+from ..engine.core import MAX_OUTAGE, RunOptions
+from ..jobs.job_rules import worker_lease
 from ..models import WorkReport
-from ..validation import seconds
 from .worker import SyncHandler, SyncOnError, SyncWorker
 
 if TYPE_CHECKING:
@@ -51,13 +51,10 @@ class SyncWorkMixin:
         ``stop`` (a ``threading.Event``) is set; see :mod:`drainpipe.sync.working`."""
         jobs: Jobs = self  # type: ignore[assignment]
         jobs._check_queue(queue)
-        return SyncWorker(
-            jobs,
-            queue,
-            handler,
+        options = RunOptions.checked(
             concurrency=concurrency,
             batch=batch,
-            lease=jobs._worker_lease(queue, None if lease is None else seconds(lease, "lease")),
+            lease=worker_lease(jobs.policy(queue), lease),
             poll_interval=poll_interval,
             max_poll_interval=max_poll_interval,
             stop=stop,
@@ -66,8 +63,8 @@ class SyncWorkMixin:
             heartbeat_every=heartbeat_every,
             max_outage=max_outage,
             step_margin=step_margin,
-            until_empty=False,
-        ).run()
+        )
+        return SyncWorker(jobs, queue, handler, options, until_empty=False).run()
 
 
 class QueueWorkMixin(Generic[T]):

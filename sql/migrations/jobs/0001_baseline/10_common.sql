@@ -46,6 +46,8 @@ CREATE TABLE IF NOT EXISTS drainpipe.flow_budget (
     cap bigint NOT NULL,
     granted bigint NOT NULL,
     stamp bigint,
+    grants regclass,
+    grant_base bigint,
     CONSTRAINT flow_budget_pkey PRIMARY KEY (queue)
 );
 ALTER TABLE drainpipe.flow_budget ENABLE ROW LEVEL SECURITY;
@@ -609,13 +611,16 @@ DECLARE
     v_stamp bigint;
 BEGIN
     PERFORM drainpipe.assert_queue_name(p_queue);
-    -- jobs 0023: a sequence per queue with a concurrency (a queue limited earlier gets its own)
+    -- two sequences per queue with a concurrency: the budget's stamp, which a change of
+    -- limits or a new epoch advances (a chunk a session keeps is spent only while the stamp
+    -- reads what the session saw), and the chunks an epoch grants, one nextval each
     IF p_concurrency IS NOT NULL AND drainpipe.flow_budget_sequence(p_queue) IS NULL THEN
         EXECUTE format('CREATE SEQUENCE IF NOT EXISTS drainpipe.%I', 'flow_budget__' || p_queue);
+        EXECUTE format('CREATE SEQUENCE IF NOT EXISTS drainpipe.%I', 'flow_grant__' || p_queue);
     END IF;
-    -- jobs 0022: granted stays (chunks in flight still count until an exact count); the
-    -- sequence advanced first, whether an epoch is open or not (a chunk kept from one that
-    -- a spent budget closed is not spent under other limits)
+    -- the epoch closed and the stamp advanced, whether an epoch is open or not (a chunk kept
+    -- from one that a spent budget closed is not spent under other limits); what the epoch
+    -- granted stays in its row (chunks in flight still count until an exact count)
     v_stamp := drainpipe.flow_budget_advance(p_queue);
     UPDATE drainpipe.flow_budget b SET epoch = NULL, stamp = v_stamp WHERE b.queue = p_queue;
     IF p_concurrency IS NULL AND p_key_concurrency IS NULL AND p_rate_count IS NULL
@@ -687,6 +692,15 @@ CREATE OR REPLACE FUNCTION drainpipe.flow_budget_chunk(p_concurrency integer)
  RETURNS bigint LANGUAGE sql IMMUTABLE AS $function$
     SELECT least(1000, greatest(200, p_concurrency / 64))::bigint $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.flow_budget_granted(p_budget drainpipe.flow_budget, p_chunk bigint)
+ RETURNS bigint LANGUAGE sql AS $function$
+    -- what the budget's epoch has handed out: the counting claim's room and every chunk
+    -- granted so far (a nextval of a rolled-back claim too: a chunk is never granted twice).
+    -- Volatile, as the sequence it reads, so that the planner inlines it
+    SELECT p_budget.granted + p_chunk * least(
+        (p_budget.cap - p_budget.granted) / p_chunk,
+        coalesce(pg_sequence_last_value(p_budget.grants) - p_budget.grant_base, 0)) $function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.flow_budget_held(p_queue text)
  RETURNS boolean LANGUAGE sql STABLE AS $function$
     -- does this transaction hold the queue's flow lock shared? (flow_budget_take marks it;
@@ -699,6 +713,18 @@ CREATE OR REPLACE FUNCTION drainpipe.flow_budget_held(p_queue text)
                AND l.classid = (hashtext('drainpipe.flow')::bigint & 4294967295)::oid
                AND l.objid = (hashtext(p_queue)::bigint & 4294967295)::oid AND l.objsubid = 2)) $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.flow_budget_keep(p_queue text, p_epoch bigint, p_left bigint, p_seen bigint, p_sequence regclass)
+ RETURNS void LANGUAGE plpgsql AS $function$
+BEGIN
+    -- the connection's chunk: what is left of it ('' for none), its epoch, and the value of
+    -- the queue's sequence it was taken under ('' when a change was pending then: spent only
+    -- through flow_budget_take), with the sequence's oid (plpgsql: its plan is kept)
+    PERFORM set_config('drainpipe.flow_budget.' || p_queue, coalesce(p_left::text, ''), false),
+            set_config('drainpipe.flow_budget_epoch.' || p_queue, coalesce(p_epoch::text, ''), false),
+            set_config('drainpipe.flow_budget_seen.' || p_queue, coalesce(p_seen::text, ''), false),
+            set_config('drainpipe.flow_budget_sequence.' || p_queue, coalesce(p_sequence::oid::text, ''), false);
+END $function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.flow_budget_pending(p_queue text)
  RETURNS bigint LANGUAGE sql AS $function$
     SELECT current_setting('drainpipe.flow_budget_pending.' || p_queue)::bigint $function$;
@@ -709,25 +735,31 @@ DECLARE
     c_chunk constant bigint := drainpipe.flow_budget_chunk(p_flow.concurrency);
     v_cap bigint := p_flow.concurrency - p_leased;
     v_stamp bigint;
+    v_grants regclass;
 BEGIN
     IF NOT drainpipe.flow_budget_applies(p_flow) THEN
         -- other limits: no epoch is open (the change of limits closed it), nothing to do
         RETURN;
     END IF;
     -- this session's own leftover was counted as nothing: forget it
-    PERFORM set_config('drainpipe.flow_budget.' || p_flow.queue, '', false);
-    IF v_cap - p_room >= 16 * c_chunk THEN
+    PERFORM drainpipe.flow_budget_keep(p_flow.queue, NULL, NULL, NULL, NULL);
+    v_grants := to_regclass('drainpipe.' || quote_ident('flow_grant__' || p_flow.queue));
+    IF v_cap - p_room >= 16 * c_chunk AND v_grants IS NOT NULL THEN
+        -- an epoch: cap - granted in chunks, the n-th chunk granted by the n-th nextval of
+        -- the grant sequence past grant_base (see flow_budget_take)
         v_stamp := drainpipe.flow_budget_advance(p_flow.queue);
-        INSERT INTO drainpipe.flow_budget AS b (queue, epoch, concurrency, cap, granted, stamp)
+        INSERT INTO drainpipe.flow_budget AS b (queue, epoch, concurrency, cap, granted, stamp,
+                                                grants, grant_base)
         VALUES (p_flow.queue, coalesce(v_stamp, pg_current_xact_id()::text::bigint), p_flow.concurrency,
-                v_cap, p_room, v_stamp)
+                v_cap, p_room, v_stamp, v_grants, nextval(v_grants))
         ON CONFLICT (queue) DO UPDATE
-           SET epoch = excluded.epoch, concurrency = excluded.concurrency,
-               cap = excluded.cap, granted = excluded.granted, stamp = excluded.stamp;
+           SET epoch = excluded.epoch, concurrency = excluded.concurrency, cap = excluded.cap,
+               granted = excluded.granted, stamp = excluded.stamp, grants = excluded.grants,
+               grant_base = excluded.grant_base;
     ELSIF EXISTS (SELECT 1 FROM drainpipe.flow_budget b
                    WHERE b.queue = p_flow.queue AND (b.epoch IS NOT NULL OR b.granted <> 0)) THEN
         v_stamp := drainpipe.flow_budget_advance(p_flow.queue);
-        UPDATE drainpipe.flow_budget b SET epoch = NULL, granted = 0, stamp = v_stamp
+        UPDATE drainpipe.flow_budget b SET epoch = NULL, granted = 0, grant_base = NULL, stamp = v_stamp
          WHERE b.queue = p_flow.queue;
     END IF;
 END $function$;
@@ -738,26 +770,24 @@ CREATE OR REPLACE FUNCTION drainpipe.flow_budget_sequence(p_queue text)
 
 CREATE OR REPLACE FUNCTION drainpipe.flow_budget_spend(p_queue text, p_batch integer)
  RETURNS integer LANGUAGE sql AS $function$
-    -- The connection's chunk ('epoch:left:seen:sequence', see flow_budget_take) spent by one
-    -- expression, which the planner inlines into the claim's: p_batch, or NULL (the claim
-    -- asks flow_budget_take) unless a batch of at most 100 fits in it and the queue's
-    -- sequence still reads what the connection saw, before the shared lock (a change sends
-    -- the claim to the row, free to count under the exclusive lock) and under it (no count
-    -- runs until the claim commits). Keep it one SELECT of one expression: a FROM, a
-    -- subquery, SECURITY DEFINER or a SET clause would make it a call again.
+    -- The connection's chunk spent by one expression, which the planner inlines into the
+    -- claim's: p_batch, or NULL (the claim asks flow_budget_take) unless a batch of at most
+    -- 100 fits in what is left of it and the queue's sequence still reads what the
+    -- connection saw when it took the chunk, before the shared lock (a change sends the
+    -- claim to the row, free to count under the exclusive lock) and under it (no count runs
+    -- until the claim commits). The chunk is kept in four settings (see flow_budget_keep),
+    -- so that the expression splits no string. Keep it one SELECT of one expression: a
+    -- FROM, a subquery, SECURITY DEFINER or a SET clause would make it a call again.
     SELECT CASE WHEN p_batch <= 100
-                 AND split_part(current_setting('drainpipe.flow_budget.' || p_queue, true), ':', 3) <> ''
-           THEN CASE WHEN split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 2)::bigint >= p_batch
-                      AND pg_sequence_last_value(split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 4)::oid)
-                          = split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 3)::bigint
+                 AND coalesce(current_setting('drainpipe.flow_budget_seen.' || p_queue, true), '') <> ''
+           THEN CASE WHEN current_setting('drainpipe.flow_budget.' || p_queue)::bigint >= p_batch
+                      AND pg_sequence_last_value(current_setting('drainpipe.flow_budget_sequence.' || p_queue)::oid)
+                          = current_setting('drainpipe.flow_budget_seen.' || p_queue)::bigint
                       AND pg_try_advisory_xact_lock_shared(hashtext('drainpipe.flow'), hashtext(p_queue))
-                      AND pg_sequence_last_value(split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 4)::oid)
-                          = split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 3)::bigint
+                      AND pg_sequence_last_value(current_setting('drainpipe.flow_budget_sequence.' || p_queue)::oid)
+                          = current_setting('drainpipe.flow_budget_seen.' || p_queue)::bigint
                       AND set_config('drainpipe.flow_budget.' || p_queue,
-                              split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 1) || ':'
-                              || (split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 2)::bigint - p_batch)
-                              || ':' || split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 3)
-                              || ':' || split_part(current_setting('drainpipe.flow_budget.' || p_queue), ':', 4),
+                              (current_setting('drainpipe.flow_budget.' || p_queue)::bigint - p_batch)::text,
                               false) <> ''
                 THEN p_batch END
            END $function$;
@@ -766,16 +796,14 @@ CREATE OR REPLACE FUNCTION drainpipe.flow_budget_take(p_flow drainpipe.queue_flo
  RETURNS integer LANGUAGE plpgsql AS $function$
 DECLARE
     c_chunk constant bigint := drainpipe.flow_budget_chunk(p_flow.concurrency);
-    v_name text := 'drainpipe.flow_budget.' || p_flow.queue;
-    v_kept text := current_setting(v_name, true);
+    v_kept text := current_setting('drainpipe.flow_budget.' || p_flow.queue, true);
     v_locked boolean := coalesce(current_setting('drainpipe.flow_budget_locked.' || p_flow.queue, true) = 'on', false);
     v_epoch bigint;
     v_left bigint := 0;
-    v_open bigint;
-    v_stamp bigint;
+    v_budget drainpipe.flow_budget;
     v_sequence regclass;
     v_now_at bigint;
-    v_seen text;
+    v_seen bigint;
 BEGIN
     IF NOT drainpipe.flow_budget_applies(p_flow) OR p_batch > 100 THEN
         -- the lock table is read only by a connection holding a chunk: a read of pg_locks
@@ -791,8 +819,8 @@ BEGIN
         RETURN NULL;
     END IF;
     IF v_kept <> '' THEN
-        v_epoch := split_part(v_kept, ':', 1)::bigint;
-        v_left := split_part(v_kept, ':', 2)::bigint;
+        v_epoch := current_setting('drainpipe.flow_budget_epoch.' || p_flow.queue)::bigint;
+        v_left := v_kept::bigint;
     END IF;
     IF NOT v_locked THEN
         -- the first look, without a lock: is there a budget to take? (the session's chunk,
@@ -801,7 +829,8 @@ BEGIN
         -- shared lock: a try, so that it never waits inside a statement whose snapshot
         -- predates the lock
         SELECT CASE WHEN b.epoch IS NOT NULL AND b.concurrency = p_flow.concurrency
-                         AND ((b.epoch = v_epoch AND v_left >= p_batch) OR b.granted + 2 * c_chunk <= b.cap)
+                         AND ((b.epoch = v_epoch AND v_left >= p_batch)
+                              OR drainpipe.flow_budget_granted(b, c_chunk) + 2 * c_chunk <= b.cap)
                     THEN pg_try_advisory_xact_lock_shared(hashtext('drainpipe.flow'), hashtext(p_flow.queue))
                END
           INTO v_locked
@@ -826,35 +855,33 @@ BEGIN
     IF v_sequence IS NOT NULL THEN
         v_now_at := pg_sequence_last_value(v_sequence);
     END IF;
-    IF v_left >= p_batch THEN
-        SELECT b.epoch, b.stamp INTO v_open, v_stamp FROM drainpipe.flow_budget b
-         WHERE b.queue = p_flow.queue AND b.concurrency = p_flow.concurrency;
-        v_seen := CASE WHEN v_stamp = v_now_at THEN v_now_at || ':' || v_sequence::oid ELSE ':' END;
-        IF v_open = v_epoch THEN
-            v_kept := set_config(v_name, v_epoch || ':' || (v_left - p_batch) || ':' || v_seen, false);
+    SELECT * INTO v_budget FROM drainpipe.flow_budget b WHERE b.queue = p_flow.queue;
+    v_seen := CASE WHEN v_budget.stamp = v_now_at THEN v_now_at END;
+    IF v_budget.epoch IS NOT NULL AND v_budget.concurrency = p_flow.concurrency THEN
+        IF v_left >= p_batch AND v_budget.epoch = v_epoch THEN
+            PERFORM drainpipe.flow_budget_keep(p_flow.queue, v_epoch, v_left - p_batch, v_seen, v_sequence);
+            RETURN p_batch;
+        END IF;
+        -- a chunk of the open epoch: a nextval, so that claims beside this one never wait
+        -- for each other (a row update would hold them until this claim commits)
+        IF v_budget.granted + c_chunk * (nextval(v_budget.grants) - v_budget.grant_base) <= v_budget.cap THEN
+            IF v_budget.epoch IS DISTINCT FROM v_epoch THEN
+                v_left := 0;  -- what the session kept belongs to a closed epoch: never spent
+            END IF;
+            -- a chunk is at least 200, a budgeted batch at most 100
+            PERFORM drainpipe.flow_budget_keep(p_flow.queue, v_budget.epoch, v_left + c_chunk - p_batch,
+                                               v_seen, v_sequence);
             RETURN p_batch;
         END IF;
     END IF;
-    -- a chunk of the open epoch (the update reads the row as the last claim committed it)
-    UPDATE drainpipe.flow_budget b SET granted = b.granted + c_chunk
-     WHERE b.queue = p_flow.queue AND b.epoch IS NOT NULL
-       AND b.concurrency = p_flow.concurrency AND b.granted + c_chunk <= b.cap
-    RETURNING b.epoch, b.stamp INTO v_open, v_stamp;
-    IF FOUND THEN
-        IF v_open IS DISTINCT FROM v_epoch THEN
-            v_left := 0;  -- what the session kept belongs to a closed epoch: never spent
-        END IF;
-        -- a chunk is at least 200, a budgeted batch at most 100
-        v_seen := CASE WHEN v_stamp = v_now_at THEN v_now_at || ':' || v_sequence::oid ELSE ':' END;
-        v_kept := set_config(v_name, v_open || ':' || (v_left + c_chunk - p_batch) || ':' || v_seen, false);
-        RETURN p_batch;
-    END IF;
     -- spent (or closed) since the first look: close it, waiting for the claims doing the
-    -- same (on the row); what it handed out counts as leased (see jobs 0022's header)
+    -- same (on the row), so that each counts what those before it leased; what the epoch
+    -- handed out counts as leased too (claims in flight may spend it)
     UPDATE drainpipe.flow_budget b SET epoch = NULL WHERE b.queue = p_flow.queue
-    RETURNING b.granted INTO v_left;
-    v_kept := set_config(v_name, '', false);
-    v_kept := set_config('drainpipe.flow_budget_pending.' || p_flow.queue, coalesce(v_left, -1)::text, true);
+    RETURNING b.* INTO v_budget;
+    PERFORM drainpipe.flow_budget_keep(p_flow.queue, NULL, NULL, NULL, NULL);
+    v_kept := set_config('drainpipe.flow_budget_pending.' || p_flow.queue,
+                         coalesce(drainpipe.flow_budget_granted(v_budget, c_chunk), -1)::text, true);
     RETURN -1;
 END $function$;
 

@@ -28,7 +28,7 @@ BEGIN
                           REFERENCING NEW TABLE AS added FOR EACH STATEMENT
                           EXECUTE FUNCTION drainpipe.pgmq_queue_policy_insert()', v_table);
     END IF;
-    PERFORM drainpipe.ensure_lease_trigger(p_queue);
+    PERFORM drainpipe.ensure_lease_bound(p_queue);
     EXECUTE format('INSERT INTO drainpipe.queue_pending (queue, live) SELECT $1, count(*) FROM %s
                     ON CONFLICT (queue) DO UPDATE SET live = excluded.live', v_table) USING p_queue;
 END $function$;
@@ -102,25 +102,35 @@ END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.claim_jobs_v1(p_queue text, p_lease double precision DEFAULT 300, p_batch integer DEFAULT 1, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS SETOF drainpipe.job_row_v1 LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_room integer;
 BEGIN
     IF NOT drainpipe.is_queue_name(p_queue) THEN
         PERFORM drainpipe.assert_queue_name(p_queue);
     END IF;
     IF EXISTS (SELECT 1 FROM drainpipe.queue_pauses p WHERE p.queue = p_queue) THEN
-        RETURN;  -- paused: nothing is handed out (jobs 0012)
+        RETURN;  -- paused: nothing is handed out
     END IF;
     IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f WHERE f.queue = p_queue) THEN
-        -- limited: the turn's claim (jobs 0023), which picks what the limits allow
-        IF to_regproc('drainpipe.complete_and_claim_jobs__' || p_queue) IS NULL THEN
-            PERFORM drainpipe.define_job_turn_function_v1(p_queue);
+        -- limited: as the turn claims (define_job_turn_function_v1), called directly (a
+        -- claim of a queue with key limits is about a tenth faster than through the turn).
+        -- A chunk to spend was taken by the flow claim, which the unlimited claim serves
+        IF current_setting('drainpipe.flow_budget.' || p_queue, true) <> '' THEN
+            v_room := drainpipe.flow_budget_spend(p_queue, greatest(p_batch, 1));
+            IF v_room IS NOT NULL THEN
+                RETURN QUERY EXECUTE format('SELECT * FROM drainpipe.%I($1, $2, $3)', 'claim_jobs__' || p_queue)
+                  USING p_lease, v_room, p_now;
+                RETURN;
+            END IF;
         END IF;
-        RETURN QUERY EXECUTE format(
-            'SELECT c.id, c.attempts, c.enqueued_at, c.visible_until, c.payload, c.max_attempts,'
-            ' c.last_error FROM drainpipe.%I($1, $2, $3, $4, $5) c', 'complete_and_claim_jobs__' || p_queue)
-          USING '{}'::bigint[], '{}'::integer[], p_lease, p_batch, p_now;
+        IF to_regproc('drainpipe.flow_claim_jobs__' || p_queue) IS NULL THEN
+            PERFORM drainpipe.ensure_flow_indexes(p_queue);
+        END IF;
+        RETURN QUERY EXECUTE format('SELECT * FROM drainpipe.%I($1, $2, $3)', 'flow_claim_jobs__' || p_queue)
+          USING p_lease, p_batch, p_now;
         RETURN;
     END IF;
-    -- by name only, as release 0 did (see jobs 0002)
+    -- the queue's own functions, by name: a queue first seen here gets them
     IF to_regproc('drainpipe.claim_jobs__' || p_queue) IS NULL THEN
         PERFORM drainpipe.ensure_job_queue_v1(p_queue);
     END IF;
@@ -134,7 +144,7 @@ BEGIN
     IF NOT drainpipe.is_queue_name(p_queue) THEN
         PERFORM drainpipe.assert_queue_name(p_queue);
     END IF;
-    -- by name only, as claim_jobs_v1 looks its queue's function up (see jobs 0002)
+    -- the queue's own turn function, by name, as claim_jobs_v1 looks its claim up
     IF to_regproc('drainpipe.complete_and_claim_jobs__' || p_queue) IS NULL THEN
         IF to_regproc('drainpipe.claim_jobs__' || p_queue) IS NULL THEN
             PERFORM drainpipe.ensure_job_queue_v1(p_queue);
@@ -449,9 +459,7 @@ BEGIN
         AS $body$
         DECLARE
             v_done bigint[];
-            v_flow drainpipe.queue_flow;
             v_room integer;
-            v_now timestamptz;
         BEGIN
             IF cardinality(p_ids) > 0 THEN
                 PERFORM drainpipe.assert_turn_arrays(p_ids, p_attempts);
@@ -464,43 +472,18 @@ BEGIN
                 RETURN;  -- paused: the completions above stand, nothing is claimed
             END IF;
             IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f WHERE f.queue = %4$L) THEN
-                -- limited (jobs 0015). A concurrency alone, far from binding: the room from
-                -- the session's chunk (jobs 0023), else from the queue's budget (jobs 0022),
-                -- and the unlimited claim
+                -- limited. A concurrency alone, far from binding: the room from the session's
+                -- chunk (an expression, no call) and the unlimited claim; else the flow claim,
+                -- which takes a chunk, counts, or picks what the limits allow (plpgsql
+                -- resolves its name when this branch first runs)
                 v_room := drainpipe.flow_budget_spend(%4$L, greatest(p_batch, 1));
-                IF v_room IS NULL THEN
-                    SELECT * INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = %4$L;
-                    v_room := drainpipe.flow_budget_take(v_flow, greatest(p_batch, 1));
-                END IF;
-                IF v_room < 0 THEN
-                    -- the budget ran out under the shared lock: counted, with every chunk
-                    -- the epoch handed out as leased (claims in flight may spend them)
-                    v_room := 0;
-                    IF drainpipe.flow_budget_pending(%4$L) >= 0 THEN
-                        IF v_flow.queue IS NULL THEN
-                            SELECT * INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = %4$L;
-                        END IF;
-                        v_now := coalesce(p_now, clock_timestamp());
-                        v_room := drainpipe.flow_room(v_flow, greatest(p_batch, 1),
-                            drainpipe.flow_budget_pending(%4$L) + (
-                                SELECT count(*) FROM pgmq.%6$I l
-                                 WHERE l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text)
-                                   AND l.vt > v_now),
-                            v_now);
-                    END IF;
-                    IF v_room = 0 THEN
-                        RETURN;
-                    END IF;
-                END IF;
-                IF v_room > 0 THEN
+                IF v_room IS NOT NULL THEN
                     RETURN QUERY
                     SELECT c.id, c.attempts, c.enqueued_at, c.visible_until, c.payload, c.max_attempts,
                            c.last_error, false
                       FROM drainpipe.%3$I(p_lease, v_room, p_now) AS c;
                     RETURN;
                 END IF;
-                -- other limits, or no budget to take: the flow claim, defined with the
-                -- limits (plpgsql resolves the name when this branch first runs)
                 RETURN QUERY
                 SELECT c.id, c.attempts, c.enqueued_at, c.visible_until, c.payload, c.max_attempts,
                        c.last_error, false
@@ -514,7 +497,7 @@ BEGIN
         END
         $body$
         $fn$, 'complete_and_claim_jobs__' || p_queue, 'complete_jobs__' || p_queue,
-              'claim_jobs__' || p_queue, p_queue, 'flow_claim_jobs__' || p_queue, 'q_' || p_queue);
+              'claim_jobs__' || p_queue, p_queue, 'flow_claim_jobs__' || p_queue);
     EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(bigint[], integer[], double precision, integer, timestamptz) FROM PUBLIC',
                    'complete_and_claim_jobs__' || p_queue);
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'service_role') THEN
@@ -635,14 +618,34 @@ END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.ensure_flow_indexes(p_queue text)
  RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    v_max double precision;
+    v_latest timestamptz;
+    v_bound text := '';
 BEGIN
     PERFORM drainpipe.assert_queue_name(p_queue);
     PERFORM drainpipe.ensure_job_queue_v1(p_queue);
     PERFORM pg_advisory_xact_lock(hashtext('drainpipe.queue:' || p_queue));
+    SELECT p.max_lease INTO v_max FROM drainpipe.queue_policies p WHERE p.queue = p_queue;
     IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f
-                WHERE f.queue = p_queue AND drainpipe.flow_budget_applies(f)) THEN
-        -- a queue-wide concurrency only: what is leased by vt alone, for the exact counts;
-        -- a lease then evaluates no key for an index
+                WHERE f.queue = p_queue AND drainpipe.flow_budget_applies(f)) AND v_max IS NOT NULL THEN
+        -- a queue-wide concurrency only, on a policy queue: every writer holds a lease to
+        -- max_lease (ensure_lease_bound's check), so the exact counts read pgmq's own vt
+        -- index over the next max_lease, and a lease enters no index of ours. A lease
+        -- granted before that bound (a lowered max_lease, or no policy yet) may end later:
+        -- the window reaches the latest such lease too (as far from now as it is now)
+        EXECUTE format('SELECT max(l.vt) FROM (SELECT l.vt FROM pgmq.%I l
+                         WHERE l.read_ct > 0 AND (l.message ->> ''failed'') IS DISTINCT FROM (l.read_ct::text)
+                         ORDER BY l.vt DESC LIMIT 1) l', 'q_' || p_queue)
+          INTO v_latest;
+        v_bound := format(' AND l.vt <= greatest(v_now, clock_timestamp()) + %L::interval',
+                          make_interval(secs => greatest(v_max + 1,
+                              extract(epoch FROM v_latest - clock_timestamp()) + 1))::text);
+        EXECUTE format('DROP INDEX IF EXISTS pgmq.%I', 'q_' || p_queue || '_dp_flow_leased_vt');
+    ELSIF EXISTS (SELECT 1 FROM drainpipe.queue_flow f
+                   WHERE f.queue = p_queue AND drainpipe.flow_budget_applies(f)) THEN
+        -- a queue-wide concurrency only, no lease bound: what is leased by vt alone, for the
+        -- exact counts; a lease then evaluates no key for an index
         EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (vt)
                         WHERE read_ct > 0 AND (message ->> ''failed'') IS DISTINCT FROM (read_ct::text)',
                        'q_' || p_queue || '_dp_flow_leased_vt', 'q_' || p_queue);
@@ -816,7 +819,8 @@ BEGIN
               drainpipe.pgmq_lease_sql(p_queue, 'm.ctid = ANY (ARRAY(SELECT l.at FROM leasing l))'),
               drainpipe.pgmq_lease_sql(p_queue, 'm.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE NOT p.exhausted))'),
               p_queue, 'claim_jobs__' || p_queue, 'flow_pick_jobs__' || p_queue,
-              $l$l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text) AND l.vt > v_now$l$);
+              $l$l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text) AND l.vt > v_now$l$
+              || v_bound);
     EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) FROM PUBLIC', 'flow_claim_jobs__' || p_queue);
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'service_role') THEN
         EXECUTE format('GRANT EXECUTE ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) TO service_role', 'flow_claim_jobs__' || p_queue);
@@ -848,24 +852,36 @@ BEGIN
     END IF;
 END $function$;
 
-CREATE OR REPLACE FUNCTION drainpipe.ensure_lease_trigger(p_queue text)
+CREATE OR REPLACE FUNCTION drainpipe.ensure_lease_bound(p_queue text)
  RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
 DECLARE
     v_table regclass := to_regclass('pgmq.' || quote_ident('q_' || p_queue));
     v_max double precision;
 BEGIN
     SELECT p.max_lease INTO v_max FROM drainpipe.queue_policies p WHERE p.queue = p_queue;
-    IF v_max IS NULL OR v_table IS NULL OR EXISTS (
-           SELECT 1 FROM pg_trigger t
-            WHERE t.tgrelid = v_table AND t.tgname = 'drainpipe_policy_lease'
-              AND t.tgargs = convert_to(v_max::text, 'UTF8') || '\x00'::bytea) THEN
+    IF v_table IS NULL OR EXISTS (
+           SELECT 1 FROM pg_constraint c
+            WHERE c.conrelid = v_table AND c.conname = 'drainpipe_policy_lease'
+              AND obj_description(c.oid, 'pg_constraint') IS NOT DISTINCT FROM v_max::text) THEN
+        RETURN;  -- no table yet (its creation comes back here), or the bound is current
+    END IF;
+    EXECUTE format('ALTER TABLE %s DROP CONSTRAINT IF EXISTS drainpipe_policy_lease', v_table);
+    IF v_max IS NULL THEN
         RETURN;
     END IF;
-    EXECUTE format('CREATE OR REPLACE TRIGGER drainpipe_policy_lease BEFORE UPDATE OF vt ON %s
-                      FOR EACH ROW WHEN (NEW.read_ct > OLD.read_ct
-                                         AND NEW.vt > clock_timestamp() + make_interval(secs => %L::double precision + 1))
-                      EXECUTE FUNCTION drainpipe.pgmq_queue_policy_lease(%L)',
-                   v_table, v_max::text, v_max::text);
+    -- Every writer of the queue's table, pgmq's own functions included, holds a lease to
+    -- max_lease: a row read at least once, not failed (a retry's backoff or a suspension is
+    -- not a lease), may not be visible again later than max_lease (+1 s) from now. A check
+    -- reads only the new row: a row trigger fetched and locked every row a claim leased.
+    -- Its last term runs only for a row over the bound, to refuse it with DPQ03. NOT VALID:
+    -- a lease granted under an earlier, longer bound runs out as granted.
+    EXECUTE format('ALTER TABLE %s ADD CONSTRAINT drainpipe_policy_lease CHECK (
+                      read_ct = 0
+                      OR vt <= clock_timestamp() + %L::interval
+                      OR (message ->> ''failed'') IS NOT DISTINCT FROM read_ct::text
+                      OR drainpipe.pgmq_lease_refused(%L, vt, %L)) NOT VALID',
+                   v_table, make_interval(secs => v_max + 1)::text, p_queue, v_max);
+    EXECUTE format('COMMENT ON CONSTRAINT drainpipe_policy_lease ON %s IS %L', v_table, v_max::text);
 END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.ensure_priority_claim(p_queue text)
@@ -1479,6 +1495,15 @@ CREATE OR REPLACE FUNCTION drainpipe.pgmq_lease_cols(p_queue text)
                        q.read_ct > 0 AND q.message ->> ''failed'' IS DISTINCT FROM q.read_ct::text AS lapsed',
                   CASE WHEN drainpipe.pgmq_has_last_read(p_queue) THEN 'q.last_read_at' ELSE 'NULL::timestamptz' END) $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_lease_refused(p_queue text, p_until timestamp with time zone, p_max double precision)
+ RETURNS boolean LANGUAGE plpgsql AS $function$
+BEGIN
+    -- the last term of a policy queue's lease bound (ensure_lease_bound): a row over it.
+    -- Executable by every role that writes the queue's table (privileges.sql)
+    RAISE EXCEPTION 'a lease ending at % is longer than queue "%"''s max_lease of % s',
+        p_until, p_queue, p_max USING ERRCODE = 'DPQ03';
+END $function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.pgmq_lease_sql(p_queue text, p_leased text)
  RETURNS text LANGUAGE sql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
     -- after a claim's "picked" rows: a lapsed lease's attempt ends, an exhausted job is
@@ -1647,20 +1672,6 @@ BEGIN
         PERFORM drainpipe.check_policy_insert(substr(TG_TABLE_NAME, 3), r.added, r.largest, r.latest);
     END IF;
     RETURN NULL;
-END $function$;
-
-CREATE OR REPLACE FUNCTION drainpipe.pgmq_queue_policy_lease()
- RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' SET enable_seqscan TO 'on' SET jit TO 'off' AS $function$
-DECLARE
-    v_max double precision;
-BEGIN
-    SELECT p.max_lease INTO v_max FROM drainpipe.queue_policies p
-     WHERE p.queue = substr(TG_TABLE_NAME, 3);
-    IF v_max IS NOT NULL AND NEW.vt > clock_timestamp() + make_interval(secs => v_max + 1) THEN
-        RAISE EXCEPTION 'a lease ending at % is longer than queue "%"''s max_lease of % s',
-            NEW.vt, substr(TG_TABLE_NAME, 3), v_max USING ERRCODE = 'DPQ03';
-    END IF;
-    RETURN NEW;
 END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.pgmq_records_ids_sql(p_queue text, p_from bigint, p_to bigint, p_ids bigint[] DEFAULT NULL::bigint[])

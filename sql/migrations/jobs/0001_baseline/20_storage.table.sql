@@ -58,7 +58,7 @@ BEGIN
             REFERENCING NEW TABLE AS added
             FOR EACH STATEMENT EXECUTE FUNCTION drainpipe.job_messages_policy_insert();
     END IF;
-    PERFORM drainpipe.ensure_lease_trigger();
+    PERFORM drainpipe.ensure_lease_bound();
     INSERT INTO drainpipe.queue_pending (queue, live)
     SELECT p_queue, count(*) FROM drainpipe.job_messages WHERE queue = p_queue AND finished_at IS NULL
     ON CONFLICT (queue) DO UPDATE SET live = excluded.live;
@@ -473,14 +473,13 @@ BEGIN
     END IF;
 END $function$;
 
-CREATE OR REPLACE FUNCTION drainpipe.ensure_lease_trigger()
+CREATE OR REPLACE FUNCTION drainpipe.ensure_lease_bound()
  RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
 BEGIN
-    -- the table has no lease row trigger: the claim and the heartbeat, the only writers of
-    -- a lease (the table grants nothing), check max_lease themselves, where a row trigger
-    -- would fetch and lock every row each UPDATE of the table writes, completions included.
-    -- Kept as the storage's answer to the call pgmq's policies make (its queues' tables take
-    -- writes from pgmq's own functions, so there a trigger holds the bound).
+    -- the table has no lease constraint: the claim and the heartbeat, the only writers of
+    -- a lease (the table grants nothing), check max_lease themselves once a call. Kept as
+    -- the storage's answer to the call pgmq's policies make (its queues' tables take writes
+    -- from pgmq's own functions, so there a check constraint holds the bound).
     RETURN;
 END $function$;
 
