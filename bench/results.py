@@ -229,6 +229,8 @@ SUPERSEDED = frozenset(
         ("bench.held_snapshot", "jobs/s with a snapshot held 30 s"),
         # the 60 s run, measured over whole seconds (bench.flow.rate_windows)
         ("bench.flow", "claims/s under Rate(100, per=1), 8 claimers, 20 s"),
+        # the backlog, 1,000,000 queued (python -m bench.flow --backlog 1000000)
+        ("bench.flow", "claim of 10 p50, 200,000 queued over 10,000 keys, half held"),
     }
 )
 
