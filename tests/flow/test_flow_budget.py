@@ -294,3 +294,23 @@ async def test_a_lease_longer_than_a_later_max_lease_still_counts(
         assert await jobs.claim("llm", batch=5) == []
     with psycopg.connect(jobs_db_url) as conn:
         assert leased(conn, backend_name) == 3
+
+
+async def test_a_chunk_kept_under_limits_that_changed_is_forgotten(
+    jobs_db_url: str, backend_name: str
+) -> None:
+    """A session's chunk of a budget the queue's limits no longer have is never spent: its
+    next claim forgets it, so later claims do not look for the flow lock again."""
+    await fill(jobs_db_url, 1000)
+    with psycopg.connect(jobs_db_url, autocommit=True) as a:
+        assert a.execute(CLAIM.format(10)).fetchone() == (10,)
+        assert a.execute(CLAIM.format(10)).fetchone() == (10,)  # a chunk, kept
+        kept = "SELECT current_setting('drainpipe.flow_budget.llm', true)"
+        assert a.execute(kept).fetchone() not in [(None,), ("",)]
+        # the same concurrency with a rate: counted on every claim, no budget
+        a.execute(
+            f"SELECT drainpipe.ensure_queue_flow_v1('llm', {LIMIT}, NULL, 1000, 1, NULL, NULL,"
+            " false)"
+        )
+        assert a.execute(CLAIM.format(10)).fetchone() == (10,)
+        assert a.execute(kept).fetchone() == ("",)

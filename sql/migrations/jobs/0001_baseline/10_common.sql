@@ -816,6 +816,11 @@ BEGIN
             v_kept := set_config('drainpipe.flow_budget_pending.' || p_flow.queue, '-1', true);
             RETURN -1;
         END IF;
+        IF coalesce(v_kept, '') <> '' AND NOT drainpipe.flow_budget_applies(p_flow) THEN
+            -- a chunk of a budget the limits no longer have: never spent, so forgotten
+            -- (else every claim of this session would read the lock table again)
+            PERFORM drainpipe.flow_budget_keep(p_flow.queue, NULL, NULL, NULL, NULL);
+        END IF;
         RETURN NULL;
     END IF;
     IF v_kept <> '' THEN

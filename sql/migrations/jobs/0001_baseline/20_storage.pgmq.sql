@@ -859,11 +859,12 @@ DECLARE
     v_max double precision;
 BEGIN
     SELECT p.max_lease INTO v_max FROM drainpipe.queue_policies p WHERE p.queue = p_queue;
-    IF v_table IS NULL OR EXISTS (
-           SELECT 1 FROM pg_constraint c
-            WHERE c.conrelid = v_table AND c.conname = 'drainpipe_policy_lease'
-              AND obj_description(c.oid, 'pg_constraint') IS NOT DISTINCT FROM v_max::text) THEN
-        RETURN;  -- no table yet (its creation comes back here), or the bound is current
+    -- no table yet (its creation comes back here), or the bound is current (none included:
+    -- an ALTER TABLE locks the table even when it finds nothing to drop)
+    IF v_table IS NULL OR (
+           SELECT obj_description(c.oid, 'pg_constraint') FROM pg_constraint c
+            WHERE c.conrelid = v_table AND c.conname = 'drainpipe_policy_lease') IS NOT DISTINCT FROM v_max::text THEN
+        RETURN;
     END IF;
     EXECUTE format('ALTER TABLE %s DROP CONSTRAINT IF EXISTS drainpipe_policy_lease', v_table);
     IF v_max IS NULL THEN
