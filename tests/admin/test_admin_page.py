@@ -244,8 +244,9 @@ def test_the_history_dialog_survives_refreshes_and_escape_returns_focus(page: Pa
     assert not page.by_id("cancel-job").is_displayed()
     page.driver.switch_to.active_element.send_keys(Keys.ESCAPE)
     page.wait(lambda d: not dialog.is_displayed())
-    focused = page.driver.switch_to.active_element
-    assert focused.get_attribute("data-job") == f"emails/{dead}"
+    # focus back on the job's row (looked up again on each look: a refresh renders the row
+    # anew, and the element read a moment ago goes stale)
+    page.wait(lambda d: d.switch_to.active_element.get_attribute("data-job") == f"emails/{dead}")
 
 
 def test_an_admin_cancels_through_the_confirmation(page: Page) -> None:
