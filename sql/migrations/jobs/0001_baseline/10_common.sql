@@ -616,6 +616,10 @@ BEGIN
     -- reads what the session saw), and the chunks an epoch grants, one nextval each
     IF p_concurrency IS NOT NULL AND drainpipe.flow_budget_sequence(p_queue) IS NULL THEN
         EXECUTE format('CREATE SEQUENCE IF NOT EXISTS drainpipe.%I', 'flow_budget__' || p_queue);
+    END IF;
+    -- each on its own: a queue limited before grants came from a sequence has the stamp only
+    IF p_concurrency IS NOT NULL
+       AND to_regclass('drainpipe.' || quote_ident('flow_grant__' || p_queue)) IS NULL THEN
         EXECUTE format('CREATE SEQUENCE IF NOT EXISTS drainpipe.%I', 'flow_grant__' || p_queue);
     END IF;
     -- the epoch closed and the stamp advanced, whether an epoch is open or not (a chunk kept
