@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import psycopg
+import pytest
 
 from tests.flow.test_limits import limited
 
@@ -62,3 +63,16 @@ async def test_lapsed_and_spent_leases_pass_through_the_limited_claim(jobs_db_ur
         again = await jobs.get("llm", lapsed)
         assert again is not None and again.state == "leased"
         assert [(a.number, a.outcome) for a in again.history][:1] == [(1, "expired")]
+
+
+async def test_a_key_limited_claim_refuses_a_lease_over_max_lease(jobs_db_url: str) -> None:
+    """The key-limited claim's one-statement first pass leases nothing longer than the
+    queue's max_lease: the claim is refused and the job stays queued for a claim within it."""
+    async with await limited(jobs_db_url, key_concurrency=1) as jobs:
+        queued = await jobs.enqueue("llm", {"n": 0}, key="a")
+        async with await psycopg.AsyncConnection.connect(jobs_db_url, autocommit=True) as conn:
+            with pytest.raises(psycopg.Error) as refused:
+                await conn.execute("SELECT id FROM drainpipe.claim_jobs_v1('llm', 120, 5)")
+            assert refused.value.sqlstate == "DPQ03"
+            within = await conn.execute("SELECT id FROM drainpipe.claim_jobs_v1('llm', 50, 5)")
+            assert await within.fetchall() == [(queued,)]

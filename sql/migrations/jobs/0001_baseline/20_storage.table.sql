@@ -129,6 +129,8 @@ DECLARE
     v_first timestamptz;
     v_levels integer[];  -- the queue's priority levels, when it has any
     v_max double precision;  -- the queue's max_lease, when it has a policy
+    v_room integer;
+    v_taken integer;
 BEGIN
     -- the completions first: a claim must not take back a job this turn completes
     IF cardinality(p_ids) > 0 THEN
@@ -145,6 +147,7 @@ BEGIN
     SELECT * INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = p_queue;
     -- and its priorities, if it ever had a job with one
     SELECT p.levels INTO v_levels FROM drainpipe.queue_priorities p WHERE p.queue = p_queue;
+    SELECT p.max_lease INTO v_max FROM drainpipe.queue_policies p WHERE p.queue = p_queue;
     -- the claim's clock starts after the completions (as a claim sent after them would)
     v_now := coalesce(p_now, clock_timestamp());
     v_until := v_now + make_interval(secs => greatest(p_lease, 0));
@@ -169,10 +172,73 @@ BEGIN
         ON CONFLICT DO NOTHING;
     END IF;
     IF v_flow.key_concurrency IS NOT NULL OR v_flow.key_rate_count IS NOT NULL OR v_flow.ordered THEN
-        -- limits per key: the pick they allow, along the levels of a prioritised queue,
-        -- rows locked, and whether one of them is a lapsed lease
+        -- limits per key: the room the queue-wide limits leave, under the queue's flow lock
+        v_room := drainpipe.job_messages_flow_room(v_flow, v_batch, v_now);
+        IF v_room > 0 AND v_levels IS NULL AND v_flow.rate_count IS NULL
+           AND v_flow.key_rate_count IS NULL AND NOT v_flow.ordered
+           AND NOT coalesce(v_until > v_now + make_interval(secs => v_max + 1), false) THEN
+            -- key_concurrency alone (and perhaps concurrency), no priorities, a lease within
+            -- max_lease: the pick's first pass and the lease in one statement. Under the
+            -- lock, every limited claim before this one has committed when its snapshot is
+            -- taken
+            RETURN QUERY
+            WITH picked AS (
+                SELECT c.id, c.k, c.visible_at, y.state, y.attempts, y.started_at, y.until
+                  FROM (SELECT x.id, x.visible_at, drainpipe.job_key(x.payload) AS k
+                          FROM drainpipe.job_messages x
+                         WHERE x.queue = p_queue AND x.finished_at IS NULL AND x.visible_at <= v_now
+                           AND x.attempts < x.max_attempts
+                         ORDER BY x.visible_at, x.id
+                         LIMIT 2 * v_room + 8) c
+                 -- the lock, row by row as candidates fit (the filter below is applied to c,
+                 -- before the join): a row another transaction holds is skipped, and one
+                 -- changed since is read as it is now
+                 CROSS JOIN LATERAL (
+                      SELECT z.state, z.attempts, z.started_at, z.visible_at AS until
+                        FROM drainpipe.job_messages z
+                       WHERE z.id = c.id AND z.finished_at IS NULL AND z.visible_at <= v_now
+                         AND z.attempts < z.max_attempts
+                         FOR UPDATE SKIP LOCKED) y
+                 -- a job fits while its key has fewer than key_concurrency leased (a probe
+                 -- that stops at the key_concurrency-th lease)
+                 WHERE c.k IS NULL
+                    OR NOT EXISTS (
+                           SELECT 1 FROM drainpipe.job_messages l
+                            WHERE l.queue = p_queue AND drainpipe.job_key(l.payload) = c.k
+                              AND l.state = 'leased' AND l.visible_at > v_now
+                           OFFSET v_flow.key_concurrency - 1)
+                 LIMIT v_room
+            ), leasing AS (
+                -- one job of a key per pass: the probe saw none of the pass's jobs leased, so
+                -- a second one of the key might not fit (the pick's passes take it after)
+                SELECT p.id, p.state, p.attempts, p.started_at, p.until
+                  FROM (SELECT p0.*, row_number() OVER (PARTITION BY p0.k ORDER BY p0.visible_at, p0.id) AS nth
+                          FROM picked p0) p
+                 WHERE p.k IS NULL OR p.nth = 1
+            ), expired AS (
+                -- a lease that ran out: that attempt expired, and this claim takes it over
+                INSERT INTO drainpipe.job_attempts (queue, job_id, number, started_at, ended_at, outcome, code)
+                SELECT p_queue, l.id, l.attempts, l.started_at, l.until, 'expired', 'LEASE_EXPIRED'
+                  FROM leasing l WHERE l.state = 'leased'
+                ON CONFLICT DO NOTHING
+            )
+            UPDATE drainpipe.job_messages j
+               SET attempts = j.attempts + 1, visible_at = v_until, started_at = v_now, state = 'leased'
+             WHERE j.id = ANY (ARRAY(SELECT l.id FROM leasing l))
+            RETURNING j.id, j.attempts, j.enqueued_at, j.visible_at, j.payload, j.max_attempts,
+                      j.last_error, false;
+            GET DIAGNOSTICS v_taken = ROW_COUNT;
+            -- short (held keys, a key twice or locked rows in the pass): the pick's passes
+            -- for the rest of the room, which count this statement's leases
+            v_room := v_room - v_taken;
+        END IF;
+        IF v_room = 0 THEN
+            RETURN;
+        END IF;
+        -- the pick the limits allow, along the levels of a prioritised queue, rows locked,
+        -- and whether one of them is a lapsed lease
         SELECT p.ids, p.lapsed INTO v_ids, v_lapsed
-          FROM drainpipe.job_messages_flow_take(v_flow, v_batch, v_now, v_levels) p;
+          FROM drainpipe.job_messages_flow_take(v_flow, v_room, v_now, v_levels) p;
         IF cardinality(v_ids) = 0 THEN
             RETURN;
         END IF;
@@ -236,7 +302,6 @@ BEGIN
     END IF;
     -- a lease longer than the queue's max_lease is refused here, once a claim, where a
     -- trigger on the update would fetch and lock every updated row again
-    SELECT p.max_lease INTO v_max FROM drainpipe.queue_policies p WHERE p.queue = p_queue;
     IF v_until > v_now + make_interval(secs => v_max + 1) THEN
         RAISE EXCEPTION 'a lease of % s is longer than queue "%"''s max_lease of % s',
             round(extract(epoch FROM v_until - v_now)::numeric, 3), p_queue, v_max
@@ -660,6 +725,12 @@ DECLARE
     v_leased bigint := 0;
     v_room integer;
 BEGIN
+    IF p_flow.concurrency IS NULL AND p_flow.rate_count IS NULL THEN
+        -- no queue-wide limit (limits per key only): the whole batch, under the queue's flow
+        -- lock, the one a claim with a queue-wide limit takes below when it counts
+        PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(p_flow.queue));
+        RETURN p_batch;
+    END IF;
     -- the claim tried the connection's chunk first (flow_budget_spend)
     v_room := drainpipe.flow_budget_take(p_flow, p_batch);
     IF v_room >= 0 THEN
@@ -685,16 +756,16 @@ BEGIN
     RETURN drainpipe.flow_room(p_flow, p_batch, v_leased + drainpipe.flow_budget_pending(p_flow.queue), p_now);
 END $function$;
 
-CREATE OR REPLACE FUNCTION drainpipe.job_messages_flow_take(p_flow drainpipe.queue_flow, p_batch integer, p_now timestamp with time zone, p_levels integer[], OUT ids bigint[], OUT lapsed boolean)
+CREATE OR REPLACE FUNCTION drainpipe.job_messages_flow_take(p_flow drainpipe.queue_flow, p_room integer, p_now timestamp with time zone, p_levels integer[], OUT ids bigint[], OUT lapsed boolean)
  RETURNS record LANGUAGE plpgsql AS $function$
 DECLARE
     v_queue text := p_flow.queue;
-    v_room integer;
+    v_room integer := p_room;  -- what the queue-wide limits leave (job_messages_flow_room)
     v_limit integer;
     v_keys text[] := '{}';
     v_chunk integer;
     v_scanned integer := 0;
-    v_bound integer := p_batch * 50 + 500;
+    v_bound integer := p_room * 50 + 500;
     v_level integer := p_levels[1];  -- NULL: no priorities
     v_after_at timestamptz := '-infinity';
     v_after_id bigint := 0;
@@ -706,14 +777,6 @@ DECLARE
 BEGIN
     ids := '{}';
     lapsed := false;
-    IF p_flow.concurrency IS NULL AND p_flow.rate_count IS NULL THEN
-        -- no queue-wide limit: the whole batch, under the queue's flow lock (the one a
-        -- claim with a queue-wide limit takes in job_messages_flow_room when it counts)
-        PERFORM pg_advisory_xact_lock(hashtext('drainpipe.flow'), hashtext(v_queue));
-        v_room := p_batch;
-    ELSE
-        v_room := drainpipe.job_messages_flow_room(p_flow, p_batch, p_now);
-    END IF;
     v_chunk := least(2 * v_room + 8, v_bound);
     WHILE v_room > 0 LOOP
         v_limit := v_room;
