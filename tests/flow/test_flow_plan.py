@@ -84,17 +84,15 @@ def test_the_limited_claim_stays_on_indexes(
         used = {index for _, index in scans_of(plans, table)}
         # the per-key probes count leased jobs through the partial index
         assert leased_index in used, used
+        # one statement picks (locks) and leases: no statement of its own picks before it
+        picking = [nodes for _, nodes in plans if any(n["Node Type"] == "LockRows" for n in nodes)]
+        assert len(picking) == 1, [text for text, _ in plans]
+        [nodes] = picking
+        assert any(
+            n["Node Type"] == "ModifyTable" and n.get("Relation Name") == table for n in nodes
+        )
         if backend == "pgmq":
-            # one statement picks (locks) and leases, the rows by their place (a Tid Scan):
-            # no statement of its own picks before it, none reads them by id after it
-            picking = [
-                nodes for _, nodes in plans if any(n["Node Type"] == "LockRows" for n in nodes)
-            ]
-            assert len(picking) == 1, [text for text, _ in plans]
-            [nodes] = picking
-            assert any(
-                n["Node Type"] == "ModifyTable" and n.get("Relation Name") == table for n in nodes
-            )
+            # the rows by their place (a Tid Scan): none is read by id after the pick
             assert any(
                 n["Node Type"] == "Tid Scan" and n.get("Relation Name") == table for n in nodes
             )
