@@ -30,7 +30,7 @@ async def test_concurrent_installs_apply_once_and_work(empty_db: str) -> None:
         ).fetchone()
         assert row == ({"backend": "pgmq", "scheduler": "drain"},)
     jobs = Jobs(empty_db, {"q": dict})
-    assert await jobs.enqueue("q", {"a": 1}) == 1
+    assert await jobs.enqueue("q", {"a": 1}) > 0
     await jobs.backend.db.close()  # type: ignore[attr-defined]
     # applying again is a no-op; forcing re-applies without losing data
     assert await install(empty_db, ["jobs"]) == []
