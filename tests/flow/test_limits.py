@@ -249,6 +249,25 @@ async def test_racing_claimers_never_pass_key_concurrency(
     assert max(seen) == 2
 
 
+async def test_racing_claimers_never_pass_concurrency_and_key_concurrency_together(
+    jobs_db_url: str, backend_name: str
+) -> None:
+    """Both limits at once (the key-limited claim's one-statement pass counts the queue's
+    leases too): no instant over either."""
+    seen: list[tuple[int, int]] = []
+
+    def check(row: Any) -> None:
+        seen.append((row[0], row[1]))
+        assert row[0] <= 3, f"{row[0]} leased at once under concurrency=3"
+        assert row[1] <= 1, f"{row[1]} leased of one key under key_concurrency=1"
+
+    watch = f"SELECT ({leased_sql(backend_name, False)}), ({leased_sql(backend_name, True)})"
+    limits = {"concurrency": 3, "key_concurrency": 1}
+    ran = await race(jobs_db_url, limits, 180, 6, watch, check)
+    assert ran == 180
+    assert max(queue for queue, _ in seen) == 3 and max(key for _, key in seen) == 1
+
+
 async def test_racing_claimers_never_overlap_in_an_ordered_group(
     jobs_db_url: str, backend_name: str
 ) -> None:
