@@ -135,7 +135,9 @@ async def test_lease_defaults_and_caps(jobs_db_url: str) -> None:
 
 
 async def test_work_caps_its_lease_and_heartbeats_a_long_handler(db_url: str) -> None:
-    policy = QueuePolicy(lease=0.4, max_lease=0.6)
+    # a job's heartbeat comes every half lease but at most once a second: the lease (capped
+    # at 2 s) outlasts a beat by a second, so a loaded machine does not lose it between beats
+    policy = QueuePolicy(lease=1.5, max_lease=2)
     jobs = guarded(db_url, policy)
     other = Jobs(db_url, QUEUES)
     await jobs.enqueue("inbox", {"a": 1})
@@ -143,7 +145,7 @@ async def test_work_caps_its_lease_and_heartbeats_a_long_handler(db_url: str) ->
 
     async def slow(payload: Any, job: Job[Any]) -> None:
         assert (job.visible_until - job.enqueued_at).total_seconds() < 5  # capped, not 300
-        await asyncio.sleep(1.5)  # far past max_lease: heartbeats keep the job ours
+        await asyncio.sleep(4.5)  # far past max_lease: heartbeats keep the job ours
         stolen.extend(await other.claim("inbox", lease=1))
 
     report = await jobs.drain("inbox", slow, lease=300)
