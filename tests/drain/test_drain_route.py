@@ -243,19 +243,24 @@ async def test_a_handler_outliving_the_budget_keeps_its_lease(
 
     async def slow(payload: Email, job: drainpipe.Job[Email]) -> None:
         running.set()
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(3.5)
         finished.append(job.id)
 
-    # budget 0.2 s, margin 0.6 s: the lease must be renewed past the deadline to survive
-    route = jobs.drain_route(secret=SECRET, handlers={"emails": slow}, budget=0.2, lease_margin=0.6)
+    # budget 0.2 s, margin 1.5 s (a beat every 0.5 s, the lease 1.5 s ahead: a loaded
+    # machine's stall does not lose it): the lease must be renewed past the deadline, twice
+    # over, to survive
+    route = jobs.drain_route(secret=SECRET, handlers={"emails": slow}, budget=0.2, lease_margin=1.5)
     rival = drainpipe.Jobs(db_url, {"emails": Email})
     watcher = await connect(db_url)
     checks: list[bool] = []
     stolen: list[Any] = []
 
+    called: list[asyncio.Future[Any]] = []
+
     async def watch() -> None:
         await running.wait()
-        while not finished:
+        # until the handler finishes, or the call returns without it (a lost lease)
+        while not finished and not called[0].done():
             row = await (
                 await watcher.execute(
                     "SELECT vt > clock_timestamp() FROM pgmq.q_emails WHERE msg_id = %s", (job_id,)
@@ -268,7 +273,9 @@ async def test_a_handler_outliving_the_budget_keeps_its_lease(
 
     try:
         async with serve(route) as client:
-            response, _ = await asyncio.gather(client.get("/", headers=AUTH), watch())
+            called.append(asyncio.ensure_future(client.get("/", headers=AUTH)))
+            await watch()
+            response = await called[0]
     finally:
         await watcher.close()
         await rival.backend.db.close()  # type: ignore[attr-defined]
