@@ -729,7 +729,7 @@ async def test_the_heartbeat_keeps_a_long_handler_s_lease(
 
     async def handler(message: WebhookMessage) -> None:
         if message.message_id == "evt_long":
-            await asyncio.sleep(0.8)  # longer than the 0.6 s lease; beats at 0.3 s and 0.6 s
+            await asyncio.sleep(2.6)  # longer than the 2 s lease; beats at 1 s and 2 s
             other = await connect(db_url)
             cur = await other.execute(
                 "SELECT id FROM drainpipe.claim_webhooks_v1('billing', 'thief', 10, 60)"
@@ -737,7 +737,7 @@ async def test_the_heartbeat_keeps_a_long_handler_s_lease(
             stolen.extend(await cur.fetchall())
             await other.close()
 
-    report = await box.process(handler, batch=2, lease=0.6)
+    report = await box.process(handler, batch=2, lease=2)
     assert stolen == []  # both messages of the batch were renewed, the waiting one too
     assert report.succeeded == 2
     assert {r["status"] for r in await rows(conn)} == {"processed"}

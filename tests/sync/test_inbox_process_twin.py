@@ -128,7 +128,7 @@ async def test_the_heartbeat_thread_keeps_a_long_handler_s_lease(
 
     def handler(message: sync.WebhookMessage) -> None:
         if message.message_id == "evt_long":
-            time.sleep(0.8)  # longer than the 0.6 s lease; beats at 0.3 s and 0.6 s
+            time.sleep(2.6)  # longer than the 2 s lease; beats at 1 s and 2 s
             with psycopg.connect(db_url, autocommit=True) as other:
                 stolen.extend(
                     other.execute(
@@ -139,7 +139,7 @@ async def test_the_heartbeat_thread_keeps_a_long_handler_s_lease(
     with sync.WebhookInbox(db_url, source="billing") as box:
         box.store(id="evt_long", payload={})
         box.store(id="evt_queued_in_batch", payload={})
-        report = await asyncio.to_thread(box.process, handler, batch=2, lease=0.6)
+        report = await asyncio.to_thread(box.process, handler, batch=2, lease=2)
     assert stolen == []  # both messages of the batch were renewed, the waiting one too
     assert report.succeeded == 2
     assert {r["status"] for r in await rows(conn)} == {"processed"}
