@@ -147,7 +147,6 @@ BEGIN
     SELECT * INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = p_queue;
     -- and its priorities, if it ever had a job with one
     SELECT p.levels INTO v_levels FROM drainpipe.queue_priorities p WHERE p.queue = p_queue;
-    SELECT p.max_lease INTO v_max FROM drainpipe.queue_policies p WHERE p.queue = p_queue;
     -- the claim's clock starts after the completions (as a claim sent after them would)
     v_now := coalesce(p_now, clock_timestamp());
     v_until := v_now + make_interval(secs => greatest(p_lease, 0));
@@ -176,7 +175,9 @@ BEGIN
         v_room := drainpipe.job_messages_flow_room(v_flow, v_batch, v_now);
         IF v_room > 0 AND v_levels IS NULL AND v_flow.rate_count IS NULL
            AND v_flow.key_rate_count IS NULL AND NOT v_flow.ordered
-           AND NOT coalesce(v_until > v_now + make_interval(secs => v_max + 1), false) THEN
+           AND NOT EXISTS (SELECT 1 FROM drainpipe.queue_policies p
+                            WHERE p.queue = p_queue
+                              AND v_until > v_now + make_interval(secs => p.max_lease + 1)) THEN
             -- key_concurrency alone (and perhaps concurrency), no priorities, a lease within
             -- max_lease: the pick's first pass and the lease in one statement. Under the
             -- lock, every limited claim before this one has committed when its snapshot is
@@ -302,6 +303,7 @@ BEGIN
     END IF;
     -- a lease longer than the queue's max_lease is refused here, once a claim, where a
     -- trigger on the update would fetch and lock every updated row again
+    SELECT p.max_lease INTO v_max FROM drainpipe.queue_policies p WHERE p.queue = p_queue;
     IF v_until > v_now + make_interval(secs => v_max + 1) THEN
         RAISE EXCEPTION 'a lease of % s is longer than queue "%"''s max_lease of % s',
             round(extract(epoch FROM v_until - v_now)::numeric, 3), p_queue, v_max
