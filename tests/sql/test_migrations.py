@@ -115,6 +115,7 @@ INTERNAL_FUNCTIONS = {
     "ensure_flow_indexes",
     "debounce_job",
     "job_messages_flow_room",
+    "job_messages_leased",
     "job_messages_flow_pick",
     # the limited pick, with and without priorities, and its lapsed leases
     "job_messages_flow_take",

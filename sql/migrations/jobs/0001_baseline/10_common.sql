@@ -186,6 +186,7 @@ CREATE TABLE IF NOT EXISTS drainpipe.queue_flow (
     key_rate_count integer,
     key_rate_per double precision,
     ordered boolean DEFAULT false NOT NULL,
+    lease_window double precision,
     CONSTRAINT queue_flow_pkey PRIMARY KEY (queue),
     CONSTRAINT queue_flow_check CHECK (((rate_count IS NULL) = (rate_per IS NULL))),
     CONSTRAINT queue_flow_check1 CHECK (((key_rate_count IS NULL) = (key_rate_per IS NULL))),

@@ -621,7 +621,7 @@ CREATE OR REPLACE FUNCTION drainpipe.ensure_flow_indexes(p_queue text)
 DECLARE
     v_max double precision;
     v_latest timestamptz;
-    v_bound text := '';
+    v_upto text := '''infinity''';  -- where every lease ends, from the claim's now
 BEGIN
     PERFORM drainpipe.assert_queue_name(p_queue);
     PERFORM drainpipe.ensure_job_queue_v1(p_queue);
@@ -638,9 +638,9 @@ BEGIN
                          WHERE l.read_ct > 0 AND (l.message ->> ''failed'') IS DISTINCT FROM (l.read_ct::text)
                          ORDER BY l.vt DESC LIMIT 1) l', 'q_' || p_queue)
           INTO v_latest;
-        v_bound := format(' AND l.vt <= greatest(v_now, clock_timestamp()) + %L::interval',
-                          make_interval(secs => greatest(v_max + 1,
-                              extract(epoch FROM v_latest - clock_timestamp()) + 1))::text);
+        v_upto := format('greatest(v_now, clock_timestamp()) + %L::interval',
+                         make_interval(secs => greatest(v_max + 1,
+                             extract(epoch FROM v_latest - clock_timestamp()) + 1))::text);
         EXECUTE format('DROP INDEX IF EXISTS pgmq.%I', 'q_' || p_queue || '_dp_flow_leased_vt');
     ELSIF EXISTS (SELECT 1 FROM drainpipe.queue_flow f
                    WHERE f.queue = p_queue AND drainpipe.flow_budget_applies(f)) THEN
@@ -685,6 +685,9 @@ BEGIN
             v_leased bigint := 0;
             v_beside integer;
             v_taken bigint;
+            -- a value, so that the counts' index scans stop there (clock_timestamp() in a
+            -- statement is volatile: a filter)
+            v_upto timestamptz := %10$s;
         BEGIN
             SELECT * INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = %6$L;
             IF v_flow.queue IS NULL THEN
@@ -819,8 +822,8 @@ BEGIN
               drainpipe.pgmq_lease_sql(p_queue, 'm.ctid = ANY (ARRAY(SELECT l.at FROM leasing l))'),
               drainpipe.pgmq_lease_sql(p_queue, 'm.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE NOT p.exhausted))'),
               p_queue, 'claim_jobs__' || p_queue, 'flow_pick_jobs__' || p_queue,
-              $l$l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text) AND l.vt > v_now$l$
-              || v_bound);
+              $l$l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text) AND l.vt > v_now AND l.vt <= v_upto$l$,
+              v_upto);
     EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) FROM PUBLIC', 'flow_claim_jobs__' || p_queue);
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'service_role') THEN
         EXECUTE format('GRANT EXECUTE ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) TO service_role', 'flow_claim_jobs__' || p_queue);

@@ -516,20 +516,42 @@ END $function$;
 CREATE OR REPLACE FUNCTION drainpipe.ensure_flow_indexes(p_queue text)
  RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
 BEGIN
+    -- A queue with a policy holds every lease to max_lease (the claim and the heartbeat
+    -- check it), so its queue-wide count reads job_messages_live_idx over the next
+    -- lease_window seconds only, and its leases enter no index of ours. A lease granted
+    -- before that bound (a lowered max_lease, or no policy yet) may end later: the window
+    -- reaches the latest such lease too (as far from now as it is now). NULL: no bound.
+    UPDATE drainpipe.queue_flow f
+       SET lease_window = (
+           SELECT greatest(p.max_lease + 1, extract(epoch FROM (
+                      SELECT max(l.visible_at) FROM drainpipe.job_messages l
+                       WHERE l.queue = p_queue AND l.finished_at IS NULL AND l.state = 'leased'
+                  ) - clock_timestamp()) + 1)
+             FROM drainpipe.queue_policies p WHERE p.queue = p_queue)
+     WHERE f.queue = p_queue;
     -- what is leased, per queue (concurrency) or per queue and key (key_concurrency), bounded
     -- by the limits: only leased rows are in it. The index is table-wide, so every queue's
     -- claims pay for its entries: the key's only when a key limit reads it. The keyed one also
     -- serves the queue-wide counts, and is never dropped here: a key limit committed beside
-    -- a concurrency-only queue's ensure must still find it afterwards.
+    -- a concurrency-only queue's ensure must still find it afterwards. Either is a way to
+    -- count faster, never a condition of a count's being exact.
     IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f WHERE f.key_concurrency IS NOT NULL) THEN
         CREATE INDEX IF NOT EXISTS job_messages_flow_leased_idx
             ON drainpipe.job_messages (queue, drainpipe.job_key(payload), visible_at)
             WHERE state = 'leased';
         DROP INDEX IF EXISTS drainpipe.job_messages_flow_leased_queue_idx;
-    ELSIF to_regclass('drainpipe.job_messages_flow_leased_idx') IS NULL THEN
+    ELSIF to_regclass('drainpipe.job_messages_flow_leased_idx') IS NOT NULL THEN
+        NULL;  -- the keyed index counts for every queue
+    ELSIF EXISTS (SELECT 1 FROM drainpipe.queue_flow f
+                   WHERE (f.concurrency IS NOT NULL AND f.lease_window IS NULL)
+                      -- the per-key pick (job_messages_flow_take) plans its key probe, taken
+                      -- or not, on a leased index: without one the plan is a disabled scan
+                      OR f.ordered OR f.key_rate_count IS NOT NULL) THEN
         CREATE INDEX IF NOT EXISTS job_messages_flow_leased_queue_idx
             ON drainpipe.job_messages (queue, visible_at)
             WHERE state = 'leased';
+    ELSE
+        DROP INDEX IF EXISTS drainpipe.job_messages_flow_leased_queue_idx;
     END IF;
     -- the live jobs of a key in enqueue order: ordered=True probes for an earlier one
     -- (ensure_queue_flow_v1 calls this after storing the limits)
@@ -670,8 +692,7 @@ DECLARE
     v_claims bigint;
 BEGIN
     IF p_flow.concurrency IS NOT NULL THEN
-        SELECT count(*) INTO v_leased FROM drainpipe.job_messages l
-         WHERE l.queue = p_flow.queue AND l.state = 'leased' AND l.visible_at > p_now;
+        v_leased := drainpipe.job_messages_leased(p_flow, p_now);
     END IF;
     IF p_flow.rate_count IS NOT NULL THEN
         SELECT count(*) INTO v_claims FROM drainpipe.flow_claims c
@@ -744,8 +765,7 @@ BEGIN
         RETURN 0;
     END IF;
     IF p_flow.concurrency IS NOT NULL THEN
-        SELECT count(*) INTO v_leased FROM drainpipe.job_messages l
-         WHERE l.queue = p_flow.queue AND l.state = 'leased' AND l.visible_at > p_now;
+        v_leased := drainpipe.job_messages_leased(p_flow, p_now);
     END IF;
     IF v_room IS NULL THEN
         v_room := drainpipe.flow_room(p_flow, p_batch, v_leased, p_now);
@@ -905,6 +925,21 @@ BEGIN
         EXIT WHEN v_scanned >= v_bound;
         v_chunk := least(v_chunk, v_bound - v_scanned);
     END LOOP;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.job_messages_leased(p_flow drainpipe.queue_flow, p_now timestamp with time zone)
+ RETURNS bigint LANGUAGE plpgsql SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+DECLARE
+    -- the window's end as a value (clock_timestamp() in the statement would be volatile,
+    -- so a filter, not where the index scan stops)
+    v_upto timestamptz := CASE WHEN p_flow.lease_window IS NULL THEN 'infinity'
+                               ELSE greatest(p_now, clock_timestamp()) + make_interval(secs => p_flow.lease_window) END;
+BEGIN
+    -- the queue's leases, exactly: through a leased index when there is one, else through
+    -- job_messages_live_idx up to where every lease ends (ensure_flow_indexes)
+    RETURN (SELECT count(*) FROM drainpipe.job_messages l
+             WHERE l.queue = p_flow.queue AND l.finished_at IS NULL AND l.state = 'leased'
+               AND l.visible_at > p_now AND l.visible_at <= v_upto);
 END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.job_messages_policy_insert()
