@@ -54,6 +54,16 @@ def leased(conn: psycopg.Connection[Any], queue: str) -> int:
     return int(row[0])
 
 
+def lease_window(conn: psycopg.Connection[Any]) -> tuple[float, float]:
+    """The queue's window, and how far ahead every lease from before it ends (s)."""
+    row = conn.execute(
+        "SELECT lease_window, extract(epoch FROM leases_end_by - clock_timestamp())"
+        " FROM drainpipe.queue_flow WHERE queue = 'q'"
+    ).fetchone()
+    assert row is not None and row[0] is not None
+    return float(row[0]), float(row[1] or 0)
+
+
 def leased_indexes(conn: psycopg.Connection[Any]) -> set[str]:
     rows = conn.execute(
         "SELECT indexrelid::regclass::text FROM pg_index"
@@ -107,8 +117,7 @@ def test_a_policy_queue_counts_its_leases_through_the_live_index(
         fill(conn, "q", 20000)
         policy_flow(conn, "q", 60)
         assert leased_indexes(conn) == set()  # a lease pays for no index of ours
-        window = conn.execute("SELECT lease_window FROM drainpipe.queue_flow").fetchone()
-        assert window == (61.0,)  # max_lease and the claim's one second of slack
+        assert lease_window(conn) == (61, 0)  # max_lease and the claim's second of slack
         conn.execute("ANALYZE drainpipe.job_messages")
         auto_explain(conn)
         for _ in range(4):  # the limit binds: every claim counts what is leased exactly
@@ -140,12 +149,18 @@ def test_a_lease_granted_before_the_bound_still_counts(
             policy_flow(conn, "q", 3600)
         conn.execute("SELECT id FROM drainpipe.claim_jobs_v1('q', 1800, 2)").fetchall()
         policy_flow(conn, "q", 60)
+        # the window is max_lease and the claim's second of slack, and the count reaches
+        # the long leases' end: found by a read of the jobs under the queue's first policy,
+        # and as the old window from now when max_lease shrinks
+        window, end_by = lease_window(conn)
+        assert window == 61
+        assert (1790 < end_by < 1802) if before == "no policy" else (3590 < end_by < 3603)
         taken = conn.execute("SELECT id FROM drainpipe.claim_jobs_v1('q', 30, 5)").fetchall()
         assert len(taken) == 1  # 2 leased of 3 before this claim
+        policy_flow(conn, "q", 60)  # the next cold start changes nothing
+        assert lease_window(conn)[1] == pytest.approx(end_by, abs=2)
         if backend == "table":
             assert leased(conn, "q") == 3
-            window = conn.execute("SELECT lease_window FROM drainpipe.queue_flow").fetchone()
-            assert window is not None and 1790 < window[0] < 1802
             return
         # pgmq: the count's scan of the queue's vt index stops at the window's end
         auto_explain(conn)

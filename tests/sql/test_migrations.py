@@ -116,6 +116,8 @@ INTERNAL_FUNCTIONS = {
     "debounce_job",
     "job_messages_flow_room",
     "job_messages_leased",
+    "keep_flow_lease_window",
+    "flow_lease_upto",
     "job_messages_flow_pick",
     # the limited pick, with and without priorities, and its lapsed leases
     "job_messages_flow_take",

@@ -187,6 +187,7 @@ CREATE TABLE IF NOT EXISTS drainpipe.queue_flow (
     key_rate_per double precision,
     ordered boolean DEFAULT false NOT NULL,
     lease_window double precision,
+    leases_end_by timestamp with time zone,
     CONSTRAINT queue_flow_pkey PRIMARY KEY (queue),
     CONSTRAINT queue_flow_check CHECK (((rate_count IS NULL) = (rate_per IS NULL))),
     CONSTRAINT queue_flow_check1 CHECK (((key_rate_count IS NULL) = (key_rate_per IS NULL))),
@@ -895,6 +896,15 @@ BEGIN
     RETURN -1;
 END $function$;
 
+CREATE OR REPLACE FUNCTION drainpipe.flow_lease_upto(p_flow drainpipe.queue_flow, p_now timestamp with time zone)
+ RETURNS timestamp with time zone LANGUAGE sql AS $function$
+    -- where every lease of the queue ends, for its count (keep_flow_lease_window); a value
+    -- in a variable, so that the count's index scan stops there (clock_timestamp() in the
+    -- statement would be volatile, a filter)
+    SELECT CASE WHEN p_flow.lease_window IS NULL THEN 'infinity'::timestamptz
+                ELSE greatest(greatest(p_now, clock_timestamp()) + make_interval(secs => p_flow.lease_window),
+                              p_flow.leases_end_by) END $function$;
+
 CREATE OR REPLACE FUNCTION drainpipe.flow_record_claims(p_flow drainpipe.queue_flow, p_keys text[], p_now timestamp with time zone)
  RETURNS void LANGUAGE plpgsql SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
 BEGIN
@@ -1236,6 +1246,37 @@ BEGIN
                            (extract(epoch FROM p_first) * 1000000)::bigint::text, false);
     END IF;
     RETURN p_first;
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.keep_flow_lease_window(p_queue text, p_latest_sql text)
+ RETURNS void LANGUAGE plpgsql AS $function$
+DECLARE
+    v_window double precision;
+    v_end_by timestamptz;
+    v_max double precision;
+BEGIN
+    -- A queue with a policy holds every lease to max_lease (+1 s of slack), so its count of
+    -- leases reads the due times up to lease_window seconds from now, or up to
+    -- leases_end_by when that is later: the end of every lease granted before the bound
+    -- (flow_lease_upto). NULL: no bound.
+    SELECT f.lease_window, f.leases_end_by, p.max_lease INTO v_window, v_end_by, v_max
+      FROM drainpipe.queue_flow f LEFT JOIN drainpipe.queue_policies p ON p.queue = f.queue
+     WHERE f.queue = p_queue;
+    IF v_max IS NULL THEN
+        v_end_by := NULL;
+    ELSIF v_window IS NULL THEN
+        -- the first window: a lease granted before the policy (or before these limits) may
+        -- end later; the storage's latest lease end past the bound (p_latest_sql: after $1,
+        -- of queue $2). Read once: the next ensure_policies() reads no jobs
+        EXECUTE p_latest_sql INTO v_end_by USING clock_timestamp() + make_interval(secs => v_max + 1), p_queue;
+    ELSIF v_max + 1 < v_window THEN
+        -- a shorter max_lease: every lease granted under the longer one, a claim's still in
+        -- flight included, ends within the old window from now
+        v_end_by := greatest(v_end_by, clock_timestamp() + make_interval(secs => v_window + 1));
+    END IF;
+    UPDATE drainpipe.queue_flow f SET lease_window = v_max + 1, leases_end_by = v_end_by
+     WHERE f.queue = p_queue
+       AND (f.lease_window, f.leases_end_by) IS DISTINCT FROM (v_max + 1, v_end_by);
 END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.kept_job_totals(p_queue text)

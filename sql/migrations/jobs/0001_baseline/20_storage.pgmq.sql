@@ -618,29 +618,20 @@ END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.ensure_flow_indexes(p_queue text)
  RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
-DECLARE
-    v_max double precision;
-    v_latest timestamptz;
-    v_upto text := '''infinity''';  -- where every lease ends, from the claim's now
 BEGIN
     PERFORM drainpipe.assert_queue_name(p_queue);
     PERFORM drainpipe.ensure_job_queue_v1(p_queue);
     PERFORM pg_advisory_xact_lock(hashtext('drainpipe.queue:' || p_queue));
-    SELECT p.max_lease INTO v_max FROM drainpipe.queue_policies p WHERE p.queue = p_queue;
+    -- the window a policy queue's count reads (its table's check constraint holds every
+    -- lease to max_lease, pgmq's own functions' too)
+    PERFORM drainpipe.keep_flow_lease_window(p_queue, format(
+        'SELECT max(l.vt) FROM (SELECT l.vt FROM pgmq.%I l
+          WHERE l.vt > $1 AND l.read_ct > 0 AND (l.message ->> ''failed'') IS DISTINCT FROM (l.read_ct::text)
+          ORDER BY l.vt DESC LIMIT 1) l', 'q_' || p_queue));
     IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f
-                WHERE f.queue = p_queue AND drainpipe.flow_budget_applies(f)) AND v_max IS NOT NULL THEN
-        -- a queue-wide concurrency only, on a policy queue: every writer holds a lease to
-        -- max_lease (ensure_lease_bound's check), so the exact counts read pgmq's own vt
-        -- index over the next max_lease, and a lease enters no index of ours. A lease
-        -- granted before that bound (a lowered max_lease, or no policy yet) may end later:
-        -- the window reaches the latest such lease too (as far from now as it is now)
-        EXECUTE format('SELECT max(l.vt) FROM (SELECT l.vt FROM pgmq.%I l
-                         WHERE l.read_ct > 0 AND (l.message ->> ''failed'') IS DISTINCT FROM (l.read_ct::text)
-                         ORDER BY l.vt DESC LIMIT 1) l', 'q_' || p_queue)
-          INTO v_latest;
-        v_upto := format('greatest(v_now, clock_timestamp()) + %L::interval',
-                         make_interval(secs => greatest(v_max + 1,
-                             extract(epoch FROM v_latest - clock_timestamp()) + 1))::text);
+                WHERE f.queue = p_queue AND drainpipe.flow_budget_applies(f) AND f.lease_window IS NOT NULL) THEN
+        -- a queue-wide concurrency only, on a policy queue: the exact counts read pgmq's own
+        -- vt index over the window, and a lease enters no index of ours
         EXECUTE format('DROP INDEX IF EXISTS pgmq.%I', 'q_' || p_queue || '_dp_flow_leased_vt');
     ELSIF EXISTS (SELECT 1 FROM drainpipe.queue_flow f
                    WHERE f.queue = p_queue AND drainpipe.flow_budget_applies(f)) THEN
@@ -685,9 +676,7 @@ BEGIN
             v_leased bigint := 0;
             v_beside integer;
             v_taken bigint;
-            -- a value, so that the counts' index scans stop there (clock_timestamp() in a
-            -- statement is volatile: a filter)
-            v_upto timestamptz := %10$s;
+            v_upto timestamptz;
         BEGIN
             SELECT * INTO v_flow FROM drainpipe.queue_flow f WHERE f.queue = %6$L;
             IF v_flow.queue IS NULL THEN
@@ -695,6 +684,7 @@ BEGIN
                 RETURN QUERY SELECT * FROM drainpipe.%7$I(p_lease, p_batch, p_now);
                 RETURN;
             END IF;
+            v_upto := drainpipe.flow_lease_upto(v_flow, v_now);  -- where the counts stop
             IF v_flow.key_concurrency IS NULL AND v_flow.key_rate_count IS NULL AND NOT v_flow.ordered THEN
                 -- queue-wide limits only: the unlimited claim, no larger than the room left
                 IF v_flow.concurrency IS NOT NULL THEN
@@ -822,8 +812,7 @@ BEGIN
               drainpipe.pgmq_lease_sql(p_queue, 'm.ctid = ANY (ARRAY(SELECT l.at FROM leasing l))'),
               drainpipe.pgmq_lease_sql(p_queue, 'm.msg_id = ANY (ARRAY(SELECT p.msg_id FROM picked p WHERE NOT p.exhausted))'),
               p_queue, 'claim_jobs__' || p_queue, 'flow_pick_jobs__' || p_queue,
-              $l$l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text) AND l.vt > v_now AND l.vt <= v_upto$l$,
-              v_upto);
+              $l$l.read_ct > 0 AND (l.message ->> 'failed') IS DISTINCT FROM (l.read_ct::text) AND l.vt > v_now AND l.vt <= v_upto$l$);
     EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) FROM PUBLIC', 'flow_claim_jobs__' || p_queue);
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'service_role') THEN
         EXECUTE format('GRANT EXECUTE ON FUNCTION drainpipe.%I(double precision, integer, timestamptz) TO service_role', 'flow_claim_jobs__' || p_queue);

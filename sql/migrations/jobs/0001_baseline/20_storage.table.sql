@@ -516,19 +516,11 @@ END $function$;
 CREATE OR REPLACE FUNCTION drainpipe.ensure_flow_indexes(p_queue text)
  RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
 BEGIN
-    -- A queue with a policy holds every lease to max_lease (the claim and the heartbeat
-    -- check it), so its queue-wide count reads job_messages_live_idx over the next
-    -- lease_window seconds only, and its leases enter no index of ours. A lease granted
-    -- before that bound (a lowered max_lease, or no policy yet) may end later: the window
-    -- reaches the latest such lease too (as far from now as it is now). NULL: no bound.
-    UPDATE drainpipe.queue_flow f
-       SET lease_window = (
-           SELECT greatest(p.max_lease + 1, extract(epoch FROM (
-                      SELECT max(l.visible_at) FROM drainpipe.job_messages l
-                       WHERE l.queue = p_queue AND l.finished_at IS NULL AND l.state = 'leased'
-                  ) - clock_timestamp()) + 1)
-             FROM drainpipe.queue_policies p WHERE p.queue = p_queue)
-     WHERE f.queue = p_queue;
+    -- the window a policy queue's count reads (the claim and the heartbeat hold every
+    -- lease to max_lease)
+    PERFORM drainpipe.keep_flow_lease_window(p_queue,
+        'SELECT max(l.visible_at) FROM drainpipe.job_messages l
+          WHERE l.queue = $2 AND l.finished_at IS NULL AND l.state = ''leased'' AND l.visible_at > $1');
     -- what is leased, per queue (concurrency) or per queue and key (key_concurrency), bounded
     -- by the limits: only leased rows are in it. The index is table-wide, so every queue's
     -- claims pay for its entries: the key's only when a key limit reads it. The keyed one also
@@ -930,10 +922,7 @@ END $function$;
 CREATE OR REPLACE FUNCTION drainpipe.job_messages_leased(p_flow drainpipe.queue_flow, p_now timestamp with time zone)
  RETURNS bigint LANGUAGE plpgsql SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
 DECLARE
-    -- the window's end as a value (clock_timestamp() in the statement would be volatile,
-    -- so a filter, not where the index scan stops)
-    v_upto timestamptz := CASE WHEN p_flow.lease_window IS NULL THEN 'infinity'
-                               ELSE greatest(p_now, clock_timestamp()) + make_interval(secs => p_flow.lease_window) END;
+    v_upto timestamptz := drainpipe.flow_lease_upto(p_flow, p_now);
 BEGIN
     -- the queue's leases, exactly: through a leased index when there is one, else through
     -- job_messages_live_idx up to where every lease ends (ensure_flow_indexes)
