@@ -3,7 +3,8 @@ leased jobs through a (queue, visible_at) index, so claims on the shared table e
 job key for it; the keyed index exists once some queue has a key_concurrency, which reads
 it, and a concurrency-only queue declared later does not take it away. A queue with a
 policy (every lease held to max_lease) needs neither: its count reads the live index over
-the window its leases can end in, and its leases enter no index of ours."""
+the window its leases can end in, and its leases enter no index of ours; on both storages
+that window reaches the leases granted before its bound."""
 
 from __future__ import annotations
 
