@@ -268,6 +268,78 @@ async def test_racing_claimers_never_pass_concurrency_and_key_concurrency_togeth
     assert max(queue for queue, _ in seen) == 3 and max(key for _, key in seen) == 1
 
 
+async def test_a_shorter_max_lease_keeps_counting_the_longer_leases(
+    jobs_db_url: str, backend_name: str
+) -> None:
+    """Claimers lease for 300 s while the policy's max_lease flips between 600 and 60 s:
+    a lease granted under the longer bound still counts once the bound is shorter (the
+    count's window reaches it, docs/flow-control.md), so no instant is over concurrency=4.
+    A window of max_lease alone would see none of the long leases and let 4 more in."""
+
+    async def ensure(conn: psycopg.AsyncConnection[Any], max_lease: int) -> None:
+        await conn.execute(
+            "SELECT drainpipe.ensure_queue_policy_v3('llm', 1000000, 1000000, 30, %s, 86400, 5,"
+            " NULL, 86400, false, NULL, true, p_concurrency => 4)",
+            (max_lease,),
+        )
+
+    async with await psycopg.AsyncConnection.connect(jobs_db_url, autocommit=True) as setup:
+        await ensure(setup, 600)
+    async with Jobs(jobs_db_url, QUEUES) as jobs:
+        await jobs.enqueue_many("llm", [{"n": n} for n in range(60)])
+    done = asyncio.Event()
+    seen: list[int] = []
+    long_leases = 0
+
+    async def claimer() -> None:
+        nonlocal long_leases
+        async with await psycopg.AsyncConnection.connect(jobs_db_url, autocommit=True) as conn:
+            while not done.is_set():
+                lease = 300
+                try:
+                    rows = await (
+                        await conn.execute(
+                            "SELECT id, attempts FROM drainpipe.claim_jobs_v1('llm', %s, 1)",
+                            (lease,),
+                        )
+                    ).fetchall()
+                except psycopg.Error as exc:
+                    if exc.sqlstate != "DPQ03":  # only a lease over the 60 s bound
+                        raise
+                    lease = 30
+                    rows = await (
+                        await conn.execute(
+                            "SELECT id, attempts FROM drainpipe.claim_jobs_v1('llm', 30, 1)"
+                        )
+                    ).fetchall()
+                await asyncio.sleep(0.01)
+                for job_id, attempt in rows:
+                    if lease == 300:
+                        long_leases += 1  # kept until the test ends
+                        continue
+                    await conn.execute(
+                        "SELECT drainpipe.complete_jobs_v1('llm', %s, %s)", ([job_id], [attempt])
+                    )
+
+    async def flipper() -> None:
+        async with await psycopg.AsyncConnection.connect(jobs_db_url, autocommit=True) as conn:
+            for flip in range(16):
+                await ensure(conn, 60 if flip % 2 == 0 else 600)
+                await asyncio.sleep(0.1)
+        done.set()
+
+    async def watch() -> None:
+        async with await psycopg.AsyncConnection.connect(jobs_db_url, autocommit=True) as conn:
+            while not done.is_set():
+                row = await (await conn.execute(leased_sql(backend_name, False))).fetchone()
+                assert row is not None
+                seen.append(row[0])
+                assert row[0] <= 4, f"{row[0]} leased at once under concurrency=4"
+
+    await asyncio.gather(flipper(), watch(), *(claimer() for _ in range(8)))
+    assert long_leases > 0 and max(seen) == 4
+
+
 async def test_racing_claimers_never_overlap_in_an_ordered_group(
     jobs_db_url: str, backend_name: str
 ) -> None:

@@ -118,6 +118,7 @@ INTERNAL_FUNCTIONS = {
     "job_messages_leased",
     "keep_flow_lease_window",
     "flow_lease_upto",
+    "pgmq_lease_bound_current",
     "job_messages_flow_pick",
     # the limited pick, with and without priorities, and its lapsed leases
     "job_messages_flow_take",

@@ -17,8 +17,15 @@ ALTER TABLE drainpipe.pgmq_list_before ENABLE ROW LEVEL SECURITY;
 CREATE OR REPLACE FUNCTION drainpipe.attach_queue_policy_v1(p_queue text)
  RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path TO 'pg_catalog', 'pg_temp' SET enable_seqscan TO 'on' SET jit TO 'off' AS $function$
 DECLARE
-    v_table regclass;
+    v_table regclass := to_regclass('pgmq.' || quote_ident('q_' || p_queue));
 BEGIN
+    IF v_table IS NOT NULL AND NOT drainpipe.pgmq_lease_bound_current(p_queue, v_table) THEN
+        -- a new lease bound is an ALTER TABLE (ensure_lease_bound): its lock first, before
+        -- the weaker ones below take theirs. Asked for after them, it would wait for a claim
+        -- that has read the table while that claim's write waits for them, and Postgres
+        -- fails the claim with a deadlock at once
+        EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', v_table);
+    END IF;
     PERFORM drainpipe.ensure_job_queue_v1(p_queue);
     v_table := ('pgmq.' || quote_ident('q_' || p_queue))::regclass;
     -- no writer between the count and the triggers: the counter starts exact
@@ -222,9 +229,11 @@ CREATE OR REPLACE FUNCTION drainpipe.define_job_priority_claim_v1(p_queue text)
 BEGIN
     PERFORM drainpipe.assert_queue_name(p_queue);
     PERFORM pg_advisory_xact_lock(hashtext('drainpipe.queue:' || p_queue));
-    EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
-                      (drainpipe.job_priority(message -> ''payload''), vt, msg_id)',
-                   'q_' || p_queue || '_dp_priority', 'q_' || p_queue);
+    IF to_regclass('pgmq.' || quote_ident('q_' || p_queue || '_dp_priority')) IS NULL THEN
+        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
+                          (drainpipe.job_priority(message -> ''payload''), vt, msg_id)',
+                       'q_' || p_queue || '_dp_priority', 'q_' || p_queue);
+    END IF;
     EXECUTE format($fn$
         CREATE OR REPLACE FUNCTION drainpipe.%1$I(
             p_levels integer[], p_batch integer, p_now timestamptz, p_bound boolean
@@ -637,23 +646,29 @@ BEGIN
                    WHERE f.queue = p_queue AND drainpipe.flow_budget_applies(f)) THEN
         -- a queue-wide concurrency only, no lease bound: what is leased by vt alone, for the
         -- exact counts; a lease then evaluates no key for an index
-        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (vt)
-                        WHERE read_ct > 0 AND (message ->> ''failed'') IS DISTINCT FROM (read_ct::text)',
-                       'q_' || p_queue || '_dp_flow_leased_vt', 'q_' || p_queue);
+        IF to_regclass('pgmq.' || quote_ident('q_' || p_queue || '_dp_flow_leased_vt')) IS NULL THEN
+            EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (vt)
+                            WHERE read_ct > 0 AND (message ->> ''failed'') IS DISTINCT FROM (read_ct::text)',
+                           'q_' || p_queue || '_dp_flow_leased_vt', 'q_' || p_queue);
+        END IF;
     ELSE
         -- what is leased (claimed, not failed; a lapsed lease reads vt <= now), per key:
         -- concurrency and key_concurrency count here, bounded by the limits
-        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
-                          (drainpipe.job_key(message -> ''payload''), vt)
-                        WHERE read_ct > 0 AND (message ->> ''failed'') IS DISTINCT FROM (read_ct::text)',
-                       'q_' || p_queue || '_dp_flow_leased', 'q_' || p_queue);
+        IF to_regclass('pgmq.' || quote_ident('q_' || p_queue || '_dp_flow_leased')) IS NULL THEN
+            EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
+                              (drainpipe.job_key(message -> ''payload''), vt)
+                            WHERE read_ct > 0 AND (message ->> ''failed'') IS DISTINCT FROM (read_ct::text)',
+                           'q_' || p_queue || '_dp_flow_leased', 'q_' || p_queue);
+        END IF;
     END IF;
     -- a key's jobs in enqueue order (every row of the queue table is live): ordered=True only
     IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f WHERE f.queue = p_queue AND f.ordered) THEN
-        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
-                          (drainpipe.job_key(message -> ''payload''), msg_id)
-                        WHERE drainpipe.job_key(message -> ''payload'') IS NOT NULL',
-                       'q_' || p_queue || '_dp_flow_order', 'q_' || p_queue);
+        IF to_regclass('pgmq.' || quote_ident('q_' || p_queue || '_dp_flow_order')) IS NULL THEN
+            EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
+                              (drainpipe.job_key(message -> ''payload''), msg_id)
+                            WHERE drainpipe.job_key(message -> ''payload'') IS NOT NULL',
+                           'q_' || p_queue || '_dp_flow_order', 'q_' || p_queue);
+        END IF;
     END IF;
     PERFORM drainpipe.pgmq_define_flow_pick(p_queue, false);
     -- The claim: the unlimited claim's lease statement over the rows the pick locked.
@@ -831,11 +846,18 @@ BEGIN
     IF to_regclass('pgmq.q_' || p_queue) IS NULL THEN
         PERFORM pgmq.create(p_queue);
     END IF;
-    EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I ((message ->> ''dedupe_key'')) WHERE message ? ''dedupe_key''',
-                   'q_' || p_queue || '_dedupe_idx', 'q_' || p_queue);
+    -- each index only when it is missing: CREATE INDEX IF NOT EXISTS locks the table
+    -- (SHARE) before it looks, and these locks on the queue and then the archive, taken by
+    -- every ensure_policies(), deadlock with a completion, which writes the archive first
+    IF to_regclass('pgmq.' || quote_ident('q_' || p_queue || '_dedupe_idx')) IS NULL THEN
+        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I ((message ->> ''dedupe_key'')) WHERE message ? ''dedupe_key''',
+                       'q_' || p_queue || '_dedupe_idx', 'q_' || p_queue);
+    END IF;
     -- dead jobs not replayed yet, newest first (list_dead, retry_dead, stats)
-    EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (msg_id) WHERE message ? ''dead'' AND NOT message ? ''replayed_by''',
-                   'a_' || p_queue || '_unreplayed_idx', 'a_' || p_queue);
+    IF to_regclass('pgmq.' || quote_ident('a_' || p_queue || '_unreplayed_idx')) IS NULL THEN
+        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (msg_id) WHERE message ? ''dead'' AND NOT message ? ''replayed_by''',
+                       'a_' || p_queue || '_unreplayed_idx', 'a_' || p_queue);
+    END IF;
     EXECUTE format('DROP INDEX IF EXISTS pgmq.%I', 'a_' || p_queue || '_dead_idx');
     PERFORM drainpipe.pgmq_list_by_ids(p_queue);
     IF to_regprocedure('drainpipe.claim_jobs__' || p_queue || '(double precision, integer, timestamptz)') IS NULL
@@ -853,9 +875,7 @@ BEGIN
     SELECT p.max_lease INTO v_max FROM drainpipe.queue_policies p WHERE p.queue = p_queue;
     -- no table yet (its creation comes back here), or the bound is current (none included:
     -- an ALTER TABLE locks the table even when it finds nothing to drop)
-    IF v_table IS NULL OR (
-           SELECT obj_description(c.oid, 'pg_constraint') FROM pg_constraint c
-            WHERE c.conrelid = v_table AND c.conname = 'drainpipe_policy_lease') IS NOT DISTINCT FROM v_max::text THEN
+    IF v_table IS NULL OR drainpipe.pgmq_lease_bound_current(p_queue, v_table) THEN
         RETURN;
     END IF;
     EXECUTE format('ALTER TABLE %s DROP CONSTRAINT IF EXISTS drainpipe_policy_lease', v_table);
@@ -1479,6 +1499,15 @@ BEGIN
     END IF;
     RETURN NULL;
 END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_lease_bound_current(p_queue text, p_table regclass)
+ RETURNS boolean LANGUAGE sql STABLE AS $function$
+    -- does the queue table's lease bound (its constraint's comment) say the policy's
+    -- max_lease? (none for none)
+    SELECT (SELECT obj_description(c.oid, 'pg_constraint') FROM pg_constraint c
+             WHERE c.conrelid = p_table AND c.conname = 'drainpipe_policy_lease')
+           IS NOT DISTINCT FROM
+           (SELECT p.max_lease::text FROM drainpipe.queue_policies p WHERE p.queue = p_queue) $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.pgmq_lease_cols(p_queue text)
  RETURNS text LANGUAGE sql STABLE SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
