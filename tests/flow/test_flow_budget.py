@@ -15,7 +15,7 @@ import psycopg
 
 from drainpipe import Jobs, QueuePolicy
 
-from .test_limits import leased_sql
+from .test_limits import leased_sql, watch_leased
 
 QUEUES: dict[str, Any] = {"llm": dict[str, Any]}
 LIMIT = 13_000  # chunks of 203, an epoch opens while 3,248 places are left
@@ -249,14 +249,6 @@ async def test_racing_claimers_with_a_budget_never_pass_the_limit(
     done = asyncio.Event()
     seen: list[int] = []
 
-    async def watch() -> None:
-        async with await psycopg.AsyncConnection.connect(jobs_db_url, autocommit=True) as conn:
-            while not done.is_set():
-                row = await (await conn.execute(leased_sql(backend_name, False))).fetchone()
-                assert row is not None
-                seen.append(row[0])
-                assert row[0] <= limit
-
     async def hoard() -> int:
         async with Jobs(jobs_db_url, QUEUES, policies={"llm": policy(limit)}) as j:
             taken, empty = 0, 0
@@ -266,7 +258,7 @@ async def test_racing_claimers_with_a_budget_never_pass_the_limit(
                 empty = 0 if batch else empty + 1
             return taken
 
-    watcher = asyncio.create_task(watch())
+    watcher = asyncio.create_task(watch_leased(jobs_db_url, backend_name, done, seen, limit))
     try:
         taken = await asyncio.gather(*(hoard() for _ in range(8)))
     finally:

@@ -219,6 +219,19 @@ def leased_sql(backend: str, by_key: bool) -> str:
     )
 
 
+async def watch_leased(
+    url: str, backend: str, done: asyncio.Event, seen: list[int], limit: int
+) -> None:
+    """Sample the queue's leased count on a connection of its own until ``done``: each
+    sample goes to ``seen``, and none may be over ``limit``."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        while not done.is_set():
+            row = await (await conn.execute(leased_sql(backend, False))).fetchone()
+            assert row is not None
+            seen.append(row[0])
+            assert row[0] <= limit, f"{row[0]} leased at once under concurrency={limit}"
+
+
 async def test_racing_claimers_never_pass_concurrency(jobs_db_url: str, backend_name: str) -> None:
     seen: list[int] = []
 
@@ -328,15 +341,8 @@ async def test_a_shorter_max_lease_keeps_counting_the_longer_leases(
                 await asyncio.sleep(0.1)
         done.set()
 
-    async def watch() -> None:
-        async with await psycopg.AsyncConnection.connect(jobs_db_url, autocommit=True) as conn:
-            while not done.is_set():
-                row = await (await conn.execute(leased_sql(backend_name, False))).fetchone()
-                assert row is not None
-                seen.append(row[0])
-                assert row[0] <= 4, f"{row[0]} leased at once under concurrency=4"
-
-    await asyncio.gather(flipper(), watch(), *(claimer() for _ in range(8)))
+    watcher = watch_leased(jobs_db_url, backend_name, done, seen, 4)
+    await asyncio.gather(flipper(), watcher, *(claimer() for _ in range(8)))
     assert long_leases > 0 and max(seen) == 4
 
 
@@ -451,14 +457,6 @@ async def test_claims_side_by_side_stop_exactly_at_a_large_concurrency(
     done = asyncio.Event()
     seen: list[int] = []
 
-    async def watch() -> None:
-        async with await psycopg.AsyncConnection.connect(jobs_db_url, autocommit=True) as conn:
-            while not done.is_set():
-                row = await (await conn.execute(leased_sql(backend_name, False))).fetchone()
-                assert row is not None
-                seen.append(row[0])
-                assert row[0] <= limit
-
     async def hoard() -> int:
         async with Jobs(jobs_db_url, QUEUES, policies={"llm": policy(concurrency=limit)}) as j:
             taken = 0
@@ -466,7 +464,7 @@ async def test_claims_side_by_side_stop_exactly_at_a_large_concurrency(
                 taken += len(batch)
             return taken
 
-    watcher = asyncio.create_task(watch())
+    watcher = asyncio.create_task(watch_leased(jobs_db_url, backend_name, done, seen, limit))
     try:
         taken = await asyncio.gather(*(hoard() for _ in range(8)))
     finally:
