@@ -119,6 +119,7 @@ INTERNAL_FUNCTIONS = {
     "keep_flow_lease_window",
     "flow_lease_upto",
     "pgmq_lease_bound_current",
+    "pgmq_ensure_index",
     "job_messages_flow_pick",
     # the limited pick, with and without priorities, and its lapsed leases
     "job_messages_flow_take",

@@ -229,11 +229,8 @@ CREATE OR REPLACE FUNCTION drainpipe.define_job_priority_claim_v1(p_queue text)
 BEGIN
     PERFORM drainpipe.assert_queue_name(p_queue);
     PERFORM pg_advisory_xact_lock(hashtext('drainpipe.queue:' || p_queue));
-    IF to_regclass('pgmq.' || quote_ident('q_' || p_queue || '_dp_priority')) IS NULL THEN
-        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
-                          (drainpipe.job_priority(message -> ''payload''), vt, msg_id)',
-                       'q_' || p_queue || '_dp_priority', 'q_' || p_queue);
-    END IF;
+    PERFORM drainpipe.pgmq_ensure_index('q_' || p_queue || '_dp_priority', 'q_' || p_queue,
+        '(drainpipe.job_priority(message -> ''payload''), vt, msg_id)');
     EXECUTE format($fn$
         CREATE OR REPLACE FUNCTION drainpipe.%1$I(
             p_levels integer[], p_batch integer, p_now timestamptz, p_bound boolean
@@ -646,29 +643,18 @@ BEGIN
                    WHERE f.queue = p_queue AND drainpipe.flow_budget_applies(f)) THEN
         -- a queue-wide concurrency only, no lease bound: what is leased by vt alone, for the
         -- exact counts; a lease then evaluates no key for an index
-        IF to_regclass('pgmq.' || quote_ident('q_' || p_queue || '_dp_flow_leased_vt')) IS NULL THEN
-            EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (vt)
-                            WHERE read_ct > 0 AND (message ->> ''failed'') IS DISTINCT FROM (read_ct::text)',
-                           'q_' || p_queue || '_dp_flow_leased_vt', 'q_' || p_queue);
-        END IF;
+        PERFORM drainpipe.pgmq_ensure_index('q_' || p_queue || '_dp_flow_leased_vt', 'q_' || p_queue,
+            '(vt) WHERE read_ct > 0 AND (message ->> ''failed'') IS DISTINCT FROM (read_ct::text)');
     ELSE
         -- what is leased (claimed, not failed; a lapsed lease reads vt <= now), per key:
         -- concurrency and key_concurrency count here, bounded by the limits
-        IF to_regclass('pgmq.' || quote_ident('q_' || p_queue || '_dp_flow_leased')) IS NULL THEN
-            EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
-                              (drainpipe.job_key(message -> ''payload''), vt)
-                            WHERE read_ct > 0 AND (message ->> ''failed'') IS DISTINCT FROM (read_ct::text)',
-                           'q_' || p_queue || '_dp_flow_leased', 'q_' || p_queue);
-        END IF;
+        PERFORM drainpipe.pgmq_ensure_index('q_' || p_queue || '_dp_flow_leased', 'q_' || p_queue,
+            '(drainpipe.job_key(message -> ''payload''), vt) WHERE read_ct > 0 AND (message ->> ''failed'') IS DISTINCT FROM (read_ct::text)');
     END IF;
     -- a key's jobs in enqueue order (every row of the queue table is live): ordered=True only
     IF EXISTS (SELECT 1 FROM drainpipe.queue_flow f WHERE f.queue = p_queue AND f.ordered) THEN
-        IF to_regclass('pgmq.' || quote_ident('q_' || p_queue || '_dp_flow_order')) IS NULL THEN
-            EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I
-                              (drainpipe.job_key(message -> ''payload''), msg_id)
-                            WHERE drainpipe.job_key(message -> ''payload'') IS NOT NULL',
-                           'q_' || p_queue || '_dp_flow_order', 'q_' || p_queue);
-        END IF;
+        PERFORM drainpipe.pgmq_ensure_index('q_' || p_queue || '_dp_flow_order', 'q_' || p_queue,
+            '(drainpipe.job_key(message -> ''payload''), msg_id) WHERE drainpipe.job_key(message -> ''payload'') IS NOT NULL');
     END IF;
     PERFORM drainpipe.pgmq_define_flow_pick(p_queue, false);
     -- The claim: the unlimited claim's lease statement over the rows the pick locked.
@@ -846,18 +832,11 @@ BEGIN
     IF to_regclass('pgmq.q_' || p_queue) IS NULL THEN
         PERFORM pgmq.create(p_queue);
     END IF;
-    -- each index only when it is missing: CREATE INDEX IF NOT EXISTS locks the table
-    -- (SHARE) before it looks, and these locks on the queue and then the archive, taken by
-    -- every ensure_policies(), deadlock with a completion, which writes the archive first
-    IF to_regclass('pgmq.' || quote_ident('q_' || p_queue || '_dedupe_idx')) IS NULL THEN
-        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I ((message ->> ''dedupe_key'')) WHERE message ? ''dedupe_key''',
-                       'q_' || p_queue || '_dedupe_idx', 'q_' || p_queue);
-    END IF;
+    PERFORM drainpipe.pgmq_ensure_index('q_' || p_queue || '_dedupe_idx', 'q_' || p_queue,
+        '((message ->> ''dedupe_key'')) WHERE message ? ''dedupe_key''');
     -- dead jobs not replayed yet, newest first (list_dead, retry_dead, stats)
-    IF to_regclass('pgmq.' || quote_ident('a_' || p_queue || '_unreplayed_idx')) IS NULL THEN
-        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (msg_id) WHERE message ? ''dead'' AND NOT message ? ''replayed_by''',
-                       'a_' || p_queue || '_unreplayed_idx', 'a_' || p_queue);
-    END IF;
+    PERFORM drainpipe.pgmq_ensure_index('a_' || p_queue || '_unreplayed_idx', 'a_' || p_queue,
+        '(msg_id) WHERE message ? ''dead'' AND NOT message ? ''replayed_by''');
     EXECUTE format('DROP INDEX IF EXISTS pgmq.%I', 'a_' || p_queue || '_dead_idx');
     PERFORM drainpipe.pgmq_list_by_ids(p_queue);
     IF to_regprocedure('drainpipe.claim_jobs__' || p_queue || '(double precision, integer, timestamptz)') IS NULL
@@ -1394,6 +1373,17 @@ BEGIN
                 v_after := v_last;$a$ END);
     EXECUTE format('REVOKE ALL ON FUNCTION drainpipe.%I(drainpipe.queue_flow, integer, timestamptz) FROM PUBLIC',
                    'flow_pick_jobs__' || p_queue);
+END $function$;
+
+CREATE OR REPLACE FUNCTION drainpipe.pgmq_ensure_index(p_index text, p_table text, p_definition text)
+ RETURNS void LANGUAGE plpgsql SET search_path TO 'pg_catalog', 'pg_temp' AS $function$
+BEGIN
+    -- only when it is missing: CREATE INDEX IF NOT EXISTS locks the table (SHARE) before it
+    -- looks, and such locks, taken by every ensure_policies() on a queue and then on its
+    -- archive, deadlock with a completion, which writes the archive first
+    IF to_regclass('pgmq.' || quote_ident(p_index)) IS NULL THEN
+        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgmq.%I %s', p_index, p_table, p_definition);
+    END IF;
 END $function$;
 
 CREATE OR REPLACE FUNCTION drainpipe.pgmq_flow_pick_sql(p_queue text, p_range text, p_track text)
