@@ -57,6 +57,20 @@ def pg_autoctl_binary() -> str | None:
     return shutil.which("pg_autoctl")
 
 
+def kill_inside(folder: Path) -> None:
+    """SIGKILL every process working in ``folder``: Postgres and all it starts work in their
+    data directory, and pg_autoctl in the formation's. Found by that, not by parentage: the
+    monitor's health-check worker, unlike a backend, does not exit when its postmaster
+    dies, and once orphaned (re-parented to init, outside any group we started) it stayed
+    at work after the CI run that started it."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):  # gone meanwhile, or not ours to read
+                cwd = Path(os.readlink(entry / "cwd"))
+                if cwd == folder or folder in cwd.parents:
+                    os.kill(int(entry.name), signal.SIGKILL)
+
+
 class Formation:
     """``start()``, ``uri()``, ``switchover()``, ``crash_primary()``, ``wait_writable()``,
     ``stop()``."""
@@ -228,9 +242,7 @@ class Formation:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(keeper.pid, signal.SIGKILL)
         keeper.wait(10)
-        pidfile = self.root / f"node{number}" / "postmaster.pid"
-        with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):
-            os.kill(int(pidfile.read_text().splitlines()[0]), signal.SIGKILL)
+        kill_inside(self.root / f"node{number}")
         return port
 
     def wait_writable(self, dbname: str, not_port: int, timeout: float = 90) -> float:
@@ -253,18 +265,16 @@ class Formation:
 
     def stop(self) -> None:
         # each keeper leads its own process group (its services and its Postgres): the
-        # groups are killed outright (the formation is thrown away), so nothing outlives
-        # the test even when a keeper died first
+        # groups, then every process working in the formation's directory, are killed
+        # outright (the formation is thrown away), so nothing outlives the test even when a
+        # keeper died first
         for keeper in self._keepers.values():
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(keeper.pid, signal.SIGKILL)
+        kill_inside(self.root)
         for keeper in self._keepers.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 keeper.wait(10)
-        for data in ("monitor", "node1", "node2"):
-            pidfile = self.root / data / "postmaster.pid"
-            with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):
-                os.kill(int(pidfile.read_text().splitlines()[0]), signal.SIGKILL)
         for log in self._logs:
             log.close()
         shutil.rmtree(self.root, ignore_errors=True)
