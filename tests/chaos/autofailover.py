@@ -63,6 +63,7 @@ def kill_inside(folder: Path) -> None:
     monitor's health-check worker, unlike a backend, does not exit when its postmaster
     dies, and once orphaned (re-parented to init, outside any group we started) it stayed
     at work after the CI run that started it."""
+    folder = folder.resolve()  # /proc gives the real path: a linked TMPDIR would miss
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             with contextlib.suppress(OSError):  # gone meanwhile, or not ours to read
