@@ -109,9 +109,12 @@ async def test_a_lease_lost_under_a_running_handler_drops_its_outcome(
         )
         while not (await rows(conn, "status = 'processing'")):
             await asyncio.sleep(0.02)
-        await age(conn)
         other = await connect(db_url)
-        await other.execute("SELECT drainpipe.claim_webhooks_v1('billing', 'other', 1, 300)")
+        # the lease runs out and is taken over in one transaction: the handler's heartbeat
+        # renews a lapsed lease nobody took, and one beat between the two would keep it
+        async with other.transaction():
+            await age(other)
+            await other.execute("SELECT drainpipe.claim_webhooks_v1('billing', 'other', 1, 300)")
         await other.close()
         taken.set()
         report = await running
